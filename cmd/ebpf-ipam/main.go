@@ -1,0 +1,21 @@
+// Command ebpf-ipam is a CNI IPAM plugin whose allocations live in pinned BPF
+// maps, a drop-in replacement for host-local.
+package main
+
+import (
+	"runtime"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
+)
+
+func init() {
+	// Namespace and lock operations must stay on one OS thread.
+	runtime.LockOSThread()
+}
+
+func main() {
+	skel.PluginMainFuncs(ipam.Funcs(), ipam.Versions, buildinfo.About("ebpf-ipam"))
+}

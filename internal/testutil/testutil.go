@@ -1,0 +1,208 @@
+// Package testutil provides what the integration tests share: root checks,
+// a private bpffs per test, network namespaces, the plugin binaries, and a
+// way to call them exactly as a runtime does. Everything it makes is removed
+// with t.Cleanup, also when the test fails.
+package testutil
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"golang.org/x/sys/unix"
+)
+
+// RequireRoot skips a test that needs root when not run as root; under CI it
+// fails instead, so a misconfigured CI cannot pass by skipping.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("this test needs root, and CI must run as root")
+		}
+		t.Skip("needs root (run: sudo make test)")
+	}
+}
+
+// BPFFS mounts a private bpf filesystem for the test and returns a bpfRoot
+// inside it. `ip netns exec` remounts /sys, so tests never use /sys/fs/bpf.
+func BPFFS(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "bpffs")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("bpf", mnt, "bpf", 0, ""); err != nil {
+		t.Fatalf("mounting bpffs at %s: %v", mnt, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	return filepath.Join(mnt, "ebpf-cni")
+}
+
+// NetNS creates a named network namespace that is removed on cleanup.
+func NetNS(t testing.TB) ns.NetNS {
+	t.Helper()
+	RequireRoot(t)
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("creating netns: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	return n
+}
+
+// ModuleRoot is the directory holding go.mod.
+func ModuleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// PluginDir builds ebpf-cni and ebpf-ipam once per test binary and returns
+// the directory holding them.
+func PluginDir(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "ebpf-cni-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
+		cmd.Dir = ModuleRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+// RefPluginDir is where Debian's containernetworking-plugins live.
+func RefPluginDir(t testing.TB) string {
+	t.Helper()
+	for _, d := range []string{"/usr/lib/cni", "/opt/cni/bin"} {
+		if _, err := os.Stat(filepath.Join(d, "bridge")); err == nil {
+			return d
+		}
+	}
+	t.Fatal("reference CNI plugins not found (make deps installs containernetworking-plugins)")
+	return ""
+}
+
+// Call is one plugin invocation as a runtime makes it.
+type Call struct {
+	Command     string // ADD, DEL, CHECK, STATUS, GC, VERSION
+	ContainerID string
+	NetNS       string
+	IfName      string
+	Args        string // CNI_ARGS
+	Path        string // CNI_PATH
+	Env         []string
+	Stdin       []byte
+}
+
+// Output is what the plugin printed and how it exited.
+type Output struct {
+	Stdout, Stderr []byte
+	ExitCode       int
+}
+
+// CNIError is the error object of the spec.
+type CNIError struct {
+	CNIVersion string `json:"cniVersion"`
+	Code       uint   `json:"code"`
+	Msg        string `json:"msg"`
+	Details    string `json:"details"`
+}
+
+// Error decodes stdout as a CNI error; it fails the test if the plugin
+// succeeded or printed something else.
+func (o *Output) Error(t testing.TB) CNIError {
+	t.Helper()
+	var e CNIError
+	if o.ExitCode == 0 {
+		t.Fatalf("plugin succeeded, expected an error; stdout: %s", o.Stdout)
+	}
+	if err := json.Unmarshal(o.Stdout, &e); err != nil {
+		t.Fatalf("stdout is not a CNI error object: %v\n%s", err, o.Stdout)
+	}
+	return e
+}
+
+// Run executes binary with the CNI environment of c. Only the plugin's
+// variables are passed, as runtimes do.
+func Run(t testing.TB, binary string, c Call) *Output {
+	t.Helper()
+	cmd := exec.Command(binary)
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	add := func(k, v string) {
+		if v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	add("CNI_COMMAND", c.Command)
+	add("CNI_CONTAINERID", c.ContainerID)
+	add("CNI_NETNS", c.NetNS)
+	add("CNI_IFNAME", c.IfName)
+	add("CNI_ARGS", c.Args)
+	add("CNI_PATH", c.Path)
+	cmd.Env = append(env, c.Env...)
+	cmd.Stdin = bytes.NewReader(c.Stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	out := &Output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		out.ExitCode = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %s: %v", binary, err)
+	}
+	return out
+}
+
+// SpecVersions is every CNI spec version the plugins support; integration
+// tests run each case under each.
+var SpecVersions = []string{"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// AtLeast reports whether spec version v is >= min (both from SpecVersions).
+func AtLeast(v, min string) bool {
+	idx := func(s string) int {
+		for i, x := range SpecVersions {
+			if x == s {
+				return i
+			}
+		}
+		panic("unknown spec version " + s)
+	}
+	return idx(v) >= idx(min)
+}
+
+// Must fails the test with the plugin's output when it did not succeed.
+func (o *Output) Must(t testing.TB) *Output {
+	t.Helper()
+	if o.ExitCode != 0 {
+		t.Fatalf("plugin failed (exit %d)\nstdout: %s\nstderr: %s", o.ExitCode, o.Stdout, strings.TrimSpace(string(o.Stderr)))
+	}
+	return o
+}

@@ -1,0 +1,4 @@
+// Package datapath loads, pins and attaches the tc programs of ebpf-cni.
+package datapath
+
+//go:generate go tool bpf2go -cc clang-16 -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel FromContainer ../../bpf/from_container.c

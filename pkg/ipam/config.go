@@ -1,0 +1,247 @@
+package ipam
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// Defaults for the state locations; both can be set in the ipam section.
+const (
+	DefaultBPFRoot  = "/sys/fs/bpf/ebpf-cni"
+	DefaultStateDir = "/run/ebpf-cni"
+)
+
+// NetConf is the part of a network configuration ebpf-ipam reads.
+type NetConf struct {
+	types.NetConf
+	IPAM          *IPAMConf `json:"ipam"`
+	RuntimeConfig struct {
+		IPs      []string     `json:"ips,omitempty"`
+		IPRanges []rawRangeSet `json:"ipRanges,omitempty"`
+	} `json:"runtimeConfig,omitempty"`
+	Args *struct {
+		CNI *struct {
+			IPs []string `json:"ips,omitempty"`
+		} `json:"cni,omitempty"`
+	} `json:"args,omitempty"`
+}
+
+// IPAMConf is the ipam section, compatible with host-local.
+type IPAMConf struct {
+	Type       string        `json:"type"`
+	Ranges     []rawRangeSet `json:"ranges,omitempty"`
+	Routes     []rawRoute    `json:"routes,omitempty"`
+	ResolvConf string        `json:"resolvConf,omitempty"`
+	BPFRoot    string        `json:"bpfRoot,omitempty"`
+	StateDir   string        `json:"stateDir,omitempty"`
+
+	// The single-range shorthand of host-local.
+	rawRange
+}
+
+type rawRangeSet []rawRange
+
+type rawRange struct {
+	Subnet     string `json:"subnet,omitempty"`
+	RangeStart string `json:"rangeStart,omitempty"`
+	RangeEnd   string `json:"rangeEnd,omitempty"`
+	Gateway    string `json:"gateway,omitempty"`
+}
+
+type rawRoute struct {
+	Dst      string `json:"dst"`
+	GW       string `json:"gw,omitempty"`
+	MTU      int    `json:"mtu,omitempty"`
+	AdvMSS   int    `json:"advmss,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	Table    *int   `json:"table,omitempty"`
+	Scope    *int   `json:"scope,omitempty"`
+}
+
+// Config is a validated, canonical IPAM configuration for one request.
+type Config struct {
+	Network    string
+	CNIVersion string
+	BPFRoot    string
+	StateDir   string
+	RangeSets  []RangeSet
+	Routes     []*types.Route
+	DNS        types.DNS
+	// Requested maps a requested address to the index of its range set.
+	Requested map[int]net.IP
+}
+
+// ParseDelConfig reads only what DEL, GC and STATUS need to find state:
+// the network name and the state locations. DEL must work even when the
+// ranges of a network have since become invalid.
+func ParseDelConfig(stdin []byte) (*Config, *NetConf, error) {
+	n := &NetConf{}
+	if err := json.Unmarshal(stdin, n); err != nil {
+		return nil, nil, types.NewError(types.ErrDecodingFailure, "decoding network configuration", err.Error())
+	}
+	if n.IPAM == nil {
+		return nil, nil, invalidConfig("ipam", "missing ipam section")
+	}
+	c := &Config{Network: n.Name, CNIVersion: n.CNIVersion, BPFRoot: n.IPAM.BPFRoot, StateDir: n.IPAM.StateDir}
+	if c.BPFRoot == "" {
+		c.BPFRoot = DefaultBPFRoot
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if !filepath.IsAbs(c.BPFRoot) {
+		return nil, nil, invalidConfig("ipam.bpfRoot", fmt.Sprintf("%q is not an absolute path", c.BPFRoot))
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		return nil, nil, invalidConfig("ipam.stateDir", fmt.Sprintf("%q is not an absolute path", c.StateDir))
+	}
+	return c, n, nil
+}
+
+// ParseConfig validates a full configuration plus the CNI_ARGS of the call.
+func ParseConfig(stdin []byte, envArgs string) (*Config, *NetConf, error) {
+	c, n, err := ParseDelConfig(stdin)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	raw, key := n.IPAM.Ranges, "ipam.ranges"
+	if n.IPAM.Subnet != "" {
+		if len(raw) > 0 {
+			return nil, nil, invalidConfig("ipam.subnet", "give either ipam.subnet or ipam.ranges, not both")
+		}
+		raw, key = []rawRangeSet{{n.IPAM.rawRange}}, "ipam"
+	}
+	if len(n.RuntimeConfig.IPRanges) > 0 {
+		raw, key = n.RuntimeConfig.IPRanges, "runtimeConfig.ipRanges"
+	}
+	if len(raw) == 0 {
+		return nil, nil, invalidConfig("ipam.ranges", "no address ranges configured (set ipam.ranges or ipam.subnet)")
+	}
+	if c.RangeSets, err = parseRangeSets(raw, key); err != nil {
+		return nil, nil, err
+	}
+	if err := checkFamiliesForVersion(c.RangeSets, n.CNIVersion); err != nil {
+		return nil, nil, err
+	}
+
+	for i, r := range n.IPAM.Routes {
+		route, err := r.parse(fmt.Sprintf("ipam.routes[%d]", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		c.Routes = append(c.Routes, route)
+	}
+	if n.IPAM.ResolvConf != "" {
+		dns, err := parseResolvConf(n.IPAM.ResolvConf)
+		if err != nil {
+			return nil, nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("reading ipam.resolvConf %q", n.IPAM.ResolvConf), err.Error())
+		}
+		c.DNS = *dns
+	}
+
+	if c.Requested, err = requestedIPs(n, envArgs, c.RangeSets); err != nil {
+		return nil, nil, err
+	}
+	return c, n, nil
+}
+
+// checkFamiliesForVersion enforces that results before 0.3.0 carry one
+// address per family (ip4 and ip6).
+func checkFamiliesForVersion(sets []RangeSet, cniVersion string) error {
+	ok, err := version.GreaterThanOrEqualTo(cniVersion, "0.3.0")
+	if err != nil || ok {
+		return nil
+	}
+	seen := map[int]bool{}
+	for _, s := range sets {
+		if seen[s.Family()] {
+			return invalidConfig("ipam.ranges", fmt.Sprintf("cniVersion %s carries one address per family; configure at most one IPv%d range set", cniVersion, s.Family()))
+		}
+		seen[s.Family()] = true
+	}
+	return nil
+}
+
+func (r rawRoute) parse(key string) (*types.Route, error) {
+	_, dst, err := net.ParseCIDR(r.Dst)
+	if err != nil {
+		return nil, invalidConfig(key+".dst", fmt.Sprintf("%q is not a CIDR", r.Dst))
+	}
+	route := &types.Route{Dst: *dst, MTU: r.MTU, AdvMSS: r.AdvMSS, Priority: r.Priority, Table: r.Table, Scope: r.Scope}
+	if r.GW != "" {
+		if route.GW = net.ParseIP(r.GW); route.GW == nil {
+			return nil, invalidConfig(key+".gw", fmt.Sprintf("%q is not an IP address", r.GW))
+		}
+	}
+	return route, nil
+}
+
+// requestedIPs gathers the addresses asked for through CNI_ARGS IP=,
+// args.cni.ips and runtimeConfig.ips, and maps each to its range set.
+func requestedIPs(n *NetConf, envArgs string, sets []RangeSet) (map[int]net.IP, error) {
+	type source struct {
+		key  string
+		code uint
+		ips  []string
+	}
+	var sources []source
+	if v := cniArg(envArgs, "IP"); v != "" {
+		sources = append(sources, source{"CNI_ARGS IP", types.ErrInvalidEnvironmentVariables, strings.Split(v, ",")})
+	}
+	if n.Args != nil && n.Args.CNI != nil {
+		sources = append(sources, source{"args.cni.ips", types.ErrInvalidNetworkConfig, n.Args.CNI.IPs})
+	}
+	sources = append(sources, source{"runtimeConfig.ips", types.ErrInvalidNetworkConfig, n.RuntimeConfig.IPs})
+
+	out := map[int]net.IP{}
+	for _, src := range sources {
+		for _, s := range src.ips {
+			s = strings.TrimSpace(s)
+			if i := strings.IndexByte(s, '/'); i >= 0 {
+				s = s[:i] // a prefix length is accepted and ignored, as host-local does
+			}
+			ip := net.ParseIP(s)
+			if ip == nil {
+				return nil, types.NewError(src.code, fmt.Sprintf("invalid address %q in %s", s, src.key), "")
+			}
+			idx := -1
+			for i := range sets {
+				if sets[i].Contains(ip) {
+					idx = i
+					break
+				}
+			}
+			if idx < 0 {
+				return nil, types.NewError(ErrAddressNotInRange, fmt.Sprintf("requested address %s (%s) is outside every configured range", ip, src.key), "")
+			}
+			if prev, dup := out[idx]; dup && !prev.Equal(ip) {
+				return nil, types.NewError(src.code, fmt.Sprintf("requested addresses %s and %s (%s) fall in the same range set; one address per range set", prev, ip, src.key), "")
+			}
+			out[idx] = canonicalIP(ip)
+		}
+	}
+	return out, nil
+}
+
+// cniArg returns the value of key in CNI_ARGS ("K1=V1;K2=V2"); unknown keys
+// are ignored, as every runtime passes some (K8S_POD_NAME, IgnoreUnknown...).
+func cniArg(envArgs, key string) string {
+	for _, kv := range strings.Split(envArgs, ";") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func invalidConfig(key, msg string) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid %s: %s", key, msg), "")
+}

@@ -1,0 +1,121 @@
+package ipam
+
+import (
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// Funcs are the CNI verbs of ebpf-ipam, for skel.PluginMainFuncs.
+func Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: CmdAdd, Del: CmdDel, Check: CmdCheck, GC: CmdGC, Status: CmdStatus}
+}
+
+// Versions lists every CNI spec version ebpf-ipam speaks.
+var Versions = version.All
+
+// CmdAdd allocates and prints the result in the configuration's version.
+func CmdAdd(args *skel.CmdArgs) error {
+	c, _, err := ParseConfig(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	s, err := Open(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	ips, err := Allocate(s, c, args.ContainerID, args.IfName)
+	if err != nil {
+		return err
+	}
+	res := &current.Result{CNIVersion: current.ImplementedSpecVersion, IPs: ips, Routes: c.Routes, DNS: c.DNS}
+	return types.PrintResult(res, c.CNIVersion)
+}
+
+// CmdDel releases what the attachment holds; it is idempotent.
+func CmdDel(args *skel.CmdArgs) error {
+	c, _, err := ParseDelConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	s, err := Open(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := ReleaseAttachment(s, args.ContainerID, args.IfName); err != nil {
+		return types.NewError(types.ErrIOFailure, fmt.Sprintf("releasing %s/%s", args.ContainerID, args.IfName), err.Error())
+	}
+	return nil
+}
+
+// CmdCheck verifies the attachment's allocation against the state and
+// against prevResult.
+func CmdCheck(args *skel.CmdArgs) error {
+	c, n, err := ParseConfig(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	var prev *current.Result
+	if n.RawPrevResult != nil {
+		if err := version.ParsePrevResult(&n.NetConf); err != nil {
+			return types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
+		}
+		if prev, err = current.NewResultFromResult(n.PrevResult); err != nil {
+			return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
+		}
+	}
+	s, err := Open(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return CheckAttachment(s, c, args.ContainerID, args.IfName, prev)
+}
+
+// CmdGC releases every allocation of the network not listed in
+// cni.dev/valid-attachments.
+func CmdGC(args *skel.CmdArgs) error {
+	c, n, err := ParseDelConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	s, err := Open(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if _, err := GarbageCollect(s, n.ValidAttachments); err != nil {
+		return types.NewError(types.ErrIOFailure, "garbage-collecting allocations", err.Error())
+	}
+	return nil
+}
+
+// CmdStatus reports whether the plugin can serve an ADD now: state usable and
+// a free address in every range set.
+func CmdStatus(args *skel.CmdArgs) error {
+	c, _, err := ParseConfig(args.StdinData, "")
+	if err != nil {
+		return err
+	}
+	s, err := Open(c)
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam cannot use its state", err.Error())
+	}
+	defer s.Close()
+	used, size, err := Usage(s, c)
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "reading the allocation map", err.Error())
+	}
+	for i := range c.RangeSets {
+		if used[i] >= size[i] {
+			return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("no free address in range set %d (%s): %d of %d in use", i, describeSet(c.RangeSets[i]), used[i], size[i]), "")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,424 @@
+package ipam
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// LockTimeout bounds the wait for another ebpf-ipam call on the same network.
+var LockTimeout = 60 * time.Second
+
+// Store is the state of one network, opened with the network's lock held.
+//
+// Two indexes, each authoritative for one question and each able to rebuild
+// the other:
+//   - the pinned BPF map ipam_allocs answers "who holds this address?" in
+//     O(1), for this plugin and for the datapath programs;
+//   - one small file per attachment under stateDir/ipam/<network>/owners
+//     answers "what does this attachment hold?" in O(1) (DEL, CHECK).
+//
+// If bpffs is remounted while the node is up, the map comes back empty while
+// the files are still there (and the reverse if only stateDir is wiped).
+// Open notices the map changed (its kernel ID is recorded) and merges the two
+// before anything is allocated.
+type Store struct {
+	Network string
+	NetID   uint32
+
+	dir     string
+	lock    *os.File
+	allocs  *ebpf.Map
+	cursors *ebpf.Map
+	nets    *ebpf.Map
+}
+
+// Attachment is the record of what one (container ID, ifname) holds.
+type Attachment struct {
+	ContainerID string       `json:"containerID"`
+	IfName      string       `json:"ifname"`
+	IPs         []Allocation `json:"ips"`
+}
+
+// Allocation is one address and the range set it came from.
+type Allocation struct {
+	Address  net.IP `json:"address"`
+	RangeSet int    `json:"rangeSet"`
+}
+
+// NetID is the network's key in the BPF maps.
+func NetID(network string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(network))
+	return h.Sum32()
+}
+
+// mapString shortens strings longer than a C field to a digest, so long
+// container IDs or network names still identify their owner exactly.
+func mapString(s string, size int) string {
+	if len(s) < size {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func ownerID(containerID string) string { return mapString(containerID, maps.CniContainerIDLen) }
+
+// Open takes the network's lock and opens its state, creating it on first use.
+func Open(c *Config) (*Store, error) {
+	s := &Store{Network: c.Network, NetID: NetID(c.Network), dir: filepath.Join(c.StateDir, "ipam", c.Network)}
+	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
+		return nil, stateError("bpfRoot", err)
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, "owners"), 0o700); err != nil {
+		return nil, stateError("stateDir", err)
+	}
+	if err := s.takeLock(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+
+	m, err := maps.OpenPinned(c.BPFRoot, maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets)
+	if err != nil {
+		return nil, stateError("bpfRoot", err)
+	}
+	s.allocs, s.cursors, s.nets = m[maps.CniMapIpamAllocs], m[maps.CniMapIpamCursors], m[maps.CniMapIpamNets]
+
+	if err := s.register(); err != nil {
+		return nil, err
+	}
+	if err := s.reconcile(); err != nil {
+		return nil, stateError("bpfRoot", err)
+	}
+	ok = true
+	return s, nil
+}
+
+// Close releases the lock and the map handles.
+func (s *Store) Close() {
+	for _, m := range []*ebpf.Map{s.allocs, s.cursors, s.nets} {
+		if m != nil {
+			m.Close()
+		}
+	}
+	if s.lock != nil {
+		s.lock.Close() // closing the file drops the flock
+	}
+}
+
+func stateError(key string, err error) error {
+	hint := ""
+	if errors.Is(err, maps.ErrNotBPFFS) {
+		hint = "; set ipam.bpfRoot to a directory on bpffs"
+	}
+	return types.NewError(ErrStateUnavailable, fmt.Sprintf("ebpf-ipam state (%s) unusable: %v%s", key, err, hint), "")
+}
+
+func (s *Store) takeLock() error {
+	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return stateError("stateDir", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+	select {
+	case err = <-done:
+	case <-time.After(LockTimeout):
+		f.Close()
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("network %q is locked by another ebpf-ipam call for over %s", s.Network, LockTimeout), "")
+	}
+	if err != nil {
+		f.Close()
+		return stateError("stateDir", fmt.Errorf("locking %s: %w", f.Name(), err))
+	}
+	s.lock = f
+	return nil
+}
+
+// register records the network's name under its ID, refusing a hash clash
+// with another network.
+func (s *Store) register() error {
+	var v maps.CniIpamNet
+	name := mapString(s.Network, maps.CniNetNameLen)
+	err := s.nets.Lookup(s.NetID, &v)
+	if err == nil {
+		if other := maps.GoString(v.Name[:]); other != name {
+			return types.NewError(ErrNetworkIDClash, fmt.Sprintf("network name %q has the same network ID (%#x) as network %q; rename one of them", s.Network, s.NetID, other), "")
+		}
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return stateError("bpfRoot", err)
+	}
+	maps.CString(v.Name[:], name)
+	if err := s.nets.Update(s.NetID, &v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return stateError("bpfRoot", err)
+	}
+	return nil
+}
+
+func (s *Store) key(ip net.IP) maps.CniIpamKey {
+	k := maps.CniIpamKey{NetId: s.NetID, Family: uint8(family(ip))}
+	copy(k.Addr[:], canonicalIP(ip))
+	return k
+}
+
+func keyIP(k *maps.CniIpamKey) net.IP {
+	if k.Family == 4 {
+		return net.IP(append([]byte(nil), k.Addr[:4]...))
+	}
+	return net.IP(append([]byte(nil), k.Addr[:]...))
+}
+
+// Owner returns who holds ip, or nil.
+func (s *Store) Owner(ip net.IP) (*maps.CniIpamOwner, error) {
+	var v maps.CniIpamOwner
+	err := s.allocs.Lookup(s.key(ip), &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s: %w", ip, err)
+	}
+	return &v, nil
+}
+
+func owns(v *maps.CniIpamOwner, containerID, ifname string) bool {
+	return v != nil && maps.GoString(v.ContainerId[:]) == ownerID(containerID) && maps.GoString(v.Ifname[:]) == ifname
+}
+
+// Reserve marks ip as held; it fails with ebpf.ErrKeyExist if it is taken.
+func (s *Store) Reserve(ip net.IP, containerID, ifname string, rangeSet int) error {
+	v := maps.CniIpamOwner{RangeSet: uint32(rangeSet), AllocTime: uint64(time.Now().Unix())}
+	maps.CString(v.ContainerId[:], ownerID(containerID))
+	maps.CString(v.Ifname[:], ifname)
+	return s.allocs.Update(s.key(ip), &v, ebpf.UpdateNoExist)
+}
+
+// Release frees ip; an address that is already free is not an error.
+func (s *Store) Release(ip net.IP) error {
+	err := s.allocs.Delete(s.key(ip))
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("releasing %s: %w", ip, err)
+	}
+	return nil
+}
+
+// Cursor is the last address reserved in a range set, or nil.
+func (s *Store) Cursor(rangeSet int) net.IP {
+	var v maps.CniIpamCursor
+	if err := s.cursors.Lookup(maps.CniIpamCursorKey{NetId: s.NetID, RangeSet: uint32(rangeSet)}, &v); err != nil {
+		return nil
+	}
+	if v.Family == 4 {
+		return net.IP(append([]byte(nil), v.Addr[:4]...))
+	}
+	return net.IP(append([]byte(nil), v.Addr[:]...))
+}
+
+// SetCursor records ip as the last address reserved in a range set.
+func (s *Store) SetCursor(rangeSet int, ip net.IP) error {
+	v := maps.CniIpamCursor{Family: uint8(family(ip))}
+	copy(v.Addr[:], canonicalIP(ip))
+	return s.cursors.Update(maps.CniIpamCursorKey{NetId: s.NetID, RangeSet: uint32(rangeSet)}, &v, ebpf.UpdateAny)
+}
+
+// Entry is one address of this network in the allocation map.
+type Entry struct {
+	IP     net.IP
+	Owner  maps.CniIpamOwner
+	Family int
+}
+
+// Entries lists every address of this network held in the allocation map.
+func (s *Store) Entries() ([]Entry, error) {
+	var (
+		k   maps.CniIpamKey
+		v   maps.CniIpamOwner
+		out []Entry
+	)
+	it := s.allocs.Iterate()
+	for it.Next(&k, &v) {
+		if k.NetId == s.NetID {
+			out = append(out, Entry{IP: keyIP(&k), Owner: v, Family: int(k.Family)})
+		}
+	}
+	return out, it.Err()
+}
+
+// attachmentFile names the record of an attachment. Container IDs are
+// [A-Za-z0-9_.-] by the spec and interface names cannot hold '/' or ':', but
+// the plugin must not trust either with a path: anything else is escaped.
+func (s *Store) attachmentFile(containerID, ifname string) string {
+	var b strings.Builder
+	for _, c := range []byte(ownerID(containerID) + ":" + ifname) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-', c == ':':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return filepath.Join(s.dir, "owners", b.String())
+}
+
+// Attachment returns what (containerID, ifname) holds, or nil.
+func (s *Store) Attachment(containerID, ifname string) (*Attachment, error) {
+	return readAttachment(s.attachmentFile(containerID, ifname))
+}
+
+func readAttachment(path string) (*Attachment, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	a := &Attachment{}
+	if err := json.Unmarshal(b, a); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return a, nil
+}
+
+// SaveAttachment writes the record atomically.
+func (s *Store) SaveAttachment(a *Attachment) error {
+	path := s.attachmentFile(a.ContainerID, a.IfName)
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// RemoveAttachment deletes the record; a missing one is not an error.
+func (s *Store) RemoveAttachment(containerID, ifname string) error {
+	err := os.Remove(s.attachmentFile(containerID, ifname))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Attachments lists every attachment record of the network.
+func (s *Store) Attachments() ([]*Attachment, error) {
+	dir := filepath.Join(s.dir, "owners")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Attachment
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		a, err := readAttachment(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if a != nil {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// reconcile merges the attachment records and the allocation map when the
+// map is not the one they were last synchronised with (see Store).
+func (s *Store) reconcile() error {
+	info, err := s.allocs.Info()
+	if err != nil {
+		return fmt.Errorf("reading allocation map info: %w", err)
+	}
+	id, _ := info.ID()
+	idFile := filepath.Join(s.dir, "map-id")
+	want := strconv.FormatUint(uint64(id), 10)
+	if b, err := os.ReadFile(idFile); err == nil && strings.TrimSpace(string(b)) == want {
+		return nil
+	}
+
+	atts, err := s.Attachments()
+	if err != nil {
+		return err
+	}
+	restored, recorded := 0, 0
+	known := map[string]*Attachment{}
+	for _, a := range atts {
+		known[ownerID(a.ContainerID)+"\x00"+a.IfName] = a
+		for _, al := range a.IPs {
+			holder, err := s.Owner(al.Address)
+			if err != nil {
+				return err
+			}
+			switch {
+			case holder == nil:
+				if err := s.Reserve(al.Address, a.ContainerID, a.IfName, al.RangeSet); err != nil {
+					return fmt.Errorf("restoring %s: %w", al.Address, err)
+				}
+				restored++
+			case !owns(holder, a.ContainerID, a.IfName):
+				fmt.Fprintf(os.Stderr, "ebpf-ipam: network %s: %s is recorded for %s/%s but held by %s/%s in the map; keeping the map's holder\n",
+					s.Network, al.Address, a.ContainerID, a.IfName, maps.GoString(holder.ContainerId[:]), maps.GoString(holder.Ifname[:]))
+			}
+		}
+	}
+	entries, err := s.Entries()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		cid, ifn := maps.GoString(e.Owner.ContainerId[:]), maps.GoString(e.Owner.Ifname[:])
+		a := known[cid+"\x00"+ifn]
+		if a == nil {
+			a = &Attachment{ContainerID: cid, IfName: ifn}
+			known[cid+"\x00"+ifn] = a
+		}
+		if !a.holds(e.IP) {
+			a.IPs = append(a.IPs, Allocation{Address: e.IP, RangeSet: int(e.Owner.RangeSet)})
+			if err := s.SaveAttachment(a); err != nil {
+				return err
+			}
+			recorded++
+		}
+	}
+	if restored+recorded > 0 {
+		fmt.Fprintf(os.Stderr, "ebpf-ipam: network %s: allocation map changed (now id %s); restored %d address(es) into it from %s and recorded %d from it\n",
+			s.Network, want, restored, s.dir, recorded)
+	}
+	return os.WriteFile(idFile, []byte(want+"\n"), 0o600)
+}
+
+func (a *Attachment) holds(ip net.IP) bool {
+	for _, al := range a.IPs {
+		if al.Address.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}

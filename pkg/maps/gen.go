@@ -1,0 +1,6 @@
+// Package maps holds the eBPF maps shared by every binary and program: their
+// specs (from bpf/maps.c) and the Go types of their keys and values, generated
+// by bpf2go from bpf/include/types.h.
+package maps
+
+//go:generate go tool bpf2go -cc clang-16 -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type ipam_key -type ipam_owner -type ipam_cursor_key -type ipam_cursor -type ipam_net -type pkt_counter -type pkt_reason Cni ../../bpf/maps.c
