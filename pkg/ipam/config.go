@@ -22,7 +22,7 @@ type NetConf struct {
 	types.NetConf
 	IPAM          *IPAMConf `json:"ipam"`
 	RuntimeConfig struct {
-		IPs      []string     `json:"ips,omitempty"`
+		IPs      []string      `json:"ips,omitempty"`
 		IPRanges []rawRangeSet `json:"ipRanges,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 	Args *struct {

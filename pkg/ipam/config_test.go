@@ -1,0 +1,133 @@
+package ipam
+
+import (
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/stretchr/testify/require"
+)
+
+func conf(ipam string) []byte {
+	return []byte(`{"cniVersion":"1.1.0","name":"n","type":"x","ipam":{"type":"ebpf-ipam",` + ipam + `}}`)
+}
+
+func TestParseConfigValid(t *testing.T) {
+	cases := []struct {
+		name       string
+		stdin      []byte
+		args       string
+		start, end string // of the first range of the first set
+		gateway    string
+		sets       int
+		requested  map[int]string
+	}{
+		{name: "shorthand defaults", stdin: conf(`"subnet":"10.1.0.0/24"`), start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 1},
+		{name: "shorthand bounds", stdin: conf(`"subnet":"10.1.0.0/24","rangeStart":"10.1.0.10","rangeEnd":"10.1.0.20","gateway":"10.1.0.254"`),
+			start: "10.1.0.10", end: "10.1.0.20", gateway: "10.1.0.254", sets: 1},
+		{name: "ipv6 ends at last address", stdin: conf(`"subnet":"fd00:1::/120"`), start: "fd00:1::1", end: "fd00:1::ff", gateway: "fd00:1::1", sets: 1},
+		{name: "dual stack", stdin: conf(`"ranges":[[{"subnet":"10.1.0.0/24"}],[{"subnet":"fd00:1::/64"}]]`), start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 2},
+		{name: "ipRanges replace ranges", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.1.0.0/24"},"runtimeConfig":{"ipRanges":[[{"subnet":"10.7.0.0/16"}]]}}`),
+			start: "10.7.0.1", end: "10.7.255.254", gateway: "10.7.0.1", sets: 1},
+		{name: "requested from every source", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","ranges":[[{"subnet":"10.1.0.0/24"}],[{"subnet":"10.2.0.0/24"}],[{"subnet":"fd00::/64"}]]},"args":{"cni":{"ips":["10.2.0.9/24"]}},"runtimeConfig":{"ips":["fd00::9"]}}`),
+			args: "IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.1.0.9", start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 3,
+			requested: map[int]string{0: "10.1.0.9", 1: "10.2.0.9", 2: "fd00::9"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := ParseConfig(tc.stdin, tc.args)
+			require.NoError(t, err)
+			require.Len(t, c.RangeSets, tc.sets)
+			r := c.RangeSets[0][0]
+			require.Equal(t, tc.start, r.Start.String())
+			require.Equal(t, tc.end, r.End.String())
+			require.Equal(t, tc.gateway, r.Gateway.String())
+			require.Len(t, c.Requested, len(tc.requested))
+			for i, ip := range tc.requested {
+				require.Equal(t, ip, c.Requested[i].String())
+			}
+			require.Equal(t, DefaultBPFRoot, c.BPFRoot)
+			require.Equal(t, DefaultStateDir, c.StateDir)
+		})
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	cases := []struct {
+		name  string
+		stdin []byte
+		args  string
+		code  uint
+		key   string // must appear in the message
+	}{
+		{"malformed json", []byte(`{"name":`), "", types.ErrDecodingFailure, "decoding"},
+		{"no ipam section", []byte(`{"cniVersion":"1.0.0","name":"n"}`), "", types.ErrInvalidNetworkConfig, "ipam"},
+		{"no ranges", conf(`"routes":[]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges"},
+		{"prefix too long", conf(`"subnet":"10.0.0.0/33"`), "", types.ErrInvalidNetworkConfig, "ipam.subnet"},
+		{"not a cidr", conf(`"ranges":[[{"subnet":"banana"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[0][0].subnet"},
+		{"host bits", conf(`"subnet":"10.0.0.5/24"`), "", types.ErrInvalidNetworkConfig, "host bits"},
+		{"too small", conf(`"subnet":"10.0.0.0/31"`), "", types.ErrInvalidNetworkConfig, "too small"},
+		{"rangeStart outside", conf(`"subnet":"10.0.0.0/24","rangeStart":"10.0.1.5"`), "", types.ErrInvalidNetworkConfig, "ipam.rangeStart"},
+		{"rangeEnd outside in ranges", conf(`"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.1.0.0/24","rangeEnd":"10.2.0.1"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[1][0].rangeEnd"},
+		{"rangeEnd is broadcast", conf(`"subnet":"10.0.0.0/24","rangeEnd":"10.0.0.255"`), "", types.ErrInvalidNetworkConfig, "ipam.rangeEnd"},
+		{"start after end", conf(`"subnet":"10.0.0.0/24","rangeStart":"10.0.0.9","rangeEnd":"10.0.0.5"`), "", types.ErrInvalidNetworkConfig, "ipam.rangeEnd"},
+		{"gateway outside", conf(`"subnet":"10.0.0.0/24","gateway":"10.9.9.9"`), "", types.ErrInvalidNetworkConfig, "ipam.gateway"},
+		{"mixed families", conf(`"ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"fd00::/64"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[0][1].subnet"},
+		{"overlap across sets", conf(`"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.0.0.0/25"}]]`), "", types.ErrInvalidNetworkConfig, "overlaps"},
+		{"both shorthand and ranges", conf(`"subnet":"10.0.0.0/24","ranges":[[{"subnet":"10.1.0.0/24"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.subnet"},
+		{"bad route", conf(`"subnet":"10.0.0.0/24","routes":[{"dst":"0.0.0.0"}]`), "", types.ErrInvalidNetworkConfig, "ipam.routes[0].dst"},
+		{"bad route gw", conf(`"subnet":"10.0.0.0/24","routes":[{"dst":"0.0.0.0/0","gw":"x"}]`), "", types.ErrInvalidNetworkConfig, "ipam.routes[0].gw"},
+		{"relative bpfRoot", conf(`"subnet":"10.0.0.0/24","bpfRoot":"bpf"`), "", types.ErrInvalidNetworkConfig, "ipam.bpfRoot"},
+		{"relative stateDir", conf(`"subnet":"10.0.0.0/24","stateDir":"run"`), "", types.ErrInvalidNetworkConfig, "ipam.stateDir"},
+		{"two v4 sets before 0.3.0", []byte(`{"cniVersion":"0.2.0","name":"n","ipam":{"type":"ebpf-ipam","ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.1.0.0/24"}]]}}`), "", types.ErrInvalidNetworkConfig, "one address per family"},
+		{"bad CNI_ARGS IP", conf(`"subnet":"10.0.0.0/24"`), "IP=10.0.0.x", types.ErrInvalidEnvironmentVariables, "CNI_ARGS IP"},
+		{"bad args.cni.ips", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"args":{"cni":{"ips":["nope"]}}}`), "", types.ErrInvalidNetworkConfig, "args.cni.ips"},
+		{"requested outside ranges", conf(`"subnet":"10.0.0.0/24"`), "IP=10.5.0.1", ErrAddressNotInRange, "outside every configured range"},
+		{"requested gateway-less duplicate set", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":["10.0.0.7","10.0.0.8"]}}`), "", types.ErrInvalidNetworkConfig, "same range set"},
+		{"bad ipRanges", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"runtimeConfig":{"ipRanges":[[{"subnet":"10.0.0.0/40"}]]}}`), "", types.ErrInvalidNetworkConfig, "runtimeConfig.ipRanges[0][0].subnet"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := ParseConfig(tc.stdin, tc.args)
+			require.Error(t, err)
+			var e *types.Error
+			require.True(t, errors.As(err, &e), "not a CNI error: %v", err)
+			require.Equal(t, tc.code, e.Code, e.Msg)
+			require.True(t, strings.Contains(e.Msg, tc.key), "message %q does not name %q", e.Msg, tc.key)
+		})
+	}
+}
+
+func TestRangeSize(t *testing.T) {
+	c, _, err := ParseConfig(conf(`"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.1.0.0/24","rangeStart":"10.1.0.10","rangeEnd":"10.1.0.19"}],[{"subnet":"fd00::/48"}],[{"subnet":"fd01::/64"}]]`), "")
+	require.NoError(t, err)
+	require.EqualValues(t, 253, c.RangeSets[0][0].Size(), ".1 to .254 without the gateway .1")
+	require.EqualValues(t, 10, c.RangeSets[1][0].Size(), "the gateway .1 is outside .10-.19")
+	require.Equal(t, ^uint64(0), c.RangeSets[2][0].Size(), "a /48 saturates")
+	require.Equal(t, ^uint64(0)-1, c.RangeSets[3][0].Size(), "a /64: ::1 to the last address, less the gateway")
+	require.True(t, c.RangeSets[1].Contains(net.ParseIP("10.1.0.15")))
+	require.False(t, c.RangeSets[1].Contains(net.ParseIP("10.1.0.9")))
+	require.False(t, c.RangeSets[0].Contains(net.ParseIP("fd00::1")))
+}
+
+func TestParseResolvConf(t *testing.T) {
+	path := t.TempDir() + "/resolv.conf"
+	require.NoError(t, writeFile(path, "# comment\nnameserver 10.0.0.53\nnameserver fd00::53\ndomain example.org\nsearch a.example b.example\noptions ndots:5 edns0\n"))
+	c, _, err := ParseConfig(conf(`"subnet":"10.0.0.0/24","resolvConf":"`+path+`"`), "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.0.0.53", "fd00::53"}, c.DNS.Nameservers)
+	require.Equal(t, "example.org", c.DNS.Domain)
+	require.Equal(t, []string{"a.example", "b.example"}, c.DNS.Search)
+	require.Equal(t, []string{"ndots:5", "edns0"}, c.DNS.Options)
+
+	_, _, err = ParseConfig(conf(`"subnet":"10.0.0.0/24","resolvConf":"/nonexistent/resolv.conf"`), "")
+	var e *types.Error
+	require.True(t, errors.As(err, &e))
+	require.Equal(t, uint(types.ErrIOFailure), e.Code)
+	require.Contains(t, e.Msg, "ipam.resolvConf")
+}
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
