@@ -9,9 +9,8 @@ CNI_BIN_DIR ?= /opt/cni/bin
 
 # Debian packages the build, tests, demo and benchmarks need.
 DEB_PKGS := clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins
-GENERATED := $(wildcard pkg/*/*_bpfel.go pkg/*/*_bpfel.o)
 
-.PHONY: help deps generate check-generated build test install clean
+.PHONY: help deps generate check-generated build test install clean bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,8 +33,10 @@ check-generated: ## fail if the committed bpf2go output differs from a fresh gen
 		cmp -s $$f $$tmp/$$f || { echo "stale generated file: $$f (run make generate and commit)"; exit 1; }; \
 	done; echo "generated objects are current"
 
+# Static binaries: a plugin is exec'd for every call, and ld.so plus libc
+# initialisation cost more than the IPAM work itself.
 build: ## build bin/ebpf-cni and bin/ebpf-ipam
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam
 
 test: deps build check-generated ## run every test (unit, integration in namespaces); as root
 	$(GO) vet ./...
@@ -47,3 +48,7 @@ install: build ## install the plugins into $(DESTDIR)$(CNI_BIN_DIR)
 
 clean: ## remove build output
 	rm -rf $(BIN)
+
+BENCH ?= full
+bench: build ## benchmarks against Debian's plugins (BENCH=quick for a short run); as root
+	$(GO) run ./test/bench/ipam -n $(if $(filter quick,$(BENCH)),200,1000) -bin $(BIN)

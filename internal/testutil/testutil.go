@@ -88,6 +88,7 @@ func PluginDir(t testing.TB) string {
 		}
 		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
 		cmd.Dir = ModuleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as make build does
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

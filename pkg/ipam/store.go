@@ -42,6 +42,7 @@ type Store struct {
 	NetID   uint32
 
 	dir     string
+	root    string // bpfRoot
 	lock    *os.File
 	allocs  *ebpf.Map
 	cursors *ebpf.Map
@@ -82,7 +83,7 @@ func ownerID(containerID string) string { return mapString(containerID, maps.Cni
 
 // Open takes the network's lock and opens its state, creating it on first use.
 func Open(c *Config) (*Store, error) {
-	s := &Store{Network: c.Network, NetID: NetID(c.Network), dir: filepath.Join(c.StateDir, "ipam", c.Network)}
+	s := &Store{Network: c.Network, NetID: NetID(c.Network), dir: filepath.Join(c.StateDir, "ipam", c.Network), root: c.BPFRoot}
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
 		return nil, stateError("bpfRoot", err)
 	}
@@ -99,20 +100,23 @@ func Open(c *Config) (*Store, error) {
 		}
 	}()
 
-	m, err := maps.OpenPinned(c.BPFRoot, maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets)
-	if err != nil {
-		return nil, stateError("bpfRoot", err)
-	}
-	s.allocs, s.cursors, s.nets = m[maps.CniMapIpamAllocs], m[maps.CniMapIpamCursors], m[maps.CniMapIpamNets]
-
-	if err := s.register(); err != nil {
+	var err error
+	if s.allocs, err = s.openMap(maps.CniMapIpamAllocs); err != nil {
 		return nil, err
 	}
 	if err := s.reconcile(); err != nil {
-		return nil, stateError("bpfRoot", err)
+		return nil, err
 	}
 	ok = true
 	return s, nil
+}
+
+func (s *Store) openMap(name string) (*ebpf.Map, error) {
+	m, err := maps.OpenPinned(s.root, name)
+	if err != nil {
+		return nil, stateError("bpfRoot", err)
+	}
+	return m[name], nil
 }
 
 // Close releases the lock and the map handles.
@@ -140,13 +144,17 @@ func (s *Store) takeLock() error {
 	if err != nil {
 		return stateError("stateDir", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err = <-done:
-	case <-time.After(LockTimeout):
-		f.Close()
-		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("network %q is locked by another ebpf-ipam call for over %s", s.Network, LockTimeout), "")
+	// Uncontended, the lock is taken at once without a waiting goroutine.
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		done := make(chan error, 1)
+		go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+		select {
+		case err = <-done:
+		case <-time.After(LockTimeout):
+			f.Close()
+			return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("network %q is locked by another ebpf-ipam call for over %s", s.Network, LockTimeout), "")
+		}
 	}
 	if err != nil {
 		f.Close()
@@ -158,10 +166,13 @@ func (s *Store) takeLock() error {
 
 // register records the network's name under its ID, refusing a hash clash
 // with another network.
-func (s *Store) register() error {
+func (s *Store) register() (err error) {
+	if s.nets, err = s.openMap(maps.CniMapIpamNets); err != nil {
+		return err
+	}
 	var v maps.CniIpamNet
 	name := mapString(s.Network, maps.CniNetNameLen)
-	err := s.nets.Lookup(s.NetID, &v)
+	err = s.nets.Lookup(s.NetID, &v)
 	if err == nil {
 		if other := maps.GoString(v.Name[:]); other != name {
 			return types.NewError(ErrNetworkIDClash, fmt.Sprintf("network name %q has the same network ID (%#x) as network %q; rename one of them", s.Network, s.NetID, other), "")
@@ -225,8 +236,19 @@ func (s *Store) Release(ip net.IP) error {
 	return nil
 }
 
+// The cursor map is opened only by calls that allocate round-robin.
+func (s *Store) openCursors() (err error) {
+	if s.cursors == nil {
+		s.cursors, err = s.openMap(maps.CniMapIpamCursors)
+	}
+	return err
+}
+
 // Cursor is the last address reserved in a range set, or nil.
 func (s *Store) Cursor(rangeSet int) net.IP {
+	if s.openCursors() != nil {
+		return nil // allocation starts from the beginning; SetCursor reports the error
+	}
 	var v maps.CniIpamCursor
 	if err := s.cursors.Lookup(maps.CniIpamCursorKey{NetId: s.NetID, RangeSet: uint32(rangeSet)}, &v); err != nil {
 		return nil
@@ -239,6 +261,9 @@ func (s *Store) Cursor(rangeSet int) net.IP {
 
 // SetCursor records ip as the last address reserved in a range set.
 func (s *Store) SetCursor(rangeSet int, ip net.IP) error {
+	if err := s.openCursors(); err != nil {
+		return err
+	}
 	v := maps.CniIpamCursor{Family: uint8(family(ip))}
 	copy(v.Addr[:], canonicalIP(ip))
 	return s.cursors.Update(maps.CniIpamCursorKey{NetId: s.NetID, RangeSet: uint32(rangeSet)}, &v, ebpf.UpdateAny)
@@ -352,16 +377,26 @@ func (s *Store) Attachments() ([]*Attachment, error) {
 // reconcile merges the attachment records and the allocation map when the
 // map is not the one they were last synchronised with (see Store).
 func (s *Store) reconcile() error {
-	info, err := s.allocs.Info()
+	id, err := maps.ID(s.allocs)
 	if err != nil {
-		return fmt.Errorf("reading allocation map info: %w", err)
+		return stateError("bpfRoot", err)
 	}
-	id, _ := info.ID()
 	idFile := filepath.Join(s.dir, "map-id")
 	want := strconv.FormatUint(uint64(id), 10)
 	if b, err := os.ReadFile(idFile); err == nil && strings.TrimSpace(string(b)) == want {
-		return nil
+		return nil // the network was registered and synchronised with this map
 	}
+	if err := s.register(); err != nil {
+		return err
+	}
+	if err := s.sync(want); err != nil {
+		return stateError("stateDir", err)
+	}
+	return os.WriteFile(idFile, []byte(want+"\n"), 0o600)
+}
+
+// sync is the slow path of reconcile: a union of records and map entries.
+func (s *Store) sync(mapID string) error {
 
 	atts, err := s.Attachments()
 	if err != nil {
@@ -409,9 +444,9 @@ func (s *Store) reconcile() error {
 	}
 	if restored+recorded > 0 {
 		fmt.Fprintf(os.Stderr, "ebpf-ipam: network %s: allocation map changed (now id %s); restored %d address(es) into it from %s and recorded %d from it\n",
-			s.Network, want, restored, s.dir, recorded)
+			s.Network, mapID, restored, s.dir, recorded)
 	}
-	return os.WriteFile(idFile, []byte(want+"\n"), 0o600)
+	return nil
 }
 
 func (a *Attachment) holds(ip net.IP) bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -36,6 +37,20 @@ func CheckBPFFS(path string) error {
 	}
 }
 
+// layouts are the key and value sizes of the maps ebpf-ipam opens on every
+// call, from the generated types. Opening an existing pin checks them instead
+// of parsing the embedded object, which would cost more than the rest of an
+// IPAM call; other maps are checked against the parsed object.
+var layouts = map[string][2]uintptr{
+	CniMapIpamAllocs:  {unsafe.Sizeof(CniIpamKey{}), unsafe.Sizeof(CniIpamOwner{})},
+	CniMapIpamCursors: {unsafe.Sizeof(CniIpamCursorKey{}), unsafe.Sizeof(CniIpamCursor{})},
+	CniMapIpamNets:    {4, unsafe.Sizeof(CniIpamNet{})},
+}
+
+// ErrIncompatible means a pinned map does not have the layout this binary
+// expects (left by another version of ebpf-cni).
+var ErrIncompatible = errors.New("pinned map has another layout")
+
 // OpenPinned opens the named maps pinned under bpfRoot, creating and pinning
 // those that do not exist yet. Concurrent callers may race to create a map:
 // the loser finds the winner's pin and uses it.
@@ -44,26 +59,55 @@ func OpenPinned(bpfRoot string, names ...string) (map[string]*ebpf.Map, error) {
 		return nil, err
 	}
 	dir := Dir(bpfRoot)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", dir, err)
-	}
-	spec, err := LoadCni()
-	if err != nil {
-		return nil, fmt.Errorf("loading map specs: %w", err)
-	}
 	out := make(map[string]*ebpf.Map, len(names))
 	closeAll := func() {
 		for _, m := range out {
 			m.Close()
 		}
 	}
+	var spec *ebpf.CollectionSpec
 	for _, name := range names {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err == nil {
+			l, ok := layouts[name]
+			if !ok { // no fast check for this map: compare with the full spec
+				if spec == nil {
+					if spec, err = LoadCni(); err != nil {
+						m.Close()
+						closeAll()
+						return nil, fmt.Errorf("loading map specs: %w", err)
+					}
+				}
+				ms := spec.Maps[name]
+				l = [2]uintptr{uintptr(ms.KeySize), uintptr(ms.ValueSize)}
+			}
+			if uintptr(m.KeySize()) != l[0] || uintptr(m.ValueSize()) != l[1] {
+				m.Close()
+				closeAll()
+				return nil, fmt.Errorf("%s/%s: %w (key %d, value %d bytes; want %d, %d)", dir, name, ErrIncompatible, m.KeySize(), m.ValueSize(), l[0], l[1])
+			}
+			out[name] = m
+			continue
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			closeAll()
+			return nil, fmt.Errorf("opening pinned map %s/%s: %w", dir, name, err)
+		}
+		if spec == nil {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("creating %s: %w", dir, err)
+			}
+			if spec, err = LoadCni(); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("loading map specs: %w", err)
+			}
+		}
 		ms, ok := spec.Maps[name]
 		if !ok {
 			closeAll()
 			return nil, fmt.Errorf("no map %q in the embedded object", name)
 		}
-		var m *ebpf.Map
 		for try := 0; try < 3; try++ {
 			m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
 			if !errors.Is(err, unix.EEXIST) {
@@ -72,7 +116,7 @@ func OpenPinned(bpfRoot string, names ...string) (map[string]*ebpf.Map, error) {
 		}
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("opening map %s under %s: %w", name, dir, err)
+			return nil, fmt.Errorf("creating map %s under %s: %w", name, dir, err)
 		}
 		out[name] = m
 	}

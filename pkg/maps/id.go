@@ -1,0 +1,26 @@
+package maps
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ID returns the kernel's ID of a map with one BPF_OBJ_GET_INFO_BY_FD call.
+// (ebpf.Map.Info also parses /proc/self/fdinfo, which a short-lived plugin
+// calling it on every request does not need.)
+func ID(m *ebpf.Map) (uint32, error) {
+	// struct bpf_map_info starts with type, id; the kernel fills what fits.
+	var info [2]uint32
+	attr := struct {
+		fd, infoLen uint32
+		info        uint64
+	}{uint32(m.FD()), uint32(unsafe.Sizeof(info)), uint64(uintptr(unsafe.Pointer(&info)))}
+	const bpfObjGetInfoByFD = 15
+	if _, _, errno := unix.Syscall(unix.SYS_BPF, bpfObjGetInfoByFD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr)); errno != 0 {
+		return 0, fmt.Errorf("reading map info: %w", errno)
+	}
+	return info[1], nil
+}

@@ -1,0 +1,73 @@
+package maps
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+)
+
+// The layout table used on the fast path must agree with the object.
+func TestLayoutsMatchTheObject(t *testing.T) {
+	spec, err := LoadCni()
+	require.NoError(t, err)
+	for name, l := range layouts {
+		ms := spec.Maps[name]
+		require.NotNil(t, ms, name)
+		require.EqualValues(t, ms.KeySize, l[0], name)
+		require.EqualValues(t, ms.ValueSize, l[1], name)
+	}
+}
+
+func TestOpenPinnedCreatesOnceAndReuses(t *testing.T) {
+	root := testutil.BPFFS(t)
+	first, err := OpenPinned(root, CniMapIpamAllocs, CniMapPktCounters)
+	require.NoError(t, err)
+	info, err := first[CniMapIpamAllocs].Info()
+	require.NoError(t, err)
+	id1, _ := info.ID()
+	for _, m := range first {
+		m.Close()
+	}
+	again, err := OpenPinned(root, CniMapIpamAllocs)
+	require.NoError(t, err)
+	defer again[CniMapIpamAllocs].Close()
+	info, err = again[CniMapIpamAllocs].Info()
+	require.NoError(t, err)
+	id2, _ := info.ID()
+	require.Equal(t, id1, id2, "the pinned map is reused, not recreated")
+}
+
+func TestOpenPinnedRefusesForeignLayout(t *testing.T) {
+	root := testutil.BPFFS(t)
+	require.NoError(t, os.MkdirAll(Dir(root), 0o700))
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 4})
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Pin(filepath.Join(Dir(root), CniMapIpamAllocs)))
+	_, err = OpenPinned(root, CniMapIpamAllocs)
+	require.True(t, errors.Is(err, ErrIncompatible), "got %v", err)
+}
+
+func TestCheckBPFFS(t *testing.T) {
+	require.ErrorIs(t, CheckBPFFS(t.TempDir()+"/x/y"), ErrNotBPFFS)
+	require.NoError(t, CheckBPFFS(testutil.BPFFS(t)+"/not/yet/created"))
+}
+
+func TestIDMatchesInfo(t *testing.T) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	require.NoError(t, err)
+	defer m.Close()
+	info, err := m.Info()
+	require.NoError(t, err)
+	want, _ := info.ID()
+	got, err := ID(m)
+	require.NoError(t, err)
+	require.EqualValues(t, want, got)
+	require.NotZero(t, got)
+}
