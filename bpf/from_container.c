@@ -2,23 +2,292 @@
 
 /* Hook: tc ingress of the host end of a pod's veth (packets leaving the pod).
  *
- * Stage 1 of the datapath: every packet is accounted and handed to the
- * stack. Forwarding, anti-spoofing and NAT arrive with the datapath issues;
- * this program proves the toolchain (bpf2go, load, pin, attach, test run). */
+ * 1. Anti-spoofing: the source MAC must be the pod's, the source address one
+ *    of the pod's (ARP sender address included); drops are counted by reason.
+ * 2. ARP requests from the pod are answered here with the host veth's MAC:
+ *    every address off the pod's link is reached through that gateway, and
+ *    the node needs no bridge, no proxy_arp and no address on the veth.
+ * 3. A destination that is a pod of this node: rewrite L2, decrement TTL and
+ *    bpf_redirect_peer straight into the other pod's netns (no bridge, no
+ *    backlog queue, no netfilter FORWARD).
+ * 4. Anything else: bpf_fib_lookup; forwarded with bpf_redirect or
+ *    bpf_redirect_neigh when the FIB says so, else (local destination,
+ *    fragmentation needed, no route...) handed to the stack. */
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 #include "include/types.h"
 #include "lib/counters.h"
+#include "lib/endpoint.h"
 #include "lib/ipam.h"
+#include "lib/l3.h"
+#include "lib/verdict.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+
+/* linux/if_arp.h drags in libc headers; the few ARP constants we need. */
+#define ARPHRD_ETHER 1
+#define ARPOP_REQUEST 1
+#define ARPOP_REPLY 2
+
+struct arphdr {
+	__be16 ar_hrd;
+	__be16 ar_pro;
+	__u8 ar_hln;
+	__u8 ar_pln;
+	__be16 ar_op;
+};
+
+/* The Ethernet/IPv4 ARP payload after struct arphdr. */
+struct arp_eth_ipv4 {
+	__u8 sha[ETH_ALEN];
+	__be32 sip;
+	__u8 tha[ETH_ALEN];
+	__be32 tip;
+} __attribute__((packed));
+
+static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
+{
+	return !((*(__u32 *)a ^ *(__u32 *)b) | (*(__u16 *)(a + 4) ^ *(__u16 *)(b + 4)));
+}
+
+static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoint_dev *dev,
+				      enum pkt_reason *why)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct arphdr *arp = (void *)(eth + 1);
+	struct arp_eth_ipv4 *body = (void *)(arp + 1);
+	struct endpoint_info *ep;
+	__be32 sip, tip;
+
+	if ((void *)(body + 1) > data_end)
+		return DROP(REASON_DROP_MALFORMED);
+	if (arp->ar_hrd != bpf_htons(ARPHRD_ETHER) || arp->ar_pro != bpf_htons(ETH_P_IP) ||
+	    arp->ar_hln != ETH_ALEN || arp->ar_pln != 4)
+		return DROP(REASON_DROP_MALFORMED);
+
+	sip = body->sip;
+	tip = body->tip;
+	/* The sender fields are what poisons neighbour caches: they must be
+	 * the pod's own. A DAD probe (sender 0.0.0.0) is allowed. */
+	if (!mac_equal(body->sha, dev->mac))
+		return DROP(REASON_DROP_SPOOF_MAC);
+	if (sip) {
+		ep = endpoint_lookup4(sip);
+		if (!ep || ep->ifindex != skb->ifindex)
+			return DROP(REASON_DROP_SPOOF_SRC);
+	}
+
+	if (arp->ar_op != bpf_htons(ARPOP_REQUEST) || !sip || tip == sip) {
+		*why = REASON_PASS;
+		return TC_ACT_OK;
+	}
+
+	/* Answer in place: every address the pod asks for is behind the host
+	 * veth (the pod's routes point at its gateway through it). */
+	arp->ar_op = bpf_htons(ARPOP_REPLY);
+	__builtin_memcpy(body->tha, body->sha, ETH_ALEN);
+	body->tip = sip;
+	__builtin_memcpy(body->sha, dev->host_mac, ETH_ALEN);
+	body->sip = tip;
+	__builtin_memcpy(eth->h_dest, dev->mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, dev->host_mac, ETH_ALEN);
+
+	*why = REASON_ARP_REPLY;
+	/* Egress of the same host veth: the reply pops out of the pod's eth0. */
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* Forward through the FIB when the destination is not a pod of this node. */
+static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_lookup *p,
+				       enum pkt_reason *why)
+{
+	void *data, *data_end;
+	struct ethhdr *eth;
+	int rc;
+
+	rc = bpf_fib_lookup(skb, p, sizeof(*p), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		goto stack; /* local, unreachable, needs fragmenting, forwarding off... */
+	if (p->ifindex == skb->ifindex)
+		goto stack;
+
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return DROP(REASON_DROP_MALFORMED);
+
+	if (p->family == AF_INET) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > data_end)
+			return DROP(REASON_DROP_MALFORMED);
+		if (ip->ttl <= 1)
+			goto stack; /* the stack sends the ICMP time exceeded */
+		ipv4_dec_ttl(ip);
+	} else {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return DROP(REASON_DROP_MALFORMED);
+		if (ip6->hop_limit <= 1)
+			goto stack;
+		ip6->hop_limit--;
+	}
+
+	*why = REASON_FIB_REDIRECT;
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return bpf_redirect_neigh(p->ifindex, NULL, 0, 0);
+	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
+	return bpf_redirect(p->ifindex, 0);
+
+stack:
+	*why = REASON_PASS;
+	return TC_ACT_OK;
+}
+
+/* Into another pod of this node, straight into its netns. */
+static __always_inline int redirect_to_pod(struct ethhdr *eth, const struct endpoint_info *dst,
+					   enum pkt_reason *why)
+{
+	__builtin_memcpy(eth->h_dest, dst->mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, dst->host_mac, ETH_ALEN);
+	*why = REASON_REDIRECT;
+	return bpf_redirect_peer(dst->ifindex, 0);
+}
+
+static __always_inline int handle_ipv4(struct __sk_buff *skb, enum pkt_reason *why)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+	struct endpoint_info *src, *dst;
+	struct bpf_fib_lookup p = {};
+
+	if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+		return DROP(REASON_DROP_MALFORMED);
+
+	src = endpoint_lookup4(ip->saddr);
+	if (!src || src->ifindex != skb->ifindex)
+		return DROP(REASON_DROP_SPOOF_SRC);
+
+	dst = endpoint_lookup4(ip->daddr);
+	if (dst) {
+		if (ip->ttl <= 1) {
+			*why = REASON_PASS;
+			return TC_ACT_OK;
+		}
+		ipv4_dec_ttl(ip);
+		return redirect_to_pod(eth, dst, why);
+	}
+
+	p.family = AF_INET;
+	p.tos = ip->tos;
+	p.l4_protocol = ip->protocol;
+	p.tot_len = bpf_ntohs(ip->tot_len);
+	p.ifindex = skb->ifindex;
+	p.ipv4_src = ip->saddr;
+	p.ipv4_dst = ip->daddr;
+	return fib_forward(skb, &p, why);
+}
+
+static __always_inline int handle_ipv6(struct __sk_buff *skb, enum pkt_reason *why)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	struct endpoint_info *src, *dst;
+	struct bpf_fib_lookup p = {};
+
+	if ((void *)(ip6 + 1) > data_end)
+		return DROP(REASON_DROP_MALFORMED);
+
+	/* Link-local and unspecified sources (NDP, DAD, router solicitation)
+	 * never leave the link: the stack refuses to forward them. */
+	if (ipv6_is_link_local_or_unspec(&ip6->saddr)) {
+		*why = REASON_PASS;
+		return TC_ACT_OK;
+	}
+	src = endpoint_lookup6(&ip6->saddr);
+	if (!src || src->ifindex != skb->ifindex)
+		return DROP(REASON_DROP_SPOOF_SRC);
+	if (ipv6_is_multicast(&ip6->daddr)) {
+		*why = REASON_PASS; /* neighbour solicitation for the gateway */
+		return TC_ACT_OK;
+	}
+
+	dst = endpoint_lookup6(&ip6->daddr);
+	if (dst) {
+		if (ip6->hop_limit <= 1) {
+			*why = REASON_PASS;
+			return TC_ACT_OK;
+		}
+		ip6->hop_limit--;
+		return redirect_to_pod(eth, dst, why);
+	}
+
+	p.family = AF_INET6;
+	p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
+	p.l4_protocol = ip6->nexthdr;
+	p.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	p.ifindex = skb->ifindex;
+	__builtin_memcpy(p.ipv6_src, &ip6->saddr, 16);
+	__builtin_memcpy(p.ipv6_dst, &ip6->daddr, 16);
+	return fib_forward(skb, &p, why);
+}
+
+static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	__u32 ifindex = skb->ifindex;
+	struct endpoint_dev *dev;
+
+	if ((void *)(eth + 1) > data_end)
+		return DROP(REASON_DROP_MALFORMED);
+
+	dev = bpf_map_lookup_elem(&endpoint_devs, &ifindex);
+	if (!dev)
+		return DROP(REASON_DROP_NO_ENDPOINT);
+	if (!mac_equal(eth->h_source, dev->mac))
+		return DROP(REASON_DROP_SPOOF_MAC);
+
+	switch (eth->h_proto) {
+	case bpf_htons(ETH_P_IP):
+		return handle_ipv4(skb, why);
+	case bpf_htons(ETH_P_IPV6):
+		return handle_ipv6(skb, why);
+	case bpf_htons(ETH_P_ARP):
+		return handle_arp(skb, dev, why);
+	default:
+		/* Other protocols only reach the node's stack on this link. */
+		*why = REASON_PASS;
+		return TC_ACT_OK;
+	}
+}
 
 SEC("tc")
 int from_container(struct __sk_buff *skb)
 {
-	count_packet(skb, REASON_PASS);
-	return TC_ACT_OK;
+	enum pkt_reason why = REASON_PASS;
+	int ret = handle(skb, &why);
+
+	return verdict(skb, ret, why);
 }
 
 char __license[] SEC("license") = "GPL";

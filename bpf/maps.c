@@ -10,5 +10,6 @@
 #include "include/types.h"
 #include "lib/counters.h"
 #include "lib/ipam.h"
+#include "lib/endpoint.h"
 
 char __license[] SEC("license") = "GPL";

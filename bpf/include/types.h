@@ -59,12 +59,46 @@ enum pkt_reason {
 	REASON_DROP_MALFORMED = 2,
 	REASON_DROP_SPOOF_SRC = 3,
 	REASON_DROP_SPOOF_MAC = 4,
+	REASON_FIB_REDIRECT = 5,  /* forwarded by bpf_fib_lookup + redirect(_neigh) */
+	REASON_ARP_REPLY = 6,     /* ARP request for the gateway answered in BPF */
+	REASON_DROP_NO_ENDPOINT = 7, /* program runs on a device with no endpoint entry */
 	REASON_MAX = 16,
 };
 
 struct pkt_counter {
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* Key of the endpoint map: one address of a pod on this node.
+ * IPv4 addresses sit in the first 4 bytes of addr, the rest is zero. */
+struct endpoint_key {
+	__u8 family;   /* enum addr_family */
+	__u8 pad[3];
+	__u8 addr[16]; /* network byte order */
+};
+
+/* Value of the endpoint map: where a pod address lives. */
+struct endpoint_info {
+	__u32 ifindex;     /* host end of the pod's veth */
+	__u8 mac[6];       /* the pod's MAC */
+	__u8 host_mac[6];  /* the host end's MAC: the pod's gateway MAC */
+};
+
+#define ENDPOINT_MAX_IPS 4
+
+/* Value of the endpoint device map, keyed by the host veth's ifindex: what
+ * the pod behind that veth may send from (anti-spoofing) and who owns it. */
+struct endpoint_dev {
+	__u8 mac[6];       /* the pod's MAC: the only source MAC allowed */
+	__u8 host_mac[6];
+	__u8 n_ip4;        /* used entries of ip4 */
+	__u8 n_ip6;        /* used entries of ip6 */
+	__u8 pad[2];
+	__u32 ip4[ENDPOINT_MAX_IPS];    /* network byte order */
+	__u8 ip6[ENDPOINT_MAX_IPS][16];
+	char container_id[CNI_CONTAINER_ID_LEN];
+	char ifname[CNI_IFNAME_LEN];
 };
 
 #endif

@@ -1,22 +1,21 @@
-// Command ebpf-cni is the interface plugin of ebpf-cni.
-//
-// The datapath (veth per attachment, tc programs) arrives with its own issue;
-// until then the plugin speaks the CNI protocol and refuses to attach.
+// Command ebpf-cni is the interface plugin of ebpf-cni: a veth pair per
+// attachment, tc eBPF programs on the host end, no bridge.
 package main
 
 import (
 	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 )
 
 func init() {
+	// Namespace hops, locks and netlink calls must stay on one OS thread.
 	runtime.LockOSThread()
 }
 
 func main() {
-	skel.PluginMainFuncs(skel.CNIFuncs{}, version.All, buildinfo.About("ebpf-cni"))
+	skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About("ebpf-cni"))
 }

@@ -13,6 +13,33 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type FromContainerEndpointDev struct {
+	_           structs.HostLayout
+	Mac         [6]uint8
+	HostMac     [6]uint8
+	N_ip4       uint8
+	N_ip6       uint8
+	Pad         [2]uint8
+	Ip4         [4]uint32
+	Ip6         [4][16]uint8
+	ContainerId [128]int8
+	Ifname      [16]int8
+}
+
+type FromContainerEndpointInfo struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Mac     [6]uint8
+	HostMac [6]uint8
+}
+
+type FromContainerEndpointKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Pad    [3]uint8
+	Addr   [16]uint8
+}
+
 type FromContainerIpamCursor struct {
 	_      structs.HostLayout
 	Family uint8
@@ -57,18 +84,23 @@ type FromContainerPktCounter struct {
 type FromContainerPktReason uint32
 
 const (
-	FromContainerPktReasonREASON_PASS           FromContainerPktReason = 0
-	FromContainerPktReasonREASON_REDIRECT       FromContainerPktReason = 1
-	FromContainerPktReasonREASON_DROP_MALFORMED FromContainerPktReason = 2
-	FromContainerPktReasonREASON_DROP_SPOOF_SRC FromContainerPktReason = 3
-	FromContainerPktReasonREASON_DROP_SPOOF_MAC FromContainerPktReason = 4
-	FromContainerPktReasonREASON_MAX            FromContainerPktReason = 16
+	FromContainerPktReasonREASON_PASS             FromContainerPktReason = 0
+	FromContainerPktReasonREASON_REDIRECT         FromContainerPktReason = 1
+	FromContainerPktReasonREASON_DROP_MALFORMED   FromContainerPktReason = 2
+	FromContainerPktReasonREASON_DROP_SPOOF_SRC   FromContainerPktReason = 3
+	FromContainerPktReasonREASON_DROP_SPOOF_MAC   FromContainerPktReason = 4
+	FromContainerPktReasonREASON_FIB_REDIRECT     FromContainerPktReason = 5
+	FromContainerPktReasonREASON_ARP_REPLY        FromContainerPktReason = 6
+	FromContainerPktReasonREASON_DROP_NO_ENDPOINT FromContainerPktReason = 7
+	FromContainerPktReasonREASON_MAX              FromContainerPktReason = 16
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	FromContainerMapEndpointDevs   = "endpoint_devs"
+	FromContainerMapEndpoints      = "endpoints"
 	FromContainerMapIpamAllocs     = "ipam_allocs"
 	FromContainerMapIpamCursors    = "ipam_cursors"
 	FromContainerMapIpamNets       = "ipam_nets"
@@ -125,10 +157,12 @@ type FromContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerMapSpecs struct {
-	IpamAllocs  *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets    *ebpf.MapSpec `ebpf:"ipam_nets"`
-	PktCounters *ebpf.MapSpec `ebpf:"pkt_counters"`
+	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
+	IpamAllocs   *ebpf.MapSpec `ebpf:"ipam_allocs"`
+	IpamCursors  *ebpf.MapSpec `ebpf:"ipam_cursors"`
+	IpamNets     *ebpf.MapSpec `ebpf:"ipam_nets"`
+	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
 }
 
 // FromContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -157,14 +191,18 @@ func (o *FromContainerObjects) Close() error {
 //
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerMaps struct {
-	IpamAllocs  *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets    *ebpf.Map `ebpf:"ipam_nets"`
-	PktCounters *ebpf.Map `ebpf:"pkt_counters"`
+	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints    *ebpf.Map `ebpf:"endpoints"`
+	IpamAllocs   *ebpf.Map `ebpf:"ipam_allocs"`
+	IpamCursors  *ebpf.Map `ebpf:"ipam_cursors"`
+	IpamNets     *ebpf.Map `ebpf:"ipam_nets"`
+	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
 }
 
 func (m *FromContainerMaps) Close() error {
 	return _FromContainerClose(
+		m.EndpointDevs,
+		m.Endpoints,
 		m.IpamAllocs,
 		m.IpamCursors,
 		m.IpamNets,

@@ -13,6 +13,33 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CniEndpointDev struct {
+	_           structs.HostLayout
+	Mac         [6]uint8
+	HostMac     [6]uint8
+	N_ip4       uint8
+	N_ip6       uint8
+	Pad         [2]uint8
+	Ip4         [4]uint32
+	Ip6         [4][16]uint8
+	ContainerId [128]int8
+	Ifname      [16]int8
+}
+
+type CniEndpointInfo struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Mac     [6]uint8
+	HostMac [6]uint8
+}
+
+type CniEndpointKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Pad    [3]uint8
+	Addr   [16]uint8
+}
+
 type CniIpamCursor struct {
 	_      structs.HostLayout
 	Family uint8
@@ -57,22 +84,27 @@ type CniPktCounter struct {
 type CniPktReason uint32
 
 const (
-	CniPktReasonREASON_PASS           CniPktReason = 0
-	CniPktReasonREASON_REDIRECT       CniPktReason = 1
-	CniPktReasonREASON_DROP_MALFORMED CniPktReason = 2
-	CniPktReasonREASON_DROP_SPOOF_SRC CniPktReason = 3
-	CniPktReasonREASON_DROP_SPOOF_MAC CniPktReason = 4
-	CniPktReasonREASON_MAX            CniPktReason = 16
+	CniPktReasonREASON_PASS             CniPktReason = 0
+	CniPktReasonREASON_REDIRECT         CniPktReason = 1
+	CniPktReasonREASON_DROP_MALFORMED   CniPktReason = 2
+	CniPktReasonREASON_DROP_SPOOF_SRC   CniPktReason = 3
+	CniPktReasonREASON_DROP_SPOOF_MAC   CniPktReason = 4
+	CniPktReasonREASON_FIB_REDIRECT     CniPktReason = 5
+	CniPktReasonREASON_ARP_REPLY        CniPktReason = 6
+	CniPktReasonREASON_DROP_NO_ENDPOINT CniPktReason = 7
+	CniPktReasonREASON_MAX              CniPktReason = 16
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CniMapIpamAllocs  = "ipam_allocs"
-	CniMapIpamCursors = "ipam_cursors"
-	CniMapIpamNets    = "ipam_nets"
-	CniMapPktCounters = "pkt_counters"
+	CniMapEndpointDevs = "endpoint_devs"
+	CniMapEndpoints    = "endpoints"
+	CniMapIpamAllocs   = "ipam_allocs"
+	CniMapIpamCursors  = "ipam_cursors"
+	CniMapIpamNets     = "ipam_nets"
+	CniMapPktCounters  = "pkt_counters"
 )
 
 // LoadCni returns the embedded CollectionSpec for Cni.
@@ -123,10 +155,12 @@ type CniProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
-	IpamAllocs  *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets    *ebpf.MapSpec `ebpf:"ipam_nets"`
-	PktCounters *ebpf.MapSpec `ebpf:"pkt_counters"`
+	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
+	IpamAllocs   *ebpf.MapSpec `ebpf:"ipam_allocs"`
+	IpamCursors  *ebpf.MapSpec `ebpf:"ipam_cursors"`
+	IpamNets     *ebpf.MapSpec `ebpf:"ipam_nets"`
+	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
 }
 
 // CniVariableSpecs contains global variables before they are loaded into the kernel.
@@ -155,14 +189,18 @@ func (o *CniObjects) Close() error {
 //
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
-	IpamAllocs  *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets    *ebpf.Map `ebpf:"ipam_nets"`
-	PktCounters *ebpf.Map `ebpf:"pkt_counters"`
+	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints    *ebpf.Map `ebpf:"endpoints"`
+	IpamAllocs   *ebpf.Map `ebpf:"ipam_allocs"`
+	IpamCursors  *ebpf.Map `ebpf:"ipam_cursors"`
+	IpamNets     *ebpf.Map `ebpf:"ipam_nets"`
+	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
 }
 
 func (m *CniMaps) Close() error {
 	return _CniClose(
+		m.EndpointDevs,
+		m.Endpoints,
 		m.IpamAllocs,
 		m.IpamCursors,
 		m.IpamNets,

@@ -1,0 +1,239 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// ErrEndpointConflict means an address is already mapped to another live
+// endpoint of the node.
+var ErrEndpointConflict = errors.New("address belongs to another endpoint")
+
+// Endpoint is a pod as the programs see it.
+type Endpoint struct {
+	HostIfIndex int
+	HostMAC     net.HardwareAddr
+	MAC         net.HardwareAddr
+	IPs         []net.IP
+	ContainerID string
+	IfName      string
+}
+
+// EndpointMaps are the pinned endpoint maps.
+type EndpointMaps struct {
+	Endpoints *ebpf.Map // endpoint_key -> endpoint_info
+	Devs      *ebpf.Map // host ifindex -> endpoint_dev
+}
+
+// OpenEndpointMaps opens (creating on first use) the pinned endpoint maps.
+func OpenEndpointMaps(bpfRoot string) (*EndpointMaps, error) {
+	m, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs)
+	if err != nil {
+		return nil, fmt.Errorf("opening endpoint maps: %w", err)
+	}
+	return &EndpointMaps{Endpoints: m[maps.CniMapEndpoints], Devs: m[maps.CniMapEndpointDevs]}, nil
+}
+
+// Close releases the handles.
+func (m *EndpointMaps) Close() {
+	if m != nil {
+		m.Endpoints.Close()
+		m.Devs.Close()
+	}
+}
+
+// Key is the endpoint map key of an address.
+func Key(ip net.IP) maps.CniEndpointKey {
+	var k maps.CniEndpointKey
+	if v4 := ip.To4(); v4 != nil {
+		k.Family = 4
+		copy(k.Addr[:], v4)
+	} else {
+		k.Family = 6
+		copy(k.Addr[:], ip.To16())
+	}
+	return k
+}
+
+// KeyIP is the address of a key.
+func KeyIP(k maps.CniEndpointKey) net.IP {
+	if k.Family == 4 {
+		return net.IP(bytes.Clone(k.Addr[:4]))
+	}
+	return net.IP(bytes.Clone(k.Addr[:]))
+}
+
+func (e *Endpoint) info() maps.CniEndpointInfo {
+	v := maps.CniEndpointInfo{Ifindex: uint32(e.HostIfIndex)}
+	copy(v.Mac[:], e.MAC)
+	copy(v.HostMac[:], e.HostMAC)
+	return v
+}
+
+func (e *Endpoint) dev() (maps.CniEndpointDev, error) {
+	var d maps.CniEndpointDev
+	copy(d.Mac[:], e.MAC)
+	copy(d.HostMac[:], e.HostMAC)
+	for _, ip := range e.IPs {
+		if v4 := ip.To4(); v4 != nil {
+			if int(d.N_ip4) == len(d.Ip4) {
+				return d, fmt.Errorf("more than %d IPv4 addresses", len(d.Ip4))
+			}
+			d.Ip4[d.N_ip4] = binary.NativeEndian.Uint32(v4) // stays in network byte order in memory
+			d.N_ip4++
+		} else {
+			if int(d.N_ip6) == len(d.Ip6) {
+				return d, fmt.Errorf("more than %d IPv6 addresses", len(d.Ip6))
+			}
+			copy(d.Ip6[d.N_ip6][:], ip.To16())
+			d.N_ip6++
+		}
+	}
+	maps.CString(d.ContainerId[:], e.ContainerID)
+	maps.CString(d.Ifname[:], e.IfName)
+	return d, nil
+}
+
+// DevIPs are the addresses of a device entry.
+func DevIPs(d *maps.CniEndpointDev) []net.IP {
+	var out []net.IP
+	for i := 0; i < int(d.N_ip4) && i < len(d.Ip4); i++ {
+		b := make([]byte, 4)
+		binary.NativeEndian.PutUint32(b, d.Ip4[i])
+		out = append(out, net.IP(b))
+	}
+	for i := 0; i < int(d.N_ip6) && i < len(d.Ip6); i++ {
+		out = append(out, net.IP(bytes.Clone(d.Ip6[i][:])))
+	}
+	return out
+}
+
+// Put adds the endpoint: its device entry first, then one entry per address,
+// so the program never finds an address whose device it cannot check. An
+// address held by another live endpoint is a conflict; a stale entry (its
+// device has no entry any more) is overwritten.
+func (m *EndpointMaps) Put(e *Endpoint) error {
+	d, err := e.dev()
+	if err != nil {
+		return fmt.Errorf("endpoint %s: %w", e.ContainerID, err)
+	}
+	for _, ip := range e.IPs {
+		var cur maps.CniEndpointInfo
+		k := Key(ip)
+		if err := m.Endpoints.Lookup(&k, &cur); err == nil && int(cur.Ifindex) != e.HostIfIndex {
+			var other maps.CniEndpointDev
+			if m.Devs.Lookup(cur.Ifindex, &other) == nil {
+				return fmt.Errorf("%s is mapped to ifindex %d (container %s): %w", ip, cur.Ifindex, maps.GoString(other.ContainerId[:]), ErrEndpointConflict)
+			}
+		}
+	}
+	if err := m.Devs.Put(uint32(e.HostIfIndex), &d); err != nil {
+		return fmt.Errorf("writing endpoint_devs[%d]: %w", e.HostIfIndex, err)
+	}
+	v := e.info()
+	for _, ip := range e.IPs {
+		k := Key(ip)
+		if err := m.Endpoints.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing endpoints[%s]: %w", ip, err)
+		}
+	}
+	return nil
+}
+
+// Delete removes what Put wrote, but only entries that still point at this
+// endpoint (ifindex and host MAC): after a first DEL the address may already
+// belong to a new pod. Idempotent.
+func (m *EndpointMaps) Delete(ifindex int, hostMAC net.HardwareAddr, ips []net.IP) error {
+	var errs []error
+	for _, ip := range ips {
+		var cur maps.CniEndpointInfo
+		k := Key(ip)
+		if err := m.Endpoints.Lookup(&k, &cur); err != nil {
+			continue
+		}
+		if int(cur.Ifindex) != ifindex || !bytes.Equal(cur.HostMac[:], hostMAC) {
+			continue
+		}
+		if err := m.Endpoints.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting endpoints[%s]: %w", ip, err))
+		}
+	}
+	var d maps.CniEndpointDev
+	if err := m.Devs.Lookup(uint32(ifindex), &d); err == nil && bytes.Equal(d.HostMac[:], hostMAC) {
+		if err := m.Devs.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting endpoint_devs[%d]: %w", ifindex, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Check names every difference between the maps and e.
+func (m *EndpointMaps) Check(e *Endpoint) []string {
+	var problems []string
+	var d maps.CniEndpointDev
+	if err := m.Devs.Lookup(uint32(e.HostIfIndex), &d); err != nil {
+		problems = append(problems, fmt.Sprintf("no endpoint_devs entry for ifindex %d", e.HostIfIndex))
+	} else {
+		if !bytes.Equal(d.Mac[:], e.MAC) {
+			problems = append(problems, fmt.Sprintf("endpoint_devs[%d] has MAC %s, want %s", e.HostIfIndex, net.HardwareAddr(d.Mac[:]), e.MAC))
+		}
+		if !bytes.Equal(d.HostMac[:], e.HostMAC) {
+			problems = append(problems, fmt.Sprintf("endpoint_devs[%d] has host MAC %s, want %s", e.HostIfIndex, net.HardwareAddr(d.HostMac[:]), e.HostMAC))
+		}
+	}
+	for _, ip := range e.IPs {
+		var cur maps.CniEndpointInfo
+		k := Key(ip)
+		if err := m.Endpoints.Lookup(&k, &cur); err != nil {
+			problems = append(problems, fmt.Sprintf("no endpoints entry for %s", ip))
+			continue
+		}
+		if int(cur.Ifindex) != e.HostIfIndex || !bytes.Equal(cur.Mac[:], e.MAC) {
+			problems = append(problems, fmt.Sprintf("endpoints[%s] points at ifindex %d MAC %s, want %d MAC %s", ip, cur.Ifindex, net.HardwareAddr(cur.Mac[:]), e.HostIfIndex, e.MAC))
+		}
+	}
+	return problems
+}
+
+// DevEntry is one device entry, for GC and dumps.
+type DevEntry struct {
+	IfIndex int
+	Dev     maps.CniEndpointDev
+}
+
+// Devices lists the device entries.
+func (m *EndpointMaps) Devices() ([]DevEntry, error) {
+	var out []DevEntry
+	var k uint32
+	var d maps.CniEndpointDev
+	it := m.Devs.Iterate()
+	for it.Next(&k, &d) {
+		out = append(out, DevEntry{IfIndex: int(k), Dev: d})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating endpoint_devs: %w", err)
+	}
+	return out, nil
+}
+
+// Addresses lists the address entries.
+func (m *EndpointMaps) Addresses() (map[string]maps.CniEndpointInfo, error) {
+	out := map[string]maps.CniEndpointInfo{}
+	var k maps.CniEndpointKey
+	var v maps.CniEndpointInfo
+	it := m.Endpoints.Iterate()
+	for it.Next(&k, &v) {
+		out[KeyIP(k).String()] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating endpoints: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,49 @@
+package datapath
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Lock is a flock on a file under stateDir. Every verb holds the node lock
+// shared; loading or upgrading programs and GC hold it exclusively, so they
+// never see an endpoint half made.
+type Lock struct{ f *os.File }
+
+// NodeLock takes the node lock of stateDir, shared or exclusive.
+func NodeLock(stateDir string, exclusive bool) (*Lock, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir %s: %w", stateDir, err)
+	}
+	path := filepath.Join(stateDir, "node.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Unlock releases the lock; nil-safe.
+func (l *Lock) Unlock() {
+	if l != nil && l.f != nil {
+		_ = l.f.Close() // closing drops the flock
+		l.f = nil
+	}
+}

@@ -1,0 +1,213 @@
+// Package plugin implements the CNI verbs of ebpf-cni over pkg/datapath.
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ipam"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// Funcs are the CNI verbs of ebpf-cni, for skel.PluginMainFuncs.
+func Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: CmdAdd, Del: CmdDel, Check: CmdCheck, GC: CmdGC, Status: CmdStatus}
+}
+
+// Versions lists every CNI spec version ebpf-cni speaks.
+var Versions = version.All
+
+func openNetNS(path string) (ns.NetNS, error) {
+	if path == "" {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_NETNS: empty", "")
+	}
+	n, err := ns.GetNS(path)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("invalid CNI_NETNS %q: %v", path, err), "")
+	}
+	return n, nil
+}
+
+func checkIfName(name string) error {
+	if name == "" || len(name) > 15 || name == "." || name == ".." {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("invalid CNI_IFNAME %q", name), "")
+	}
+	return nil
+}
+
+// CmdAdd creates the attachment: IPAM, veth, pod addresses and routes, host
+// routes, endpoint entries, program attachments, record. Any failure undoes
+// every step already done, in reverse.
+func CmdAdd(args *skel.CmdArgs) (err error) {
+	c, err := ParseConfig(args.StdinData, args.Args, true)
+	if err != nil {
+		return err
+	}
+	if err := checkIfName(args.IfName); err != nil {
+		return err
+	}
+	podNS, err := openNetNS(args.Netns)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
+		return cniError(ErrBPFFS, "invalid bpfRoot", err)
+	}
+	progs, _, err := datapath.EnsurePrograms(c.BPFRoot, c.StateDir)
+	if err != nil {
+		return cniError(ErrProgramLoad, "loading the datapath programs", err)
+	}
+	defer progs.Close()
+	lock, err := datapath.NodeLock(c.StateDir, false)
+	if err != nil {
+		return cniError(types.ErrIOFailure, "invalid stateDir", err)
+	}
+	defer lock.Unlock()
+
+	hostName := datapath.HostVethName(args.ContainerID, args.IfName)
+	if _, err := datapath.ReadRecord(c.StateDir, hostName); err == nil {
+		return types.NewError(ErrInterfaceExists, fmt.Sprintf("attachment %s/%s already exists (host veth %s); DEL it first", args.ContainerID, args.IfName, hostName), "")
+	}
+	// Checked before IPAM, so a taken name costs no allocation; CreateVeth
+	// checks again against a race.
+	var exists bool
+	_ = podNS.Do(func(ns.NetNS) error {
+		_, lerr := netlinkLinkByName(args.IfName)
+		exists = lerr == nil
+		return nil
+	})
+	if exists {
+		return types.NewError(ErrInterfaceExists, fmt.Sprintf("interface %s already exists in %s", args.IfName, args.Netns), "")
+	}
+
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	r, err := ipam.ExecAdd(c.IPAMType, c.IPAMConf)
+	if err != nil {
+		return ipamError("ADD", err)
+	}
+	undo = append(undo, func() { _ = ipam.ExecDel(c.IPAMType, c.IPAMConf) })
+	res, err := current.NewResultFromResult(r)
+	if err != nil {
+		return cniError(ErrIPAM, "converting the IPAM result", err)
+	}
+	if len(res.IPs) == 0 {
+		return types.NewError(ErrIPAM, fmt.Sprintf("IPAM plugin %s returned no address", c.IPAMType), "")
+	}
+	datapath.Gateways(res.IPs)
+	routes := datapath.PodRoutes(res.IPs, res.Routes)
+
+	mtu := c.MTU
+	if mtu == 0 {
+		mtu = defaultMTU()
+	}
+	veth, err := datapath.CreateVeth(hostName, podNS, args.IfName, mtu, c.MAC, datapath.Alias(args.ContainerID, args.IfName))
+	if err != nil {
+		if errors.Is(err, datapath.ErrInterfaceExists) {
+			return cniError(ErrInterfaceExists, "creating the veth pair", err)
+		}
+		return cniError(ErrLinkSetup, "creating the veth pair", err)
+	}
+	undo = append(undo, func() { _ = datapath.DeleteHostVeth(hostName) })
+
+	if err := datapath.ConfigurePod(podNS, args.IfName, res.IPs, routes); err != nil {
+		return cniError(ErrLinkSetup, "configuring "+args.IfName+" in the pod", err)
+	}
+	if err := datapath.ConfigureHost(veth.Host, res.IPs); err != nil {
+		return cniError(ErrLinkSetup, "configuring host veth "+hostName, err)
+	}
+
+	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
+	if err != nil {
+		return cniError(ErrBPFFS, "opening the endpoint maps", err)
+	}
+	defer em.Close()
+	ep := &datapath.Endpoint{
+		HostIfIndex: veth.Host.Attrs().Index,
+		HostMAC:     veth.Host.Attrs().HardwareAddr,
+		MAC:         veth.Container.Attrs().HardwareAddr,
+		ContainerID: args.ContainerID,
+		IfName:      args.IfName,
+	}
+	for _, ipc := range res.IPs {
+		ep.IPs = append(ep.IPs, ipc.Address.IP)
+	}
+	undo = append(undo, func() { _ = em.Delete(ep.HostIfIndex, ep.HostMAC, ep.IPs) })
+	if err := em.Put(ep); err != nil {
+		if errors.Is(err, datapath.ErrEndpointConflict) {
+			return cniError(ErrEndpointConflict, "adding the endpoint", err)
+		}
+		return cniError(ErrBPFFS, "adding the endpoint", err)
+	}
+
+	rec := &datapath.Record{
+		ContainerID: args.ContainerID,
+		IfName:      args.IfName,
+		Network:     c.Name,
+		NetNS:       args.Netns,
+		HostIfName:  hostName,
+		HostIfIndex: ep.HostIfIndex,
+		HostMAC:     ep.HostMAC.String(),
+		MAC:         ep.MAC.String(),
+	}
+	for _, ipc := range res.IPs {
+		rec.IPs = append(rec.IPs, ipc.Address.String())
+	}
+	undo = append(undo, func() { _ = os.RemoveAll(datapath.LinkDir(c.BPFRoot, hostName)) })
+	for _, h := range datapath.Hooks {
+		a, err := datapath.Attach(c.Mode, veth.Host, h, progs.ByHook[h.Name], c.BPFRoot)
+		if err != nil {
+			return cniError(ErrAttach, "attaching the datapath", err)
+		}
+		rec.Attachments = append(rec.Attachments, a)
+	}
+	undo = append(undo, func() { _ = datapath.RemoveRecord(c.StateDir, hostName) })
+	if err := datapath.WriteRecord(c.StateDir, rec); err != nil {
+		return cniError(types.ErrIOFailure, "writing the endpoint record", err)
+	}
+
+	out := &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{
+			{Name: hostName, Mac: ep.HostMAC.String()},
+			{Name: args.IfName, Mac: ep.MAC.String(), Sandbox: args.Netns, Mtu: mtu},
+		},
+		Routes: routes,
+		DNS:    res.DNS,
+	}
+	out.Interfaces[0].Mtu = mtu
+	for _, ipc := range res.IPs {
+		ipc.Interface = current.Int(1)
+		out.IPs = append(out.IPs, ipc)
+	}
+	if len(out.DNS.Nameservers) == 0 && len(out.DNS.Search) == 0 && len(out.DNS.Options) == 0 && out.DNS.Domain == "" {
+		out.DNS = c.DNS
+	}
+	return types.PrintResult(out, c.CNIVersion)
+}
+
+// ipamError passes the IPAM plugin's own CNI error through (it names the
+// bad key), and wraps anything else.
+func ipamError(verb string, err error) error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	return cniError(ErrIPAM, "IPAM "+verb, err)
+}

@@ -1,0 +1,231 @@
+package plugin
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ipam"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// CmdCheck verifies the attachment against prevResult and against what ADD
+// made (host veth, host routes, attached programs, map entries), then asks
+// the IPAM plugin. The error names every difference found.
+func CmdCheck(args *skel.CmdArgs) error {
+	c, err := ParseConfig(args.StdinData, args.Args, true)
+	if err != nil {
+		return err
+	}
+	if c.RawPrevResult == nil {
+		return invalidConfig("prevResult", "CHECK needs the result of ADD")
+	}
+	if err := version.ParsePrevResult(&c.NetConf.NetConf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
+	}
+	prev, err := current.NewResultFromResult(c.PrevResult)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
+	}
+	podNS, err := openNetNS(args.Netns)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
+		return cniError(ErrBPFFS, "invalid bpfRoot", err)
+	}
+	lock, err := datapath.NodeLock(c.StateDir, false)
+	if err != nil {
+		return cniError(types.ErrIOFailure, "invalid stateDir", err)
+	}
+	defer lock.Unlock()
+
+	hostName := datapath.HostVethName(args.ContainerID, args.IfName)
+	var problems []string
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+
+	// What prevResult says.
+	var hostIf, contIf *current.Interface
+	contIdx := -1
+	for i, iface := range prev.Interfaces {
+		switch {
+		case iface.Name == args.IfName && iface.Sandbox == args.Netns:
+			contIf, contIdx = iface, i
+		case iface.Name == hostName && iface.Sandbox == "":
+			hostIf = iface
+		}
+	}
+	if contIf == nil {
+		bad("prevResult lists no interface %s in sandbox %s", args.IfName, args.Netns)
+	}
+	if hostIf == nil {
+		bad("prevResult lists no host interface %s", hostName)
+	}
+	var ips []*current.IPConfig
+	for _, ipc := range prev.IPs {
+		if ipc.Interface == nil || *ipc.Interface == contIdx {
+			ips = append(ips, ipc)
+		}
+	}
+
+	rec, err := datapath.ReadRecord(c.StateDir, hostName)
+	if err != nil {
+		bad("%v", err)
+	}
+
+	// Pod side.
+	var contMAC net.HardwareAddr
+	err = podNS.Do(func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(args.IfName)
+		if err != nil {
+			bad("interface %s missing in %s", args.IfName, args.Netns)
+			return nil
+		}
+		contMAC = l.Attrs().HardwareAddr
+		if l.Type() != "veth" {
+			bad("%s is a %s, not a veth", args.IfName, l.Type())
+		}
+		if contIf != nil && contIf.Mac != "" && !strings.EqualFold(contIf.Mac, contMAC.String()) {
+			bad("%s has MAC %s, prevResult says %s", args.IfName, contMAC, contIf.Mac)
+		}
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			bad("%s is down", args.IfName)
+		}
+		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return fmt.Errorf("listing addresses of %s: %w", args.IfName, err)
+		}
+		for _, ipc := range ips {
+			found := false
+			for _, a := range addrs {
+				if a.IPNet.IP.Equal(ipc.Address.IP) && bytes.Equal(a.IPNet.Mask, ipc.Address.Mask) {
+					found = true
+				}
+			}
+			if !found {
+				bad("address %s missing on %s", ipc.Address.String(), args.IfName)
+			}
+		}
+		for _, r := range prev.Routes {
+			ok, err := datapath.RoutePresent(l, r)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				bad("route %s via %s missing in the pod", r.Dst.String(), r.GW)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return cniError(ErrCheckFailed, "inspecting the pod", err)
+	}
+
+	// Host side.
+	host, err := netlinksafe.LinkByName(hostName)
+	if err != nil {
+		bad("host veth %s missing", hostName)
+	} else {
+		if !datapath.IsOurs(host) {
+			bad("host veth %s was not made by ebpf-cni (alias %q)", hostName, host.Attrs().Alias)
+		}
+		if host.Attrs().Flags&net.FlagUp == 0 {
+			bad("host veth %s is down", hostName)
+		}
+		if hostIf != nil && hostIf.Mac != "" && !strings.EqualFold(hostIf.Mac, host.Attrs().HardwareAddr.String()) {
+			bad("host veth %s has MAC %s, prevResult says %s", hostName, host.Attrs().HardwareAddr, hostIf.Mac)
+		}
+		for _, hr := range datapath.HostRoutes(host.Attrs().Index, ips) {
+			ok, err := datapath.RoutePresent(host, &types.Route{Dst: *hr.Dst})
+			if err == nil && !ok {
+				bad("host route %s dev %s missing", hr.Dst, hostName)
+			}
+		}
+		problems = append(problems, checkPrograms(c, host, rec)...)
+		if contMAC != nil {
+			problems = append(problems, checkMaps(c, host, contMAC, ips, args)...)
+		}
+	}
+
+	if len(problems) > 0 {
+		return types.NewError(ErrCheckFailed, fmt.Sprintf("check of %s/%s failed: %s", args.ContainerID, args.IfName, strings.Join(problems, "; ")), "")
+	}
+	if err := ipam.ExecCheck(c.IPAMType, c.IPAMConf); err != nil {
+		return ipamError("CHECK", err)
+	}
+	return nil
+}
+
+// checkPrograms verifies that the pinned programs run on the host veth.
+func checkPrograms(c *Config, host netlink.Link, rec *datapath.Record) []string {
+	var problems []string
+	tags, err := datapath.InstalledTags(c.BPFRoot)
+	if err != nil || len(tags) == 0 {
+		return []string{fmt.Sprintf("no programs pinned under %s", datapath.ProgramsDir(c.BPFRoot))}
+	}
+	want := map[string]ebpf.ProgramID{}
+	for _, t := range tags {
+		p, err := datapath.OpenPrograms(c.BPFRoot, t)
+		if err != nil {
+			continue
+		}
+		for id, hook := range p.IDs() {
+			if _, ok := want[hook]; !ok || datapath.Tag() == t {
+				want[hook] = id
+			}
+		}
+		p.Close()
+	}
+	for _, h := range datapath.Hooks {
+		ids, err := datapath.AttachedIDs(host, h)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		found := false
+		for _, id := range ids {
+			if id == want[h.Name] {
+				found = true
+			}
+		}
+		if !found {
+			problems = append(problems, fmt.Sprintf("program %s (id %d) not attached to %s (attached: %v)", h.Name, want[h.Name], host.Attrs().Name, ids))
+		}
+	}
+	if rec != nil {
+		for _, a := range rec.Attachments {
+			if a.Mode == datapath.ModeTCX {
+				if _, err := os.Stat(a.Pin); err != nil {
+					problems = append(problems, fmt.Sprintf("pinned link %s missing", a.Pin))
+				}
+			}
+		}
+	}
+	return problems
+}
+
+func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*current.IPConfig, args *skel.CmdArgs) []string {
+	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer em.Close()
+	ep := &datapath.Endpoint{HostIfIndex: host.Attrs().Index, HostMAC: host.Attrs().HardwareAddr, MAC: contMAC, ContainerID: args.ContainerID, IfName: args.IfName}
+	for _, ipc := range ips {
+		ep.IPs = append(ep.IPs, ipc.Address.IP)
+	}
+	return em.Check(ep)
+}

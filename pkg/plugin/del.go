@@ -1,0 +1,100 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ipam"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// CmdDel removes everything the attachment has; what is already gone is
+// success. It needs neither the pod's netns nor a valid full configuration.
+func CmdDel(args *skel.CmdArgs) error {
+	c, err := ParseConfig(args.StdinData, args.Args, false)
+	if err != nil {
+		return err
+	}
+	lock, err := datapath.NodeLock(c.StateDir, false)
+	if err != nil {
+		return cniError(types.ErrIOFailure, "invalid stateDir", err)
+	}
+	defer lock.Unlock()
+
+	hostName := datapath.HostVethName(args.ContainerID, args.IfName)
+	var errs []error
+	if err := teardown(c, hostName); err != nil {
+		errs = append(errs, err)
+	}
+	if err := ipam.ExecDel(c.IPAMType, c.IPAMConf); err != nil {
+		errs = append(errs, fmt.Errorf("IPAM DEL: %w", err))
+	}
+	if len(errs) > 0 {
+		return cniError(types.ErrIOFailure, fmt.Sprintf("deleting %s/%s", args.ContainerID, args.IfName), errors.Join(errs...))
+	}
+	return nil
+}
+
+// teardown removes an endpoint's map entries, program attachments, veth and
+// record; every step runs even if one fails.
+func teardown(c *Config, hostName string) error {
+	var errs []error
+	rec, err := datapath.ReadRecord(c.StateDir, hostName)
+	if err != nil && !errors.Is(err, datapath.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	bpffs := maps.CheckBPFFS(c.BPFRoot) == nil
+	if bpffs {
+		if err := deleteEntries(c.BPFRoot, hostName, rec); err != nil {
+			errs = append(errs, err)
+		}
+		if rec != nil {
+			for _, a := range rec.Attachments {
+				if err := datapath.Detach(a, rec.HostIfIndex); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if err := os.RemoveAll(datapath.LinkDir(c.BPFRoot, hostName)); err != nil {
+			errs = append(errs, fmt.Errorf("unpinning links of %s: %w", hostName, err))
+		}
+	}
+	if err := datapath.DeleteHostVeth(hostName); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		if err := datapath.RemoveRecord(c.StateDir, hostName); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteEntries removes the endpoint's map entries, found through its record
+// or, without one, through the host veth's device entry.
+func deleteEntries(bpfRoot, hostName string, rec *datapath.Record) error {
+	em, err := datapath.OpenEndpointMaps(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer em.Close()
+	if rec != nil {
+		mac, _ := net.ParseMAC(rec.HostMAC)
+		return em.Delete(rec.HostIfIndex, mac, rec.Addrs())
+	}
+	l, err := netlinkLinkByName(hostName)
+	if err != nil || !datapath.IsOurs(l) {
+		return nil
+	}
+	var d maps.CniEndpointDev
+	if em.Devs.Lookup(uint32(l.Attrs().Index), &d) != nil {
+		return nil
+	}
+	return em.Delete(l.Attrs().Index, l.Attrs().HardwareAddr, datapath.DevIPs(&d))
+}

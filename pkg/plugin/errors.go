@@ -1,0 +1,46 @@
+package plugin
+
+import (
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Plugin error codes of ebpf-cni. The CNI spec reserves 0-99; ebpf-ipam
+// uses 100-109. They are documented in README.md; keep the two in step.
+const (
+	// ErrInterfaceExists: CNI_IFNAME already exists in the pod's netns, or
+	// the attachment's host veth already exists on the node.
+	ErrInterfaceExists uint = 110
+	// ErrBPFFS: bpfRoot is not on a mounted bpf filesystem or not usable.
+	ErrBPFFS uint = 111
+	// ErrProgramLoad: the datapath programs could not be loaded, verified
+	// or pinned.
+	ErrProgramLoad uint = 112
+	// ErrAttach: a program could not be attached to the host veth.
+	ErrAttach uint = 113
+	// ErrLinkSetup: creating or configuring the veth pair, its addresses,
+	// routes or sysctls failed.
+	ErrLinkSetup uint = 114
+	// ErrEndpointConflict: an address from IPAM is already mapped to
+	// another live endpoint of the node.
+	ErrEndpointConflict uint = 115
+	// ErrCheckFailed: CHECK found the attachment differs from prevResult or
+	// from what ADD made; the message names every difference.
+	ErrCheckFailed uint = 116
+	// ErrIPAM: the IPAM plugin failed (its own error is in details).
+	ErrIPAM uint = 117
+)
+
+func invalidConfig(key, msg string) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid %s: %s", key, msg), "")
+}
+
+func cniError(code uint, msg string, err error) error {
+	details := ""
+	if err != nil {
+		details = err.Error()
+		msg = msg + ": " + details
+	}
+	return types.NewError(code, msg, details)
+}

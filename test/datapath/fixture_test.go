@@ -1,0 +1,274 @@
+// Package datapath_test drives ebpf-cni through libcni in simulated nodes
+// (network namespaces) with real packets.
+package datapath_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+)
+
+// env is one simulated node with the plugins ready to run in it.
+type env struct {
+	t        *testing.T
+	node     *nettest.Node
+	cni      *nettest.CNI
+	bpfRoot  string
+	stateDir string
+	cacheDir string
+	paths    []string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	testutil.RequireRoot(t)
+	e := &env{t: t, bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir(), cacheDir: t.TempDir()}
+	e.paths = []string{testutil.PluginDir(t), testutil.RefPluginDir(t)}
+	node, err := nettest.NewNode()
+	require.NoError(t, err)
+	t.Cleanup(node.Close)
+	e.node = node
+	e.cni = nettest.NewCNI(node, e.paths, e.cacheDir)
+	return e
+}
+
+// netOpts shape the network configuration.
+type netOpts struct {
+	version    string
+	attachMode string
+	ipam       map[string]any // default: ebpf-ipam, dual-stack
+	chained    []map[string]any
+	extra      map[string]any // more keys of the ebpf-cni plugin config
+}
+
+func (e *env) ipamEBPF() map[string]any {
+	return map[string]any{"type": "ebpf-ipam", "ranges": []any{
+		[]any{map[string]any{"subnet": "10.244.1.0/24"}},
+		[]any{map[string]any{"subnet": "fd00:244:1::/64"}},
+	}}
+}
+
+func (e *env) confList(o netOpts) *libcni.NetworkConfigList {
+	e.t.Helper()
+	if o.version == "" {
+		o.version = "1.1.0"
+	}
+	if o.ipam == nil {
+		o.ipam = e.ipamEBPF()
+	}
+	p := map[string]any{"type": "ebpf-cni", "bpfRoot": e.bpfRoot, "stateDir": e.stateDir, "ipam": o.ipam,
+		"capabilities": map[string]any{"mac": true}}
+	if o.attachMode != "" {
+		p["attachMode"] = o.attachMode
+	}
+	for k, v := range o.extra {
+		p[k] = v
+	}
+	plugins := []any{p}
+	for _, c := range o.chained {
+		plugins = append(plugins, c)
+	}
+	b, err := json.Marshal(map[string]any{"cniVersion": o.version, "name": "ebpfnet", "plugins": plugins})
+	require.NoError(e.t, err)
+	list, err := libcni.ConfListFromBytes(b)
+	require.NoError(e.t, err)
+	return list
+}
+
+// addPod attaches a new pod and deletes it at cleanup (DEL is idempotent,
+// so a test that already deleted it loses nothing).
+func (e *env) addPod(list *libcni.NetworkConfigList, id string) *nettest.Pod {
+	e.t.Helper()
+	p, err := e.cni.AddPod(list, id, nil)
+	require.NoError(e.t, err, "ADD %s", id)
+	e.t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
+	return p
+}
+
+// hostLinks are ebpf-cni's host veths in the node.
+func (e *env) hostLinks() []netlink.Link {
+	e.t.Helper()
+	var links []netlink.Link
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		var err error
+		links, err = datapath.HostLinks()
+		return err
+	}))
+	return links
+}
+
+// linkKinds lists the kinds of every link in the node (bridge must not be one).
+func (e *env) linkKinds() map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		links, err := netlink.LinkList()
+		for _, l := range links {
+			out[l.Attrs().Name] = l.Type()
+		}
+		return err
+	}))
+	return out
+}
+
+// pinnedLinks lists the files under bpfRoot/links.
+func (e *env) pinnedLinks() []string {
+	var out []string
+	_ = filepath.Walk(filepath.Join(e.bpfRoot, "links"), func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// endpointEntries counts entries of both endpoint maps.
+func (e *env) endpointEntries() (addrs, devs int) {
+	e.t.Helper()
+	em, err := datapath.OpenEndpointMaps(e.bpfRoot)
+	require.NoError(e.t, err)
+	defer em.Close()
+	a, err := em.Addresses()
+	require.NoError(e.t, err)
+	d, err := em.Devices()
+	require.NoError(e.t, err)
+	return len(a), len(d)
+}
+
+// records counts endpoint records.
+func (e *env) records() int {
+	recs, err := datapath.Records(e.stateDir)
+	require.NoError(e.t, err)
+	return len(recs)
+}
+
+// requireClean asserts nothing of ebpf-cni is left in the node.
+func (e *env) requireClean() {
+	e.t.Helper()
+	require.Empty(e.t, e.hostLinks(), "host veths left")
+	require.Empty(e.t, e.pinnedLinks(), "pinned links left")
+	a, d := e.endpointEntries()
+	require.Zero(e.t, a, "endpoint address entries left")
+	require.Zero(e.t, d, "endpoint device entries left")
+	require.Zero(e.t, e.records(), "endpoint records left")
+}
+
+// attachedProgramIDs lists the distinct programs attached to host veths.
+func (e *env) attachedProgramIDs() map[ebpf.ProgramID]int {
+	e.t.Helper()
+	ids := map[ebpf.ProgramID]int{}
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		links, err := datapath.HostLinks()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			got, err := datapath.AttachedIDs(l, datapath.HookFromContainer)
+			if err != nil {
+				return err
+			}
+			for _, id := range got {
+				ids[id]++
+			}
+		}
+		return nil
+	}))
+	return ids
+}
+
+// loadedSchedCLS counts the tc programs loaded in the kernel named like ours.
+func loadedSchedCLS(t *testing.T) int {
+	t.Helper()
+	n := 0
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		info, err := p.Info()
+		p.Close()
+		if err == nil && info.Type == ebpf.SchedCLS && strings.HasPrefix(info.Name, "from_container") {
+			n++
+		}
+	}
+	return n
+}
+
+// counters reads pkt_counters summed over CPUs, by reason index.
+func (e *env) counters() map[int]uint64 {
+	e.t.Helper()
+	out := map[int]uint64{}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(e.bpfRoot, "maps", "pkt_counters"), nil)
+	require.NoError(e.t, err)
+	defer m.Close()
+	var k uint32
+	var vals []struct{ Packets, Bytes uint64 }
+	it := m.Iterate()
+	for it.Next(&k, &vals) {
+		for _, v := range vals {
+			out[int(k)] += v.Packets
+		}
+	}
+	require.NoError(e.t, it.Err())
+	return out
+}
+
+// iptablesRules dumps every rule of the node (iptables-nft and nft).
+func (e *env) ruleset() string {
+	e.t.Helper()
+	out, err := nettest.Run(e.node.NS, "nft", "list", "ruleset")
+	require.NoError(e.t, err)
+	return out
+}
+
+// mustConnect pings and talks TCP between every pair of pods, both families.
+func mustConnect(t *testing.T, pods []*nettest.Pod) {
+	t.Helper()
+	for i, a := range pods {
+		for j, b := range pods {
+			if i == j {
+				continue
+			}
+			for _, fam := range []int{4, 6} {
+				ip := b.IP(fam)
+				if ip == nil {
+					continue
+				}
+				out, err := nettest.Ping(a.NS, ip, 2)
+				require.NoError(t, err, "ping pod%d -> pod%d %s: %s", i, j, ip, out)
+				require.NoError(t, nettest.TCP(a.NS, b.NS, ip), "tcp pod%d -> pod%d %s", i, j, ip)
+			}
+		}
+	}
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+var _ = net.IPv4len
