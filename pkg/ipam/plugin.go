@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -17,9 +18,15 @@ func Funcs() skel.CNIFuncs {
 // Versions lists every CNI spec version ebpf-ipam speaks.
 var Versions = version.All
 
-// CmdAdd allocates and prints the result in the configuration's version.
-func CmdAdd(args *skel.CmdArgs) error {
-	c, _, err := ParseConfig(args.StdinData, args.Args)
+// withStore parses the configuration (all of it, or only what locates the
+// state when full is false), opens the network's store with its lock held,
+// and runs fn.
+func withStore(args *skel.CmdArgs, full bool, fn func(*Store, *Config, *NetConf) error) error {
+	parse := ParseConfig
+	if !full {
+		parse = func(stdin []byte, _ string) (*Config, *NetConf, error) { return ParseDelConfig(stdin) }
+	}
+	c, n, err := parse(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
@@ -28,94 +35,79 @@ func CmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	defer s.Close()
+	return fn(s, c, n)
+}
 
-	ips, err := Allocate(s, c, args.ContainerID, args.IfName)
-	if err != nil {
-		return err
-	}
-	res := &current.Result{CNIVersion: current.ImplementedSpecVersion, IPs: ips, Routes: c.Routes, DNS: c.DNS}
-	return types.PrintResult(res, c.CNIVersion)
+// CmdAdd allocates and prints the result in the configuration's version.
+func CmdAdd(args *skel.CmdArgs) error {
+	return withStore(args, true, func(s *Store, c *Config, _ *NetConf) error {
+		ips, err := Allocate(s, c, args.ContainerID, args.IfName)
+		if err != nil {
+			return err
+		}
+		res := &current.Result{CNIVersion: current.ImplementedSpecVersion, IPs: ips, Routes: c.Routes, DNS: c.DNS}
+		return types.PrintResult(res, c.CNIVersion)
+	})
 }
 
 // CmdDel releases what the attachment holds; it is idempotent.
 func CmdDel(args *skel.CmdArgs) error {
-	c, _, err := ParseDelConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	s, err := Open(c)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if err := ReleaseAttachment(s, args.ContainerID, args.IfName); err != nil {
-		return types.NewError(types.ErrIOFailure, fmt.Sprintf("releasing %s/%s", args.ContainerID, args.IfName), err.Error())
-	}
-	return nil
+	return withStore(args, false, func(s *Store, _ *Config, _ *NetConf) error {
+		if err := ReleaseAttachment(s, args.ContainerID, args.IfName); err != nil {
+			return types.NewError(types.ErrIOFailure, fmt.Sprintf("releasing %s/%s", args.ContainerID, args.IfName), err.Error())
+		}
+		return nil
+	})
 }
 
 // CmdCheck verifies the attachment's allocation against the state and
 // against prevResult.
 func CmdCheck(args *skel.CmdArgs) error {
-	c, n, err := ParseConfig(args.StdinData, args.Args)
-	if err != nil {
-		return err
-	}
-	var prev *current.Result
-	if n.RawPrevResult != nil {
-		if err := version.ParsePrevResult(&n.NetConf); err != nil {
-			return types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
+	return withStore(args, true, func(s *Store, c *Config, n *NetConf) error {
+		var prev *current.Result
+		if n.RawPrevResult != nil {
+			if err := version.ParsePrevResult(&n.NetConf); err != nil {
+				return types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
+			}
+			var err error
+			if prev, err = current.NewResultFromResult(n.PrevResult); err != nil {
+				return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
+			}
 		}
-		if prev, err = current.NewResultFromResult(n.PrevResult); err != nil {
-			return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
-		}
-	}
-	s, err := Open(c)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	return CheckAttachment(s, c, args.ContainerID, args.IfName, prev)
+		return CheckAttachment(s, c, args.ContainerID, args.IfName, prev)
+	})
 }
 
 // CmdGC releases every allocation of the network not listed in
 // cni.dev/valid-attachments.
 func CmdGC(args *skel.CmdArgs) error {
-	c, n, err := ParseDelConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	s, err := Open(c)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if _, err := GarbageCollect(s, n.ValidAttachments); err != nil {
-		return types.NewError(types.ErrIOFailure, "garbage-collecting allocations", err.Error())
-	}
-	return nil
+	return withStore(args, false, func(s *Store, _ *Config, n *NetConf) error {
+		if _, err := GarbageCollect(s, n.ValidAttachments); err != nil {
+			return types.NewError(types.ErrIOFailure, "garbage-collecting allocations", err.Error())
+		}
+		return nil
+	})
 }
 
 // CmdStatus reports whether the plugin can serve an ADD now: state usable and
 // a free address in every range set.
 func CmdStatus(args *skel.CmdArgs) error {
-	c, _, err := ParseConfig(args.StdinData, "")
-	if err != nil {
-		return err
-	}
-	s, err := Open(c)
-	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam cannot use its state", err.Error())
-	}
-	defer s.Close()
-	used, size, err := Usage(s, c)
-	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "reading the allocation map", err.Error())
-	}
-	for i := range c.RangeSets {
-		if used[i] >= size[i] {
-			return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("no free address in range set %d (%s): %d of %d in use", i, describeSet(c.RangeSets[i]), used[i], size[i]), "")
+	args.Args = "" // STATUS has no attachment, so no requested addresses
+	err := withStore(args, true, func(s *Store, c *Config, _ *NetConf) error {
+		used, size, err := Usage(s, c)
+		if err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "reading the allocation map", err.Error())
 		}
+		for i := range c.RangeSets {
+			if used[i] >= size[i] {
+				return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("no free address in range set %d (%s): %d of %d in use", i, describeSet(c.RangeSets[i]), used[i], size[i]), "")
+			}
+		}
+		return nil
+	})
+	var e *types.Error
+	if errors.As(err, &e) && e.Code == ErrStateUnavailable {
+		return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam cannot use its state", e.Msg)
 	}
-	return nil
+	return err
 }
