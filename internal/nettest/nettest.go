@@ -164,7 +164,12 @@ func Listen(n ns.NetNS, ip net.IP) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listening in %s: %w", n.Path(), err)
 	}
-	go func() {
+	go serveEcho(l)
+	return l, nil
+}
+
+func serveEcho(l net.Listener) {
+	func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -185,7 +190,6 @@ func Listen(n ns.NetNS, ip net.IP) (net.Listener, error) {
 			}()
 		}
 	}()
-	return l, nil
 }
 
 // Dial connects from inside n.
@@ -323,4 +327,19 @@ func (c *CNI) DelPod(list *libcni.NetworkConfigList, p *Pod) error {
 	err := c.Del(list, p.RT)
 	CloseNetNS(p.NS)
 	return err
+}
+
+// ListenPort is Listen on a given port.
+func ListenPort(n ns.NetNS, ip net.IP, port int) (net.Listener, error) {
+	var l net.Listener
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", net.JoinHostPort(ip.String(), fmt.Sprint(port)))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listening in %s: %w", n.Path(), err)
+	}
+	go serveEcho(l)
+	return l, nil
 }
