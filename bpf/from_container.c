@@ -147,8 +147,16 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 	}
 
 	*why = REASON_FIB_REDIRECT;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return bpf_redirect_neigh(p->ifindex, NULL, 0, 0);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		/* The FIB already chose the next hop: resolve that one. */
+		struct bpf_redir_neigh nh = { .nh_family = p->family };
+
+		if (p->family == AF_INET)
+			nh.ipv4_nh = p->ipv4_dst;
+		else
+			__builtin_memcpy(nh.ipv6_nh, p->ipv6_dst, 16);
+		return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
+	}
 	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
 	return bpf_redirect(p->ifindex, 0);

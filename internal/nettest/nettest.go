@@ -17,6 +17,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -109,6 +110,12 @@ func (n *Node) wire() error {
 }
 
 func setup(l netlink.Link, ip4, ip6, gw4, gw6 net.IP) error {
+	// A real uplink has had its link-local address for long; without DAD
+	// this one has it at once (neighbour solicitations for forwarded
+	// packets take their source from it).
+	if _, err := sysctl.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/accept_dad", l.Attrs().Name), "0"); err != nil {
+		return fmt.Errorf("disabling DAD on %s: %w", l.Attrs().Name, err)
+	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		return err
 	}
