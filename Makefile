@@ -52,3 +52,6 @@ clean: ## remove build output
 BENCH ?= full
 bench: build ## benchmarks against Debian's plugins (BENCH=quick for a short run); as root
 	$(GO) run ./test/bench/ipam -n $(if $(filter quick,$(BENCH)),200,1000) -bin $(BIN)
+
+demo: build ## the main job on a simulated node: three pods through ebpf-cni, ping/TCP, counters; as root
+	$(GO) run ./test/demo -bin $(BIN)

@@ -24,7 +24,7 @@ import (
 
 // env is one simulated node with the plugins ready to run in it.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	node     *nettest.Node
 	cni      *nettest.CNI
 	bpfRoot  string
@@ -33,7 +33,10 @@ type env struct {
 	paths    []string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newBenchEnv(t) }
+
+// newBenchEnv is newEnv for tests and benchmarks alike.
+func newBenchEnv(t testing.TB) *env {
 	t.Helper()
 	testutil.RequireRoot(t)
 	e := &env{t: t, bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir(), cacheDir: t.TempDir()}
