@@ -53,5 +53,6 @@ BENCH ?= full
 bench: build ## benchmarks against Debian's plugins (BENCH=quick for a short run); as root
 	$(GO) run ./test/bench/ipam -n $(if $(filter quick,$(BENCH)),200,1000) -bin $(BIN)
 
+.PHONY: demo
 demo: build ## the main job on a simulated node: three pods through ebpf-cni, ping/TCP, counters; as root
 	$(GO) run ./test/demo -bin $(BIN)

@@ -229,5 +229,15 @@ func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 	return ids, nil
 }
 
-// DefaultMode is the attach mode when the configuration names none.
+// DefaultMode is the attach mode when the configuration names none: auto,
+// that is tcx on this project's kernels. Measured on kernel 6.18
+// (BenchmarkAttach, BenchmarkAddDel): a tcx attach costs ~8.5 ms in the
+// kernel (an RCU grace period per attach and per detach) against ~0.4 ms for
+// a cls_bpf filter, which makes ADD p50 25 ms instead of 17 ms and DEL p50
+// 36 ms instead of 25 ms. tcx still wins the default: its links are pinned
+// and owned (a stray `tc qdisc del` cannot silently remove the datapath),
+// and it needs no qdisc, so chained plugins that add their own ingress qdisc
+// (the reference bandwidth plugin's egress shaping) keep working; with
+// clsact in place they fail with EEXIST. attachMode: tc is there for nodes
+// that churn pods fast and chain no such plugin.
 var DefaultMode = ModeAuto
