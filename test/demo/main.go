@@ -80,7 +80,7 @@ func (d *demo) run(bin, ref, mode string) error {
 	bpfRoot := filepath.Join(d.mnt, "ebpf-cni")
 	stateDir := filepath.Join(d.tmp, "state")
 
-	step("node %s -- uplink -- world, uplink 192.0.2.2/24 2001:db8:ffff::2/64", "")
+	step("a node namespace -- uplink veth -- a world namespace; node uplink 192.0.2.2/24 2001:db8:ffff::2/64")
 	if d.node, err = nettest.NewNode(); err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (d *demo) run(bin, ref, mode string) error {
 	if err != nil {
 		return err
 	}
-	step("pod-to-pod ping and TCP (IPv4 and IPv6)", "")
+	step("pod-to-pod ping and TCP (IPv4 and IPv6)")
 	for i, a := range d.pods {
 		bp := d.pods[(i+1)%len(d.pods)]
 		for _, fam := range []int{4, 6} {
@@ -136,7 +136,7 @@ func (d *demo) run(bin, ref, mode string) error {
 	out, _ = nettest.Run(d.pods[0].NS, "ping", "-n", "-c", "3", "-i", "0.2", d.pods[1].IP(4).String())
 	fmt.Print(out)
 
-	step("pod-to-node and node-to-pod", "")
+	step("pod-to-node and node-to-pod")
 	for i, p := range d.pods {
 		if o, err := nettest.Ping(p.NS, nettest.NodeIP4, 2); err != nil {
 			return fmt.Errorf("ping pod%d -> node: %w\n%s", i, err, o)
@@ -151,7 +151,7 @@ func (d *demo) run(bin, ref, mode string) error {
 	if err != nil {
 		return err
 	}
-	step("from_container counters for this run (pkt_counters, per reason)", "")
+	step("from_container counters for this run (pkt_counters, per reason)")
 	var reasons []int
 	for r := range datapath.ReasonNames {
 		reasons = append(reasons, int(r))
@@ -163,7 +163,7 @@ func (d *demo) run(bin, ref, mode string) error {
 	}
 	fmt.Println("  (redirect_peer: pod to pod, no bridge, no netfilter; pass to stack: to the node, NDP)")
 
-	step("DEL the pods", "")
+	step("DEL the pods")
 	return d.delPods()
 }
 
@@ -203,9 +203,6 @@ func (d *demo) cleanup() {
 	}
 }
 
-func step(format, arg string) {
-	if arg != "" {
-		format = fmt.Sprintf(format, arg)
-	}
-	fmt.Printf("\n== %s\n", format)
+func step(format string, args ...any) {
+	fmt.Printf("\n== %s\n", fmt.Sprintf(format, args...))
 }
