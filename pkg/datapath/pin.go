@@ -18,7 +18,7 @@ import (
 // Programs are the datapath's programs, loaded and verified once per node
 // and binary version, pinned under bpfRoot/programs/<tag>/<hook>.
 type Programs struct {
-	Tag   string
+	Tag    string
 	ByHook map[string]*ebpf.Program
 }
 

@@ -18,7 +18,6 @@ import (
 // Run: go test -run XXX -bench . -benchtime 100x ./test/datapath/
 // Figures are reported as custom metrics (p50/p99 in ms, RTT in µs).
 
-
 func bridgeList(b *testing.B, e *env) *libcni.NetworkConfigList {
 	conf := map[string]any{"cniVersion": "1.0.0", "name": "brnet", "plugins": []any{map[string]any{
 		"type": "bridge", "bridge": "cni0", "isGateway": true,
