@@ -77,8 +77,18 @@ var (
 	buildErr  error
 )
 
+// Main runs a package's tests and then removes what PluginDir built. Every
+// test package that calls PluginDir uses it: func TestMain(m *testing.M) { testutil.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
 // PluginDir builds ebpf-cni and ebpf-ipam once per test binary and returns
-// the directory holding them.
+// the directory holding them; Main removes it.
 func PluginDir(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {

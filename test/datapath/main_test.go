@@ -1,0 +1,10 @@
+package datapath_test
+
+import (
+	"testing"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+)
+
+// TestMain removes the plugin binaries the tests built.
+func TestMain(m *testing.M) { testutil.Main(m) }
