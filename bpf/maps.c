@@ -11,5 +11,6 @@
 #include "lib/counters.h"
 #include "lib/ipam.h"
 #include "lib/endpoint.h"
+#include "lib/nat.h"
 
 char __license[] SEC("license") = "GPL";

@@ -62,6 +62,11 @@ enum pkt_reason {
 	REASON_FIB_REDIRECT = 5,  /* forwarded by bpf_fib_lookup + redirect(_neigh) */
 	REASON_ARP_REPLY = 6,     /* ARP request for the gateway answered in BPF */
 	REASON_DROP_NO_ENDPOINT = 7, /* program runs on a device with no endpoint entry */
+	REASON_SNAT = 8,             /* pod traffic leaving an uplink, source translated */
+	REASON_REV_SNAT = 9,         /* reply (or ICMP error) translated back, redirected to the pod */
+	REASON_DROP_NAT_NO_PORT = 10, /* no free port in the masquerade range */
+	REASON_DROP_NAT_UNSUPPORTED = 11, /* masqueraded traffic we cannot translate (protocol, fragment) */
+	REASON_DROP_NAT_NO_ADDR = 12, /* the uplink has no address to masquerade with */
 	REASON_MAX = 16,
 };
 
@@ -83,6 +88,7 @@ struct endpoint_info {
 	__u32 ifindex;     /* host end of the pod's veth */
 	__u8 mac[6];       /* the pod's MAC */
 	__u8 host_mac[6];  /* the host end's MAC: the pod's gateway MAC */
+	__u32 net_id;      /* FNV-1a of the network name: its masquerade settings */
 };
 
 #define ENDPOINT_MAX_IPS 4
@@ -99,6 +105,95 @@ struct endpoint_dev {
 	__u8 ip6[ENDPOINT_MAX_IPS][16];
 	char container_id[CNI_CONTAINER_ID_LEN];
 	char ifname[CNI_IFNAME_LEN];
+};
+
+
+/* Masquerade: connection tracking and source NAT for pod traffic leaving
+ * through an uplink. One LRU table holds both directions of every flow. */
+enum nat_dir {
+	NAT_DIR_OUT = 0, /* pod -> remote, keyed by the pod's tuple */
+	NAT_DIR_IN = 1,  /* remote -> node, keyed by the translated tuple */
+};
+
+enum nat_state {
+	NAT_STATE_SYN_SENT = 1,    /* TCP: the pod's SYN went out, no answer yet */
+	NAT_STATE_ESTABLISHED = 2, /* TCP: both sides spoke */
+	NAT_STATE_CLOSING = 3,     /* TCP: FIN or RST seen */
+	NAT_STATE_OPEN = 4,        /* UDP, ICMP echo */
+};
+
+enum nat_flags {
+	NAT_F_KEPT = 1,    /* the pod's own port or identifier was kept */
+	NAT_F_REPLIED = 2, /* a reply came back */
+};
+
+/* Addresses in the first 4 bytes for IPv4; ports in network byte order.
+ * ICMP echo: the identifier is sport of an OUT key and dport of an IN key. */
+struct nat_key {
+	__u8 family;   /* enum addr_family */
+	__u8 proto;    /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6 */
+	__u8 dir;      /* enum nat_dir */
+	__u8 pad;
+	__be16 sport;
+	__be16 dport;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+/* OUT: the translated source; IN: the pod's address and port. The OUT
+ * entry holds the flow's state and clock; an IN entry is only valid while
+ * its OUT entry is. */
+struct nat_entry {
+	__u8 addr[16];
+	__be16 port;
+	__u8 state;    /* enum nat_state (OUT) */
+	__u8 flags;    /* enum nat_flags (OUT) */
+	__u32 net_id;
+	__u64 created;   /* bpf_ktime_get_ns */
+	__u64 last_seen; /* bpf_ktime_get_ns */
+};
+
+/* Node-wide lifetimes of NAT entries, in seconds (entry 0 of nat_timeouts). */
+struct nat_lifetimes {
+	__u32 tcp_syn;
+	__u32 tcp_established;
+	__u32 tcp_closing;
+	__u32 udp;
+	__u32 icmp;
+	__u32 pad;
+};
+
+/* Key of masq_nets: one address family of one network with ipMasq. */
+struct masq_net_key {
+	__u32 net_id;
+	__u8 family;
+	__u8 pad[3];
+};
+
+struct masq_net {
+	__u8 addr[16];   /* masqueradeIP; all zero: the uplink's primary address */
+	__u16 port_min;  /* host byte order: the range a clashing port moves to */
+	__u16 port_max;
+	__u32 flags;
+};
+
+/* LPM key of masq_skip: destinations a network never masquerades to
+ * (nonMasqueradeCIDRs). prefixlen counts the 40 bits of net_id and family. */
+struct masq_skip_key {
+	__u32 prefixlen;
+	__u32 net_id;
+	__u8 family;
+	__u8 addr[16];
+	__u8 pad[3];
+};
+
+/* Value of uplinks, keyed by ifindex: the addresses to masquerade with. */
+struct uplink_info {
+	__u8 ip4[4];
+	__u8 ip6[16];
+	__u8 has4;
+	__u8 has6;
+	__u8 pad[2];
 };
 
 #endif

@@ -49,8 +49,19 @@ var HookFromContainer = Hook{Name: "from_container", TCXAttach: ebpf.AttachTCXIn
 // Hooks is every hook an endpoint gets, in attach order.
 var Hooks = []Hook{HookFromContainer}
 
+// HookFromNetdev is an uplink's ingress: replies to masqueraded flows.
+var HookFromNetdev = Hook{Name: "from_netdev", TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}
+
+// HookToNetdev is an uplink's egress: pod traffic leaving the node.
+var HookToNetdev = Hook{Name: "to_netdev", TCXAttach: ebpf.AttachTCXEgress, TCParent: netlink.HANDLE_MIN_EGRESS}
+
+// UplinkHooks is every hook an uplink gets (with ipMasq), in attach order.
+var UplinkHooks = []Hook{HookFromNetdev, HookToNetdev}
+
+func allHooks() []Hook { return append(append([]Hook{}, Hooks...), UplinkHooks...) }
+
 func hookByName(name string) (Hook, bool) {
-	for _, h := range Hooks {
+	for _, h := range allHooks() {
 		if h.Name == name {
 			return h, true
 		}
@@ -76,21 +87,27 @@ func LinkDir(bpfRoot, hostIfName string) string {
 	return filepath.Join(bpfRoot, "links", hostIfName)
 }
 
+// UplinkDir is where the pinned links of an uplink live.
+func UplinkDir(bpfRoot, ifName string) string {
+	return filepath.Join(bpfRoot, "uplinks", ifName)
+}
+
 const (
 	tcPriority = 1
 	tcHandle   = 1
 )
 
-// Attach attaches prog at hook on l. ModeAuto resolves to tcx, falling back
-// to tc on kernels without it.
-func Attach(mode Mode, l netlink.Link, hook Hook, prog *ebpf.Program, bpfRoot string) (Attachment, error) {
+// Attach attaches prog at hook on l; a tcx link is pinned in pinDir
+// (LinkDir or UplinkDir). ModeAuto resolves to tcx, falling back to tc on
+// kernels without it.
+func Attach(mode Mode, l netlink.Link, hook Hook, prog *ebpf.Program, pinDir string) (Attachment, error) {
 	switch mode {
 	case ModeTCX:
-		return attachTCX(l, hook, prog, bpfRoot)
+		return attachTCX(l, hook, prog, pinDir)
 	case ModeTC:
 		return attachTC(l, hook, prog)
 	case ModeAuto:
-		a, err := attachTCX(l, hook, prog, bpfRoot)
+		a, err := attachTCX(l, hook, prog, pinDir)
 		if errors.Is(err, ebpf.ErrNotSupported) {
 			return attachTC(l, hook, prog)
 		}
@@ -99,8 +116,7 @@ func Attach(mode Mode, l netlink.Link, hook Hook, prog *ebpf.Program, bpfRoot st
 	return Attachment{}, fmt.Errorf("unknown attach mode %q", mode)
 }
 
-func attachTCX(l netlink.Link, hook Hook, prog *ebpf.Program, bpfRoot string) (Attachment, error) {
-	dir := LinkDir(bpfRoot, l.Attrs().Name)
+func attachTCX(l netlink.Link, hook Hook, prog *ebpf.Program, dir string) (Attachment, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Attachment{}, fmt.Errorf("creating %s: %w", dir, err)
 	}

@@ -23,14 +23,14 @@ func BenchmarkAttach(b *testing.B) {
 				// A node always has other endpoints attached: keep one, so the
 				// kernel's ingress static keys stay enabled as in production.
 				anchor := testVeth(b, n, "anchor")
-				if _, err := Attach(mode, anchor, HookFromContainer, prog, bpfRoot); err != nil {
+				if _, err := Attach(mode, anchor, HookFromContainer, prog, LinkDir(bpfRoot, "anchor")); err != nil {
 					return err
 				}
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
 					l := testVeth(b, n, fmt.Sprintf("bench%d", i%1000))
 					b.StartTimer()
-					a, err := Attach(mode, l, HookFromContainer, prog, bpfRoot)
+					a, err := Attach(mode, l, HookFromContainer, prog, LinkDir(bpfRoot, l.Attrs().Name))
 					b.StopTimer()
 					if err != nil {
 						return err

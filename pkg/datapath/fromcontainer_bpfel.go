@@ -31,6 +31,7 @@ type FromContainerEndpointInfo struct {
 	Ifindex uint32
 	Mac     [6]uint8
 	HostMac [6]uint8
+	NetId   uint32
 }
 
 type FromContainerEndpointKey struct {
@@ -84,15 +85,20 @@ type FromContainerPktCounter struct {
 type FromContainerPktReason uint32
 
 const (
-	FromContainerPktReasonREASON_PASS             FromContainerPktReason = 0
-	FromContainerPktReasonREASON_REDIRECT         FromContainerPktReason = 1
-	FromContainerPktReasonREASON_DROP_MALFORMED   FromContainerPktReason = 2
-	FromContainerPktReasonREASON_DROP_SPOOF_SRC   FromContainerPktReason = 3
-	FromContainerPktReasonREASON_DROP_SPOOF_MAC   FromContainerPktReason = 4
-	FromContainerPktReasonREASON_FIB_REDIRECT     FromContainerPktReason = 5
-	FromContainerPktReasonREASON_ARP_REPLY        FromContainerPktReason = 6
-	FromContainerPktReasonREASON_DROP_NO_ENDPOINT FromContainerPktReason = 7
-	FromContainerPktReasonREASON_MAX              FromContainerPktReason = 16
+	FromContainerPktReasonREASON_PASS                 FromContainerPktReason = 0
+	FromContainerPktReasonREASON_REDIRECT             FromContainerPktReason = 1
+	FromContainerPktReasonREASON_DROP_MALFORMED       FromContainerPktReason = 2
+	FromContainerPktReasonREASON_DROP_SPOOF_SRC       FromContainerPktReason = 3
+	FromContainerPktReasonREASON_DROP_SPOOF_MAC       FromContainerPktReason = 4
+	FromContainerPktReasonREASON_FIB_REDIRECT         FromContainerPktReason = 5
+	FromContainerPktReasonREASON_ARP_REPLY            FromContainerPktReason = 6
+	FromContainerPktReasonREASON_DROP_NO_ENDPOINT     FromContainerPktReason = 7
+	FromContainerPktReasonREASON_SNAT                 FromContainerPktReason = 8
+	FromContainerPktReasonREASON_REV_SNAT             FromContainerPktReason = 9
+	FromContainerPktReasonREASON_DROP_NAT_NO_PORT     FromContainerPktReason = 10
+	FromContainerPktReasonREASON_DROP_NAT_UNSUPPORTED FromContainerPktReason = 11
+	FromContainerPktReasonREASON_DROP_NAT_NO_ADDR     FromContainerPktReason = 12
+	FromContainerPktReasonREASON_MAX                  FromContainerPktReason = 16
 )
 
 // Names of all BPF objects in the ELF.

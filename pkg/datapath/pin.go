@@ -51,8 +51,25 @@ var unsafeTag = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 // the object, so a rebuild with other programs, or a new release, is a new
 // tag and ADD upgrades the node to it.
 func Tag() string {
-	sum := sha256.Sum256(_FromContainerBytes)
-	return unsafeTag.ReplaceAllString(buildinfo.Version, "_") + "-" + hex.EncodeToString(sum[:])[:12]
+	h := sha256.New()
+	for _, o := range objects {
+		h.Write(o.bytes)
+	}
+	return unsafeTag.ReplaceAllString(buildinfo.Version, "_") + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// object is one compiled program file and the hooks its programs serve.
+type object struct {
+	bytes []byte
+	load  func() (*ebpf.CollectionSpec, error)
+	hooks []Hook
+}
+
+// objects are every program file of the datapath (bpf/*.c but maps.c).
+var objects = []object{
+	{_FromContainerBytes, LoadFromContainer, Hooks},
+	{_FromNetdevBytes, LoadFromNetdev, []Hook{HookFromNetdev}},
+	{_ToNetdevBytes, LoadToNetdev, []Hook{HookToNetdev}},
 }
 
 // ProgramsDir holds one directory per tag.
@@ -63,7 +80,7 @@ func ProgramsDir(bpfRoot string) string { return filepath.Join(bpfRoot, "program
 func OpenPrograms(bpfRoot, tag string) (*Programs, error) {
 	dir := filepath.Join(ProgramsDir(bpfRoot), tag)
 	p := &Programs{Tag: tag, ByHook: map[string]*ebpf.Program{}}
-	for _, h := range Hooks {
+	for _, h := range allHooks() {
 		prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, h.Name), nil)
 		if err != nil {
 			p.Close()
@@ -97,7 +114,8 @@ func InstalledTags(bpfRoot string) ([]string, error) {
 
 // mapNames are the maps every program shares, pinned by pkg/maps.
 var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpoints, maps.CniMapEndpointDevs,
-	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets}
+	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
+	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks}
 
 // EnsurePrograms returns this binary's pinned programs, loading, verifying
 // and pinning them first if no call did yet (under the exclusive node lock,
@@ -128,10 +146,6 @@ func EnsurePrograms(bpfRoot, stateDir string) (p *Programs, loaded bool, err err
 }
 
 func loadAndPin(bpfRoot, tag string) (*Programs, error) {
-	spec, err := LoadFromContainer()
-	if err != nil {
-		return nil, fmt.Errorf("loading program spec: %w", err)
-	}
 	shared, err := maps.OpenPinned(bpfRoot, mapNames...)
 	if err != nil {
 		return nil, fmt.Errorf("opening pinned maps: %w", err)
@@ -141,11 +155,40 @@ func loadAndPin(bpfRoot, tag string) (*Programs, error) {
 			m.Close()
 		}
 	}()
+	dir := filepath.Join(ProgramsDir(bpfRoot), tag)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	p := &Programs{Tag: tag, ByHook: map[string]*ebpf.Program{}}
+	fail := func(err error) (*Programs, error) {
+		p.Close()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	for _, o := range objects {
+		if err := loadObject(o, shared, dir, p); err != nil {
+			return fail(err)
+		}
+	}
+	return p, nil
+}
+
+// loadObject loads one program file against the shared pinned maps (its
+// unpinned maps, such as scratch space, are its own), pins its programs in
+// dir and adds them to p.
+func loadObject(o object, shared map[string]*ebpf.Map, dir string, p *Programs) error {
+	spec, err := o.load()
+	if err != nil {
+		return fmt.Errorf("loading program spec: %w", err)
+	}
 	repl := map[string]*ebpf.Map{}
-	for name := range spec.Maps {
+	for name, ms := range spec.Maps {
+		if ms.Pinning == ebpf.PinNone {
+			continue
+		}
 		m, ok := shared[name]
 		if !ok {
-			return nil, fmt.Errorf("program object declares map %s that pkg/maps does not pin", name)
+			return fmt.Errorf("program object declares map %s that pkg/maps does not pin", name)
 		}
 		repl[name] = m
 	}
@@ -153,36 +196,26 @@ func loadAndPin(bpfRoot, tag string) (*Programs, error) {
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("verifying programs: %+v", ve)
+			return fmt.Errorf("verifying programs: %+v", ve)
 		}
-		return nil, fmt.Errorf("loading programs: %w", err)
+		return fmt.Errorf("loading programs: %w", err)
 	}
 	defer coll.Close()
-
-	dir := filepath.Join(ProgramsDir(bpfRoot), tag)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", dir, err)
-	}
-	p := &Programs{Tag: tag, ByHook: map[string]*ebpf.Program{}}
-	for _, h := range Hooks {
+	for _, h := range o.hooks {
 		prog, ok := coll.Programs[h.Name]
 		if !ok {
-			p.Close()
-			return nil, fmt.Errorf("no program %s in the object", h.Name)
+			return fmt.Errorf("no program %s in the object", h.Name)
 		}
 		if err := prog.Pin(filepath.Join(dir, h.Name)); err != nil {
-			p.Close()
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("pinning %s: %w", h.Name, err)
+			return fmt.Errorf("pinning %s: %w", h.Name, err)
 		}
 		clone, err := prog.Clone()
 		if err != nil {
-			p.Close()
-			return nil, fmt.Errorf("cloning %s: %w", h.Name, err)
+			return fmt.Errorf("cloning %s: %w", h.Name, err)
 		}
 		p.ByHook[h.Name] = clone
 	}
-	return p, nil
+	return nil
 }
 
 // upgrade points every recorded endpoint at p's programs and unpins the

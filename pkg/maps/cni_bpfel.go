@@ -31,6 +31,7 @@ type CniEndpointInfo struct {
 	Ifindex uint32
 	Mac     [6]uint8
 	HostMac [6]uint8
+	NetId   uint32
 }
 
 type CniEndpointKey struct {
@@ -75,6 +76,63 @@ type CniIpamOwner struct {
 	AllocTime   uint64
 }
 
+type CniMasqNet struct {
+	_       structs.HostLayout
+	Addr    [16]uint8
+	PortMin uint16
+	PortMax uint16
+	Flags   uint32
+}
+
+type CniMasqNetKey struct {
+	_      structs.HostLayout
+	NetId  uint32
+	Family uint8
+	Pad    [3]uint8
+}
+
+type CniMasqSkipKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	NetId     uint32
+	Family    uint8
+	Addr      [16]uint8
+	Pad       [3]uint8
+}
+
+type CniNatEntry struct {
+	_        structs.HostLayout
+	Addr     [16]uint8
+	Port     uint16
+	State    uint8
+	Flags    uint8
+	NetId    uint32
+	Created  uint64
+	LastSeen uint64
+}
+
+type CniNatKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Dir    uint8
+	Pad    uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
+type CniNatLifetimes struct {
+	_              structs.HostLayout
+	TcpSyn         uint32
+	TcpEstablished uint32
+	TcpClosing     uint32
+	Udp            uint32
+	Icmp           uint32
+	Pad            uint32
+}
+
 type CniPktCounter struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -84,16 +142,30 @@ type CniPktCounter struct {
 type CniPktReason uint32
 
 const (
-	CniPktReasonREASON_PASS             CniPktReason = 0
-	CniPktReasonREASON_REDIRECT         CniPktReason = 1
-	CniPktReasonREASON_DROP_MALFORMED   CniPktReason = 2
-	CniPktReasonREASON_DROP_SPOOF_SRC   CniPktReason = 3
-	CniPktReasonREASON_DROP_SPOOF_MAC   CniPktReason = 4
-	CniPktReasonREASON_FIB_REDIRECT     CniPktReason = 5
-	CniPktReasonREASON_ARP_REPLY        CniPktReason = 6
-	CniPktReasonREASON_DROP_NO_ENDPOINT CniPktReason = 7
-	CniPktReasonREASON_MAX              CniPktReason = 16
+	CniPktReasonREASON_PASS                 CniPktReason = 0
+	CniPktReasonREASON_REDIRECT             CniPktReason = 1
+	CniPktReasonREASON_DROP_MALFORMED       CniPktReason = 2
+	CniPktReasonREASON_DROP_SPOOF_SRC       CniPktReason = 3
+	CniPktReasonREASON_DROP_SPOOF_MAC       CniPktReason = 4
+	CniPktReasonREASON_FIB_REDIRECT         CniPktReason = 5
+	CniPktReasonREASON_ARP_REPLY            CniPktReason = 6
+	CniPktReasonREASON_DROP_NO_ENDPOINT     CniPktReason = 7
+	CniPktReasonREASON_SNAT                 CniPktReason = 8
+	CniPktReasonREASON_REV_SNAT             CniPktReason = 9
+	CniPktReasonREASON_DROP_NAT_NO_PORT     CniPktReason = 10
+	CniPktReasonREASON_DROP_NAT_UNSUPPORTED CniPktReason = 11
+	CniPktReasonREASON_DROP_NAT_NO_ADDR     CniPktReason = 12
+	CniPktReasonREASON_MAX                  CniPktReason = 16
 )
+
+type CniUplinkInfo struct {
+	_    structs.HostLayout
+	Ip4  [4]uint8
+	Ip6  [16]uint8
+	Has4 uint8
+	Has6 uint8
+	Pad  [2]uint8
+}
 
 // Names of all BPF objects in the ELF.
 //
@@ -104,7 +176,12 @@ const (
 	CniMapIpamAllocs   = "ipam_allocs"
 	CniMapIpamCursors  = "ipam_cursors"
 	CniMapIpamNets     = "ipam_nets"
+	CniMapMasqNets     = "masq_nets"
+	CniMapMasqSkip     = "masq_skip"
+	CniMapNat          = "nat"
+	CniMapNatTimeouts  = "nat_timeouts"
 	CniMapPktCounters  = "pkt_counters"
+	CniMapUplinks      = "uplinks"
 )
 
 // LoadCni returns the embedded CollectionSpec for Cni.
@@ -160,7 +237,12 @@ type CniMapSpecs struct {
 	IpamAllocs   *ebpf.MapSpec `ebpf:"ipam_allocs"`
 	IpamCursors  *ebpf.MapSpec `ebpf:"ipam_cursors"`
 	IpamNets     *ebpf.MapSpec `ebpf:"ipam_nets"`
+	MasqNets     *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip     *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat          *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts  *ebpf.MapSpec `ebpf:"nat_timeouts"`
 	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
+	Uplinks      *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // CniVariableSpecs contains global variables before they are loaded into the kernel.
@@ -194,7 +276,12 @@ type CniMaps struct {
 	IpamAllocs   *ebpf.Map `ebpf:"ipam_allocs"`
 	IpamCursors  *ebpf.Map `ebpf:"ipam_cursors"`
 	IpamNets     *ebpf.Map `ebpf:"ipam_nets"`
+	MasqNets     *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip     *ebpf.Map `ebpf:"masq_skip"`
+	Nat          *ebpf.Map `ebpf:"nat"`
+	NatTimeouts  *ebpf.Map `ebpf:"nat_timeouts"`
 	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
+	Uplinks      *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *CniMaps) Close() error {
@@ -204,7 +291,12 @@ func (m *CniMaps) Close() error {
 		m.IpamAllocs,
 		m.IpamCursors,
 		m.IpamNets,
+		m.MasqNets,
+		m.MasqSkip,
+		m.Nat,
+		m.NatTimeouts,
 		m.PktCounters,
+		m.Uplinks,
 	)
 }
 

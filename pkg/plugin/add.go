@@ -171,7 +171,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	undo = append(undo, func() { _ = os.RemoveAll(datapath.LinkDir(c.BPFRoot, hostName)) })
 	for _, h := range datapath.Hooks {
-		a, err := datapath.Attach(c.Mode, veth.Host, h, progs.ByHook[h.Name], c.BPFRoot)
+		a, err := datapath.Attach(c.Mode, veth.Host, h, progs.ByHook[h.Name], datapath.LinkDir(c.BPFRoot, hostName))
 		if err != nil {
 			return cniError(ErrAttach, "attaching the datapath", err)
 		}

@@ -1,0 +1,258 @@
+//go:build ignore
+
+/* Hook: tc ingress of an uplink (the node's device towards the outside).
+ *
+ * Replies to masqueraded flows are translated back to the pod's address and
+ * port and redirected straight into the pod (bpf_redirect_peer): they never
+ * reach the node's routing, netfilter or FORWARD path. ICMP errors about a
+ * masqueraded flow (fragmentation needed, packet too big, unreachable, time
+ * exceeded) are translated too, inner packet included, so path-MTU discovery
+ * works from pods. Anything else passes to the stack untouched. */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "include/types.h"
+#include "lib/counters.h"
+#include "lib/endpoint.h"
+#include "lib/l3.h"
+#include "lib/nat.h"
+#include "lib/scratch.h"
+#include "lib/verdict.h"
+
+static __always_inline int is_icmp_error(const struct nat_pkt *p)
+{
+	if (p->proto == IPPROTO_ICMP)
+		return p->icmp_type == ICMP_DEST_UNREACH_ || p->icmp_type == ICMP_TIME_EXCEEDED_ ||
+		       p->icmp_type == ICMP_PARAMETERPROB_;
+	if (p->proto == IPPROTO_ICMPV6_)
+		return p->icmp_type == ICMPV6_DEST_UNREACH_ || p->icmp_type == ICMPV6_PKT_TOOBIG_ ||
+		       p->icmp_type == ICMPV6_TIME_EXCEED_ || p->icmp_type == ICMPV6_PARAMPROB_;
+	return 0;
+}
+
+/* Into the pod behind ep, as a router would: TTL, L2, redirect_peer. */
+static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_info *ep, enum pkt_reason *why)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > data_end)
+		return DROP(REASON_DROP_MALFORMED);
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > data_end)
+			return DROP(REASON_DROP_MALFORMED);
+		if (ip->ttl <= 1)
+			goto stack;
+		ipv4_dec_ttl(ip);
+	} else {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return DROP(REASON_DROP_MALFORMED);
+		if (ip6->hop_limit <= 1)
+			goto stack;
+		ip6->hop_limit--;
+	}
+	__builtin_memcpy(eth->h_dest, ep->mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, ep->host_mac, ETH_ALEN);
+	*why = REASON_REV_SNAT;
+	return bpf_redirect_peer(ep->ifindex, 0);
+
+stack:
+	/* Translated already: the stack routes it to the pod's veth and
+	 * answers with its own time exceeded. */
+	*why = REASON_REV_SNAT;
+	return TC_ACT_OK;
+}
+
+static __always_inline struct endpoint_info *pod_of(const struct nat_entry *iv, __u8 family)
+{
+	struct endpoint_key ek = { .family = family };
+
+	__builtin_memcpy(ek.addr, iv->addr, 16);
+	return bpf_map_lookup_elem(&endpoints, &ek);
+}
+
+/* An ICMP error quotes the packet it is about: the translated flow as it
+ * left, from the node's address and port to the remote. Find the flow by
+ * the quote, and give the pod back its own address and port in both the
+ * outer and the quoted headers. */
+static __always_inline int rev_icmp_error(struct __sk_buff *skb, struct nat_scratch *s, enum pkt_reason *why)
+{
+	struct nat_pkt *p = &s->p, *q = &s->q;
+	struct nat_key *in = &s->in;
+	struct nat_entry *iv, *ov;
+	struct endpoint_info *ep;
+	__u32 icmp_csum = p->l4off + 2;
+	__u64 now = bpf_ktime_get_ns();
+
+	__builtin_memset(q, 0, sizeof(*q));
+	__builtin_memset(in, 0, sizeof(*in));
+	q->family = p->family;
+	q->l3off = p->l4off + 8;
+	/* The quoted header. */
+	if (p->family == ADDR_FAMILY_V4) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes(skb, q->l3off, &ip, sizeof(ip)) || ip.ihl < 5)
+			return TC_ACT_OK;
+		q->proto = ip.protocol;
+		q->l4off = q->l3off + ip.ihl * 4;
+		__builtin_memcpy(q->saddr, &ip.saddr, 4);
+		__builtin_memcpy(q->daddr, &ip.daddr, 4);
+	} else {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes(skb, q->l3off, &ip6, sizeof(ip6)))
+			return TC_ACT_OK;
+		q->proto = ip6.nexthdr;
+		q->l4off = q->l3off + sizeof(ip6);
+		__builtin_memcpy(q->saddr, &ip6.saddr, 16);
+		__builtin_memcpy(q->daddr, &ip6.daddr, 16);
+	}
+	if (!addr_equal(q->saddr, p->daddr))
+		return TC_ACT_OK; /* not about a packet this node sent */
+
+	if (q->proto == IPPROTO_TCP || q->proto == IPPROTO_UDP) {
+		__be16 ports[2];
+
+		if (bpf_skb_load_bytes(skb, q->l4off, ports, sizeof(ports)))
+			return TC_ACT_OK;
+		q->sport = ports[0];
+		q->dport = ports[1];
+		in->sport = q->dport;
+		in->dport = q->sport;
+	} else if (is_icmp(q->proto)) {
+		__u8 hdr[8];
+
+		if (bpf_skb_load_bytes(skb, q->l4off, hdr, sizeof(hdr)))
+			return TC_ACT_OK;
+		q->icmp_type = hdr[0];
+		if (!nat_is_echo_request(q))
+			return TC_ACT_OK;
+		__builtin_memcpy(&q->sport, hdr + 4, 2);
+		q->dport = q->sport;
+		in->sport = 0;
+		in->dport = q->sport;
+	} else {
+		return TC_ACT_OK;
+	}
+	in->family = p->family;
+	in->proto = q->proto;
+	in->dir = NAT_DIR_IN;
+	__builtin_memcpy(in->saddr, q->daddr, 16);
+	__builtin_memcpy(in->daddr, q->saddr, 16);
+
+	ov = nat_in_lookup(in, &iv, now, &s->tmp);
+	if (!ov)
+		return TC_ACT_OK;
+	ep = pod_of(iv, p->family);
+	if (!ep)
+		return TC_ACT_OK;
+	__builtin_memcpy(&s->iv, iv, sizeof(s->iv));
+	ov->last_seen = now;
+
+	/* Outer destination: the pod. ICMPv6 sums a pseudo-header with it,
+	 * ICMPv4 does not (nat_rewrite knows). An ICMP error has no port: the
+	 * same value in and out leaves that field alone. */
+	if (nat_rewrite(skb, p, 0, s->iv.addr, p->dport, s))
+		return DROP(REASON_DROP_MALFORMED);
+
+	/* Quoted source address and port. For IPv4, the quoted header's own
+	 * checksum moves opposite to the address, so the ICMP checksum over
+	 * both stays the same; for IPv6 the address change is summed in. */
+	if (p->family == ADDR_FAMILY_V4) {
+		__be32 from, to;
+
+		__builtin_memcpy(&from, q->saddr, 4);
+		__builtin_memcpy(&to, s->iv.addr, 4);
+		if (bpf_l3_csum_replace(skb, q->l3off + offsetof(struct iphdr, check), from, to, 4) ||
+		    bpf_skb_store_bytes(skb, q->l3off + offsetof(struct iphdr, saddr), &to, 4, 0))
+			return DROP(REASON_DROP_MALFORMED);
+	} else {
+		__s64 diff;
+
+		__builtin_memcpy(s->from, q->saddr, 16);
+		__builtin_memcpy(s->to, s->iv.addr, 16);
+		diff = bpf_csum_diff((__be32 *)s->from, 16, (__be32 *)s->to, 16, 0);
+		if (bpf_l4_csum_replace(skb, icmp_csum, 0, diff, 0) ||
+		    bpf_skb_store_bytes(skb, q->l3off + offsetof(struct ipv6hdr, saddr), s->to, 16, 0))
+			return DROP(REASON_DROP_MALFORMED);
+	}
+	if (q->sport != s->iv.port) {
+		__be16 port = s->iv.port;
+
+		if (bpf_l4_csum_replace(skb, icmp_csum, q->sport, port, 2) ||
+		    bpf_skb_store_bytes(skb, l4_port_off(q->proto, q->l4off, 1), &port, 2, 0))
+			return DROP(REASON_DROP_MALFORMED);
+	}
+	return to_pod(skb, ep, why);
+}
+
+static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
+{
+	struct nat_scratch *s = scratch_get();
+	struct nat_entry *iv, *ov;
+	struct endpoint_info *ep;
+	__u64 now;
+	int rc;
+
+	*why = REASON_PASS;
+	if (!s)
+		return TC_ACT_OK;
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	rc = nat_parse(skb, &s->p);
+	if (rc != 0 || s->p.later_frag)
+		return TC_ACT_OK;
+	if (is_icmp_error(&s->p))
+		return rev_icmp_error(skb, s, why);
+	if (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP && !nat_is_echo_reply(&s->p))
+		return TC_ACT_OK;
+
+	__builtin_memset(&s->in, 0, sizeof(s->in));
+	s->in.family = s->p.family;
+	s->in.proto = s->p.proto;
+	s->in.dir = NAT_DIR_IN;
+	s->in.sport = is_icmp(s->p.proto) ? 0 : s->p.sport;
+	s->in.dport = s->p.dport;
+	__builtin_memcpy(s->in.saddr, s->p.saddr, 16);
+	__builtin_memcpy(s->in.daddr, s->p.daddr, 16);
+
+	now = bpf_ktime_get_ns();
+	ov = nat_in_lookup(&s->in, &iv, now, &s->tmp);
+	if (!ov)
+		return TC_ACT_OK; /* the node's own traffic */
+	/* A kept port may since have been taken by a connection of the node:
+	 * the node's socket wins, it is never hijacked. */
+	if ((ov->flags & NAT_F_KEPT) && node_socket(skb, &s->in, 0, &s->tuple))
+		return TC_ACT_OK;
+	ep = pod_of(iv, s->p.family);
+	if (!ep)
+		return TC_ACT_OK;
+	nat_track(ov, &s->p, 1, now);
+	__builtin_memcpy(&s->iv, iv, sizeof(s->iv));
+	if (nat_rewrite(skb, &s->p, 0, s->iv.addr, s->iv.port, s))
+		return DROP(REASON_DROP_MALFORMED);
+	return to_pod(skb, ep, why);
+}
+
+SEC("tc")
+int from_netdev(struct __sk_buff *skb)
+{
+	enum pkt_reason why = REASON_PASS;
+	int ret = rev_snat(skb, &why);
+
+	return verdict(skb, ret, why);
+}
+
+char __license[] SEC("license") = "GPL";

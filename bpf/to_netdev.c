@@ -1,0 +1,153 @@
+//go:build ignore
+
+/* Hook: tc egress of an uplink (the node's device towards the outside).
+ *
+ * Masquerade: a packet from a pod of a network with ipMasq, to a destination
+ * outside the network's nonMasqueradeCIDRs, leaves with the node's address
+ * (masqueradeIP, else the uplink's primary address). The pod's source port
+ * is kept when no other flow and no socket of the node holds it for that
+ * destination; otherwise it moves to a free port of the network's range.
+ * Both paths out of a pod end here: the datapath's fib_lookup +
+ * redirect_neigh, and the stack's forwarding. Everything else (the node's
+ * own traffic) passes untouched. */
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "include/types.h"
+#include "lib/counters.h"
+#include "lib/endpoint.h"
+#include "lib/nat.h"
+#include "lib/scratch.h"
+#include "lib/verdict.h"
+
+static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
+{
+	struct nat_scratch *s = scratch_get();
+	struct endpoint_info *ep;
+	struct masq_net *mn;
+	struct uplink_info *up;
+	struct nat_entry *cur;
+	__u32 ifindex = skb->ifindex, net_id;
+	__u64 now;
+	int rc;
+
+	*why = REASON_PASS;
+	if (!s)
+		return TC_ACT_OK;
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	rc = nat_parse(skb, &s->p);
+	if (rc != 0)
+		return TC_ACT_OK; /* not IP; or broken, which the stack judges */
+
+	{
+		struct endpoint_key ek = { .family = s->p.family };
+
+		__builtin_memcpy(ek.addr, s->p.saddr, 16);
+		ep = bpf_map_lookup_elem(&endpoints, &ek);
+		if (!ep)
+			return TC_ACT_OK; /* the node's own traffic */
+		net_id = ep->net_id;
+	}
+	{
+		struct masq_net_key mk = { .net_id = net_id, .family = s->p.family };
+
+		mn = bpf_map_lookup_elem(&masq_nets, &mk);
+		if (!mn)
+			return TC_ACT_OK; /* no ipMasq for this network and family */
+	}
+	{
+		struct masq_skip_key sk = { .net_id = net_id, .family = s->p.family };
+
+		sk.prefixlen = 40 + (s->p.family == ADDR_FAMILY_V4 ? 32 : 128);
+		__builtin_memcpy(sk.addr, s->p.daddr, 16);
+		if (bpf_map_lookup_elem(&masq_skip, &sk))
+			return TC_ACT_OK; /* nonMasqueradeCIDRs */
+	}
+
+	__builtin_memset(s->addr, 0, 16);
+	if (!addr_is_zero(mn->addr)) {
+		__builtin_memcpy(s->addr, mn->addr, 16);
+	} else {
+		up = bpf_map_lookup_elem(&uplinks, &ifindex);
+		if (!up)
+			return DROP(REASON_DROP_NAT_NO_ADDR);
+		if (s->p.family == ADDR_FAMILY_V4 && up->has4)
+			__builtin_memcpy(s->addr, up->ip4, 4);
+		else if (s->p.family == ADDR_FAMILY_V6 && up->has6)
+			__builtin_memcpy(s->addr, up->ip6, 16);
+		else
+			return DROP(REASON_DROP_NAT_NO_ADDR);
+	}
+
+	if (s->p.later_frag) {
+		/* Only the first fragment carries ports: the rest change address. */
+		if (nat_rewrite(skb, &s->p, 1, s->addr, 0, s))
+			return DROP(REASON_DROP_MALFORMED);
+		*why = REASON_SNAT;
+		return TC_ACT_OK;
+	}
+	if (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP && !nat_is_echo_request(&s->p))
+		return DROP(REASON_DROP_NAT_UNSUPPORTED);
+
+	__builtin_memset(&s->out, 0, sizeof(s->out));
+	s->out.family = s->p.family;
+	s->out.proto = s->p.proto;
+	s->out.dir = NAT_DIR_OUT;
+	s->out.sport = s->p.sport;
+	s->out.dport = is_icmp(s->p.proto) ? 0 : s->p.dport;
+	__builtin_memcpy(s->out.saddr, s->p.saddr, 16);
+	__builtin_memcpy(s->out.daddr, s->p.daddr, 16);
+
+	now = bpf_ktime_get_ns();
+	cur = bpf_map_lookup_elem(&nat, &s->out);
+	if (cur && (nat_expired(cur, s->p.proto, now) || !addr_equal(cur->addr, s->addr))) {
+		/* Expired, or the node's address changed: start over. */
+		nat_in_key(&s->in, &s->out, cur->addr, cur->port);
+		bpf_map_delete_elem(&nat, &s->in);
+		bpf_map_delete_elem(&nat, &s->out);
+		cur = NULL;
+	}
+	if (cur) {
+		nat_track(cur, &s->p, 0, now);
+		__builtin_memcpy(&s->res, cur, sizeof(s->res));
+		/* The LRU may have evicted the IN entry alone: put it back. */
+		nat_in_key(&s->in, &s->out, s->res.addr, s->res.port);
+		if (!bpf_map_lookup_elem(&nat, &s->in)) {
+			__builtin_memset(&s->iv, 0, sizeof(s->iv));
+			__builtin_memcpy(s->iv.addr, s->out.saddr, 16);
+			s->iv.port = s->out.sport;
+			s->iv.net_id = s->res.net_id;
+			s->iv.created = s->res.created;
+			s->iv.last_seen = now;
+			bpf_map_update_elem(&nat, &s->in, &s->iv, BPF_NOEXIST);
+		}
+	} else {
+		__u8 state = s->p.proto != IPPROTO_TCP ? NAT_STATE_OPEN :
+			     (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN ? NAT_STATE_SYN_SENT :
+											       NAT_STATE_ESTABLISHED;
+
+		if (nat_create(skb, s, mn, net_id, state, now))
+			return DROP(REASON_DROP_NAT_NO_PORT);
+	}
+
+	if (nat_rewrite(skb, &s->p, 1, s->res.addr, s->res.port, s))
+		return DROP(REASON_DROP_MALFORMED);
+	*why = REASON_SNAT;
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int to_netdev(struct __sk_buff *skb)
+{
+	enum pkt_reason why = REASON_PASS;
+	int ret = snat(skb, &why);
+
+	return verdict(skb, ret, why);
+}
+
+char __license[] SEC("license") = "GPL";
