@@ -196,8 +196,28 @@ func Replace(a Attachment, ifindex int, prog *ebpf.Program) error {
 // (the device lets go of the program); a tc filter is deleted if its device
 // is still there. Both are idempotent.
 func Detach(a Attachment, ifindex int) error {
+	return detach(a, ifindex, false)
+}
+
+// DetachNow is Detach that also takes a tcx program off its device before
+// returning. Unpinning alone leaves the link to a deferred release, which is
+// fine for a host veth about to be deleted, not for a device that stays.
+func DetachNow(a Attachment, ifindex int) error {
+	return detach(a, ifindex, true)
+}
+
+func detach(a Attachment, ifindex int, now bool) error {
 	switch a.Mode {
 	case ModeTCX:
+		if now {
+			if lk, err := link.LoadPinnedLink(a.Pin, nil); err == nil {
+				err = lk.Detach()
+				lk.Close()
+				if err != nil && !errors.Is(err, unix.ENOLINK) && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("detaching %s: %w", a.Pin, err)
+				}
+			}
+		}
 		if err := os.Remove(a.Pin); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("unpinning %s: %w", a.Pin, err)
 		}

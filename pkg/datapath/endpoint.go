@@ -24,6 +24,8 @@ type Endpoint struct {
 	IPs         []net.IP
 	ContainerID string
 	IfName      string
+	// NetID is the network's key (maps.NetID): its masquerade settings.
+	NetID uint32
 }
 
 // EndpointMaps are the pinned endpoint maps.
@@ -71,7 +73,7 @@ func KeyIP(k maps.CniEndpointKey) net.IP {
 }
 
 func (e *Endpoint) info() maps.CniEndpointInfo {
-	v := maps.CniEndpointInfo{Ifindex: uint32(e.HostIfIndex)}
+	v := maps.CniEndpointInfo{Ifindex: uint32(e.HostIfIndex), NetId: e.NetID}
 	copy(v.Mac[:], e.MAC)
 	copy(v.HostMac[:], e.HostMAC)
 	return v

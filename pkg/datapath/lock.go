@@ -47,3 +47,15 @@ func (l *Lock) Unlock() {
 		l.f = nil
 	}
 }
+
+// Upgrade turns a shared lock exclusive, waiting for the other holders. Not
+// atomic (flock drops the shared lock first): callers re-check what they
+// decided under the shared lock.
+func (l *Lock) Upgrade() error {
+	for {
+		err := unix.Flock(int(l.f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}

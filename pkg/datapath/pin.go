@@ -249,6 +249,19 @@ func upgrade(bpfRoot, stateDir string, p *Programs) error {
 			}
 		}
 	}
+	ups, err := UplinkRecords(stateDir)
+	if err != nil {
+		return err
+	}
+	for _, u := range ups {
+		for _, a := range u.Attachments {
+			if prog, ok := p.ByHook[a.Hook]; ok {
+				if err := Replace(a, u.IfIndex, prog); err != nil {
+					return fmt.Errorf("upgrading %s of uplink %s: %w", a.Hook, u.Name, err)
+				}
+			}
+		}
+	}
 	for _, t := range tags {
 		if t != p.Tag {
 			if err := os.RemoveAll(filepath.Join(ProgramsDir(bpfRoot), t)); err != nil {

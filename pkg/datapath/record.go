@@ -44,14 +44,18 @@ func (r *Record) Addrs() []net.IP {
 
 // WriteRecord stores r atomically (write, then rename).
 func WriteRecord(stateDir string, r *Record) error {
-	if err := os.MkdirAll(recordDir(stateDir), 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", recordDir(stateDir), err)
+	return writeJSON(recordPath(stateDir, r.HostIfName), r)
+}
+
+// writeJSON stores v at path atomically (write, then rename).
+func writeJSON(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encoding record of %s: %w", r.HostIfName, err)
+		return fmt.Errorf("encoding %s: %w", path, err)
 	}
-	path := recordPath(stateDir, r.HostIfName)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", tmp, err)
@@ -63,18 +67,26 @@ func WriteRecord(stateDir string, r *Record) error {
 	return nil
 }
 
-// ReadRecord loads the record of a host veth; ErrNotFound if there is none.
-func ReadRecord(stateDir, hostIfName string) (*Record, error) {
-	b, err := os.ReadFile(recordPath(stateDir, hostIfName))
+// readJSON loads path into v; ErrNotFound if there is no such file.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("record of %s: %w", hostIfName, ErrNotFound)
+		return fmt.Errorf("%s: %w", path, ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading record of %s: %w", hostIfName, err)
+		return fmt.Errorf("reading %s: %w", path, err)
 	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadRecord loads the record of a host veth; ErrNotFound if there is none.
+func ReadRecord(stateDir, hostIfName string) (*Record, error) {
 	r := &Record{}
-	if err := json.Unmarshal(b, r); err != nil {
-		return nil, fmt.Errorf("decoding record of %s: %w", hostIfName, err)
+	if err := readJSON(recordPath(stateDir, hostIfName), r); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -113,4 +125,74 @@ func Records(stateDir string) ([]*Record, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// UplinkRecord is what masquerade attached to one uplink of the node.
+type UplinkRecord struct {
+	Name        string       `json:"name"`
+	IfIndex     int          `json:"ifindex"`
+	Attachments []Attachment `json:"attachments"`
+}
+
+func uplinkRecordPath(stateDir, name string) string {
+	return filepath.Join(stateDir, "uplinks", name+".json")
+}
+
+// WriteUplinkRecord stores r atomically.
+func WriteUplinkRecord(stateDir string, r *UplinkRecord) error {
+	return writeJSON(uplinkRecordPath(stateDir, r.Name), r)
+}
+
+// RemoveUplinkRecord deletes an uplink's record; a missing one is fine.
+func RemoveUplinkRecord(stateDir, name string) error {
+	err := os.Remove(uplinkRecordPath(stateDir, name))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing uplink record of %s: %w", name, err)
+	}
+	return nil
+}
+
+// UplinkRecords lists the uplinks that carry programs.
+func UplinkRecords(stateDir string) ([]*UplinkRecord, error) {
+	dir := filepath.Dir(uplinkRecordPath(stateDir, "x"))
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	var out []*UplinkRecord
+	for _, e := range ents {
+		if _, ok := strings.CutSuffix(e.Name(), ".json"); !ok {
+			continue
+		}
+		r := &UplinkRecord{}
+		if err := readJSON(filepath.Join(dir, e.Name()), r); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// HasEndpoints reports whether any endpoint record exists (names only: no
+// record is read).
+func HasEndpoints(stateDir string) (bool, error) {
+	ents, err := os.ReadDir(recordDir(stateDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("listing %s: %w", recordDir(stateDir), err)
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".json") {
+			return true, nil
+		}
+	}
+	return false, nil
 }

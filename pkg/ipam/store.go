@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"os"
 	"path/filepath"
@@ -63,11 +62,7 @@ type Allocation struct {
 }
 
 // NetID is the network's key in the BPF maps.
-func NetID(network string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(network))
-	return h.Sum32()
-}
+func NetID(network string) uint32 { return maps.NetID(network) }
 
 // mapString shortens strings longer than a C field to a digest, so long
 // container IDs or network names still identify their owner exactly.

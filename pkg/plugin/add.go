@@ -4,6 +4,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // Funcs are the CNI verbs of ebpf-cni, for skel.PluginMainFuncs.
@@ -133,6 +135,19 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return cniError(ErrLinkSetup, "configuring host veth "+hostName, err)
 	}
 
+	if c.Masq.Enabled {
+		var podNets []*net.IPNet
+		for _, ipc := range res.IPs {
+			podNets = append(podNets, &net.IPNet{IP: ipc.Address.IP.Mask(ipc.Address.Mask), Mask: ipc.Address.Mask})
+		}
+		// The node's last endpoint takes masquerade with it; so does a
+		// failed first ADD.
+		undo = append(undo, func() { releaseNode(c, lock) })
+		if err := nat.Apply(c.BPFRoot, c.StateDir, c.Name, c.Masq, podNets, c.Mode, progs); err != nil {
+			return natError(err)
+		}
+	}
+
 	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
 	if err != nil {
 		return cniError(ErrBPFFS, "opening the endpoint maps", err)
@@ -144,6 +159,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		MAC:         veth.Container.Attrs().HardwareAddr,
 		ContainerID: args.ContainerID,
 		IfName:      args.IfName,
+		NetID:       maps.NetID(c.Name),
 	}
 	for _, ipc := range res.IPs {
 		ep.IPs = append(ep.IPs, ipc.Address.IP)

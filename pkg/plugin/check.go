@@ -19,6 +19,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // CmdCheck verifies the attachment against prevResult and against what ADD
@@ -155,6 +156,9 @@ func CmdCheck(args *skel.CmdArgs) error {
 			}
 		}
 		problems = append(problems, checkPrograms(c, host, rec)...)
+		if c.Masq.Enabled {
+			problems = append(problems, checkMasquerade(c)...)
+		}
 		if contMAC != nil {
 			problems = append(problems, checkMaps(c, host, contMAC, ips, args)...)
 		}
@@ -215,6 +219,17 @@ func checkPrograms(c *Config, host netlink.Link, rec *datapath.Record) []string 
 		}
 	}
 	return problems
+}
+
+// checkMasquerade verifies that the uplinks carry this binary's masquerade
+// programs.
+func checkMasquerade(c *Config) []string {
+	p, err := datapath.OpenPrograms(c.BPFRoot, datapath.Tag())
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer p.Close()
+	return nat.UplinkProblems(c.StateDir, p)
 }
 
 func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*current.IPConfig, args *skel.CmdArgs) []string {

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // Defaults of the state locations, shared with ebpf-ipam.
@@ -30,6 +31,7 @@ type NetConf struct {
 	BPFRoot    string `json:"bpfRoot,omitempty"`
 	StateDir   string `json:"stateDir,omitempty"`
 	AttachMode string `json:"attachMode,omitempty"`
+	nat.Config
 
 	RuntimeConfig struct {
 		MAC string `json:"mac,omitempty"`
@@ -49,6 +51,8 @@ type Config struct {
 	Mode     datapath.Mode
 	MAC      net.HardwareAddr
 	IPAMType string
+	// Masq is the validated masquerade configuration.
+	Masq *nat.Settings
 	// IPAMConf is the configuration handed to the IPAM plugin: stdin, with
 	// ebpf-ipam's bpfRoot and stateDir defaulted to ebpf-cni's.
 	IPAMConf []byte
@@ -96,6 +100,9 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	if c.MAC, err = requestedMAC(n, envArgs); err != nil {
 		return nil, err
+	}
+	if c.Masq, err = n.Config.Validate(); err != nil {
+		return nil, natError(err)
 	}
 	return c, nil
 }

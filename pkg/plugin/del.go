@@ -12,6 +12,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // CmdDel removes everything the attachment has; what is already gone is
@@ -35,6 +36,9 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err := ipam.ExecDel(c.IPAMType, c.IPAMConf); err != nil {
 		errs = append(errs, fmt.Errorf("IPAM DEL: %w", err))
 	}
+	if len(errs) == 0 {
+		releaseNode(c, lock)
+	}
 	if len(errs) > 0 {
 		return cniError(types.ErrIOFailure, fmt.Sprintf("deleting %s/%s", args.ContainerID, args.IfName), errors.Join(errs...))
 	}
@@ -51,7 +55,11 @@ func teardown(c *Config, hostName string) error {
 	}
 	bpffs := maps.CheckBPFFS(c.BPFRoot) == nil
 	if bpffs {
-		if err := deleteEntries(c.BPFRoot, hostName, rec); err != nil {
+		ips, err := deleteEntries(c.BPFRoot, hostName, rec)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if err := flushFlows(c.BPFRoot, ips); err != nil {
 			errs = append(errs, err)
 		}
 		if rec != nil {
@@ -76,25 +84,58 @@ func teardown(c *Config, hostName string) error {
 	return errors.Join(errs...)
 }
 
-// deleteEntries removes the endpoint's map entries, found through its record
-// or, without one, through the host veth's device entry.
-func deleteEntries(bpfRoot, hostName string, rec *datapath.Record) error {
-	em, err := datapath.OpenEndpointMaps(bpfRoot)
+// flushFlows removes the pod's conntrack/NAT entries: a pod that gets the
+// same address later inherits no state.
+func flushFlows(bpfRoot string, ips []net.IP) error {
+	if len(ips) == 0 {
+		return nil
+	}
+	t, err := nat.OpenTable(bpfRoot)
 	if err != nil {
 		return err
+	}
+	defer t.Close()
+	_, err = t.FlushPod(ips)
+	return err
+}
+
+// releaseNode takes masquerade off the uplinks once the node has no
+// endpoint left. It upgrades the caller's node lock to exclusive first, so
+// no ADD is half-way (between setting masquerade up and writing its
+// record). Best effort: GC retries what fails here.
+func releaseNode(c *Config, lock *datapath.Lock) {
+	if has, err := datapath.HasEndpoints(c.StateDir); err != nil || has {
+		return
+	}
+	if err := lock.Upgrade(); err != nil {
+		return
+	}
+	if has, err := datapath.HasEndpoints(c.StateDir); err == nil && !has {
+		_ = nat.Teardown(c.BPFRoot, c.StateDir)
+	}
+}
+
+// deleteEntries removes the endpoint's map entries, found through its record
+// or, without one, through the host veth's device entry; it returns the
+// endpoint's addresses.
+func deleteEntries(bpfRoot, hostName string, rec *datapath.Record) ([]net.IP, error) {
+	em, err := datapath.OpenEndpointMaps(bpfRoot)
+	if err != nil {
+		return nil, err
 	}
 	defer em.Close()
 	if rec != nil {
 		mac, _ := net.ParseMAC(rec.HostMAC)
-		return em.Delete(rec.HostIfIndex, mac, rec.Addrs())
+		return rec.Addrs(), em.Delete(rec.HostIfIndex, mac, rec.Addrs())
 	}
 	l, err := netlinkLinkByName(hostName)
 	if err != nil || !datapath.IsOurs(l) {
-		return nil
+		return nil, nil
 	}
 	var d maps.CniEndpointDev
 	if em.Devs.Lookup(uint32(l.Attrs().Index), &d) != nil {
-		return nil
+		return nil, nil
 	}
-	return em.Delete(l.Attrs().Index, l.Attrs().HardwareAddr, datapath.DevIPs(&d))
+	ips := datapath.DevIPs(&d)
+	return ips, em.Delete(l.Attrs().Index, l.Attrs().HardwareAddr, ips)
 }

@@ -1,9 +1,12 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // Plugin error codes of ebpf-cni. The CNI spec reserves 0-99; ebpf-ipam
@@ -30,7 +33,20 @@ const (
 	ErrCheckFailed uint = 116
 	// ErrIPAM: the IPAM plugin failed (its own error is in details).
 	ErrIPAM uint = 117
+	// ErrMasquerade: masquerade could not be set up (uplink programs or
+	// maps); a bad masquerade key is code 7 instead.
+	ErrMasquerade uint = 118
 )
+
+// natError turns a masquerade error into a CNI error: a bad key is an
+// invalid configuration that names it.
+func natError(err error) error {
+	var ce *nat.ConfigError
+	if errors.As(err, &ce) {
+		return invalidConfig(ce.Key, ce.Msg)
+	}
+	return cniError(ErrMasquerade, "setting up masquerade", err)
+}
 
 func invalidConfig(key, msg string) error {
 	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid %s: %s", key, msg), "")

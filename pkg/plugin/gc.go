@@ -14,6 +14,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // CmdGC removes the endpoints of this network that are not in
@@ -65,7 +66,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 	if maps.CheckBPFFS(c.BPFRoot) == nil {
-		errs = append(errs, gcPins(c.BPFRoot, kept), gcEntries(c.BPFRoot, kept))
+		errs = append(errs, gcPins(c.BPFRoot, kept), gcEntries(c.BPFRoot, kept), gcMasquerade(c, kept))
 	}
 
 	if err := invoke.DelegateGC(context.TODO(), c.IPAMType, c.IPAMConf, nil); err != nil {
@@ -122,4 +123,28 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// gcMasquerade removes the flows of pods that are gone and expired flows,
+// the settings of networks without endpoints, and masquerade itself when
+// the node has no endpoint left.
+func gcMasquerade(c *Config, kept map[string]*datapath.Record) error {
+	if len(kept) == 0 {
+		return nat.Teardown(c.BPFRoot, c.StateDir)
+	}
+	liveNets := map[uint32]bool{}
+	liveIPs := map[string]bool{}
+	for _, r := range kept {
+		liveNets[maps.NetID(r.Network)] = true
+		for _, ip := range r.Addrs() {
+			liveIPs[ip.String()] = true
+		}
+	}
+	t, err := nat.OpenTable(c.BPFRoot)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	_, err = t.GC(func(ip net.IP) bool { return liveIPs[ip.String()] })
+	return errors.Join(err, nat.ForgetNetworks(c.BPFRoot, liveNets))
 }

@@ -128,15 +128,17 @@ func (e *env) linkKinds() map[string]string {
 	return out
 }
 
-// pinnedLinks lists the files under bpfRoot/links.
+// pinnedLinks lists the files under bpfRoot/links and bpfRoot/uplinks.
 func (e *env) pinnedLinks() []string {
 	var out []string
-	_ = filepath.Walk(filepath.Join(e.bpfRoot, "links"), func(p string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() {
-			out = append(out, p)
-		}
-		return nil
-	})
+	for _, dir := range []string{"links", "uplinks"} {
+		_ = filepath.Walk(filepath.Join(e.bpfRoot, dir), func(p string, info os.FileInfo, err error) error {
+			if err == nil && !info.IsDir() {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
 	return out
 }
 
@@ -169,6 +171,9 @@ func (e *env) requireClean() {
 	require.Zero(e.t, a, "endpoint address entries left")
 	require.Zero(e.t, d, "endpoint device entries left")
 	require.Zero(e.t, e.records(), "endpoint records left")
+	ups, err := datapath.UplinkRecords(e.stateDir)
+	require.NoError(e.t, err)
+	require.Empty(e.t, ups, "uplink records left")
 }
 
 // attachedProgramIDs lists the distinct programs attached to host veths.

@@ -1,0 +1,235 @@
+package nat
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// Values of enum nat_dir, nat_state and nat_flags (bpf/include/types.h).
+const (
+	dirOut = 0
+	dirIn  = 1
+
+	StateSynSent     = 1
+	StateEstablished = 2
+	StateClosing     = 3
+	StateOpen        = 4
+
+	flagKept    = 1
+	flagReplied = 2
+)
+
+// StateNames names the states for people.
+var StateNames = map[uint8]string{StateSynSent: "syn-sent", StateEstablished: "established", StateClosing: "closing", StateOpen: "open"}
+
+// Flow is one translated flow: the pod's side, the remote, and what the
+// remote sees.
+type Flow struct {
+	Proto      uint8
+	Pod        net.IP
+	PodPort    uint16 // ICMP echo: the identifier
+	Remote     net.IP
+	RemotePort uint16
+	NAT        net.IP
+	NATPort    uint16
+	State      uint8
+	Kept       bool // the pod's own port
+	Replied    bool
+	Age, Idle  time.Duration
+	Expired    bool // still in the table, but the programs ignore it
+}
+
+func keyIP(fam uint8, a [16]uint8) net.IP {
+	if fam == 4 {
+		return net.IP(bytes.Clone(a[:4]))
+	}
+	return net.IP(bytes.Clone(a[:]))
+}
+
+func port(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as bpf2go reads it
+
+// monotonic is bpf_ktime_get_ns's clock.
+func monotonic() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// lifetime mirrors nat_lifetime of bpf/lib/nat.h.
+func lifetime(t *maps.CniNatLifetimes, proto, state uint8) time.Duration {
+	s := uint32(0)
+	switch proto {
+	case unix.IPPROTO_TCP:
+		switch state {
+		case StateEstablished:
+			s = t.TcpEstablished
+		case StateClosing:
+			s = t.TcpClosing
+		default:
+			s = t.TcpSyn
+		}
+	case unix.IPPROTO_UDP:
+		s = t.Udp
+	default:
+		s = t.Icmp
+	}
+	return time.Duration(s) * time.Second
+}
+
+// Table is the pinned conntrack/NAT table and its lifetimes.
+type Table struct {
+	nat      *ebpf.Map
+	timeouts maps.CniNatLifetimes
+}
+
+// OpenTable opens the pinned table (read-only when ro).
+func OpenTable(bpfRoot string) (*Table, error) {
+	m, err := maps.OpenPinned(bpfRoot, maps.CniMapNat, maps.CniMapNatTimeouts)
+	if err != nil {
+		return nil, fmt.Errorf("opening the NAT table: %w", err)
+	}
+	defer m[maps.CniMapNatTimeouts].Close()
+	t := &Table{nat: m[maps.CniMapNat], timeouts: defaultTimeouts}
+	var cur maps.CniNatLifetimes
+	if err := m[maps.CniMapNatTimeouts].Lookup(uint32(0), &cur); err == nil && cur.TcpSyn != 0 {
+		t.timeouts = cur
+	}
+	return t, nil
+}
+
+// Close releases the handle.
+func (t *Table) Close() { t.nat.Close() }
+
+type entry struct {
+	k maps.CniNatKey
+	v maps.CniNatEntry
+}
+
+func (t *Table) entries() ([]entry, error) {
+	var out []entry
+	var e entry
+	it := t.nat.Iterate()
+	for it.Next(&e.k, &e.v) {
+		out = append(out, e)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading the NAT table: %w", err)
+	}
+	return out, nil
+}
+
+// Flows lists the flows (their OUT entries).
+func (t *Table) Flows() ([]Flow, error) {
+	es, err := t.entries()
+	if err != nil {
+		return nil, err
+	}
+	now := monotonic()
+	var out []Flow
+	for _, e := range es {
+		if e.k.Dir != dirOut {
+			continue
+		}
+		f := Flow{
+			Proto: e.k.Proto, Pod: keyIP(e.k.Family, e.k.Saddr), PodPort: port(e.k.Sport),
+			Remote: keyIP(e.k.Family, e.k.Daddr), RemotePort: port(e.k.Dport),
+			NAT: keyIP(e.k.Family, e.v.Addr), NATPort: port(e.v.Port),
+			State: e.v.State, Kept: e.v.Flags&flagKept != 0, Replied: e.v.Flags&flagReplied != 0,
+		}
+		if now > e.v.Created {
+			f.Age = time.Duration(now - e.v.Created)
+		}
+		if now > e.v.LastSeen {
+			f.Idle = time.Duration(now - e.v.LastSeen)
+		}
+		f.Expired = f.Idle > lifetime(&t.timeouts, f.Proto, f.State)
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// podAddr is the pod's address of an entry: the OUT key's source, or the
+// IN entry's value.
+func podAddr(e *entry) net.IP {
+	if e.k.Dir == dirOut {
+		return keyIP(e.k.Family, e.k.Saddr)
+	}
+	return keyIP(e.k.Family, e.v.Addr)
+}
+
+// Delete removes the entries for which drop says so; it returns how many.
+func (t *Table) delete(drop func(e *entry) bool) (int, error) {
+	es, err := t.entries()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for i := range es {
+		if !drop(&es[i]) {
+			continue
+		}
+		if err := t.nat.Delete(&es[i].k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// FlushPod removes every entry of the pod's addresses: a new pod that gets
+// them inherits no state.
+func (t *Table) FlushPod(ips []net.IP) (int, error) {
+	return t.delete(func(e *entry) bool {
+		a := podAddr(e)
+		for _, ip := range ips {
+			if a.Equal(ip) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// GC removes the entries of pods that are not live, and expired ones.
+func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
+	now := monotonic()
+	// An IN entry lives as long as its OUT entry: find the OUT entries' fate
+	// first.
+	es, err := t.entries()
+	if err != nil {
+		return 0, err
+	}
+	expired := map[maps.CniNatKey]bool{}
+	for _, e := range es {
+		if e.k.Dir == dirOut && now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State) {
+			expired[e.k] = true
+		}
+	}
+	return t.delete(func(e *entry) bool {
+		if !live(podAddr(e)) {
+			return true
+		}
+		if e.k.Dir == dirOut {
+			return expired[e.k]
+		}
+		out := maps.CniNatKey{Family: e.k.Family, Proto: e.k.Proto, Dir: dirOut, Sport: e.v.Port, Saddr: e.v.Addr, Daddr: e.k.Saddr}
+		if e.k.Proto == unix.IPPROTO_TCP || e.k.Proto == unix.IPPROTO_UDP {
+			out.Dport = e.k.Sport
+		}
+		var ov maps.CniNatEntry
+		if err := t.nat.Lookup(&out, &ov); err != nil {
+			return true // its flow is gone
+		}
+		return expired[out]
+	})
+}

@@ -1,0 +1,353 @@
+package datapath_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+)
+
+// worldServer is a host outside the node: it echoes TCP and UDP on one
+// port and records the source address of everything it gets, ICMP echo
+// requests included.
+type worldServer struct {
+	port int
+	tcp  net.Listener
+	udp  net.PacketConn
+	icmp []int // raw sockets, v4 and v6
+	mu   sync.Mutex
+	seen map[string][]netip.AddrPort // "tcp", "udp", "icmp"
+}
+
+func newWorldServer(t *testing.T, world ns.NetNS) *worldServer {
+	t.Helper()
+	s := &worldServer{seen: map[string][]netip.AddrPort{}}
+	require.NoError(t, world.Do(func(ns.NetNS) error {
+		var err error
+		if s.tcp, err = net.Listen("tcp", ":0"); err != nil {
+			return err
+		}
+		s.port = s.tcp.Addr().(*net.TCPAddr).Port
+		if s.udp, err = net.ListenPacket("udp", fmt.Sprintf(":%d", s.port)); err != nil {
+			return err
+		}
+		for _, fp := range [][2]int{{unix.AF_INET, unix.IPPROTO_ICMP}, {unix.AF_INET6, unix.IPPROTO_ICMPV6}} {
+			fd, err := unix.Socket(fp[0], unix.SOCK_RAW, fp[1])
+			if err != nil {
+				return err
+			}
+			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000})
+			s.icmp = append(s.icmp, fd)
+		}
+		return nil
+	}))
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		close(done)
+		s.tcp.Close()
+		s.udp.Close()
+	})
+	go func() {
+		for {
+			c, err := s.tcp.Accept()
+			if err != nil {
+				return
+			}
+			s.record("tcp", c.RemoteAddr())
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					k, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if _, err := c.Write(buf[:k]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			k, from, err := s.udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			s.record("udp", from)
+			_, _ = s.udp.WriteTo(buf[:k], from)
+		}
+	}()
+	for _, fd := range s.icmp {
+		go func(fd int) {
+			defer unix.Close(fd)
+			buf := make([]byte, 2048)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				k, from, err := unix.Recvfrom(fd, buf, 0)
+				if err != nil || k < 1 {
+					continue
+				}
+				var ip net.IP
+				switch sa := from.(type) {
+				case *unix.SockaddrInet4:
+					ip = net.IP(sa.Addr[:])
+					if k < 21 || buf[(buf[0]&0xf)*4] != 8 { // echo request after the IPv4 header
+						continue
+					}
+				case *unix.SockaddrInet6:
+					ip = net.IP(sa.Addr[:])
+					if buf[0] != 128 {
+						continue
+					}
+				}
+				s.record("icmp", &net.IPAddr{IP: ip})
+			}
+		}(fd)
+	}
+	return s
+}
+
+func (s *worldServer) record(proto string, a net.Addr) {
+	var ap netip.AddrPort
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		ap = v.AddrPort()
+	case *net.UDPAddr:
+		ap = v.AddrPort()
+	case *net.IPAddr:
+		ip, _ := netip.AddrFromSlice(v.IP)
+		ap = netip.AddrPortFrom(ip, 0)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen[proto] = append(s.seen[proto], netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+}
+
+// sources lists the distinct source addresses seen for proto.
+func (s *worldServer) sources(proto string) map[netip.Addr]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[netip.Addr]bool{}
+	for _, ap := range s.seen[proto] {
+		out[ap.Addr()] = true
+	}
+	return out
+}
+
+func (s *worldServer) last(proto string) netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.seen[proto]
+	if len(l) == 0 {
+		return netip.AddrPort{}
+	}
+	return l[len(l)-1]
+}
+
+// dialFrom opens a TCP connection from the pod, from a fixed local port
+// when lport is not 0, and checks an echo through it.
+func dialFrom(p ns.NetNS, lport int, dst net.IP, port int) (net.Conn, error) {
+	var c net.Conn
+	err := p.Do(func(ns.NetNS) error {
+		d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{Port: lport}}
+		var err error
+		c, err = d.Dial("tcp", net.JoinHostPort(dst.String(), strconv.Itoa(port)))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := nettest.Echo(c, "through the masquerade\n"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// udpFrom sends one datagram from the pod (from lport when not 0) and
+// waits for the echo.
+func udpFrom(p ns.NetNS, lport int, dst net.IP, port int) error {
+	return p.Do(func(ns.NetNS) error {
+		c, err := net.DialUDP("udp", &net.UDPAddr{Port: lport}, &net.UDPAddr{IP: dst, Port: port})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for try := 0; try < 3; try++ {
+			if _, err := c.Write([]byte("ping")); err != nil {
+				return err
+			}
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := c.Read(buf); err == nil {
+				return nil
+			}
+		}
+		return errors.New("no UDP echo")
+	})
+}
+
+func (e *env) masqList(version, mode string, extra map[string]any) *libcni.NetworkConfigList {
+	x := map[string]any{"ipMasq": true}
+	for k, v := range extra {
+		x[k] = v
+	}
+	return e.confList(netOpts{version: version, attachMode: mode, extra: x})
+}
+
+// forwarded is the node stack's ForwDatagrams (IPv4): what went through
+// its routing and FORWARD path.
+func (e *env) forwarded() int {
+	e.t.Helper()
+	out, err := nettest.Run(e.node.NS, "cat", "/proc/net/snmp")
+	require.NoError(e.t, err)
+	sc := bufio.NewScanner(strings.NewReader(out))
+	var names []string
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || f[0] != "Ip:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == "ForwDatagrams" {
+				v, err := strconv.Atoi(f[i])
+				require.NoError(e.t, err)
+				return v
+			}
+		}
+	}
+	e.t.Fatal("no ForwDatagrams in /proc/net/snmp")
+	return 0
+}
+
+// flows lists the NAT table's flows.
+func (e *env) flows() []nat.Flow {
+	e.t.Helper()
+	t, err := nat.OpenTable(e.bpfRoot)
+	require.NoError(e.t, err)
+	defer t.Close()
+	f, err := t.Flows()
+	require.NoError(e.t, err)
+	return f
+}
+
+func (e *env) natEntries() int { return len(e.flows()) }
+
+// uplinkProgramIDs lists what runs on the node's uplink, both directions.
+func (e *env) uplinkProgramIDs() int {
+	e.t.Helper()
+	n := 0
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("uplink")
+		if err != nil {
+			return err
+		}
+		for _, h := range datapath.UplinkHooks {
+			ids, err := datapath.AttachedIDs(l, h)
+			if err != nil {
+				return err
+			}
+			n += len(ids)
+		}
+		return nil
+	}))
+	return n
+}
+
+var addr = func(ip net.IP) netip.Addr { a, _ := netip.AddrFromSlice(ip); return a.Unmap() }
+
+// TestMasquerade is the must-hold case, under every spec version and both
+// attach modes: a host outside the node, with no route to the pods, sees
+// the node's address for TCP, UDP and ping from pods, IPv4 and IPv6; the
+// replies reach the pods without the node's FORWARD path; no netfilter rule
+// exists; DEL takes the pods' flows and, with the last pod, the uplink
+// programs.
+func TestMasquerade(t *testing.T) {
+	for _, v := range testutil.SpecVersions {
+		for _, mode := range []string{"tcx", "tc"} {
+			t.Run(v+"/"+mode, func(t *testing.T) { testMasquerade(t, v, mode) })
+		}
+	}
+}
+
+func testMasquerade(t *testing.T, version, mode string) {
+	e := newEnv(t)
+	list := e.masqList(version, mode, nil)
+	rules := e.ruleset()
+	a := e.addPod(list, "masq-a")
+	b := e.addPod(list, "masq-b")
+	require.Equal(t, 2, e.uplinkProgramIDs(), "from_netdev and to_netdev on the uplink")
+	srv := newWorldServer(t, e.node.World)
+	fwd := e.forwarded()
+	before, err := datapath.ReadCounters(e.bpfRoot)
+	require.NoError(t, err)
+
+	for _, p := range []*nettest.Pod{a, b} {
+		for _, dst := range []net.IP{nettest.WorldIP4, nettest.WorldIP6} {
+			c, err := dialFrom(p.NS, 0, dst, srv.port)
+			require.NoError(t, err, "TCP to %s", dst)
+			c.Close()
+			require.NoError(t, udpFrom(p.NS, 0, dst, srv.port), "UDP to %s", dst)
+			out, err := nettest.Ping(p.NS, dst, 2)
+			require.NoError(t, err, "ping %s: %s", dst, out)
+		}
+	}
+	node := map[netip.Addr]bool{addr(nettest.NodeIP4): true, addr(nettest.NodeIP6): true}
+	for _, proto := range []string{"tcp", "udp", "icmp"} {
+		require.Equal(t, node, srv.sources(proto), "%s sources seen outside the node", proto)
+	}
+	after, err := datapath.ReadCounters(e.bpfRoot)
+	require.NoError(t, err)
+	rev := maps.CniPktReasonREASON_REV_SNAT
+	require.GreaterOrEqual(t, after[rev].Packets-before[rev].Packets, uint64(16), "replies translated on the uplink")
+	require.GreaterOrEqual(t, after[maps.CniPktReasonREASON_SNAT].Packets-before[maps.CniPktReasonREASON_SNAT].Packets, uint64(16))
+	require.Less(t, e.forwarded()-fwd, 4, "pod traffic went through the node's FORWARD path")
+	require.Equal(t, rules, e.ruleset(), "ADD changed the netfilter ruleset")
+	out, err := nettest.Run(e.node.NS, "iptables-save")
+	require.NoError(t, err)
+	require.NotContains(t, out, "MASQUERADE")
+
+	for _, f := range e.flows() {
+		require.True(t, f.NAT.Equal(nettest.NodeIP4) || f.NAT.Equal(nettest.NodeIP6), "flow translated to %s", f.NAT)
+	}
+	require.NoError(t, e.cni.DelPod(list, a))
+	for _, f := range e.flows() {
+		require.False(t, f.Pod.Equal(a.IP(4)) || f.Pod.Equal(a.IP(6)), "DEL left a flow of the pod: %+v", f)
+	}
+	require.NotZero(t, e.natEntries(), "the other pod's flows stay")
+	require.Equal(t, 2, e.uplinkProgramIDs(), "the uplink keeps its programs while pods remain")
+	require.NoError(t, e.cni.DelPod(list, b))
+	require.Empty(t, e.flows(), "flows left after the last DEL")
+	require.Zero(t, e.uplinkProgramIDs(), "the last DEL takes the programs off the uplink")
+	e.requireClean()
+}
