@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/stretchr/testify/require"
@@ -350,4 +351,130 @@ func testMasquerade(t *testing.T, version, mode string) {
 	require.Empty(t, e.flows(), "flows left after the last DEL")
 	require.Zero(t, e.uplinkProgramIDs(), "the last DEL takes the programs off the uplink")
 	e.requireClean()
+}
+
+// TestMasqueradeSamePort: two pods use one source port to one server at
+// once, over TCP and UDP, IPv4 and IPv6: both get through, one keeps its
+// port and the other moves into the range above the node's ephemeral
+// ports. A connection of the node's own from that port is not hijacked.
+func TestMasqueradeSamePort(t *testing.T) {
+	e := newEnv(t)
+	list := e.masqList("1.1.0", "", nil)
+	a := e.addPod(list, "same-a")
+	b := e.addPod(list, "same-b")
+	srv := newWorldServer(t, e.node.World)
+	for i, dst := range []net.IP{nettest.WorldIP4, nettest.WorldIP6} {
+		lport := 40000 + 10*i // a closed connection holds its port in TIME_WAIT
+		// The node's own connection from lport comes first.
+		nodeConn, err := dialFrom(e.node.NS, lport, dst, srv.port)
+		require.NoError(t, err)
+		ca, err := dialFrom(a.NS, lport, dst, srv.port)
+		require.NoError(t, err, "pod a, TCP from port %d to %s", lport, dst)
+		pa := srv.last("tcp")
+		cb, err := dialFrom(b.NS, lport, dst, srv.port)
+		require.NoError(t, err, "pod b, TCP from port %d to %s", lport, dst)
+		pb := srv.last("tcp")
+		require.Equal(t, addr(dst.To16()).Is4(), pa.Addr().Is4())
+		ports := map[uint16]bool{uint16(lport): true, pa.Port(): true, pb.Port(): true}
+		require.Len(t, ports, 3, "node, pod a and pod b share no port: %v %v", pa, pb)
+		for _, p := range []uint16{pa.Port(), pb.Port()} {
+			require.GreaterOrEqual(t, p, uint16(61000), "a moved port comes from above the ephemeral range")
+		}
+		// Every connection still works, at once.
+		for _, c := range []net.Conn{nodeConn, ca, cb} {
+			require.NoError(t, nettest.Echo(c, "still mine\n"))
+			c.Close()
+		}
+
+		require.NoError(t, udpFrom(a.NS, lport+1, dst, srv.port))
+		ua := srv.last("udp")
+		require.NoError(t, udpFrom(b.NS, lport+1, dst, srv.port))
+		ub := srv.last("udp")
+		require.Equal(t, uint16(lport+1), ua.Port(), "a free port is kept")
+		require.NotEqual(t, ua.Port(), ub.Port())
+		require.True(t, ua.Addr() == ub.Addr() && (ua.Addr() == addr(nettest.NodeIP4) || ua.Addr() == addr(nettest.NodeIP6)))
+	}
+}
+
+// TestMasqueradeExpiry: with a one-second UDP lifetime, a port held by one
+// pod's flow is free again once the flow expired; GC deletes expired flows.
+func TestMasqueradeExpiry(t *testing.T) {
+	e := newEnv(t)
+	list := e.masqList("1.1.0", "", map[string]any{"natTimeouts": map[string]any{"udp": "1s"}})
+	a := e.addPod(list, "exp-a")
+	b := e.addPod(list, "exp-b")
+	srv := newWorldServer(t, e.node.World)
+	const lport = 5353
+	require.NoError(t, udpFrom(a.NS, lport, nettest.WorldIP4, srv.port))
+	require.Equal(t, uint16(lport), srv.last("udp").Port())
+	require.NoError(t, udpFrom(b.NS, lport, nettest.WorldIP4, srv.port))
+	require.NotEqual(t, uint16(lport), srv.last("udp").Port(), "pod a's live flow holds the port")
+	require.Len(t, e.flows(), 2)
+
+	time.Sleep(2500 * time.Millisecond)
+	for _, f := range e.flows() {
+		require.True(t, f.Expired, "flow %v:%d outlived its lifetime", f.Pod, f.PodPort)
+	}
+	require.NoError(t, udpFrom(b.NS, lport, nettest.WorldIP4, srv.port))
+	require.Equal(t, uint16(lport), srv.last("udp").Port(), "the expired flow gave the port back")
+
+	require.NoError(t, e.cni.GC(list, []types.GCAttachment{{ContainerID: "exp-a", IfName: "eth0"}, {ContainerID: "exp-b", IfName: "eth0"}}))
+	fl := e.flows()
+	require.Len(t, fl, 1, "GC keeps the live flow only: %+v", fl)
+	require.True(t, fl[0].Pod.Equal(b.IP(4)))
+}
+
+// TestMasqueradePMTU: a router beyond the node has a narrower link; its
+// ICMP "fragmentation needed" / "packet too big" about a masqueraded flow
+// reaches the pod translated, and path-MTU discovery works over TCP, IPv4
+// and IPv6.
+func TestMasqueradePMTU(t *testing.T) {
+	e := newEnv(t)
+	list := e.masqList("1.1.0", "", nil)
+	p := e.addPod(list, "pmtu")
+	far4, far6 := net.ParseIP("203.0.113.2"), net.ParseIP("2001:db8:fa::2")
+	far := farHost(t, e.node.World, far4, far6)
+	for _, dst := range []net.IP{far4, far6} {
+		l, err := nettest.Listen(far, dst)
+		require.NoError(t, err)
+		defer l.Close()
+		c, err := dialFrom(p.NS, 0, dst, l.Addr().(*net.TCPAddr).Port)
+		require.NoError(t, err)
+		// 256 KiB in full-sized segments: they only get through once the
+		// pod learnt the 1280-byte path MTU from the translated ICMP error.
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		require.NoError(t, nettest.Echo(c, strings.Repeat("x", 256<<10)), "bulk TCP to %s", dst)
+		c.Close()
+		out, err := nettest.Run(p.NS, "ip", "route", "get", dst.String())
+		require.NoError(t, err)
+		require.Contains(t, out, "mtu 1280", "the pod cached the path MTU to %s", dst)
+	}
+	out, err := nettest.Run(p.NS, "ping", "-n", "-c", "1", "-W", "2", "-M", "do", "-s", "1400", far4.String())
+	require.Error(t, err, "ping -M do -s 1400 must not fit: %s", out)
+	require.Contains(t, out, "1280", "the pod knows the path MTU")
+}
+
+// farHost is a host two hops out: world forwards to it over a link whose
+// MTU is 1280 on the world's side.
+func farHost(t *testing.T, world ns.NetNS, ip4, ip6 net.IP) ns.NetNS {
+	t.Helper()
+	far, err := nettest.NewNetNS()
+	require.NoError(t, err)
+	t.Cleanup(func() { nettest.CloseNetNS(far) })
+	run := func(n ns.NetNS, args ...string) {
+		t.Helper()
+		out, err := nettest.Run(n, args[0], args[1:]...)
+		require.NoError(t, err, out)
+	}
+	run(world, "ip", "link", "add", "narrow", "mtu", "1280", "type", "veth", "peer", "name", "wide", "netns", far.Path())
+	run(world, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	run(world, "ip", "link", "set", "narrow", "up")
+	run(world, "ip", "addr", "add", "203.0.113.1/24", "dev", "narrow")
+	run(world, "ip", "addr", "add", "2001:db8:fa::1/64", "dev", "narrow", "nodad")
+	run(far, "ip", "link", "set", "wide", "up")
+	run(far, "ip", "addr", "add", ip4.String()+"/24", "dev", "wide")
+	run(far, "ip", "addr", "add", ip6.String()+"/64", "dev", "wide", "nodad")
+	run(far, "ip", "route", "add", "default", "via", "203.0.113.1")
+	run(far, "ip", "-6", "route", "add", "default", "via", "2001:db8:fa::1")
+	return far
 }
