@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -477,4 +479,40 @@ func farHost(t *testing.T, world ns.NetNS, ip4, ip6 net.IP) ns.NetNS {
 	run(far, "ip", "route", "add", "default", "via", "203.0.113.1")
 	run(far, "ip", "-6", "route", "add", "default", "via", "2001:db8:fa::1")
 	return far
+}
+
+// TestMasqueradeBadConfig: every bad masquerade key is refused with code 7
+// naming it, and leaves nothing: no veth, no map entry, no pinned link, no
+// uplink program, no allocated address.
+func TestMasqueradeBadConfig(t *testing.T) {
+	e := newEnv(t)
+	cases := map[string]map[string]any{
+		"masqueradeIP":          {"masqueradeIP": "not-an-ip"},
+		"nonMasqueradeCIDRs[1]": {"nonMasqueradeCIDRs": []string{"10.0.0.0/8", "10.1/33"}},
+		"masqueradePortRange":   {"masqueradePortRange": "40000-50000"}, // inside the ephemeral ports
+		"natTimeouts.udp":       {"natTimeouts": map[string]any{"udp": "0s"}},
+		"natTimeouts.tcpFoo":    {"natTimeouts": map[string]any{"tcpFoo": "1m"}},
+		"uplinks[0]":            {"uplinks": []string{"nosuchdev"}},
+	}
+	for key, extra := range cases {
+		t.Run(key, func(t *testing.T) {
+			list := e.masqList("1.1.0", "", extra)
+			_, err := e.cni.AddPod(list, "bad-masq-config", nil)
+			require.Error(t, err)
+			var ce *types.Error
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, uint(types.ErrInvalidNetworkConfig), ce.Code, ce.Msg)
+			require.Contains(t, ce.Msg, key)
+			e.requireClean()
+			require.Zero(t, e.uplinkProgramIDs())
+			allocs, err := os.ReadDir(filepath.Join(e.stateDir, "ipam", "ebpfnet", "owners"))
+			if err == nil {
+				require.Empty(t, allocs, "an address stayed allocated")
+			}
+		})
+	}
+	// The uplinks case got as far as IPAM: its allocation was released.
+	allocs, err := os.ReadDir(filepath.Join(e.stateDir, "ipam", "ebpfnet", "owners"))
+	require.NoError(t, err)
+	require.Empty(t, allocs)
 }
