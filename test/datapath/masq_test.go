@@ -516,3 +516,33 @@ func TestMasqueradeBadConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, allocs)
 }
+
+// TestMasqueradeExceptions: destinations in nonMasqueradeCIDRs see the
+// pod's own address; CHECK notices an uplink without its programs.
+func TestMasqueradeExceptions(t *testing.T) {
+	e := newEnv(t)
+	list := e.masqList("1.1.0", "", map[string]any{"nonMasqueradeCIDRs": []string{"192.0.2.0/24"}})
+	p := e.addPod(list, "nomasq")
+	_, err := nettest.Run(e.node.World, "ip", "route", "add", "10.244.1.0/24", "via", nettest.NodeIP4.String())
+	require.NoError(t, err)
+	srv := newWorldServer(t, e.node.World)
+	c, err := dialFrom(p.NS, 0, nettest.WorldIP4, srv.port)
+	require.NoError(t, err)
+	c.Close()
+	require.Equal(t, addr(p.IP(4)), srv.last("tcp").Addr(), "a nonMasqueradeCIDRs destination sees the pod")
+	// IPv6 is still masqueraded.
+	require.NoError(t, udpFrom(p.NS, 0, nettest.WorldIP6, srv.port))
+	require.Equal(t, addr(nettest.NodeIP6), srv.last("udp").Addr())
+
+	require.NoError(t, e.cni.Check(list, p.RT))
+	require.NoError(t, e.node.NS.Do(func(ns.NetNS) error {
+		recs, err := datapath.UplinkRecords(e.stateDir)
+		if err != nil || len(recs) != 1 {
+			return fmt.Errorf("uplink records: %v %v", recs, err)
+		}
+		return datapath.DetachNow(recs[0].Attachments[1], recs[0].IfIndex)
+	}))
+	err = e.cni.Check(list, p.RT)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "not attached to uplink uplink")
+}
