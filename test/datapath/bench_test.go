@@ -3,6 +3,7 @@ package datapath_test
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
@@ -130,6 +132,81 @@ func BenchmarkRTT(b *testing.B) {
 				}
 			}
 			b.ReportMetric(avg*1000, "ping-rtt-µs")
+		})
+	}
+}
+
+// BenchmarkMasquerade: a pod talking to a host outside the node through
+// masquerade, ebpf-cni (BPF conntrack/SNAT) against the bridge's ipMasq
+// (iptables MASQUERADE): 1-byte TCP request/response (the ns/op), new
+// connections per second, and iperf3 TCP throughput.
+func BenchmarkMasquerade(b *testing.B) {
+	for _, kind := range []string{"ebpf-cni", "bridge"} {
+		b.Run(kind, func(b *testing.B) {
+			e := newBenchEnv(b)
+			list := e.confList(netOpts{extra: map[string]any{"ipMasq": true}, ipam: map[string]any{"type": "ebpf-ipam", "ranges": []any{
+				[]any{map[string]any{"subnet": "10.244.0.0/16"}}}}})
+			if kind == "bridge" {
+				list = bridgeList(b, e)
+				raw := map[string]any{}
+				require.NoError(b, json.Unmarshal(list.Plugins[0].Bytes, &raw))
+				raw["ipMasq"] = true
+				raw["ipam"].(map[string]any)["routes"] = []any{map[string]any{"dst": "0.0.0.0/0"}}
+				nb, err := json.Marshal(raw)
+				require.NoError(b, err)
+				list.Plugins[0].Bytes = nb
+			}
+			p, err := e.cni.AddPod(list, "masq-bench", nil)
+			require.NoError(b, err)
+			defer e.cni.DelPod(list, p)
+
+			l, err := nettest.Listen(e.node.World, nettest.WorldIP4)
+			require.NoError(b, err)
+			defer l.Close()
+			conn, err := nettest.Dial(p.NS, l.Addr().String())
+			require.NoError(b, err)
+			defer conn.Close()
+
+			// Connections per second: connect, one byte each way, close.
+			const conns = 500
+			t0 := time.Now()
+			for range conns {
+				c, err := nettest.Dial(p.NS, l.Addr().String())
+				require.NoError(b, err)
+				require.NoError(b, nettest.Echo(c, "x"))
+				c.Close()
+			}
+			cps := conns / time.Since(t0).Seconds()
+
+			// Throughput: iperf3 from the pod to the outside host.
+			srv := exec.Command("iperf3", "-s", "-1", "-B", nettest.WorldIP4.String(), "-p", "5299")
+			require.NoError(b, e.node.World.Do(func(ns.NetNS) error { return srv.Start() }))
+			defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+			time.Sleep(200 * time.Millisecond)
+			out, err := nettest.Run(p.NS, "iperf3", "-c", nettest.WorldIP4.String(), "-p", "5299", "-t", "3", "-J")
+			require.NoError(b, err, out)
+			var res struct {
+				End struct {
+					SumReceived struct {
+						BitsPerSecond float64 `json:"bits_per_second"`
+					} `json:"sum_received"`
+				} `json:"end"`
+			}
+			require.NoError(b, json.Unmarshal([]byte(out), &res))
+
+			buf := []byte{1}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := conn.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := conn.Read(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(cps, "conn/s")
+			b.ReportMetric(res.End.SumReceived.BitsPerSecond/1e9, "Gbit/s")
 		})
 	}
 }
