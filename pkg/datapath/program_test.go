@@ -100,6 +100,7 @@ func arpRequest(sha net.HardwareAddr, sip, tip net.IP) []byte {
 type programEnv struct {
 	n        ns.NetNS
 	prog     *ebpf.Program
+	progs    *Programs
 	bpfRoot  string
 	hA, hB   netlink.Link
 	counters *ebpf.Map
@@ -107,7 +108,7 @@ type programEnv struct {
 
 func newProgramEnv(t *testing.T) *programEnv {
 	bpfRoot, _, p := testPrograms(t)
-	e := &programEnv{n: testutil.NetNS(t), prog: p.ByHook[HookFromContainer.Name], bpfRoot: bpfRoot}
+	e := &programEnv{n: testutil.NetNS(t), prog: p.ByHook[HookFromContainer.Name], progs: p, bpfRoot: bpfRoot}
 	e.hA = testVeth(t, e.n, "hA")
 	e.hB = testVeth(t, e.n, "hB")
 	up := testVeth(t, e.n, "up")
