@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CniDevCounters struct {
+	_        structs.HostLayout
+	ByReason [16]CniPktCounter
+}
+
 type CniEndpointDev struct {
 	_           structs.HostLayout
 	Mac         [6]uint8
@@ -99,12 +104,13 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CniMapEndpointDevs = "endpoint_devs"
-	CniMapEndpoints    = "endpoints"
-	CniMapIpamAllocs   = "ipam_allocs"
-	CniMapIpamCursors  = "ipam_cursors"
-	CniMapIpamNets     = "ipam_nets"
-	CniMapPktCounters  = "pkt_counters"
+	CniMapEndpointCounters = "endpoint_counters"
+	CniMapEndpointDevs     = "endpoint_devs"
+	CniMapEndpoints        = "endpoints"
+	CniMapIpamAllocs       = "ipam_allocs"
+	CniMapIpamCursors      = "ipam_cursors"
+	CniMapIpamNets         = "ipam_nets"
+	CniMapPktCounters      = "pkt_counters"
 )
 
 // LoadCni returns the embedded CollectionSpec for Cni.
@@ -155,12 +161,13 @@ type CniProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
-	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
-	IpamAllocs   *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors  *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets     *ebpf.MapSpec `ebpf:"ipam_nets"`
-	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
+	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
+	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
 }
 
 // CniVariableSpecs contains global variables before they are loaded into the kernel.
@@ -189,16 +196,18 @@ func (o *CniObjects) Close() error {
 //
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
-	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.Map `ebpf:"endpoints"`
-	IpamAllocs   *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors  *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets     *ebpf.Map `ebpf:"ipam_nets"`
-	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
+	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
+	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
 }
 
 func (m *CniMaps) Close() error {
 	return _CniClose(
+		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.IpamAllocs,
