@@ -53,20 +53,13 @@ func (e *env) confList(mode string) *libcni.NetworkConfigList {
 			[]any{map[string]any{"subnet": "10.244.1.0/24"}},
 			[]any{map[string]any{"subnet": "fd00:244:1::/64"}},
 		}}}
-	b, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "clinet", "plugins": []any{p}})
-	require.NoError(e.t, err)
-	list, err := libcni.ConfListFromBytes(b)
-	require.NoError(e.t, err)
-	return list
+	return testutil.ConfList(e.t, "1.1.0", "clinet", []any{p})
 }
 
-// addPod attaches a pod, deleted at cleanup (DEL is idempotent).
+// addPod attaches a pod, deleted at cleanup.
 func (e *env) addPod(list *libcni.NetworkConfigList, id string) *nettest.Pod {
 	e.t.Helper()
-	p, err := e.cni.AddPod(list, id, nil)
-	require.NoError(e.t, err, "ADD %s", id)
-	e.t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
-	return p
+	return testutil.AddPod(e.t, e.cni, list, id)
 }
 
 // result is one CLI run.
