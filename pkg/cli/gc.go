@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -88,18 +87,24 @@ func runGC(ctx *Context, dryRun bool) error {
 	}
 	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
 	kept := map[string]*datapath.Record{}
-	recorded := 0
 	var failed []error
 	for _, e := range n.Endpoints {
 		if e.rec == nil {
-			// No record: if its veth lives, keep its entries (DEL or the
-			// CNI GC of its network handles it); else they are leftovers.
-			if e.VethPresent {
-				kept[e.HostVeth] = &datapath.Record{HostIfName: e.HostVeth, HostIfIndex: e.HostIfIndex}
+			// No record (a crash between the map entry and the record): its
+			// entries are leftovers unless its veth lives, here or, seen
+			// through its tcx link, in another netns. DEL or the CNI GC of
+			// its network removes a live one.
+			host := datapath.HostVethName(e.ContainerID, e.IfName)
+			guess := &datapath.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
+			for _, h := range datapath.Hooks {
+				guess.Attachments = append(guess.Attachments, datapath.Attachment{Hook: h.Name, Mode: datapath.ModeTCX,
+					Pin: filepath.Join(datapath.LinkDir(ctx.BPFRoot, host), h.Name)})
+			}
+			if dead, _ := gone(&Endpoint{VethPresent: e.VethPresent, rec: guess}); !dead {
+				kept[host] = guess
 			}
 			continue
 		}
-		recorded++
 		dead, why := gone(e)
 		if !dead {
 			kept[e.rec.HostIfName] = e.rec
@@ -176,7 +181,8 @@ func gone(e *Endpoint) (bool, string) {
 		if a.Mode != datapath.ModeTCX || a.Pin == "" {
 			continue
 		}
-		lk, err := link.LoadPinnedLink(a.Pin, &ebpf.LoadPinOptions{ReadOnly: true})
+		// Opening a pin only reads; links refuse BPF_F_RDONLY (EINVAL).
+		lk, err := link.LoadPinnedLink(a.Pin, nil)
 		if err != nil {
 			continue
 		}
