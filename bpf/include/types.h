@@ -107,6 +107,12 @@ struct endpoint_dev {
 	char ifname[CNI_IFNAME_LEN];
 };
 
+/* Value of endpoint_counters, keyed by the ifindex of the device a program
+ * runs on (the host veth of an endpoint): per-reason counters of that device,
+ * indexed like pkt_counters. */
+struct dev_counters {
+	struct pkt_counter by_reason[REASON_MAX];
+};
 
 /* Masquerade: connection tracking and source NAT for pod traffic leaving
  * through an uplink. One LRU table holds both directions of every flow. */

@@ -1,13 +1,16 @@
 // Command ebpf-cni is the interface plugin of ebpf-cni: a veth pair per
-// attachment, tc eBPF programs on the host end, no bridge.
+// attachment, tc eBPF programs on the host end, no bridge. Run by a person
+// (no CNI_COMMAND in the environment) it is the operator CLI instead.
 package main
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 )
 
@@ -17,5 +20,9 @@ func init() {
 }
 
 func main() {
+	// A runtime always sets CNI_COMMAND (VERSION included); a person does not.
+	if _, ok := os.LookupEnv("CNI_COMMAND"); !ok {
+		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About("ebpf-cni"))
 }

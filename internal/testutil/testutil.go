@@ -16,9 +16,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 )
 
 // RequireRoot skips a test that needs root when not run as root; under CI it
@@ -216,4 +219,30 @@ func (o *Output) Must(t testing.TB) *Output {
 		t.Fatalf("plugin failed (exit %d)\nstdout: %s\nstderr: %s", o.ExitCode, o.Stdout, strings.TrimSpace(string(o.Stderr)))
 	}
 	return o
+}
+
+// ConfList is the configuration list of the given plugins, named name.
+func ConfList(t testing.TB, version, name string, plugins []any) *libcni.NetworkConfigList {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"cniVersion": version, "name": name, "plugins": plugins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// AddPod attaches a new pod through c and deletes it at cleanup (DEL is
+// idempotent, so a test that already deleted it loses nothing).
+func AddPod(t testing.TB, c *nettest.CNI, list *libcni.NetworkConfigList, id string) *nettest.Pod {
+	t.Helper()
+	p, err := c.AddPod(list, id, nil)
+	if err != nil {
+		t.Fatalf("ADD %s: %v", id, err)
+	}
+	t.Cleanup(func() { _ = c.DelPod(list, p) })
+	return p
 }

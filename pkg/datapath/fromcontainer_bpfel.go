@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type FromContainerDevCounters struct {
+	_        structs.HostLayout
+	ByReason [16]FromContainerPktCounter
+}
+
 type FromContainerEndpointDev struct {
 	_           structs.HostLayout
 	Mac         [6]uint8
@@ -105,13 +110,14 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromContainerMapEndpointDevs   = "endpoint_devs"
-	FromContainerMapEndpoints      = "endpoints"
-	FromContainerMapIpamAllocs     = "ipam_allocs"
-	FromContainerMapIpamCursors    = "ipam_cursors"
-	FromContainerMapIpamNets       = "ipam_nets"
-	FromContainerMapPktCounters    = "pkt_counters"
-	FromContainerProgFromContainer = "from_container"
+	FromContainerMapEndpointCounters = "endpoint_counters"
+	FromContainerMapEndpointDevs     = "endpoint_devs"
+	FromContainerMapEndpoints        = "endpoints"
+	FromContainerMapIpamAllocs       = "ipam_allocs"
+	FromContainerMapIpamCursors      = "ipam_cursors"
+	FromContainerMapIpamNets         = "ipam_nets"
+	FromContainerMapPktCounters      = "pkt_counters"
+	FromContainerProgFromContainer   = "from_container"
 )
 
 // LoadFromContainer returns the embedded CollectionSpec for FromContainer.
@@ -163,12 +169,13 @@ type FromContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerMapSpecs struct {
-	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
-	IpamAllocs   *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors  *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets     *ebpf.MapSpec `ebpf:"ipam_nets"`
-	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
+	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
+	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
 }
 
 // FromContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -197,16 +204,18 @@ func (o *FromContainerObjects) Close() error {
 //
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerMaps struct {
-	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.Map `ebpf:"endpoints"`
-	IpamAllocs   *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors  *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets     *ebpf.Map `ebpf:"ipam_nets"`
-	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
+	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
+	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
 }
 
 func (m *FromContainerMaps) Close() error {
 	return _FromContainerClose(
+		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.IpamAllocs,

@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type FromNetdevDevCounters struct {
+	_        structs.HostLayout
+	ByReason [16]FromNetdevPktCounter
+}
+
 type FromNetdevEndpointDev struct {
 	_           structs.HostLayout
 	Mac         [6]uint8
@@ -190,16 +195,17 @@ type FromNetdevUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromNetdevMapEndpointDevs = "endpoint_devs"
-	FromNetdevMapEndpoints    = "endpoints"
-	FromNetdevMapMasqNets     = "masq_nets"
-	FromNetdevMapMasqSkip     = "masq_skip"
-	FromNetdevMapNat          = "nat"
-	FromNetdevMapNatTimeouts  = "nat_timeouts"
-	FromNetdevMapPktCounters  = "pkt_counters"
-	FromNetdevMapScratch      = "scratch"
-	FromNetdevMapUplinks      = "uplinks"
-	FromNetdevProgFromNetdev  = "from_netdev"
+	FromNetdevMapEndpointCounters = "endpoint_counters"
+	FromNetdevMapEndpointDevs     = "endpoint_devs"
+	FromNetdevMapEndpoints        = "endpoints"
+	FromNetdevMapMasqNets         = "masq_nets"
+	FromNetdevMapMasqSkip         = "masq_skip"
+	FromNetdevMapNat              = "nat"
+	FromNetdevMapNatTimeouts      = "nat_timeouts"
+	FromNetdevMapPktCounters      = "pkt_counters"
+	FromNetdevMapScratch          = "scratch"
+	FromNetdevMapUplinks          = "uplinks"
+	FromNetdevProgFromNetdev      = "from_netdev"
 )
 
 // LoadFromNetdev returns the embedded CollectionSpec for FromNetdev.
@@ -251,15 +257,16 @@ type FromNetdevProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromNetdevMapSpecs struct {
-	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
-	MasqNets     *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip     *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat          *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts  *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	Uplinks      *ebpf.MapSpec `ebpf:"uplinks"`
+	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromNetdevVariableSpecs contains global variables before they are loaded into the kernel.
@@ -288,19 +295,21 @@ func (o *FromNetdevObjects) Close() error {
 //
 // It can be passed to LoadFromNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromNetdevMaps struct {
-	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.Map `ebpf:"endpoints"`
-	MasqNets     *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip     *ebpf.Map `ebpf:"masq_skip"`
-	Nat          *ebpf.Map `ebpf:"nat"`
-	NatTimeouts  *ebpf.Map `ebpf:"nat_timeouts"`
-	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	Uplinks      *ebpf.Map `ebpf:"uplinks"`
+	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromNetdevMaps) Close() error {
 	return _FromNetdevClose(
+		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.MasqNets,

@@ -113,7 +113,7 @@ func InstalledTags(bpfRoot string) ([]string, error) {
 }
 
 // mapNames are the maps every program shares, pinned by pkg/maps.
-var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpoints, maps.CniMapEndpointDevs,
+var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpointCounters, maps.CniMapEndpoints, maps.CniMapEndpointDevs,
 	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
 	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks}
 

@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ToNetdevDevCounters struct {
+	_        structs.HostLayout
+	ByReason [16]ToNetdevPktCounter
+}
+
 type ToNetdevEndpointDev struct {
 	_           structs.HostLayout
 	Mac         [6]uint8
@@ -190,16 +195,17 @@ type ToNetdevUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToNetdevMapEndpointDevs = "endpoint_devs"
-	ToNetdevMapEndpoints    = "endpoints"
-	ToNetdevMapMasqNets     = "masq_nets"
-	ToNetdevMapMasqSkip     = "masq_skip"
-	ToNetdevMapNat          = "nat"
-	ToNetdevMapNatTimeouts  = "nat_timeouts"
-	ToNetdevMapPktCounters  = "pkt_counters"
-	ToNetdevMapScratch      = "scratch"
-	ToNetdevMapUplinks      = "uplinks"
-	ToNetdevProgToNetdev    = "to_netdev"
+	ToNetdevMapEndpointCounters = "endpoint_counters"
+	ToNetdevMapEndpointDevs     = "endpoint_devs"
+	ToNetdevMapEndpoints        = "endpoints"
+	ToNetdevMapMasqNets         = "masq_nets"
+	ToNetdevMapMasqSkip         = "masq_skip"
+	ToNetdevMapNat              = "nat"
+	ToNetdevMapNatTimeouts      = "nat_timeouts"
+	ToNetdevMapPktCounters      = "pkt_counters"
+	ToNetdevMapScratch          = "scratch"
+	ToNetdevMapUplinks          = "uplinks"
+	ToNetdevProgToNetdev        = "to_netdev"
 )
 
 // LoadToNetdev returns the embedded CollectionSpec for ToNetdev.
@@ -251,15 +257,16 @@ type ToNetdevProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToNetdevMapSpecs struct {
-	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
-	MasqNets     *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip     *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat          *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts  *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	Uplinks      *ebpf.MapSpec `ebpf:"uplinks"`
+	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToNetdevVariableSpecs contains global variables before they are loaded into the kernel.
@@ -288,19 +295,21 @@ func (o *ToNetdevObjects) Close() error {
 //
 // It can be passed to LoadToNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToNetdevMaps struct {
-	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.Map `ebpf:"endpoints"`
-	MasqNets     *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip     *ebpf.Map `ebpf:"masq_skip"`
-	Nat          *ebpf.Map `ebpf:"nat"`
-	NatTimeouts  *ebpf.Map `ebpf:"nat_timeouts"`
-	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	Uplinks      *ebpf.Map `ebpf:"uplinks"`
+	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToNetdevMaps) Close() error {
 	return _ToNetdevClose(
+		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.MasqNets,

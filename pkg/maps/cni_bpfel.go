@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CniDevCounters struct {
+	_        structs.HostLayout
+	ByReason [16]CniPktCounter
+}
+
 type CniEndpointDev struct {
 	_           structs.HostLayout
 	Mac         [6]uint8
@@ -171,17 +176,18 @@ type CniUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CniMapEndpointDevs = "endpoint_devs"
-	CniMapEndpoints    = "endpoints"
-	CniMapIpamAllocs   = "ipam_allocs"
-	CniMapIpamCursors  = "ipam_cursors"
-	CniMapIpamNets     = "ipam_nets"
-	CniMapMasqNets     = "masq_nets"
-	CniMapMasqSkip     = "masq_skip"
-	CniMapNat          = "nat"
-	CniMapNatTimeouts  = "nat_timeouts"
-	CniMapPktCounters  = "pkt_counters"
-	CniMapUplinks      = "uplinks"
+	CniMapEndpointCounters = "endpoint_counters"
+	CniMapEndpointDevs     = "endpoint_devs"
+	CniMapEndpoints        = "endpoints"
+	CniMapIpamAllocs       = "ipam_allocs"
+	CniMapIpamCursors      = "ipam_cursors"
+	CniMapIpamNets         = "ipam_nets"
+	CniMapMasqNets         = "masq_nets"
+	CniMapMasqSkip         = "masq_skip"
+	CniMapNat              = "nat"
+	CniMapNatTimeouts      = "nat_timeouts"
+	CniMapPktCounters      = "pkt_counters"
+	CniMapUplinks          = "uplinks"
 )
 
 // LoadCni returns the embedded CollectionSpec for Cni.
@@ -232,17 +238,18 @@ type CniProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
-	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
-	IpamAllocs   *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors  *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets     *ebpf.MapSpec `ebpf:"ipam_nets"`
-	MasqNets     *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip     *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat          *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts  *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	PktCounters  *ebpf.MapSpec `ebpf:"pkt_counters"`
-	Uplinks      *ebpf.MapSpec `ebpf:"uplinks"`
+	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // CniVariableSpecs contains global variables before they are loaded into the kernel.
@@ -271,21 +278,23 @@ func (o *CniObjects) Close() error {
 //
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
-	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints    *ebpf.Map `ebpf:"endpoints"`
-	IpamAllocs   *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors  *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets     *ebpf.Map `ebpf:"ipam_nets"`
-	MasqNets     *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip     *ebpf.Map `ebpf:"masq_skip"`
-	Nat          *ebpf.Map `ebpf:"nat"`
-	NatTimeouts  *ebpf.Map `ebpf:"nat_timeouts"`
-	PktCounters  *ebpf.Map `ebpf:"pkt_counters"`
-	Uplinks      *ebpf.Map `ebpf:"uplinks"`
+	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *CniMaps) Close() error {
 	return _CniClose(
+		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.IpamAllocs,

@@ -45,13 +45,26 @@ func CmdDel(args *skel.CmdArgs) error {
 	return nil
 }
 
-// teardown removes an endpoint's map entries, program attachments, veth and
-// record; every step runs even if one fails.
+// Teardown removes the state of the endpoint whose host veth is hostName,
+// as DEL does, without calling IPAM: for the operator CLI's gc, which holds
+// the node lock exclusively.
+func Teardown(bpfRoot, stateDir, hostName string) error {
+	return teardown(&Config{NetConf: &NetConf{BPFRoot: bpfRoot, StateDir: stateDir}}, hostName)
+}
+
+// teardown removes an endpoint's map entries, program attachments, veth,
+// per-device counters and record; every step runs even if one fails.
 func teardown(c *Config, hostName string) error {
 	var errs []error
 	rec, err := datapath.ReadRecord(c.StateDir, hostName)
 	if err != nil && !errors.Is(err, datapath.ErrNotFound) {
 		errs = append(errs, err)
+	}
+	ifindex := 0
+	if rec != nil {
+		ifindex = rec.HostIfIndex
+	} else if l, err := netlinkLinkByName(hostName); err == nil && datapath.IsOurs(l) {
+		ifindex = l.Attrs().Index
 	}
 	bpffs := maps.CheckBPFFS(c.BPFRoot) == nil
 	if bpffs {
@@ -75,6 +88,13 @@ func teardown(c *Config, hostName string) error {
 	}
 	if err := datapath.DeleteHostVeth(hostName); err != nil {
 		errs = append(errs, err)
+	}
+	// After the veth is gone no program counts on it, so nothing recreates
+	// the entry.
+	if bpffs && ifindex != 0 {
+		if err := datapath.DeleteDeviceCounters(c.BPFRoot, ifindex); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) == 0 {
 		if err := datapath.RemoveRecord(c.StateDir, hostName); err != nil {

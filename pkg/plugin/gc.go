@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -66,7 +67,8 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 	if maps.CheckBPFFS(c.BPFRoot) == nil {
-		errs = append(errs, gcPins(c.BPFRoot, kept), gcEntries(c.BPFRoot, kept), gcMasquerade(c, kept))
+		_, err := Leftovers(c.BPFRoot, kept, false)
+		errs = append(errs, err, gcMasquerade(c, kept))
 	}
 
 	if err := invoke.DelegateGC(context.TODO(), c.IPAMType, c.IPAMConf, nil); err != nil {
@@ -78,51 +80,88 @@ func CmdGC(args *skel.CmdArgs) error {
 	return nil
 }
 
-func gcPins(bpfRoot string, kept map[string]*datapath.Record) error {
+// Leftovers finds, and unless dryRun removes, the state under bpfRoot that
+// no record in kept (keyed by host veth) accounts for: pinned links, endpoint
+// map entries, per-device counters. It returns one line per item. The caller
+// holds the node lock exclusively, so no ADD is half-way.
+func Leftovers(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([]string, error) {
+	pins, perr := gcPins(bpfRoot, kept, dryRun)
+	entries, eerr := gcEntries(bpfRoot, kept, dryRun)
+	return append(pins, entries...), errors.Join(perr, eerr)
+}
+
+func gcPins(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([]string, error) {
 	dir := filepath.Dir(datapath.LinkDir(bpfRoot, "x"))
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
+	var found []string
 	var errs []error
 	for _, e := range ents {
 		if kept[e.Name()] == nil {
-			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+			found = append(found, "pinned links "+filepath.Join(dir, e.Name()))
+			if !dryRun {
+				errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+			}
 		}
 	}
-	return errors.Join(errs...)
+	return found, errors.Join(errs...)
 }
 
-func gcEntries(bpfRoot string, kept map[string]*datapath.Record) error {
+func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([]string, error) {
 	em, err := datapath.OpenEndpointMaps(bpfRoot)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer em.Close()
 	live := map[int]bool{}
 	for _, r := range kept {
 		live[r.HostIfIndex] = true
 	}
+	var found []string
 	var errs []error
+	remove := func(what string, del func() error) {
+		found = append(found, what)
+		if !dryRun {
+			errs = append(errs, del())
+		}
+	}
 	devs, err := em.Devices()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, d := range devs {
 		if !live[d.IfIndex] {
-			errs = append(errs, em.Delete(d.IfIndex, d.Dev.HostMac[:], datapath.DevIPs(&d.Dev)))
+			remove(fmt.Sprintf("%s[%d] (container %s)", maps.CniMapEndpointDevs, d.IfIndex, maps.GoString(d.Dev.ContainerId[:])), func() error {
+				return em.Delete(d.IfIndex, d.Dev.HostMac[:], datapath.DevIPs(&d.Dev))
+			})
 		}
 	}
 	addrs, err := em.Addresses()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for ip, v := range addrs {
 		if !live[int(v.Ifindex)] {
-			errs = append(errs, em.Delete(int(v.Ifindex), v.HostMac[:], []net.IP{net.ParseIP(ip)}))
+			remove(fmt.Sprintf("%s[%s] (ifindex %d)", maps.CniMapEndpoints, ip, v.Ifindex), func() error {
+				return em.Delete(int(v.Ifindex), v.HostMac[:], []net.IP{net.ParseIP(ip)})
+			})
 		}
 	}
-	return errors.Join(errs...)
+	counted, err := datapath.DeviceCounterKeys(bpfRoot)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range counted {
+		if !live[i] {
+			remove(fmt.Sprintf("%s[%d]", maps.CniMapEndpointCounters, i), func() error {
+				return datapath.DeleteDeviceCounters(bpfRoot, i)
+			})
+		}
+	}
+	sort.Strings(found)
+	return found, errors.Join(errs...)
 }
 
 // gcMasquerade removes the flows of pods that are gone and expired flows,

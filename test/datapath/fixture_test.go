@@ -3,7 +3,6 @@
 package datapath_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -85,21 +84,13 @@ func (e *env) confList(o netOpts) *libcni.NetworkConfigList {
 	for _, c := range o.chained {
 		plugins = append(plugins, c)
 	}
-	b, err := json.Marshal(map[string]any{"cniVersion": o.version, "name": "ebpfnet", "plugins": plugins})
-	require.NoError(e.t, err)
-	list, err := libcni.ConfListFromBytes(b)
-	require.NoError(e.t, err)
-	return list
+	return testutil.ConfList(e.t, o.version, "ebpfnet", plugins)
 }
 
-// addPod attaches a new pod and deletes it at cleanup (DEL is idempotent,
-// so a test that already deleted it loses nothing).
+// addPod attaches a new pod and deletes it at cleanup.
 func (e *env) addPod(list *libcni.NetworkConfigList, id string) *nettest.Pod {
 	e.t.Helper()
-	p, err := e.cni.AddPod(list, id, nil)
-	require.NoError(e.t, err, "ADD %s", id)
-	e.t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
-	return p
+	return testutil.AddPod(e.t, e.cni, list, id)
 }
 
 // hostLinks are ebpf-cni's host veths in the node.

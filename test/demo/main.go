@@ -1,9 +1,11 @@
 // Command demo shows ebpf-cni on a simulated node: a "node" netns with an
 // uplink to a "world" netns, three pods attached through the real binaries
-// with libcni, their addresses, pod-to-pod ping and TCP, pod-to-node, and
-// the counters that say which path the packets took. Everything lives in
-// namespaces made here (and a private bpffs); it is all removed on exit and
-// on Ctrl-C. Run as root: sudo make demo.
+// with libcni, their addresses, pod-to-pod ping and TCP, pod-to-node, a
+// spoofed ping, and then what the operator CLI (bin/ebpf-cni without
+// CNI_COMMAND) shows: the endpoints, the node's status, and the counters
+// that say which path the packets took and why one was dropped. Everything
+// lives in namespaces made here (and a private bpffs); it is all removed on
+// exit and on Ctrl-C. Run as root: sudo make demo.
 package main
 
 import (
@@ -11,18 +13,18 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
+	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
-	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 func main() {
@@ -115,10 +117,6 @@ func (d *demo) run(bin, ref, mode string) error {
 	out, _ := nettest.Run(d.node.NS, "ip", "-br", "link")
 	fmt.Printf("node links (no bridge):\n%s", out)
 
-	before, err := datapath.ReadCounters(bpfRoot)
-	if err != nil {
-		return err
-	}
 	step("pod-to-pod ping and TCP (IPv4 and IPv6)")
 	for i, a := range d.pods {
 		bp := d.pods[(i+1)%len(d.pods)]
@@ -147,21 +145,37 @@ func (d *demo) run(bin, ref, mode string) error {
 		fmt.Printf("  pod%d <-> node ok\n", i)
 	}
 
-	after, err := datapath.ReadCounters(bpfRoot)
-	if err != nil {
+	step("pod0 sends from an address that is not its own (anti-spoofing)")
+	if _, err := nettest.Run(d.pods[0].NS, "ip", "addr", "add", "10.244.0.250/32", "dev", "eth0"); err != nil {
 		return err
 	}
-	step("from_container counters for this run (pkt_counters, per reason)")
-	var reasons []int
-	for r := range datapath.ReasonNames {
-		reasons = append(reasons, int(r))
+	if o, err := nettest.Run(d.pods[0].NS, "ping", "-n", "-c", "3", "-i", "0.2", "-W", "1", "-I", "10.244.0.250", d.pods[1].IP(4).String()); err == nil {
+		return fmt.Errorf("a spoofed ping got through:\n%s", o)
 	}
-	sort.Ints(reasons)
-	for _, r := range reasons {
-		k := maps.CniPktReason(r)
-		fmt.Printf("  %-28s %6d packets\n", datapath.ReasonNames[k], after[k].Packets-before[k].Packets)
+	fmt.Println("  ping -I 10.244.0.250 pod1: no reply (dropped at pod0's host veth)")
+
+	cli := func(args ...string) error {
+		args = append(args, "--bpf-root", bpfRoot, "--state-dir", stateDir)
+		fmt.Printf("$ ebpf-cni %s\n", strings.Join(args[:len(args)-4], " "))
+		return d.node.NS.Do(func(ns.NetNS) error {
+			cmd := exec.Command(filepath.Join(bin, "ebpf-cni"), args...)
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no CNI_COMMAND: the operator CLI
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			return cmd.Run()
+		})
 	}
-	fmt.Println("  (redirect_peer: pod to pod, no bridge, no netfilter; pass to stack: to the node, NDP)")
+	step("what the node holds, as an operator sees it (the ebpf-cni CLI, run in the node's netns)")
+	if err := cli("endpoints"); err != nil {
+		return err
+	}
+	if err := cli("status"); err != nil {
+		return err
+	}
+	step("what happened to the packets: redirect_peer pod to pod, pass to the node, drop by reason")
+	if err := cli("counters"); err != nil {
+		return err
+	}
+	fmt.Println("  (redirect: pod to pod, no bridge, no netfilter; pass: to the node, NDP; drop_spoof_src: pod0's spoofed pings)")
 
 	step("DEL the pods")
 	return d.delPods()

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func run(args ...string) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	code = Main(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func TestMainUsage(t *testing.T) {
+	out, _, code := run()
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "Usage: ebpf-cni <command>")
+	for _, name := range commandNames() {
+		require.Contains(t, out, "  "+name+" ")
+	}
+
+	_, errOut, code := run("nat")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errOut, `unknown command "nat"`)
+
+	_, errOut, code = run("version", "-o", "xml")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errOut, "want table or json")
+}
+
+// TestEveryCommandDocumented: each command says what it shows, documents
+// its JSON, and has the common flags.
+func TestEveryCommandDocumented(t *testing.T) {
+	require.Subset(t, commandNames(), []string{"counters", "endpoints", "gc", "ipam", "status", "version"})
+	for _, name := range commandNames() {
+		out, _, code := run(name, "--help")
+		require.Equal(t, ExitOK, code, name)
+		require.Contains(t, out, "Usage: ebpf-cni "+name+" [flags]")
+		require.Contains(t, out, "JSON:", name)
+		for _, f := range []string{"--bpf-root DIR", "--state-dir DIR", "-o table|json"} {
+			require.Contains(t, out, f, name)
+		}
+		require.NotEmpty(t, strings.TrimSpace(commands[name].Summary))
+	}
+	out, _, _ := run("gc", "--help")
+	require.Contains(t, out, "--dry-run")
+}
+
+func TestVersionJSON(t *testing.T) {
+	out, _, code := run("version", "-o", "json")
+	require.Equal(t, ExitOK, code)
+	require.Regexp(t, `^\{\n  "version": ".+",\n  "programTag": ".+-[0-9a-f]{12}",\n  "go": ".+",\n  "platform": ".+"\n\}\n$`, out)
+}

@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"sort"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+func init() {
+	register(&Command{
+		Name:    "counters",
+		Summary: "packets forwarded, redirected, passed and dropped by reason, per endpoint and in total",
+		Help: `What the programs did with the packets leaving each pod, by reason:
+redirect (redirect_peer into another pod), fib_redirect (forwarded through
+the FIB), pass (handed to the node's stack), arp_reply (ARP answered in BPF)
+and drop_* (dropped, with why: drop_spoof_src, drop_spoof_mac,
+drop_malformed, drop_no_endpoint). Counts are packets and bytes summed over
+CPUs. Per endpoint they come from endpoint_counters (keyed by host ifindex;
+DEL removes an endpoint's), the node total from pkt_counters (everything
+since the maps were created, deleted pods included). Tables show only
+non-zero reasons.
+
+JSON: {"total": {"reasons": {<reason>: {"packets", "bytes"}}, "dropped"},
+"endpoints": [{"containerID", "ifname", "hostVeth", "hostIfindex",
+"reasons", "dropped"}]}; every reason is present, zeros included.`,
+		Flags: func(*flag.FlagSet) func(*Context) error { return runCounters },
+	})
+}
+
+// CounterValue is a packet and byte count.
+type CounterValue struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// ReasonCounters are the counts of one device or of the node.
+type ReasonCounters struct {
+	Reasons map[string]CounterValue `json:"reasons"`
+	Dropped CounterValue            `json:"dropped"` // sum of the drop_* reasons
+}
+
+// EndpointCounters are one endpoint's (or device's) counts.
+type EndpointCounters struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+	HostVeth    string `json:"hostVeth"`
+	HostIfIndex int    `json:"hostIfindex"`
+	ReasonCounters
+}
+
+type countersOutput struct {
+	Total     ReasonCounters      `json:"total"`
+	Endpoints []*EndpointCounters `json:"endpoints"`
+}
+
+// reasons lists the known reasons in enum order.
+func reasons() []maps.CniPktReason {
+	var out []maps.CniPktReason
+	for r := range datapath.ReasonKeys {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func reasonCounters(by map[maps.CniPktReason]datapath.Counter) ReasonCounters {
+	rc := ReasonCounters{Reasons: map[string]CounterValue{}}
+	for _, r := range reasons() {
+		c := by[r]
+		rc.Reasons[datapath.ReasonKeys[r]] = CounterValue{c.Packets, c.Bytes}
+		if datapath.IsDrop(r) {
+			rc.Dropped.Packets += c.Packets
+			rc.Dropped.Bytes += c.Bytes
+		}
+	}
+	return rc
+}
+
+func readCounters(ctx *Context) (*countersOutput, error) {
+	n, err := loadNode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapPktCounters, maps.CniMapEndpointCounters)
+	if err != nil {
+		return nil, err
+	}
+	defer closeMaps()
+	total := map[maps.CniPktReason]datapath.Counter{}
+	if m := ms[maps.CniMapPktCounters]; m != nil {
+		if total, err = datapath.SumCounters(m); err != nil {
+			return nil, err
+		}
+	}
+	devs := map[uint32]map[maps.CniPktReason]datapath.Counter{}
+	if m := ms[maps.CniMapEndpointCounters]; m != nil {
+		if devs, err = datapath.SumDeviceCounters(m); err != nil {
+			return nil, err
+		}
+	}
+	out := &countersOutput{Total: reasonCounters(total), Endpoints: []*EndpointCounters{}}
+	for _, e := range n.Endpoints {
+		out.Endpoints = append(out.Endpoints, &EndpointCounters{ContainerID: e.ContainerID, IfName: e.IfName,
+			HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex, ReasonCounters: reasonCounters(devs[uint32(e.HostIfIndex)])})
+	}
+	// Devices counted that are no endpoint: removed without DEL, or a
+	// program attached by hand.
+	var others []int
+	for idx := range devs {
+		if n.byIfIndex[int(idx)] == nil {
+			others = append(others, int(idx))
+		}
+	}
+	sort.Ints(others)
+	for _, idx := range others {
+		name := ""
+		if l, err := netlink.LinkByIndex(idx); err == nil {
+			name = l.Attrs().Name
+		}
+		out.Endpoints = append(out.Endpoints, &EndpointCounters{HostVeth: name, HostIfIndex: idx, ReasonCounters: reasonCounters(devs[uint32(idx)])})
+	}
+	return out, nil
+}
+
+func runCounters(ctx *Context) error {
+	out, err := readCounters(ctx)
+	if err != nil {
+		return err
+	}
+	if ctx.JSON {
+		return writeJSON(ctx.Stdout, out)
+	}
+	t := &Table{Header: []string{"ENDPOINT", "HOST VETH", "REASON", "PACKETS", "BYTES", "MEANING"}, Right: map[int]bool{3: true, 4: true}}
+	rows := func(first, veth string, rc ReasonCounters) {
+		any := false
+		for _, r := range reasons() {
+			c := rc.Reasons[datapath.ReasonKeys[r]]
+			if c.Packets == 0 {
+				continue
+			}
+			t.Row(first, veth, datapath.ReasonKeys[r], HumanCount(c.Packets), HumanBytes(c.Bytes), datapath.ReasonNames[r])
+			first, veth, any = "", "", true
+		}
+		if !any {
+			t.Row(first, veth, "(no packets)")
+		}
+	}
+	for _, e := range out.Endpoints {
+		name := (&Endpoint{ContainerID: e.ContainerID, IfName: e.IfName}).Name()
+		if e.ContainerID == "" {
+			name = fmt.Sprintf("(ifindex %d)", e.HostIfIndex)
+		}
+		rows(name, orDash(e.HostVeth), e.ReasonCounters)
+	}
+	rows("node total", "", out.Total)
+	return t.Write(ctx.Stdout)
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+)
+
+func init() {
+	register(&Command{
+		Name:    "endpoints",
+		Summary: "pods attached on this node: container, interfaces, IPs, MAC, programs and attach mode",
+		Help: `One row per attachment (container ID/ifname): the host veth and its ifindex,
+the pod's addresses and MAC as the datapath enforces them (endpoint_devs),
+the programs attached to the host veth (kernel program ID) and how (tcx or
+tc), and STATE: ok, or "problem" with each problem listed under the table.
+Endpoints come from the records under --state-dir joined with the pinned
+endpoint maps, so an entry either side lacks is shown too.
+
+JSON: a list of objects with containerID, ifname, network, netns, hostVeth,
+hostIfindex, ips, mac, hostMAC, attachments (hook, mode, recordedMode,
+programIDs, programTag), recorded, inMaps, vethPresent, problems.`,
+		Flags: func(*flag.FlagSet) func(*Context) error { return runEndpoints },
+	})
+}
+
+func runEndpoints(ctx *Context) error {
+	n, err := loadNode(ctx)
+	if err != nil {
+		return err
+	}
+	if ctx.JSON {
+		return writeJSON(ctx.Stdout, n.Endpoints)
+	}
+	t := &Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "STATE"}, Right: map[int]bool{2: true}}
+	var problems []string
+	for _, e := range n.Endpoints {
+		var progs []string
+		for _, a := range e.Attachments {
+			ids := make([]string, len(a.ProgramIDs))
+			for i, id := range a.ProgramIDs {
+				ids[i] = fmt.Sprintf("#%d", id)
+			}
+			if len(ids) == 0 {
+				ids = []string{"(none)"}
+			}
+			progs = append(progs, fmt.Sprintf("%s %s %s", a.Hook, orDash(a.Mode), strings.Join(ids, ",")))
+		}
+		state := "ok"
+		if len(e.Problems) > 0 {
+			state = "problem"
+			for _, p := range e.Problems {
+				problems = append(problems, fmt.Sprintf("  %s (%s): %s", e.Name(), orDash(e.HostVeth), p))
+			}
+		}
+		t.Row(e.Name(), orDash(e.HostVeth), fmt.Sprint(e.HostIfIndex), orDash(strings.Join(e.IPs, ",")), orDash(e.MAC), strings.Join(progs, "; "), state)
+	}
+	if t.Len() == 0 {
+		fmt.Fprintln(ctx.Stdout, "no endpoints on this node")
+		return nil
+	}
+	if err := t.Write(ctx.Stdout); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(ctx.Stdout, "\nproblems:\n%s\n", strings.Join(problems, "\n"))
+	}
+	return nil
+}

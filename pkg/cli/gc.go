@@ -1,0 +1,289 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
+)
+
+func init() {
+	register(&Command{
+		Name:    "gc",
+		Summary: "remove the state of endpoints whose pod is gone (--dry-run lists it)",
+		Help: `Removes what the plugin keeps for an endpoint whose pod is gone without a
+DEL: its map entries, pinned links, per-device counters and record, as DEL
+does, and its ebpf-ipam addresses (only those the attachment still holds,
+when ebpf-ipam keeps its state under --state-dir). Then the pinned links and
+map entries no remaining endpoint accounts for.
+
+An endpoint is gone when its host veth is no longer in this network
+namespace and, if its pod's netns still exists, the pod's interface is gone
+too (a veth pair dies whole). An endpoint whose veth exists is never
+collected, nor one whose pod interface or tcx link is still alive (then gc
+runs in the wrong netns: it says so). It holds the node lock exclusively,
+as the plugin's GC does, so no ADD or DEL is half-way.
+
+--dry-run lists what would be removed and changes nothing.
+
+JSON: {"dryRun", "endpoints": [{"containerID", "ifname", "network",
+"hostVeth", "hostIfindex", "reason", "ips", "ipamReleased", "error"}],
+"leftovers": [], "skipped": [], "notes": []}. Exit status 1 if anything
+could not be removed.`,
+		Flags: func(fs *flag.FlagSet) func(*Context) error {
+			dry := fs.Bool("dry-run", false, "list what would be removed, remove nothing")
+			return func(ctx *Context) error { return runGC(ctx, *dry) }
+		},
+	})
+}
+
+// Collected is one endpoint gc removes.
+type Collected struct {
+	ContainerID  string   `json:"containerID"`
+	IfName       string   `json:"ifname"`
+	Network      string   `json:"network"`
+	HostVeth     string   `json:"hostVeth"`
+	HostIfIndex  int      `json:"hostIfindex"`
+	Reason       string   `json:"reason"`
+	IPs          []string `json:"ips"`
+	IPAMReleased []string `json:"ipamReleased"`
+	Error        string   `json:"error,omitempty"`
+}
+
+type gcOutput struct {
+	DryRun    bool         `json:"dryRun"`
+	Endpoints []*Collected `json:"endpoints"`
+	Leftovers []string     `json:"leftovers"`
+	Skipped   []string     `json:"skipped"`
+	Notes     []string     `json:"notes"`
+}
+
+func runGC(ctx *Context, dryRun bool) error {
+	if err := checkRoot(ctx.BPFRoot); err != nil {
+		return err
+	}
+	if !dryRun {
+		lock, err := datapath.NodeLock(ctx.StateDir, true)
+		if err != nil {
+			return fmt.Errorf("taking the node lock (--state-dir): %w", err)
+		}
+		defer lock.Unlock()
+	}
+	n, err := loadNode(ctx)
+	if err != nil {
+		return err
+	}
+	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
+	kept := map[string]*datapath.Record{}
+	var failed []error
+	for _, e := range n.Endpoints {
+		if e.rec == nil {
+			// No record (a crash between the map entry and the record): its
+			// entries are leftovers unless its veth lives, here or, seen
+			// through its tcx link, in another netns. DEL or the CNI GC of
+			// its network removes a live one.
+			host := datapath.HostVethName(e.ContainerID, e.IfName)
+			guess := &datapath.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
+			for _, h := range datapath.Hooks {
+				guess.Attachments = append(guess.Attachments, datapath.Attachment{Hook: h.Name, Mode: datapath.ModeTCX,
+					Pin: filepath.Join(datapath.LinkDir(ctx.BPFRoot, host), h.Name)})
+			}
+			if dead, _ := gone(&Endpoint{VethPresent: e.VethPresent, rec: guess}); !dead {
+				kept[host] = guess
+			}
+			continue
+		}
+		dead, why := gone(e)
+		if !dead {
+			kept[e.rec.HostIfName] = e.rec
+			if why != "" {
+				out.Skipped = append(out.Skipped, fmt.Sprintf("%s (%s): %s", e.Name(), e.HostVeth, why))
+			}
+			continue
+		}
+		c := &Collected{ContainerID: e.ContainerID, IfName: e.IfName, Network: e.Network, HostVeth: e.HostVeth,
+			HostIfIndex: e.HostIfIndex, Reason: why, IPs: e.IPs, IPAMReleased: []string{}}
+		out.Endpoints = append(out.Endpoints, c)
+		if !dryRun {
+			if err := plugin.Teardown(ctx.BPFRoot, ctx.StateDir, e.rec.HostIfName); err != nil {
+				c.Error = err.Error()
+				failed = append(failed, err)
+				continue // its record stays, so the addresses stay accounted for
+			}
+		}
+		released, note, err := releaseIPAM(ctx, e.rec, dryRun)
+		c.IPAMReleased = append(c.IPAMReleased, released...)
+		if note != "" {
+			out.Notes = append(out.Notes, fmt.Sprintf("%s: %s", e.Name(), note))
+		}
+		if err != nil {
+			c.Error = err.Error()
+			failed = append(failed, err)
+		}
+	}
+
+	// Map entries with no record at all, while the maps hold endpoints,
+	// most likely mean --state-dir is not the plugin's: sweeping would cut
+	// live pods off.
+	if _, err := os.Stat(filepath.Join(ctx.StateDir, "endpoints")); errors.Is(err, os.ErrNotExist) && len(n.Endpoints) > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("no endpoint records under %s: left the map entries alone; is --state-dir the plugin's stateDir?", ctx.StateDir))
+	} else if pinned(ctx.BPFRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs) {
+		left, err := plugin.Leftovers(ctx.BPFRoot, kept, dryRun)
+		out.Leftovers = append(out.Leftovers, left...)
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+
+	if ctx.JSON {
+		if err := writeJSON(ctx.Stdout, out); err != nil {
+			return err
+		}
+	} else if err := printGC(ctx, out); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("some state could not be removed: %w", errors.Join(failed...))
+	}
+	return nil
+}
+
+func pinned(bpfRoot string, names ...string) bool {
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(maps.Dir(bpfRoot), n)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// gone says whether an endpoint's pod is gone, and why; or, when its veth
+// is merely not in this netns, why it is kept.
+func gone(e *Endpoint) (bool, string) {
+	if e.VethPresent {
+		return false, ""
+	}
+	// A tcx link knows its device from any netns; its ifindex turns 0 when
+	// the device is deleted.
+	for _, a := range e.rec.Attachments {
+		if a.Mode != datapath.ModeTCX || a.Pin == "" {
+			continue
+		}
+		// Opening a pin only reads; links refuse BPF_F_RDONLY (EINVAL).
+		lk, err := link.LoadPinnedLink(a.Pin, nil)
+		if err != nil {
+			continue
+		}
+		info, err := lk.Info()
+		lk.Close()
+		if err == nil && info.TCX() != nil && info.TCX().Ifindex != 0 {
+			return false, fmt.Sprintf("host veth not in this network namespace, but its tcx link %s is attached to ifindex %d: run ebpf-cni in the node's network namespace", a.Pin, info.TCX().Ifindex)
+		}
+	}
+	if e.NetNS == "" {
+		return true, "host veth gone"
+	}
+	if !isNetNS(e.NetNS) {
+		return true, fmt.Sprintf("netns %s gone", e.NetNS)
+	}
+	alive := false
+	_ = ns.WithNetNSPath(e.NetNS, func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(e.IfName)
+		alive = err == nil && l.Type() == "veth" && strings.EqualFold(l.Attrs().HardwareAddr.String(), e.MAC)
+		return nil
+	})
+	if alive {
+		return false, fmt.Sprintf("host veth not in this network namespace, but the pod's %s is alive in %s: run ebpf-cni in the node's network namespace", e.IfName, e.NetNS)
+	}
+	return true, "host veth gone"
+}
+
+// isNetNS reports whether path is a network namespace (nsfs); a bind mount
+// undone leaves a plain file, a dead process no file.
+func isNetNS(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
+// releaseIPAM releases what ebpf-ipam holds for the record's attachment, if
+// ebpf-ipam keeps the network's state under stateDir. Only addresses the
+// attachment still holds in the map are released, so an address already
+// handed to a live pod is never touched.
+func releaseIPAM(ctx *Context, rec *datapath.Record, dryRun bool) (released []string, note string, err error) {
+	netName := rec.Network
+	if netName == "" || netName == "." || netName == ".." || strings.ContainsAny(netName, "/\\") {
+		return nil, "", nil
+	}
+	if _, err := os.Stat(filepath.Join(ctx.StateDir, "ipam", netName, "owners")); err != nil {
+		return nil, fmt.Sprintf("no ebpf-ipam state for network %s under %s: if it uses another IPAM plugin, the CNI GC of the network releases its addresses", netName, ctx.StateDir), nil
+	}
+	if dryRun {
+		// Opening the store takes its lock and may write: list what the
+		// record says instead.
+		return rec.IPs, "", nil
+	}
+	s, err := ipam.Open(&ipam.Config{Network: netName, BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir})
+	if err != nil {
+		return nil, "", fmt.Errorf("opening ebpf-ipam state of %s: %w", netName, err)
+	}
+	defer s.Close()
+	att, err := s.Attachment(rec.ContainerID, rec.IfName)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading ebpf-ipam record of %s/%s: %w", rec.ContainerID, rec.IfName, err)
+	}
+	before := map[string]bool{}
+	if att != nil {
+		for _, al := range att.IPs {
+			if o, err := s.Owner(al.Address); err == nil && o != nil &&
+				maps.GoString(o.ContainerId[:]) == rec.ContainerID && maps.GoString(o.Ifname[:]) == rec.IfName {
+				before[al.Address.String()] = true
+			}
+		}
+	}
+	if err := ipam.ReleaseAttachment(s, rec.ContainerID, rec.IfName); err != nil {
+		return nil, "", fmt.Errorf("releasing the addresses of %s/%s: %w", rec.ContainerID, rec.IfName, err)
+	}
+	return sortedKeys(before), "", nil
+}
+
+func printGC(ctx *Context, out *gcOutput) error {
+	w := ctx.Stdout
+	verb := "removed"
+	if out.DryRun {
+		verb = "would remove (dry run)"
+	}
+	if len(out.Endpoints) == 0 {
+		fmt.Fprintf(w, "no endpoint to collect: every recorded pod is alive\n")
+	} else {
+		fmt.Fprintf(w, "%s %d endpoint(s):\n", verb, len(out.Endpoints))
+		t := &Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "NETWORK", "REASON", "IPS", "IPAM RELEASED", "ERROR"}}
+		for _, c := range out.Endpoints {
+			t.Row((&Endpoint{ContainerID: c.ContainerID, IfName: c.IfName}).Name(), orDash(c.HostVeth), orDash(c.Network), c.Reason,
+				orDash(strings.Join(c.IPs, ",")), orDash(strings.Join(c.IPAMReleased, ",")), c.Error)
+		}
+		if err := t.Write(w); err != nil {
+			return err
+		}
+	}
+	for _, s := range []struct {
+		title string
+		lines []string
+	}{{verb + " leftovers (no endpoint accounts for them)", out.Leftovers}, {"kept", out.Skipped}, {"notes", out.Notes}} {
+		if len(s.lines) > 0 {
+			fmt.Fprintf(w, "\n%s:\n  %s\n", s.title, strings.Join(s.lines, "\n  "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// Endpoint is one attachment as the node holds it: its record under
+// stateDir joined with its endpoint_devs entry (by host ifindex) and what is
+// attached to its host veth. JSON field names are stable.
+type Endpoint struct {
+	ContainerID string     `json:"containerID"`
+	IfName      string     `json:"ifname"`
+	Network     string     `json:"network"`
+	NetNS       string     `json:"netns"`
+	HostVeth    string     `json:"hostVeth"`
+	HostIfIndex int        `json:"hostIfindex"`
+	IPs         []string   `json:"ips"`
+	MAC         string     `json:"mac"`
+	HostMAC     string     `json:"hostMAC"`
+	Attachments []Attached `json:"attachments"`
+	Recorded    bool       `json:"recorded"`    // has a record under stateDir
+	InMaps      bool       `json:"inMaps"`      // has an endpoint_devs entry
+	VethPresent bool       `json:"vethPresent"` // host veth found in this netns
+	Problems    []string   `json:"problems"`
+
+	rec *datapath.Record
+}
+
+// Attached is what runs at one hook of an endpoint's host veth.
+type Attached struct {
+	Hook         string   `json:"hook"`
+	Mode         string   `json:"mode"`         // tcx or tc as found on the device; recorded mode if the device is gone
+	RecordedMode string   `json:"recordedMode"` // as ADD recorded it
+	ProgramIDs   []uint32 `json:"programIDs"`   // kernel IDs found attached
+	ProgramTag   string   `json:"programTag"`   // the pinned tag these programs belong to, if any
+}
+
+// Name is how tables name the endpoint: containerID/ifname (the ID cut to
+// 12 characters, as container runtimes show it).
+func (e *Endpoint) Name() string {
+	id := e.ContainerID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	if id == "" {
+		id = "?"
+	}
+	return id + "/" + orDash(e.IfName)
+}
+
+// node is a snapshot of the node's endpoints and programs.
+type node struct {
+	Endpoints []*Endpoint
+	byIfIndex map[int]*Endpoint
+	Tags      []string                     // installed program tags
+	programs  map[ebpf.ProgramID][2]string // id -> tag, hook
+}
+
+// loadNode reads records, endpoint maps, pinned programs and the host veths
+// of this netns. It only reads: entries appearing or vanishing meanwhile
+// (an ADD or DEL running) show as the half they are.
+func loadNode(ctx *Context) (*node, error) {
+	if err := checkRoot(ctx.BPFRoot); err != nil {
+		return nil, err
+	}
+	recs, err := datapath.Records(ctx.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("reading endpoint records (--state-dir): %w", err)
+	}
+	devs := map[int]maps.CniEndpointDev{}
+	m, err := openMap(ctx.BPFRoot, maps.CniMapEndpointDevs)
+	if err != nil && !errors.Is(err, errNoMap) {
+		return nil, err
+	}
+	if m != nil {
+		em := &datapath.EndpointMaps{Devs: m}
+		list, err := em.Devices()
+		m.Close()
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range list {
+			devs[d.IfIndex] = d.Dev
+		}
+	}
+	n := &node{byIfIndex: map[int]*Endpoint{}, programs: map[ebpf.ProgramID][2]string{}}
+	if n.Tags, err = datapath.InstalledTags(ctx.BPFRoot); err != nil {
+		return nil, err
+	}
+	sort.Strings(n.Tags)
+	for _, tag := range n.Tags {
+		p, err := datapath.OpenPrograms(ctx.BPFRoot, tag)
+		if err != nil {
+			continue // being unpinned by an upgrade, or half pinned: status reports the tag
+		}
+		for id, hook := range p.IDs() {
+			n.programs[id] = [2]string{tag, hook}
+		}
+		p.Close()
+	}
+
+	for _, r := range recs {
+		e := &Endpoint{ContainerID: r.ContainerID, IfName: r.IfName, Network: r.Network, NetNS: r.NetNS,
+			HostVeth: r.HostIfName, HostIfIndex: r.HostIfIndex, MAC: r.MAC, HostMAC: r.HostMAC, Recorded: true, rec: r}
+		for _, ip := range r.Addrs() {
+			e.IPs = append(e.IPs, ip.String())
+		}
+		if d, ok := devs[r.HostIfIndex]; ok && maps.GoString(d.ContainerId[:]) == r.ContainerID {
+			e.fromDev(&d)
+			delete(devs, r.HostIfIndex)
+		}
+		n.add(e)
+	}
+	for idx, d := range devs {
+		e := &Endpoint{HostIfIndex: idx}
+		e.fromDev(&d)
+		n.add(e)
+	}
+	for _, e := range n.Endpoints {
+		n.inspect(e, ctx.StateDir)
+	}
+	sort.Slice(n.Endpoints, func(i, j int) bool {
+		a, b := n.Endpoints[i], n.Endpoints[j]
+		if a.ContainerID != b.ContainerID {
+			return a.ContainerID < b.ContainerID
+		}
+		if a.IfName != b.IfName {
+			return a.IfName < b.IfName
+		}
+		return a.HostIfIndex < b.HostIfIndex
+	})
+	return n, nil
+}
+
+func (n *node) add(e *Endpoint) {
+	n.Endpoints = append(n.Endpoints, e)
+	n.byIfIndex[e.HostIfIndex] = e
+}
+
+// fromDev takes what the datapath sees: its addresses and MACs win over the
+// record's, since they are what the programs enforce.
+func (e *Endpoint) fromDev(d *maps.CniEndpointDev) {
+	e.InMaps = true
+	e.ContainerID = maps.GoString(d.ContainerId[:])
+	e.IfName = maps.GoString(d.Ifname[:])
+	e.MAC = net.HardwareAddr(d.Mac[:]).String()
+	e.HostMAC = net.HardwareAddr(d.HostMac[:]).String()
+	e.IPs = nil
+	for _, ip := range datapath.DevIPs(d) {
+		e.IPs = append(e.IPs, ip.String())
+	}
+}
+
+// inspect finds the host veth and what is attached to it, and names every
+// problem with what to do about it.
+func (n *node) inspect(e *Endpoint, stateDir string) {
+	var l netlink.Link
+	if e.HostVeth != "" {
+		if got, err := netlinksafe.LinkByName(e.HostVeth); err == nil && datapath.IsOurs(got) {
+			l = got
+		}
+	} else if got, err := netlink.LinkByIndex(e.HostIfIndex); err == nil && datapath.IsOurs(got) {
+		l = got
+		e.HostVeth = got.Attrs().Name
+	}
+	e.VethPresent = l != nil
+	recorded := map[string]datapath.Attachment{}
+	if e.rec != nil {
+		for _, a := range e.rec.Attachments {
+			recorded[a.Hook] = a
+		}
+	}
+	for _, h := range datapath.Hooks {
+		a := Attached{Hook: h.Name, RecordedMode: string(recorded[h.Name].Mode), ProgramIDs: []uint32{}}
+		if l == nil {
+			a.Mode = a.RecordedMode
+		} else {
+			tcx, tc, err := attachedByMode(l, h)
+			if err != nil {
+				e.Problems = append(e.Problems, fmt.Sprintf("%s: %v", h.Name, err))
+			}
+			switch {
+			case len(tcx) > 0:
+				a.Mode = string(datapath.ModeTCX)
+			case len(tc) > 0:
+				a.Mode = string(datapath.ModeTC)
+			}
+			for _, id := range append(tcx, tc...) {
+				a.ProgramIDs = append(a.ProgramIDs, uint32(id))
+				if p, ok := n.programs[id]; ok && p[1] == h.Name {
+					a.ProgramTag = p[0]
+				} else {
+					e.Problems = append(e.Problems, fmt.Sprintf("%s runs program %d, which is not one of the pinned programs (%s): DEL and ADD the pod again",
+						h.Name, id, strings.Join(n.Tags, ", ")))
+				}
+			}
+			if len(a.ProgramIDs) == 0 {
+				e.Problems = append(e.Problems, fmt.Sprintf("nothing attached at %s: the pod's packets bypass ebpf-cni; DEL and ADD the pod again", h.Name))
+			}
+			if a.RecordedMode != "" && a.Mode != "" && a.Mode != a.RecordedMode {
+				e.Problems = append(e.Problems, fmt.Sprintf("%s is attached with %s but recorded as %s", h.Name, a.Mode, a.RecordedMode))
+			}
+		}
+		e.Attachments = append(e.Attachments, a)
+	}
+	if !e.VethPresent {
+		e.Problems = append(e.Problems, fmt.Sprintf("host veth %s not in this network namespace (pod gone without DEL, or run ebpf-cni in the node's netns): ebpf-cni gc removes its state", orDash(e.HostVeth)))
+	}
+	if e.Recorded && !e.InMaps {
+		e.Problems = append(e.Problems, "no endpoint_devs entry: the datapath drops the pod's packets (drop_no_endpoint); DEL and ADD the pod again")
+	}
+	if !e.Recorded {
+		e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints (left by a crash, or --state-dir is not the plugin's stateDir): the CNI GC of its network removes it", stateDir))
+	}
+	if e.Problems == nil {
+		e.Problems = []string{}
+	}
+	if e.IPs == nil {
+		e.IPs = []string{}
+	}
+}
+
+// attachedByMode lists the programs at hook on l, by how they are attached.
+func attachedByMode(l netlink.Link, h datapath.Hook) (tcx, tc []ebpf.ProgramID, err error) {
+	res, qerr := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: h.TCXAttach})
+	if qerr == nil {
+		for _, p := range res.Programs {
+			tcx = append(tcx, p.ID)
+		}
+	}
+	all, err := datapath.AttachedIDs(l, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, id := range all {
+		if !slices.Contains(tcx, id) {
+			tc = append(tc, id)
+		}
+	}
+	return tcx, tc, nil
+}

@@ -1,0 +1,339 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+)
+
+func init() {
+	register(&Command{
+		Name:    "status",
+		Summary: "kernel features, programs loaded and their versions, attach modes in use, and what is wrong",
+		Help: `Kernel features ebpf-cni uses: bpffs at --bpf-root, BTF, tcx links, and the
+fq qdisc (probed in a throwaway network namespace of its own, on its
+loopback: no real interface is touched). The programs pinned under
+<bpfRoot>/programs/<tag> with their build version, kernel ID, age and how
+many endpoints run them, and whether they are this binary's. The attach
+modes (tcx, tc) the endpoints use. Then every problem found, each saying
+what to do: endpoints whose veth is gone, records without map entries (or
+the reverse), nothing or a stale program attached, stale program tags.
+
+A problem must be seen twice, a quarter second apart, to be reported, so
+an ADD or DEL in progress is not one. Exit status 3 when there are
+problems, 0 when there are none.
+
+JSON: version, programTag (this binary's), kernel, bpfRoot, stateDir,
+features {bpffs, btf, tcx, fq: {available, detail}}, programs [{tag,
+version, current, programs [{hook, id, name, loadedSeconds, endpoints}]}],
+attachModes {mode: endpoints}, endpoints, problems [], notes [].`,
+		Flags: func(*flag.FlagSet) func(*Context) error { return runStatus },
+	})
+}
+
+// Feature is one kernel feature and what was found.
+type Feature struct {
+	Available bool   `json:"available"`
+	Detail    string `json:"detail"`
+}
+
+// ProgramSet is the programs of one pinned tag.
+type ProgramSet struct {
+	Tag      string    `json:"tag"`
+	Version  string    `json:"version"`
+	Current  bool      `json:"current"` // this binary's tag
+	Programs []Program `json:"programs"`
+}
+
+// Program is one pinned program.
+type Program struct {
+	Hook          string `json:"hook"`
+	ID            uint32 `json:"id"`
+	Name          string `json:"name"`
+	LoadedSeconds uint64 `json:"loadedSeconds"` // how long ago the kernel loaded it
+	Endpoints     int    `json:"endpoints"`     // endpoints it is attached to
+}
+
+// Status is what status reports.
+type Status struct {
+	Version     string             `json:"version"`
+	ProgramTag  string             `json:"programTag"`
+	Kernel      string             `json:"kernel"`
+	BPFRoot     string             `json:"bpfRoot"`
+	StateDir    string             `json:"stateDir"`
+	Features    map[string]Feature `json:"features"`
+	Programs    []ProgramSet       `json:"programs"`
+	AttachModes map[string]int     `json:"attachModes"`
+	Endpoints   int                `json:"endpoints"`
+	Problems    []string           `json:"problems"`
+	Notes       []string           `json:"notes"`
+}
+
+func runStatus(ctx *Context) error {
+	st := collectStatus(ctx)
+	if len(st.Problems) > 0 {
+		// An ADD or DEL in flight looks like a half-made endpoint: report
+		// only what is still wrong a moment later.
+		first := st.Problems
+		time.Sleep(250 * time.Millisecond)
+		st = collectStatus(ctx)
+		st.Problems = slices.DeleteFunc(st.Problems, func(p string) bool { return !slices.Contains(first, p) })
+	}
+	if ctx.JSON {
+		if err := writeJSON(ctx.Stdout, st); err != nil {
+			return err
+		}
+	} else if err := printStatus(ctx, st); err != nil {
+		return err
+	}
+	if len(st.Problems) > 0 {
+		return errProblems
+	}
+	return nil
+}
+
+func collectStatus(ctx *Context) *Status {
+	st := &Status{Version: buildinfo.Version, ProgramTag: datapath.Tag(), BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir,
+		Features: map[string]Feature{}, Programs: []ProgramSet{}, AttachModes: map[string]int{}, Problems: []string{}, Notes: []string{}}
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		st.Kernel = unix.ByteSliceToString(uts.Release[:])
+	}
+	problem := func(f string, a ...any) { st.Problems = append(st.Problems, fmt.Sprintf(f, a...)) }
+	note := func(f string, a ...any) { st.Notes = append(st.Notes, fmt.Sprintf(f, a...)) }
+
+	st.Features["btf"] = probeBTF()
+	st.Features["tcx"] = probeTCX()
+	st.Features["fq"] = probeFQ()
+	if !st.Features["btf"].Available {
+		problem("kernel without BTF (%s): ebpf-cni needs a kernel built with CONFIG_DEBUG_INFO_BTF", st.Features["btf"].Detail)
+	}
+	if !st.Features["fq"].Available {
+		note("no fq qdisc: bandwidth limits use token buckets in BPF without EDT pacing")
+	}
+
+	dir, mounted, err := bpffsMount(ctx.BPFRoot)
+	switch {
+	case err != nil:
+		st.Features["bpffs"] = Feature{false, err.Error()}
+	case !mounted:
+		st.Features["bpffs"] = Feature{false, fmt.Sprintf("not mounted at %s: mount -t bpf bpf %s", dir, dir)}
+	default:
+		st.Features["bpffs"] = Feature{true, dir + " is on bpffs"}
+	}
+	if !st.Features["bpffs"].Available {
+		problem("bpffs: %s (or point --bpf-root at the plugin's bpfRoot)", st.Features["bpffs"].Detail)
+		return st
+	}
+	if dir != filepath.Clean(ctx.BPFRoot) {
+		note("nothing under %s yet: no pod was added on this node, or --bpf-root is not the plugin's bpfRoot", ctx.BPFRoot)
+		return st
+	}
+
+	n, err := loadNode(ctx)
+	if err != nil {
+		problem("reading the node's state: %v", err)
+		return st
+	}
+	st.Endpoints = len(n.Endpoints)
+	usedBy := map[uint32]int{}
+	for _, e := range n.Endpoints {
+		for _, a := range e.Attachments {
+			if e.VethPresent && a.Mode != "" {
+				st.AttachModes[a.Mode]++
+			}
+			for _, id := range a.ProgramIDs {
+				usedBy[id]++
+			}
+			if a.RecordedMode == string(datapath.ModeTCX) && !st.Features["tcx"].Available {
+				problem("%s: recorded with tcx, which this kernel lacks: use attachMode tc", e.Name())
+			}
+		}
+		for _, p := range e.Problems {
+			problem("endpoint %s (%s): %s", e.Name(), orDash(e.HostVeth), p)
+		}
+	}
+
+	cur := false
+	for _, tag := range n.Tags {
+		ps := ProgramSet{Tag: tag, Version: tagVersion(tag), Current: tag == st.ProgramTag, Programs: []Program{}}
+		cur = cur || ps.Current
+		used := 0
+		for id, th := range n.programs {
+			if th[0] != tag {
+				continue
+			}
+			p := Program{Hook: th[1], ID: uint32(id), Endpoints: usedBy[uint32(id)]}
+			programInfo(id, &p)
+			ps.Programs = append(ps.Programs, p)
+			used += p.Endpoints
+		}
+		sort.Slice(ps.Programs, func(i, j int) bool { return ps.Programs[i].Hook < ps.Programs[j].Hook })
+		if len(ps.Programs) < len(datapath.Hooks) {
+			problem("programs of %s only partly pinned under %s: remove that directory; the next ADD loads them again",
+				tag, filepath.Join(datapath.ProgramsDir(ctx.BPFRoot), tag))
+		}
+		st.Programs = append(st.Programs, ps)
+		if len(n.Tags) > 1 && !ps.Current && used == 0 {
+			problem("stale programs of %s pinned, used by no endpoint: rm -r %s", tag, filepath.Join(datapath.ProgramsDir(ctx.BPFRoot), tag))
+		}
+	}
+	if len(n.Tags) > 1 {
+		problem("programs of %d builds pinned (%s): an upgrade stopped half-way; endpoints on the older ones keep them until DEL and ADD", len(n.Tags), strings.Join(n.Tags, ", "))
+	}
+	switch {
+	case len(n.Tags) == 0 && st.Endpoints > 0:
+		problem("no programs pinned under %s, yet there are endpoints: the next ADD, or a CNI STATUS, loads them", datapath.ProgramsDir(ctx.BPFRoot))
+	case len(n.Tags) > 0 && !cur:
+		note("the node runs programs of another build than this binary's (%s): the first ADD or CNI STATUS of ebpf-cni %s loads its own and moves every endpoint to them",
+			st.ProgramTag, st.Version)
+	}
+	return st
+}
+
+func probeBTF() Feature {
+	const path = "/sys/kernel/btf/vmlinux"
+	if _, err := os.Stat(path); err != nil {
+		return Feature{false, fmt.Sprintf("%s: %v", path, err)}
+	}
+	return Feature{true, path}
+}
+
+// probeTCX asks the kernel for the tcx programs of the loopback device: a
+// query only, which kernels without tcx refuse.
+func probeTCX() Feature {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return Feature{false, fmt.Sprintf("cannot probe: %v", err)}
+	}
+	if _, err := link.QueryPrograms(link.QueryOptions{Target: lo.Attrs().Index, Attach: ebpf.AttachTCXIngress}); err != nil {
+		return Feature{false, fmt.Sprintf("no tcx links (%v): attachMode auto uses tc", err)}
+	}
+	return Feature{true, "tcx links (kernel >= 6.6); attachMode auto uses them"}
+}
+
+// probeFQ adds an fq qdisc to the loopback device of a network namespace
+// made for the probe. The probing thread never returns to the scheduler
+// (no UnlockOSThread): when the goroutine ends the thread exits and the
+// namespace with it. Nothing outside that namespace is touched.
+func probeFQ() Feature {
+	ch := make(chan Feature, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ch <- Feature{false, fmt.Sprintf("cannot probe: unshare: %v", err)}
+			return
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			ch <- Feature{false, fmt.Sprintf("cannot probe: %v", err)}
+			return
+		}
+		q := &netlink.GenericQdisc{QdiscType: "fq",
+			QdiscAttrs: netlink.QdiscAttrs{LinkIndex: lo.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}}
+		if err := netlink.QdiscAdd(q); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				ch <- Feature{false, "this kernel has no fq qdisc (sch_fq)"}
+			} else {
+				ch <- Feature{false, fmt.Sprintf("adding an fq qdisc: %v", err)}
+			}
+			return
+		}
+		ch <- Feature{true, "qdisc fq (EDT pacing)"}
+	}()
+	return <-ch
+}
+
+// programInfo fills in the kernel's name and load time of a program.
+func programInfo(id ebpf.ProgramID, p *Program) {
+	prog, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		return
+	}
+	p.Name = info.Name
+	var now unix.Timespec
+	if loaded, ok := info.LoadTime(); ok && unix.ClockGettime(unix.CLOCK_BOOTTIME, &now) == nil {
+		if age := time.Duration(now.Nano()) - loaded; age > 0 {
+			p.LoadedSeconds = uint64(age / time.Second)
+		}
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func printStatus(ctx *Context, st *Status) error {
+	w := ctx.Stdout
+	fmt.Fprintf(w, "ebpf-cni %s (programs %s), kernel %s\nbpfRoot %s, stateDir %s\n\n", st.Version, st.ProgramTag, orDash(st.Kernel), st.BPFRoot, st.StateDir)
+	ft := &Table{Header: []string{"FEATURE", "AVAILABLE", "DETAIL"}}
+	for _, name := range []string{"bpffs", "btf", "tcx", "fq"} {
+		if f, ok := st.Features[name]; ok {
+			ft.Row(name, yesNo(f.Available), f.Detail)
+		}
+	}
+	if err := ft.Write(w); err != nil {
+		return err
+	}
+	if len(st.Programs) > 0 {
+		fmt.Fprintln(w)
+		pt := &Table{Header: []string{"PROGRAMS TAG", "VERSION", "THIS BINARY", "HOOK", "ID", "LOADED", "ENDPOINTS"}, Right: map[int]bool{4: true, 5: true, 6: true}}
+		for _, ps := range st.Programs {
+			for _, p := range ps.Programs {
+				pt.Row(ps.Tag, ps.Version, yesNo(ps.Current), p.Hook, fmt.Sprint(p.ID), HumanAge(time.Duration(p.LoadedSeconds)*time.Second)+" ago", HumanCount(uint64(p.Endpoints)))
+			}
+		}
+		if err := pt.Write(w); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\nendpoints: %d\n", st.Endpoints)
+	if len(st.AttachModes) > 0 {
+		fmt.Fprintln(w)
+		mt := &Table{Header: []string{"ATTACH MODE", "ENDPOINTS"}, Right: map[int]bool{1: true}}
+		for _, m := range sortedKeys(st.AttachModes) {
+			mt.Row(m, HumanCount(uint64(st.AttachModes[m])))
+		}
+		if err := mt.Write(w); err != nil {
+			return err
+		}
+	}
+	if len(st.Problems) == 0 {
+		fmt.Fprintln(w, "\nproblems: none")
+	} else {
+		fmt.Fprintf(w, "\nproblems (%d):\n", len(st.Problems))
+		for _, p := range st.Problems {
+			fmt.Fprintf(w, "  - %s\n", p)
+		}
+	}
+	if len(st.Notes) > 0 {
+		fmt.Fprintln(w, "notes:")
+		for _, n := range st.Notes {
+			fmt.Fprintf(w, "  - %s\n", n)
+		}
+	}
+	return nil
+}

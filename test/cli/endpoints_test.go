@@ -1,0 +1,96 @@
+package cli_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
+)
+
+// TestEndpointsAndStatus: after three pods are added, endpoints lists the
+// three with their IPs, MAC, host veth and the program attached in the
+// configured mode; status names that attach mode and finds no problem.
+func TestEndpointsAndStatus(t *testing.T) {
+	for _, mode := range []string{"tcx", "tc"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			list := e.confList(mode)
+			pods := map[string]*nettest.Pod{}
+			for i := range 3 {
+				id := fmt.Sprintf("pod-%d", i)
+				pods[id] = e.addPod(list, id)
+			}
+
+			eps := e.endpoints()
+			require.Len(t, eps, 3)
+			for _, ep := range eps {
+				p := pods[ep.ContainerID]
+				require.NotNil(t, p, "unexpected endpoint %s", ep.ContainerID)
+				require.ElementsMatch(t, []string{p.IP(4).String(), p.IP(6).String()}, ep.IPs)
+				require.Equal(t, "eth0", ep.IfName)
+				require.Equal(t, "clinet", ep.Network)
+				require.Equal(t, p.Result.Interfaces[0].Name, ep.HostVeth)
+				require.Equal(t, p.Result.Interfaces[1].Mac, ep.MAC)
+				require.True(t, ep.Recorded && ep.InMaps && ep.VethPresent)
+				require.Empty(t, ep.Problems)
+				require.Len(t, ep.Attachments, 1)
+				a := ep.Attachments[0]
+				require.Equal(t, "from_container", a.Hook)
+				require.Equal(t, mode, a.Mode)
+				require.Equal(t, mode, a.RecordedMode)
+				require.Len(t, a.ProgramIDs, 1)
+				require.NotEmpty(t, a.ProgramTag)
+			}
+
+			// The table: one row per pod, columns aligned under the header.
+			r := e.cli("endpoints")
+			require.Equal(t, cli.ExitOK, r.code, "%s", r)
+			lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+			require.Len(t, lines, 4, r.stdout)
+			col := strings.Index(lines[0], "HOST VETH")
+			for _, ep := range eps {
+				row := rowOf(t, lines, ep.HostVeth)
+				require.Equal(t, col, strings.Index(row, ep.HostVeth), "host veth column misaligned:\n%s", r.stdout)
+				require.Contains(t, row, ep.IPs[0])
+				require.Contains(t, row, "from_container "+mode)
+				require.True(t, strings.HasSuffix(row, "ok"), row)
+			}
+
+			var st cli.Status
+			e.json(&st, cli.ExitOK, "status")
+			require.Equal(t, map[string]int{mode: 3}, st.AttachModes)
+			require.Equal(t, 3, st.Endpoints)
+			require.Empty(t, st.Problems)
+			for _, f := range []string{"bpffs", "btf", "tcx"} {
+				require.True(t, st.Features[f].Available, "%s: %s", f, st.Features[f].Detail)
+			}
+			require.Contains(t, st.Features, "fq")
+			require.Len(t, st.Programs, 1)
+			require.True(t, st.Programs[0].Current)
+			require.Equal(t, 3, st.Programs[0].Programs[0].Endpoints)
+
+			r = e.cli("status")
+			require.Equal(t, cli.ExitOK, r.code, "%s", r)
+			modeRow := rowOf(t, strings.Split(r.stdout, "\n"), "ATTACH MODE")
+			require.NotEmpty(t, modeRow)
+			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+3$`, mode), r.stdout)
+			require.Contains(t, r.stdout, "problems: none")
+		})
+	}
+}
+
+// rowOf is the first line containing s.
+func rowOf(t *testing.T, lines []string, s string) string {
+	t.Helper()
+	for _, l := range lines {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	t.Fatalf("no line with %q in:\n%s", s, strings.Join(lines, "\n"))
+	return ""
+}
