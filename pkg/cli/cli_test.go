@@ -22,9 +22,9 @@ func TestMainUsage(t *testing.T) {
 		require.Contains(t, out, "  "+name+" ")
 	}
 
-	_, errOut, code := run("nat")
+	_, errOut, code := run("natt")
 	require.Equal(t, ExitUsage, code)
-	require.Contains(t, errOut, `unknown command "nat"`)
+	require.Contains(t, errOut, `unknown command "natt"`)
 
 	_, errOut, code = run("version", "-o", "xml")
 	require.Equal(t, ExitUsage, code)
@@ -34,7 +34,7 @@ func TestMainUsage(t *testing.T) {
 // TestEveryCommandDocumented: each command says what it shows, documents
 // its JSON, and has the common flags.
 func TestEveryCommandDocumented(t *testing.T) {
-	require.Subset(t, commandNames(), []string{"counters", "endpoints", "gc", "ipam", "status", "version"})
+	require.Subset(t, commandNames(), []string{"counters", "endpoints", "gc", "ipam", "nat", "status", "version"})
 	for _, name := range commandNames() {
 		out, _, code := run(name, "--help")
 		require.Equal(t, ExitOK, code, name)

@@ -90,19 +90,25 @@ type Table struct {
 	timeouts maps.CniNatLifetimes
 }
 
-// OpenTable opens the pinned table (read-only when ro).
+// OpenTable opens the pinned table, creating it on first use.
 func OpenTable(bpfRoot string) (*Table, error) {
 	m, err := maps.OpenPinned(bpfRoot, maps.CniMapNat, maps.CniMapNatTimeouts)
 	if err != nil {
 		return nil, fmt.Errorf("opening the NAT table: %w", err)
 	}
 	defer m[maps.CniMapNatTimeouts].Close()
-	t := &Table{nat: m[maps.CniMapNat], timeouts: defaultTimeouts}
+	return NewTable(m[maps.CniMapNat], m[maps.CniMapNatTimeouts]), nil
+}
+
+// NewTable reads flows from nat with the lifetimes in timeouts (nil: the
+// defaults); the Table owns nat, not timeouts.
+func NewTable(natMap, timeouts *ebpf.Map) *Table {
+	t := &Table{nat: natMap, timeouts: defaultTimeouts}
 	var cur maps.CniNatLifetimes
-	if err := m[maps.CniMapNatTimeouts].Lookup(uint32(0), &cur); err == nil && cur.TcpSyn != 0 {
+	if timeouts != nil && timeouts.Lookup(uint32(0), &cur) == nil && cur.TcpSyn != 0 {
 		t.timeouts = cur
 	}
-	return t, nil
+	return t
 }
 
 // Close releases the handle.

@@ -2,6 +2,7 @@ package datapath_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -396,6 +397,29 @@ func TestMasqueradeSamePort(t *testing.T) {
 		require.NotEqual(t, ua.Port(), ub.Port())
 		require.True(t, ua.Addr() == ub.Addr() && (ua.Addr() == addr(nettest.NodeIP4) || ua.Addr() == addr(nettest.NodeIP6)))
 	}
+
+	// The operator CLI shows the flows: both pods' UDP flows from one port,
+	// one kept, one moved.
+	out, err := nettest.Run(e.node.NS, filepath.Join(e.paths[0], "ebpf-cni"), "nat", "-o", "json", "--bpf-root", e.bpfRoot, "--pod", b.IP(4).String())
+	require.NoError(t, err, out)
+	var flows []struct {
+		Proto   string `json:"proto"`
+		PodPort int    `json:"podPort"`
+		NAT     string `json:"nat"`
+		NATPort int    `json:"natPort"`
+		Kept    bool   `json:"kept"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &flows), out)
+	found := false
+	for _, f := range flows {
+		if f.Proto == "udp" && f.PodPort == 40001 {
+			found = true
+			require.Equal(t, nettest.NodeIP4.String(), f.NAT)
+			require.False(t, f.Kept, "pod b's port moved: %s", out)
+			require.GreaterOrEqual(t, f.NATPort, 61000)
+		}
+	}
+	require.True(t, found, "ebpf-cni nat lists pod b's UDP flow: %s", out)
 }
 
 // TestMasqueradeExpiry: with a one-second UDP lifetime, a port held by one
