@@ -182,21 +182,24 @@ func serveEcho(l net.Listener) {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 4096)
-				for {
-					k, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(buf[:k]); err != nil {
-						return
-					}
-				}
-			}()
+			go EchoConn(c)
 		}
 	}()
+}
+
+// EchoConn writes back what it reads from c until c fails, then closes it.
+func EchoConn(c net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		if _, err := c.Write(buf[:k]); err != nil {
+			return
+		}
+	}
 }
 
 // Dial connects from inside n.

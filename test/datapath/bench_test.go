@@ -3,6 +3,7 @@ package datapath_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -121,16 +122,8 @@ func BenchmarkRTT(b *testing.B) {
 			conn, err := nettest.Dial(a.NS, l.Addr().String())
 			require.NoError(b, err)
 			defer conn.Close()
-			buf := []byte{1}
 			b.ResetTimer()
-			for range b.N {
-				if _, err := conn.Write(buf); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := conn.Read(buf); err != nil {
-					b.Fatal(err)
-				}
-			}
+			pingPong(b, conn)
 			b.ReportMetric(avg*1000, "ping-rtt-µs")
 		})
 	}
@@ -194,19 +187,24 @@ func BenchmarkMasquerade(b *testing.B) {
 			}
 			require.NoError(b, json.Unmarshal([]byte(out), &res))
 
-			buf := []byte{1}
 			b.ResetTimer()
-			for range b.N {
-				if _, err := conn.Write(buf); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := conn.Read(buf); err != nil {
-					b.Fatal(err)
-				}
-			}
+			pingPong(b, conn)
 			b.StopTimer()
 			b.ReportMetric(cps, "conn/s")
 			b.ReportMetric(res.End.SumReceived.BitsPerSecond/1e9, "Gbit/s")
 		})
+	}
+}
+
+// pingPong sends one byte over conn and waits for it back, b.N times.
+func pingPong(b *testing.B, conn net.Conn) {
+	buf := []byte{1}
+	for range b.N {
+		if _, err := conn.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Read(buf); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -76,19 +76,7 @@ func newWorldServer(t *testing.T, world ns.NetNS) *worldServer {
 				return
 			}
 			s.record("tcp", c.RemoteAddr())
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					k, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(buf[:k]); err != nil {
-						return
-					}
-				}
-			}()
+			go nettest.EchoConn(c)
 		}
 	}()
 	go func() {
