@@ -73,7 +73,8 @@ type series struct {
 }
 
 // sweepPlot draws y against x on a log x axis, y from zero.
-func sweepPlot(path, title, ylabel string, ss []series) error {
+// note, if set, is written under the legend (e.g. why a setup is missing).
+func sweepPlot(path, title, ylabel, note string, ss []series) error {
 	const w, h, left, right, top, bottom = 720, 420, 80, 130, 40, 60
 	c := newCanvas(w, h)
 	var xs, ys []float64
@@ -101,7 +102,7 @@ func sweepPlot(path, title, ylabel string, ss []series) error {
 	for i := 0; i <= 5; i++ {
 		y := ymax * float64(i) / 5
 		c.line(left, py(y), w-right, py(y), 1, 0, grid)
-		c.text(left-6, int(py(y))+4, fmtNum(y), black, 1)
+		c.text(left-6, int(py(y))+4, fmtTick(y), black, 1)
 	}
 	c.line(left, top, left, h-bottom, 1, 0, black)
 	c.line(left, h-bottom, w-right, h-bottom, 1, 0, black)
@@ -124,6 +125,9 @@ func sweepPlot(path, title, ylabel string, ss []series) error {
 		ly := top + 20 + i*20
 		c.line(w-right+12, float64(ly-4), w-right+40, float64(ly-4), 3, dash, col)
 		c.text(w-right+46, ly, setupName[s.setup], black, -1)
+	}
+	for i, l := range strings.Split(note, "\n") {
+		c.text(w-right+8, top+30+len(ss)*20+i*16, l, setupCols[EBPF], -1)
 	}
 	return savePNG(path, c)
 }
@@ -213,12 +217,20 @@ func niceCeil(v float64) float64 {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
 		if m*p >= v {
 			return m * p
 		}
 	}
 	return 10 * p
+}
+
+// fmtTick prints an axis value without a needless fraction.
+func fmtTick(v float64) string {
+	if v == math.Trunc(v) {
+		return fmtInt(v)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
 func fmtInt(v float64) string {
@@ -232,7 +244,7 @@ func fmtInt(v float64) string {
 // sweeps are the scale sweeps plotted: path prefix, metric, title, label.
 var sweeps = []struct{ prefix, metric, title, ylabel string }{
 	{"hostport-", "crr_cps", "hostPort: new connections per second", "conn/s"},
-	{"hostport-", "rr_p99_us", "hostPort: request/response p99", "µs"},
+	{"hostport-", "rr_p99_us", "hostPort: request/response p99", "us"}, // the bitmap font has no µ
 	{"hostport-", "rr_tps", "hostPort: request/response per second", "tx/s"},
 	{"hostport-", "add_p50_ms", "ADD of a pod with one more mapping (p50)", "ms"},
 }
@@ -247,6 +259,7 @@ func writePlots(dir string, rows []Row) ([]string, error) {
 	}
 	for _, sw := range sweeps {
 		var ss []series
+		note := ""
 		for _, s := range setups {
 			se := series{setup: s}
 			for _, r := range rows {
@@ -256,6 +269,8 @@ func writePlots(dir string, rows []Row) ([]string, error) {
 				}
 				if v := r.value(s); v != nil {
 					se.x, se.y = append(se.x, float64(n)), append(se.y, *v)
+				} else if s == EBPF && r.Null[EBPF] == notImplemented {
+					note = "EBPF: not\nimplemented\nin ebpf-cni\nyet"
 				}
 			}
 			if len(se.x) > 0 {
@@ -266,7 +281,7 @@ func writePlots(dir string, rows []Row) ([]string, error) {
 			continue
 		}
 		name := strings.TrimSuffix(sw.prefix, "-") + "_" + sw.metric + ".png"
-		if err := sweepPlot(filepath.Join(dir, name), sw.title, sw.ylabel, ss); err != nil {
+		if err := sweepPlot(filepath.Join(dir, name), sw.title, sw.ylabel, note, ss); err != nil {
 			return nil, err
 		}
 		out = append(out, name)

@@ -243,11 +243,11 @@ func explain(r Row) string {
 	case r.Path == "cni" && strings.HasPrefix(m, "add_cold"):
 		return "The first ADD on a node loads and verifies the programs and creates the pinned maps (once per node and binary version); STATUS loads them ahead of the first pod, so a runtime that calls STATUS never pays this on an ADD."
 	case r.Path == "cni" && strings.HasPrefix(m, "add"):
-		return "Why: the tcx attach (BPF_LINK_CREATE) costs ~16 ms in the kernel on this kernel (it waits for an RCU grace period), more than bridge + host-local + portmap + bandwidth spend exec-ing and writing iptables rules. Fix: `attachMode: tc` (a legacy cls_bpf filter attaches in ~0.2 ms), or attach to the host veth before it is moved/up so the grace period overlaps the rest of ADD, or ask upstream for an expedited grace period in tcx."
+		return "Why: with the default attach mode (tcx) the attach alone costs ~16 ms in the kernel on this kernel (DESIGN.md; BenchmarkAttach), against ~0.2 ms for a legacy cls_bpf filter; REF spends its time exec-ing four plugins and iptables. Fix: `attachMode: tc`, or overlap the attach with the rest of ADD (attach before moving the peer and configuring addresses)."
 	case r.Path == "cni" && strings.HasPrefix(m, "del"):
-		return "Why: DEL unpins the tcx link and deletes the veth; each detach waits for an RCU grace period in the kernel, serialised under RTNL. Fix: delete the veth only (the kernel detaches the tcx program with the device) instead of detaching first, or use `attachMode: tc`."
+		return "Why: DEL detaches and unpins the tcx link, then deletes the veth, under the node lock; the detach is the costly kernel step. Fix: let the veth deletion detach the program (one kernel operation instead of two), or `attachMode: tc`."
 	case r.Path == "cni" && strings.HasPrefix(m, "pods_per_s"):
-		return "Why: the sum of the ADD and DEL costs above (tcx attach and detach grace periods, serialised under RTNL), which concurrency cannot hide. Fix: as for ADD and DEL."
+		return "Why: the sum of the ADD and DEL costs (attach and detach, serialised by the node lock and RTNL), which concurrency cannot hide. Fix: as for ADD and DEL."
 	case strings.HasPrefix(m, "cpu_"):
 		return "Why: machine-wide /proc/stat accounting on a shared 2-CPU machine; the figure includes whatever else ran. Fix: rerun on an idle machine; if it persists, profile with perf the softirq path of the from-container program."
 	case strings.HasPrefix(m, "rr") || strings.HasPrefix(m, "crr") || strings.HasPrefix(m, "tcp"):
