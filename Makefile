@@ -50,7 +50,9 @@ clean: ## remove build output
 	rm -rf $(BIN)
 
 BENCH ?= full
-bench: build ## benchmarks against Debian's plugins (BENCH=quick for a short run); as root
+BENCH_FLAGS ?= # e.g. -ebpf-features masq,hostport,bandwidth, or -note "what else ran"
+bench: build ## REF, EBPF and RAW side by side into test/bench/results (full: ~15 min; BENCH=quick: <3 min); as root
+	$(GO) run ./test/bench -profile $(BENCH) -bin $(BIN) -out test/bench/results $(BENCH_FLAGS)
 	$(GO) run ./test/bench/ipam -n $(if $(filter quick,$(BENCH)),200,1000) -bin $(BIN)
 
 .PHONY: demo

@@ -10,6 +10,7 @@ require (
 	github.com/containernetworking/plugins v1.9.1
 	github.com/stretchr/testify v1.11.1
 	github.com/vishvananda/netlink v1.3.1
+	golang.org/x/image v0.40.0
 	golang.org/x/sys v0.43.0
 )
 

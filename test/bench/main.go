@@ -1,0 +1,253 @@
+// Command bench measures ebpf-cni side by side with Debian's reference chain
+// and the raw-veth limit, on one machine in one run (see
+// shared/BENCHMARK.md and `make bench`):
+//
+//	REF   bridge (isGateway, ipMasq) + host-local + portmap + bandwidth, iptables
+//	EBPF  ebpf-cni + ebpf-ipam with the features of ebpfFeatures on
+//	RAW   two namespaces joined by one veth (or a namespace routed by the node)
+//
+// Pods are network namespaces attached through the real plugin binaries with
+// libcni inside simulated nodes (a node netns with an uplink veth to a world
+// netns); no packet leaves the namespaces made here. Everything (processes,
+// namespaces, the private bpffs, temp files) is removed on exit, on failure
+// and on Ctrl-C. It writes latest.json, machine.json, REPORT.md and PNG plots
+// to -out.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is one run's profile and where things are.
+type config struct {
+	profile      string
+	bin, ref     string // plugin directories
+	out          string
+	features     []string // EBPF features on
+	paths        []string // paths to run, in order
+	runs         int      // repetitions of every traffic figure
+	dur          time.Duration
+	cniPairs     int // ADD+DEL pairs per round and concurrency
+	cniRounds    int
+	hostportN    []int
+	hostportReps int // timed ADD+DEL of one more mapping, per N
+	bwRates      []int
+	bwRuns       int
+	bwSecs       int
+	note         string // said at the top of REPORT.md (e.g. how loaded the machine was)
+	log          io.Writer
+	started      time.Time
+}
+
+var allPaths = []string{"cni", "pod-to-pod", "masquerade", "hostport", "bandwidth"}
+
+// profile returns the settings of a named profile: full fits in 15 minutes
+// on 2 cores, quick in 3 with the same rows, smoke is quick with tiny
+// counts for make test.
+func profile(name string) (config, error) {
+	c := config{profile: name, paths: allPaths, hostportN: []int{10, 1000, 5000, 10000},
+		bwRates: []int{10, 100, 1000}, features: ebpfFeatures}
+	switch name {
+	case "full":
+		c.runs, c.dur, c.cniPairs, c.cniRounds, c.hostportReps, c.bwRuns, c.bwSecs = 5, 3*time.Second, 60, 3, 7, 3, 5
+	case "quick":
+		c.runs, c.dur, c.cniPairs, c.cniRounds, c.hostportReps, c.bwRuns, c.bwSecs = 3, time.Second, 20, 3, 3, 1, 3
+	case "smoke":
+		c.runs, c.dur, c.cniPairs, c.cniRounds, c.hostportReps, c.bwRuns, c.bwSecs = 1, 300*time.Millisecond, 2, 1, 1, 1, 1
+		c.hostportN, c.bwRates = []int{10, 20}, []int{100}
+	default:
+		return c, fmt.Errorf("unknown profile %q (full, quick, smoke)", name)
+	}
+	return c, nil
+}
+
+func main() {
+	toolMain()
+	prof := flag.String("profile", envOr("BENCH", "full"), "full, quick or smoke (default from $BENCH)")
+	bin := flag.String("bin", "bin", "directory holding ebpf-cni and ebpf-ipam")
+	ref := flag.String("ref", "/usr/lib/cni", "directory holding Debian's reference plugins")
+	out := flag.String("out", "test/bench/results", "directory for latest.json, REPORT.md and the plots")
+	features := flag.String("ebpf-features", strings.Join(ebpfFeatures, ","), "EBPF features on: masq,hostport,bandwidth (those ebpf-cni implements)")
+	paths := flag.String("paths", strings.Join(allPaths, ","), "paths to measure")
+	runs := flag.Int("runs", 0, "override the profile's repetitions")
+	hostportN := flag.String("hostport-n", "", "override the profile's mapping counts (comma-separated)")
+	note := flag.String("note", "", "a note for the top of REPORT.md, e.g. what else ran on the machine")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fail(errors.New("needs root (sudo make bench)"))
+	}
+	cfg, err := profile(*prof)
+	if err != nil {
+		fail(err)
+	}
+	cfg.log, cfg.out = os.Stdout, *out
+	if cfg.bin, err = filepath.Abs(*bin); err != nil {
+		fail(err)
+	}
+	cfg.ref, cfg.note = *ref, *note
+	if cfg.features, err = parseList(*features, allFeatures); err != nil {
+		fail(fmt.Errorf("-ebpf-features: %w", err))
+	}
+	if cfg.paths, err = parseList(*paths, allPaths); err != nil {
+		fail(fmt.Errorf("-paths: %w", err))
+	}
+	if *runs > 0 {
+		cfg.runs = *runs
+	}
+	if *hostportN != "" {
+		cfg.hostportN = nil
+		for _, f := range strings.Split(*hostportN, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				fail(fmt.Errorf("-hostport-n: %q is not a positive count", f))
+			}
+			cfg.hostportN = append(cfg.hostportN, n)
+		}
+	}
+
+	b, err := newBench(cfg)
+	if err != nil {
+		if b != nil {
+			b.cleanup()
+		}
+		fail(err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "\n%s: removing the namespaces, processes and bpffs this run made\n", s)
+		b.cleanup()
+		os.Exit(130)
+	}()
+	err = b.run()
+	b.cleanup()
+	if err != nil {
+		fail(err)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseList(s string, allowed []string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(allowed, f) {
+			return nil, fmt.Errorf("unknown %q (one of %s)", f, strings.Join(allowed, ", "))
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.cfg.log, "[%6.1fs] %s\n", time.Since(b.cfg.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// run measures every path of the profile and writes the results; a path
+// that fails is reported and the others still run.
+func (b *bench) run() error {
+	b.cfg.started = time.Now()
+	b.versions = machineInfo(b.cfg)
+	b.logf("profile %s; EBPF features on: %s", b.cfg.profile, featureList(b.cfg.features))
+	for _, kv := range b.versions {
+		b.logf("  %-22s %s", kv[0], kv[1])
+	}
+	if err := b.newSetups(); err != nil {
+		return err
+	}
+	b.versions = append(b.versions, [2]string{"bridge-nf-call-iptables (REF node)", bridgeNF(b.setups[REF].node.NS)})
+	steps := map[string]func() error{"cni": b.cniPath, "pod-to-pod": b.podToPod, "masquerade": b.masquerade,
+		"hostport": b.hostport, "bandwidth": b.bandwidth}
+	var errs []error
+	for _, p := range b.cfg.paths {
+		if err := steps[p](); err != nil {
+			if b.interrupted() {
+				return err
+			}
+			b.logf("%s failed: %v", p, err)
+			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+			b.failed = append(b.failed, fmt.Sprintf("%s: %v", p, err))
+		}
+	}
+	b.elapsed = time.Since(b.cfg.started)
+	if err := b.write(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (b *bench) interrupted() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.done
+}
+
+func featureList(f []string) string {
+	if len(f) == 0 {
+		return "none (L3 datapath only)"
+	}
+	return strings.Join(f, ", ")
+}
+
+// write puts latest.json, machine.json, REPORT.md and the plots in out.
+func (b *bench) write() error {
+	if err := os.MkdirAll(b.cfg.out, 0o755); err != nil {
+		return err
+	}
+	// Plots of an earlier run that this one does not redraw would be stale.
+	old, _ := filepath.Glob(filepath.Join(b.cfg.out, "*.png"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+	rows := b.res.Rows()
+	if err := writeJSON(filepath.Join(b.cfg.out, "latest.json"), rows); err != nil {
+		return err
+	}
+	meta := map[string]any{"profile": b.cfg.profile, "date": time.Now().UTC().Format(time.RFC3339),
+		"elapsed_s": int(b.elapsed.Seconds()), "ebpf_features": b.cfg.features, "runs": b.cfg.runs,
+		"run_seconds": b.cfg.dur.Seconds(), "failed": b.failed}
+	for _, kv := range b.versions {
+		meta[kv[0]] = kv[1]
+	}
+	if err := writeJSON(filepath.Join(b.cfg.out, "machine.json"), meta); err != nil {
+		return err
+	}
+	plots, err := writePlots(b.cfg.out, rows)
+	if err != nil {
+		return fmt.Errorf("plots: %w", err)
+	}
+	rep := report{Rows: rows, Profile: b.cfg.profile, Note: b.cfg.note, Features: b.cfg.features, Versions: b.versions,
+		Runs: b.cfg.runs, Dur: b.cfg.dur, Elapsed: b.elapsed, Failed: b.failed, Plots: plots, Date: time.Now().UTC()}
+	if err := os.WriteFile(filepath.Join(b.cfg.out, "REPORT.md"), []byte(rep.markdown()), 0o644); err != nil {
+		return err
+	}
+	b.logf("wrote %s", strings.Join(append([]string{"latest.json", "machine.json", "REPORT.md"}, plots...), ", "))
+	fmt.Fprint(b.cfg.log, rep.summary())
+	return nil
+}

@@ -1,0 +1,552 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+)
+
+// Every path runs its measurements in rounds, and within a round each
+// setup in turn, so drift of the machine's load spreads over all setups
+// instead of landing on one.
+
+var cniMetrics = func() []metricDecl {
+	var out []metricDecl
+	for _, suffix := range []string{"", "_c8"} {
+		out = append(out,
+			metricDecl{"add_p50_ms" + suffix, "ms", "lower"}, metricDecl{"add_p99_ms" + suffix, "ms", "lower"},
+			metricDecl{"del_p50_ms" + suffix, "ms", "lower"}, metricDecl{"del_p99_ms" + suffix, "ms", "lower"},
+			metricDecl{"pods_per_s" + suffix, "ADD+DEL/s", "higher"})
+	}
+	return append(out, metricDecl{"add_cold_ms", "ms", "lower"})
+}()
+
+// cniPath: ADD and DEL latency through libcni at concurrency 1 and 8 and
+// ADD+DEL pairs per second; RAW is the limit, the same veth, address and
+// route made in-process with netlink, with no plugin to exec and no IPAM.
+func (b *bench) cniPath() error {
+	b.logf("cni: %d rounds of %d ADD+DEL pairs at concurrency 1 and 8", b.cfg.cniRounds, b.cfg.cniPairs)
+	ss := b.pick("cni", "", cniMetrics, true)
+	b.res.skip("cni", "add_cold_ms", "ms", "lower", RAW, "not applicable: nothing to load")
+	// The first ADD of a node loads (EBPF) or creates (REF: the bridge) what
+	// every later ADD reuses.
+	for _, s := range ss {
+		if s.name == RAW {
+			continue
+		}
+		p, d, err := b.addPod(s, nil)
+		if err != nil {
+			return err
+		}
+		b.res.add("cni", "add_cold_ms", "ms", "lower", s.name, durMs(d))
+		if _, err := s.detach(p); err != nil {
+			return err
+		}
+		b.closeNS(p.ns)
+	}
+	for round := range b.cfg.cniRounds {
+		for _, conc := range []int{1, 8} {
+			suffix := ""
+			if conc > 1 {
+				suffix = "_c8"
+			}
+			for _, s := range ss {
+				adds, dels, wall, err := b.churn(s, conc, b.cfg.cniPairs)
+				if err != nil {
+					return err
+				}
+				b.res.add("cni", "add_p50_ms"+suffix, "ms", "lower", s.name, percentile(adds, .50))
+				b.res.add("cni", "add_p99_ms"+suffix, "ms", "lower", s.name, percentile(adds, .99))
+				b.res.add("cni", "del_p50_ms"+suffix, "ms", "lower", s.name, percentile(dels, .50))
+				b.res.add("cni", "del_p99_ms"+suffix, "ms", "lower", s.name, percentile(dels, .99))
+				b.res.add("cni", "pods_per_s"+suffix, "ADD+DEL/s", "higher", s.name, float64(len(adds))/wall.Seconds())
+			}
+		}
+		b.logf("  round %d/%d done", round+1, b.cfg.cniRounds)
+	}
+	return nil
+}
+
+var rawSeq atomic.Int64
+
+// churn makes n namespaces (untimed), then ADDs and DELs each with conc
+// workers; it returns the latencies in ms and the wall time of the ADD+DEL
+// phase.
+func (b *bench) churn(s *setup, conc, n int) (adds, dels []float64, wall time.Duration, err error) {
+	nss := make([]ns.NetNS, n)
+	for i := range nss {
+		if nss[i], err = b.newNS(); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	defer func() {
+		for _, x := range nss {
+			b.closeNS(x)
+		}
+	}()
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	next := make(chan ns.NetNS)
+	t0 := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range next {
+				a, d, err := b.addDel(s, n)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					adds, dels = append(adds, durMs(a)), append(dels, durMs(d))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, x := range nss {
+		next <- x
+	}
+	close(next)
+	wg.Wait()
+	wall = time.Since(t0)
+	if len(errs) > 0 {
+		return nil, nil, 0, errs[0]
+	}
+	return adds, dels, wall, nil
+}
+
+// addDel attaches and detaches netns n once.
+func (b *bench) addDel(s *setup, n ns.NetNS) (add, del time.Duration, err error) {
+	if s.name == RAW {
+		return rawAddDel(s, n)
+	}
+	p, add, err := s.attach(n, fmt.Sprintf("%s-churn-%d", s.name, s.pods.Add(1)), nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	del, err = s.detach(p)
+	return add, del, err
+}
+
+// rawAddDel is what an interface plugin cannot avoid doing, done in-process:
+// a veth into the pod, an address, link up, a default route; then delete it.
+func rawAddDel(s *setup, n ns.NetNS) (add, del time.Duration, err error) {
+	i := rawSeq.Add(1)
+	host := fmt.Sprintf("rawc%d", i)
+	podIP := cidr(fmt.Sprintf("10.232.%d.%d", (i/250)%250, i%250+2), 16)
+	t0 := time.Now()
+	if err := veth(s.node.NS, n, host, cidr("10.232.255.254", 32), podIP, false); err != nil {
+		return 0, 0, err
+	}
+	err = n.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: cidr("0.0.0.0", 0), Scope: netlink.SCOPE_LINK})
+	})
+	add = time.Since(t0)
+	if err != nil {
+		return 0, 0, err
+	}
+	t1 := time.Now()
+	err = s.node.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(host)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(l)
+	})
+	return add, time.Since(t1), err
+}
+
+var p2pMetrics = []metricDecl{
+	{"rr_tps", "tx/s", "higher"}, {"rr_p50_us", "µs", "lower"}, {"rr_p99_us", "µs", "lower"},
+	{"cpu_us_per_tx", "µs", "lower"},
+	{"tcp_gbps", "Gbit/s", "higher"}, {"tcp2_gbps", "Gbit/s", "higher"},
+	{"crr_cps", "conn/s", "higher"}, {"crr_p99_us", "µs", "lower"}, {"cpu_us_per_conn", "µs", "lower"},
+}
+
+// clientServer is one setup's client and server on a path.
+type clientServer struct {
+	setup          string
+	client, server ns.NetNS
+	target         net.IP // where the client connects
+	echoPort       int
+}
+
+// podToPod: two pods of one node (RAW: two namespaces on one veth).
+func (b *bench) podToPod() error {
+	b.logf("pod-to-pod: %d runs of %s (RR, CRR) and %ds (iperf3, 1 and 2 streams)", b.cfg.runs, b.cfg.dur, secsOf(b.cfg.dur))
+	ss := b.pick("pod-to-pod", "", p2pMetrics, true)
+	var cs []clientServer
+	for _, s := range ss {
+		var client, server *pod
+		var err error
+		if s.name == RAW {
+			client, server, err = b.rawPair()
+		} else {
+			if client, _, err = b.addPod(s, nil); err == nil {
+				server, _, err = b.addPod(s, nil)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		cs = append(cs, clientServer{s.name, client.ns, server.ns, server.ip, echoPort})
+	}
+	if err := b.serve(cs, true); err != nil {
+		return err
+	}
+	if err := b.traffic("pod-to-pod", cs, true); err != nil {
+		return err
+	}
+	return b.bpfStats(cs)
+}
+
+// serve starts the echo server (and iperf3) of every pair.
+func (b *bench) serve(cs []clientServer, iperf bool) error {
+	for _, c := range cs {
+		if err := b.startServer(c.server, addr(c.target, c.echoPort)); err != nil {
+			return fmt.Errorf("%s: %w", c.setup, err)
+		}
+		if iperf {
+			if err := b.startIperf(c.server, c.target, iperfPort); err != nil {
+				return fmt.Errorf("%s: %w", c.setup, err)
+			}
+		}
+	}
+	return nil
+}
+
+// traffic runs RR, CRR and (with tcp) iperf3 for every pair, in rounds.
+func (b *bench) traffic(path string, cs []clientServer, tcp bool) error {
+	for run := range b.cfg.runs {
+		for _, c := range cs {
+			r, err := b.load("rr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
+			if err != nil {
+				return fmt.Errorf("%s %s rr: %w", path, c.setup, err)
+			}
+			b.res.add(path, "rr_tps", "tx/s", "higher", c.setup, r.perSec())
+			b.res.add(path, "rr_p50_us", "µs", "lower", c.setup, r.P50us)
+			b.res.add(path, "rr_p99_us", "µs", "lower", c.setup, r.P99us)
+			b.res.add(path, "cpu_us_per_tx", "µs", "lower", c.setup, r.cpuUsPerOp)
+		}
+		if tcp {
+			for _, streams := range []int{1, 2} {
+				metric := "tcp_gbps"
+				if streams == 2 {
+					metric = "tcp2_gbps"
+				}
+				for _, c := range cs {
+					r, err := b.iperf(c.client, c.target, streams, secsOf(b.cfg.dur))
+					if err != nil {
+						return fmt.Errorf("%s %s: %w", path, c.setup, err)
+					}
+					b.res.add(path, metric, "Gbit/s", "higher", c.setup, r.End.SumReceived.BitsPerSecond/1e9)
+				}
+			}
+		}
+		for _, c := range cs {
+			r, err := b.load("crr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
+			if err != nil {
+				return fmt.Errorf("%s %s crr: %w", path, c.setup, err)
+			}
+			b.res.add(path, "crr_cps", "conn/s", "higher", c.setup, r.perSec())
+			b.res.add(path, "crr_p99_us", "µs", "lower", c.setup, r.P99us)
+			b.res.add(path, "cpu_us_per_conn", "µs", "lower", c.setup, r.cpuUsPerOp)
+		}
+		b.logf("  %s run %d/%d done", path, run+1, b.cfg.runs)
+	}
+	return nil
+}
+
+var masqMetrics = []metricDecl{
+	{"rr_tps", "tx/s", "higher"}, {"rr_p50_us", "µs", "lower"}, {"rr_p99_us", "µs", "lower"},
+	{"cpu_us_per_tx", "µs", "lower"}, {"tcp_gbps", "Gbit/s", "higher"}, {"tcp2_gbps", "Gbit/s", "higher"},
+	{"crr_cps", "conn/s", "higher"}, {"crr_p99_us", "µs", "lower"}, {"cpu_us_per_conn", "µs", "lower"},
+}
+
+// masquerade: a pod to a host beyond the node's uplink (the world netns).
+// RAW is a namespace routed by the node with no NAT and no rules.
+func (b *bench) masquerade() error {
+	b.logf("masquerade: %d runs, pod to a host outside the node", b.cfg.runs)
+	ss := b.pick("masquerade", "masq", masqMetrics, true)
+	var cs []clientServer
+	for _, s := range ss {
+		var client *pod
+		var err error
+		if s.name == RAW {
+			client, err = b.rawRouted()
+		} else {
+			client, _, err = b.addPod(s, nil)
+		}
+		if err != nil {
+			return err
+		}
+		if err := b.ensureWorldServers(s); err != nil {
+			return err
+		}
+		cs = append(cs, clientServer{s.name, client.ns, s.node.World, nettest.WorldIP4, echoPort})
+	}
+	return b.traffic("masquerade", cs, true)
+}
+
+// Host ports: the measured pod's mapping, and the fillers' range.
+const (
+	benchHostPort  = 18080
+	probeHostPort  = 19000 // the pods whose ADD/DEL is timed at each N
+	fillerHostPort = 20000
+	fillerPerPod   = 10  // mappings per REF filler container
+	ebpfPerPod     = 500 // mappings per EBPF filler pod
+)
+
+var hostportMetrics = []metricDecl{
+	{"rr_tps", "tx/s", "higher"}, {"rr_p99_us", "µs", "lower"}, {"crr_cps", "conn/s", "higher"},
+	{"crr_p99_us", "µs", "lower"}, {"add_p50_ms", "ms", "lower"}, {"del_p50_ms", "ms", "lower"},
+}
+
+func mappings(from, n, containerPort int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = map[string]any{"hostPort": from + i, "containerPort": containerPort, "protocol": "tcp"}
+	}
+	return out
+}
+
+// hostport: a client in the world to a hostPort of the node, with N
+// mappings installed ahead of the measured one (portmap appends each pod's
+// rules, so this is where the newest pod's mapping is); and the time to ADD
+// and DEL a pod with one more mapping through the whole chain. RAW is the
+// client reaching the routed namespace directly, with no mapping at all; it
+// does not depend on N, so it is measured once and repeated on every row.
+func (b *bench) hostport() error {
+	b.logf("hostport: N = %v mappings, %d runs each", b.cfg.hostportN, b.cfg.runs)
+	var ss []*setup
+	for _, n := range b.cfg.hostportN {
+		ss = b.pick(fmt.Sprintf("hostport-%d", n), "hostport", hostportMetrics, true)
+		for _, m := range []string{"add_p50_ms", "del_p50_ms"} {
+			b.res.skip(fmt.Sprintf("hostport-%d", n), m, "ms", "lower", RAW, "not applicable: no mapping to add")
+		}
+	}
+	var cs []clientServer
+	installed := map[string]int{}
+	for _, s := range ss {
+		var p *pod
+		var err error
+		target, port := nettest.NodeIP4, benchHostPort
+		if s.name == RAW {
+			p, err = b.rawRouted()
+			target, port = net.ParseIP("10.231.0.2").To4(), echoPort
+		} else {
+			p, _, err = b.addPod(s, map[string]any{"portMappings": mappings(benchHostPort, 1, echoPort)})
+			installed[s.name] = 1
+		}
+		if err != nil {
+			return err
+		}
+		if err := b.startServer(p.ns, addr(p.ip, echoPort)); err != nil {
+			return err
+		}
+		cs = append(cs, clientServer{s.name, s.node.World, p.ns, target, port})
+	}
+	var rawRR, rawCRR [][2]float64 // RAW's (per second, p99) of each run, measured at the first N
+	probe := 0
+	for li, n := range b.cfg.hostportN {
+		path := fmt.Sprintf("hostport-%d", n)
+		for _, s := range ss {
+			if s.name == RAW || installed[s.name] >= n {
+				continue
+			}
+			t0 := time.Now()
+			if err := b.fill(s, installed[s.name]-1, n-installed[s.name]); err != nil {
+				return fmt.Errorf("installing mappings: %w", err)
+			}
+			installed[s.name] = n
+			b.logf("  %s: %d mappings installed (%.1fs)", s.name, n, time.Since(t0).Seconds())
+		}
+		for run := range b.cfg.runs {
+			for _, c := range cs {
+				if c.setup == RAW && li > 0 {
+					b.res.add(path, "rr_tps", "tx/s", "higher", RAW, rawRR[run][0])
+					b.res.add(path, "rr_p99_us", "µs", "lower", RAW, rawRR[run][1])
+					b.res.add(path, "crr_cps", "conn/s", "higher", RAW, rawCRR[run][0])
+					b.res.add(path, "crr_p99_us", "µs", "lower", RAW, rawCRR[run][1])
+					continue
+				}
+				rr, err := b.load("rr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
+				if err != nil {
+					return fmt.Errorf("%s %s rr: %w", path, c.setup, err)
+				}
+				crr, err := b.load("crr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
+				if err != nil {
+					return fmt.Errorf("%s %s crr: %w", path, c.setup, err)
+				}
+				b.res.add(path, "rr_tps", "tx/s", "higher", c.setup, rr.perSec())
+				b.res.add(path, "rr_p99_us", "µs", "lower", c.setup, rr.P99us)
+				b.res.add(path, "crr_cps", "conn/s", "higher", c.setup, crr.perSec())
+				b.res.add(path, "crr_p99_us", "µs", "lower", c.setup, crr.P99us)
+				if c.setup == RAW {
+					rawRR = append(rawRR, [2]float64{rr.perSec(), rr.P99us})
+					rawCRR = append(rawCRR, [2]float64{crr.perSec(), crr.P99us})
+				}
+			}
+		}
+		for range b.cfg.hostportReps {
+			for _, s := range ss {
+				if s.name == RAW {
+					continue
+				}
+				probe++
+				p, d, err := b.addPod(s, map[string]any{"portMappings": mappings(probeHostPort+probe, 1, echoPort)})
+				if err != nil {
+					return err
+				}
+				dd, err := s.detach(p)
+				if err != nil {
+					return err
+				}
+				b.closeNS(p.ns)
+				b.res.add(path, "add_p50_ms", "ms", "lower", s.name, durMs(d))
+				b.res.add(path, "del_p50_ms", "ms", "lower", s.name, durMs(dd))
+			}
+		}
+		b.logf("  %s done", path)
+	}
+	return nil
+}
+
+// fill installs k more mappings (host ports fillerHostPort+from...) ahead
+// of the measured one. EBPF gets them the way a runtime would, as pods
+// through its chain. REF gets them written in one iptables-restore, in
+// exactly the layout portmap writes (a CNI-DN chain per container, an
+// entry rule per container in CNI-HOSTPORT-DNAT), but inserted ahead of
+// the measured pod's: portmap itself runs iptables once per rule, and each
+// run reads the whole ruleset, so installing 10,000 mappings through it
+// takes about 9 minutes on this machine; the add_p50_ms row shows that cost.
+func (b *bench) fill(s *setup, from, k int) error {
+	if s.name != REF {
+		for done := 0; done < k; {
+			m := min(ebpfPerPod, k-done)
+			if _, _, err := b.addPod(s, map[string]any{"portMappings": mappings(fillerHostPort+from+done, m, 9)}); err != nil {
+				return err
+			}
+			done += m
+		}
+		return nil
+	}
+	var rules strings.Builder
+	rules.WriteString("*nat\n")
+	for c := 0; c*fillerPerPod < k; c++ {
+		chain := fmt.Sprintf("CNI-DN-bench%08d", from+c*fillerPerPod)
+		fmt.Fprintf(&rules, ":%s - [0:0]\n", chain)
+		var ports []string
+		for i := c * fillerPerPod; i < min(k, (c+1)*fillerPerPod); i++ {
+			p := fillerHostPort + from + i
+			ports = append(ports, fmt.Sprint(p))
+			fmt.Fprintf(&rules, "-A %s -s %s -p tcp -m tcp --dport %d -j CNI-HOSTPORT-SETMARK\n", chain, refSubnet, p)
+			fmt.Fprintf(&rules, "-A %s -s 127.0.0.1/32 -p tcp -m tcp --dport %d -j CNI-HOSTPORT-SETMARK\n", chain, p)
+			fmt.Fprintf(&rules, "-A %s -p tcp -m tcp --dport %d -j DNAT --to-destination 10.210.255.%d:9\n", chain, p, 1+(from+c)%250)
+		}
+		fmt.Fprintf(&rules, "-I CNI-HOSTPORT-DNAT 1 -p tcp -m comment --comment \"dnat name: ref id: filler-%d\" -m multiport --dports %s -j %s\n",
+			from+c*fillerPerPod, strings.Join(ports, ","), chain)
+	}
+	rules.WriteString("COMMIT\n")
+	return s.node.NS.Do(func(ns.NetNS) error {
+		cmd := exec.Command("iptables-restore", "--noflush")
+		cmd.Stdin = strings.NewReader(rules.String())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables-restore: %w: %s", err, out)
+		}
+		return nil
+	})
+}
+
+// bandwidth: a pod limited to R Mbit/s egress sends to the world for
+// bwSecs; the error of the achieved rate against R over the whole run and
+// in its first second, as the receiver saw them.
+func (b *bench) bandwidth() error {
+	b.logf("bandwidth: %v Mbit/s, %d runs of %ds", b.cfg.bwRates, b.cfg.bwRuns, b.cfg.bwSecs)
+	var decl []metricDecl
+	for _, r := range b.cfg.bwRates {
+		decl = append(decl, metricDecl{fmt.Sprintf("err_%dmbit_pct", r), "%", "lower"},
+			metricDecl{fmt.Sprintf("first_s_err_%dmbit_pct", r), "%", "lower"})
+	}
+	ss := b.pick("bandwidth", "bandwidth", decl, false)
+	for _, s := range ss {
+		if err := b.ensureWorldServers(s); err != nil {
+			return err
+		}
+	}
+	for _, rate := range b.cfg.bwRates {
+		bits := rate * 1_000_000
+		// A 10 ms burst: large enough for tbf at every rate, small enough
+		// not to flatter the first second.
+		caps := map[string]any{"bandwidth": map[string]any{"egressRate": bits, "egressBurst": max(bits/100, 64_000)}}
+		pods := map[string]*pod{}
+		for _, s := range ss {
+			p, _, err := b.addPod(s, caps)
+			if err != nil {
+				return err
+			}
+			pods[s.name] = p
+		}
+		for range b.cfg.bwRuns {
+			for _, s := range ss {
+				r, err := b.iperf(pods[s.name].ns, nettest.WorldIP4, 1, b.cfg.bwSecs)
+				if err != nil {
+					return fmt.Errorf("bandwidth %s: %w", s.name, err)
+				}
+				avg := r.End.SumReceived.BitsPerSecond
+				first := avg
+				if len(r.Server.Intervals) > 0 {
+					first = r.Server.Intervals[0].Sum.BitsPerSecond
+				}
+				b.res.add("bandwidth", fmt.Sprintf("err_%dmbit_pct", rate), "%", "lower", s.name, errPct(avg, float64(bits)))
+				b.res.add("bandwidth", fmt.Sprintf("first_s_err_%dmbit_pct", rate), "%", "lower", s.name, errPct(first, float64(bits)))
+			}
+		}
+		b.logf("  %d Mbit/s done", rate)
+	}
+	return nil
+}
+
+func errPct(got, want float64) float64 {
+	d := (got - want) / want * 100
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// ensureWorldServers starts the echo server and iperf3 in a setup's world
+// once (the masquerade and bandwidth paths share them).
+func (b *bench) ensureWorldServers(s *setup) error {
+	b.mu.Lock()
+	started := b.worldServers[s.name]
+	if b.worldServers == nil {
+		b.worldServers = map[string]bool{}
+	}
+	b.worldServers[s.name] = true
+	b.mu.Unlock()
+	if started {
+		return nil
+	}
+	if err := b.startServer(s.node.World, addr(nettest.WorldIP4, echoPort)); err != nil {
+		return err
+	}
+	return b.startIperf(s.node.World, nettest.WorldIP4, iperfPort)
+}

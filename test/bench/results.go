@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// Row is one line of latest.json: a metric on a path, the median over runs
+// for each setup (null where the setup does not apply or was not measured),
+// and how noisy the runs were.
+type Row struct {
+	Path   string   `json:"path"`
+	Metric string   `json:"metric"`
+	Unit   string   `json:"unit"`
+	Better string   `json:"better"` // "higher" or "lower"
+	Ref    *float64 `json:"ref"`
+	EBPF   *float64 `json:"ebpf"`
+	Raw    *float64 `json:"raw"`
+	// Runs is how many runs each median was taken over, by setup.
+	Runs map[string]int `json:"runs,omitempty"`
+	// Spread is (max-min)/median of the runs in percent, by setup.
+	Spread map[string]*float64 `json:"spread_pct,omitempty"`
+	// Null says why a setup has no figure, by setup.
+	Null map[string]string `json:"null_reason,omitempty"`
+}
+
+func (r *Row) value(setup string) *float64 {
+	switch setup {
+	case REF:
+		return r.Ref
+	case EBPF:
+		return r.EBPF
+	default:
+		return r.Raw
+	}
+}
+
+func (r *Row) set(setup string, v *float64) {
+	switch setup {
+	case REF:
+		r.Ref = v
+	case EBPF:
+		r.EBPF = v
+	default:
+		r.Raw = v
+	}
+}
+
+// metricDef is a metric's unit and direction.
+type metricDef struct{ unit, better string }
+
+// Results collects samples per (path, metric, setup) in the order they were
+// first declared, and turns them into rows.
+type Results struct {
+	mu      sync.Mutex
+	order   []string // path\x00metric
+	defs    map[string]metricDef
+	samples map[string]map[string][]float64
+	null    map[string]map[string]string
+}
+
+func newResults() *Results {
+	return &Results{defs: map[string]metricDef{}, samples: map[string]map[string][]float64{},
+		null: map[string]map[string]string{}}
+}
+
+func key(path, metric string) string { return path + "\x00" + metric }
+
+// declare registers a row so it appears (in this order) even if no setup
+// produces a figure for it.
+func (rs *Results) declare(path, metric, unit, better string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	k := key(path, metric)
+	if _, ok := rs.defs[k]; ok {
+		return
+	}
+	rs.order = append(rs.order, k)
+	rs.defs[k] = metricDef{unit, better}
+	rs.samples[k] = map[string][]float64{}
+	rs.null[k] = map[string]string{}
+}
+
+// add records one run's figure.
+func (rs *Results) add(path, metric, unit, better, setup string, v float64) {
+	rs.declare(path, metric, unit, better)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	k := key(path, metric)
+	rs.samples[k][setup] = append(rs.samples[k][setup], v)
+}
+
+// skip says why setup has no figure for a row.
+func (rs *Results) skip(path, metric, unit, better, setup, why string) {
+	rs.declare(path, metric, unit, better)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.null[key(path, metric)][setup] = why
+}
+
+// samplesOf returns a copy of the samples of one cell.
+func (rs *Results) samplesOf(path, metric, setup string) []float64 {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if m := rs.samples[key(path, metric)]; m != nil {
+		return append([]float64(nil), m[setup]...)
+	}
+	return nil
+}
+
+// Rows turns the samples into medians.
+func (rs *Results) Rows() []Row {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var rows []Row
+	for _, k := range rs.order {
+		var path, metric string
+		for i := range k {
+			if k[i] == 0 {
+				path, metric = k[:i], k[i+1:]
+				break
+			}
+		}
+		d := rs.defs[k]
+		r := Row{Path: path, Metric: metric, Unit: d.unit, Better: d.better,
+			Runs: map[string]int{}, Spread: map[string]*float64{}, Null: map[string]string{}}
+		for _, s := range setups {
+			xs := rs.samples[k][s]
+			if len(xs) == 0 {
+				why := rs.null[k][s]
+				if why == "" {
+					why = "not measured"
+				}
+				r.Null[s] = why
+				continue
+			}
+			m := round(median(xs))
+			r.set(s, &m)
+			r.Runs[s] = len(xs)
+			if sp := spreadPct(xs); sp != nil {
+				v := round(*sp)
+				r.Spread[s] = &v
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// round keeps four significant digits, enough for figures this noisy.
+func round(v float64) float64 {
+	var out float64
+	_, _ = fmt.Sscanf(fmt.Sprintf("%.4g", v), "%g", &out)
+	return out
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+)
+
+// TestMain lets the bench re-execute this test binary as its load
+// generator, and removes the plugin binaries the test built.
+func TestMain(m *testing.M) {
+	toolMain()
+	testutil.Main(m)
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p), nil }
+
+// TestSmoke runs the whole suite with tiny counts (the smoke profile: every
+// path, one run each), so it cannot rot; it writes to a temp dir, never to
+// test/bench/results. It asserts what the suite must produce, not figures.
+func TestSmoke(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, err := profile("smoke")
+	require.NoError(t, err)
+	cfg.bin, cfg.ref, cfg.out, cfg.log = testutil.PluginDir(t), testutil.RefPluginDir(t), t.TempDir(), testLog{t}
+	b, err := newBench(cfg)
+	if b != nil {
+		defer b.cleanup()
+	}
+	require.NoError(t, err)
+	require.NoError(t, b.run())
+	tmp := b.tmp
+	b.cleanup()
+	_, err = os.Stat(tmp)
+	require.True(t, os.IsNotExist(err), "cleanup leaves the temp dir %s", tmp)
+
+	raw, err := os.ReadFile(filepath.Join(cfg.out, "latest.json"))
+	require.NoError(t, err)
+	var rows []Row
+	require.NoError(t, json.Unmarshal(raw, &rows))
+	get := func(path, metric string) Row {
+		for _, r := range rows {
+			if r.Path == path && r.Metric == metric {
+				return r
+			}
+		}
+		t.Fatalf("no row %s %s", path, metric)
+		return Row{}
+	}
+	for _, pm := range [][2]string{{"cni", "add_p50_ms"}, {"pod-to-pod", "rr_tps"}, {"pod-to-pod", "rr_p99_us"}, {"pod-to-pod", "tcp_gbps"}} {
+		r := get(pm[0], pm[1])
+		require.NotNil(t, r.Ref, "%v REF", pm)
+		require.NotNil(t, r.EBPF, "%v EBPF", pm)
+		require.NotNil(t, r.Raw, "%v RAW", pm)
+	}
+	for _, p := range []string{"masquerade", "hostport-10", "hostport-20", "bandwidth"} {
+		found := false
+		for _, r := range rows {
+			if r.Path == p {
+				found = true
+				require.NotNil(t, r.Ref, "%s %s: REF measures every feature", p, r.Metric)
+			}
+		}
+		require.True(t, found, "no rows for %s", p)
+	}
+	for _, f := range []string{"REPORT.md", "machine.json", "ratios.png", "hostport_crr_cps.png"} {
+		_, err := os.Stat(filepath.Join(cfg.out, f))
+		require.NoError(t, err, f)
+	}
+}
