@@ -55,7 +55,7 @@ func (b *bench) bpfStats(cs []clientServer) error {
 	if pair == nil {
 		return nil
 	}
-	root := filepath.Join(b.bpfs, "ebpf-cni")
+	root := b.setups[EBPF].bpfRoot
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		return fmt.Errorf("enabling BPF run-time statistics: %w", err)

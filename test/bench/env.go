@@ -175,6 +175,19 @@ func (b *bench) newNode() (*nettest.Node, error) {
 	return n, clientSysctls(n.World)
 }
 
+// closeNode removes a node before the end of the run.
+func (b *bench) closeNode(n *nettest.Node) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, x := range b.nodes {
+		if x == n {
+			b.nodes = append(b.nodes[:i], b.nodes[i+1:]...)
+			break
+		}
+	}
+	n.Close()
+}
+
 // start runs a long-lived process inside n pinned to cpu (-1: not
 // pinned); cleanup kills it.
 func (b *bench) start(n ns.NetNS, cpu int, env []string, name string, args ...string) (*exec.Cmd, error) {

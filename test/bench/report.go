@@ -118,7 +118,7 @@ func (rp report) markdown() string {
 	w("| RAW | the limit: two namespaces joined by one veth; for paths through the node, a namespace routed by the node with no NAT and no rules; for `cni`, the same veth, address and route made in-process with netlink |\n\n")
 	w("How to read a table: **EBPF/REF** and **EBPF/RAW** are plain ratios of the figures (for a metric where lower is better, below 1x means EBPF is better); ")
 	w("**gap closed** is (EBPF−REF)/(RAW−REF): 100%% means EBPF reaches the raw limit, 0%% no better than REF, negative worse than REF; ")
-	w("**noise** is (max−min)/median of the runs of REF / EBPF / RAW; a difference smaller than the noise is called *within noise*.\n\n")
+	w("**noise** is (max−min)/median of the runs of REF / EBPF / RAW; a difference smaller than the noise (or under 10%% between two single runs) is called *within noise*.\n\n")
 	if slices.Contains(rp.Plots, "ratios.png") {
 		w("![EBPF vs REF on every row](ratios.png)\n\n")
 	}
@@ -177,7 +177,7 @@ func (rp report) markdown() string {
 
 // pathDoc says what each path measures.
 var pathDoc = map[string]string{
-	"cni": "CNI ADD and DEL through libcni exactly as a runtime calls the chain, at concurrency 1 and 8 (`_c8`); pods_per_s is ADD+DEL pairs per second (the namespaces are made beforehand); add_cold_ms is the first ADD on a fresh node.",
+	"cni": "CNI ADD and DEL through libcni exactly as a runtime calls the chain, at concurrency 1 and 8 (`_c8`); pods_per_s is ADD+DEL pairs per second (the namespaces are made beforehand); add_cold_ms is the first ADD on a fresh node (fresh bpffs state for EBPF: the programs are loaded and verified), one fresh node per run.",
 	"pod-to-pod": "Two pods on one node. rr: 1-byte TCP ping-pong over one connection (the project's load generator; client and server pinned to one CPU, since a cross-CPU wakeup on this VM costs more than the whole round trip); crr: connect, 1-byte request/response, close; tcp: iperf3 with 1 and 2 streams. " +
 		"cpu_us_per_tx/conn: busy time (/proc/stat) of the CPU that client, server and their packets' softirq work share, divided by transactions; other load that ran on that CPU lands in it too. bpf_*_ns_pkt: run_time_ns/run_cnt of each program from BPF run-time statistics, switched on for a separate RR run.",
 	"masquerade": "A pod to a host beyond the node's uplink (the world namespace): RR, CRR, iperf3. REF masquerades with iptables; RAW is routed by the node with no NAT.",

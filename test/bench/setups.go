@@ -44,6 +44,7 @@ type setup struct {
 	cni      *nettest.CNI
 	list     *libcni.NetworkConfigList
 	features map[string]bool
+	bpfRoot  string // EBPF's
 	pods     atomic.Int64
 }
 
@@ -93,52 +94,62 @@ func ebpfList(bpfRoot, stateDir string, features map[string]bool) ([]byte, error
 // newSetups builds REF and EBPF, each on its own node, and RAW's node (for
 // the routed pod of the masquerade and hostPort paths).
 func (b *bench) newSetups() error {
-	features := map[string]bool{}
-	for _, f := range b.cfg.features {
-		features[f] = true
-	}
-	paths := []string{b.cfg.bin, b.cfg.ref}
 	for _, name := range setups {
-		node, err := b.newNode()
-		if err != nil {
-			return err
-		}
-		s := &setup{name: name, node: node, features: map[string]bool{}}
-		dir := filepath.Join(b.tmp, name)
-		var raw []byte
-		switch name {
-		case REF:
-			s.features = map[string]bool{"masq": true, "hostport": true, "bandwidth": true}
-			raw, err = refList(dir)
-		case EBPF:
-			s.features = features
-			raw, err = ebpfList(filepath.Join(b.bpfs, "ebpf-cni"), filepath.Join(dir, "state"), features)
-			// Without masquerade the world needs a route back to the pods
-			// (with it the route is unused); TestToWorld does the same.
-			if err == nil {
-				_, err = nettest.Run(node.World, "ip", "route", "add", ebpfSubnet, "via", nettest.NodeIP4.String())
-			}
-		case RAW:
-			err = node.NS.Do(func(ns.NetNS) error {
-				_, err := sysctl.Sysctl("net/ipv4/ip_forward", "1")
-				return err
-			})
-			if err == nil {
-				_, err = nettest.Run(node.World, "ip", "route", "add", rawPodSubnet, "via", nettest.NodeIP4.String())
-			}
-		}
+		s, err := b.newSetup(name, "main")
 		if err != nil {
 			return fmt.Errorf("setting up %s: %w", name, err)
-		}
-		if raw != nil {
-			if s.list, err = libcni.ConfListFromBytes(raw); err != nil {
-				return err
-			}
-			s.cni = nettest.NewCNI(node, paths, filepath.Join(dir, "cache"))
 		}
 		b.setups[name] = s
 	}
 	return nil
+}
+
+// newSetup makes one setup on a fresh node; tag names its state (files,
+// bpfRoot), so two setups of one kind share nothing.
+func (b *bench) newSetup(name, tag string) (*setup, error) {
+	features := map[string]bool{}
+	for _, f := range b.cfg.features {
+		features[f] = true
+	}
+	node, err := b.newNode()
+	if err != nil {
+		return nil, err
+	}
+	s := &setup{name: name, node: node, features: map[string]bool{}}
+	dir := filepath.Join(b.tmp, tag, name)
+	var raw []byte
+	switch name {
+	case REF:
+		s.features = map[string]bool{"masq": true, "hostport": true, "bandwidth": true}
+		raw, err = refList(dir)
+	case EBPF:
+		s.features = features
+		s.bpfRoot = filepath.Join(b.bpfs, tag)
+		raw, err = ebpfList(s.bpfRoot, filepath.Join(dir, "state"), features)
+		// Without masquerade the world needs a route back to the pods
+		// (with it the route is unused); TestToWorld does the same.
+		if err == nil {
+			_, err = nettest.Run(node.World, "ip", "route", "add", ebpfSubnet, "via", nettest.NodeIP4.String())
+		}
+	case RAW:
+		err = node.NS.Do(func(ns.NetNS) error {
+			_, err := sysctl.Sysctl("net/ipv4/ip_forward", "1")
+			return err
+		})
+		if err == nil {
+			_, err = nettest.Run(node.World, "ip", "route", "add", rawPodSubnet, "via", nettest.NodeIP4.String())
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if raw != nil {
+		if s.list, err = libcni.ConfListFromBytes(raw); err != nil {
+			return nil, err
+		}
+		s.cni = nettest.NewCNI(node, []string{b.cfg.bin, b.cfg.ref}, filepath.Join(dir, "cache"))
+	}
+	return s, nil
 }
 
 // addPod attaches a new pod through the setup's chain, passing only the

@@ -79,6 +79,10 @@ func gapClosed(ref, ebpf, raw *float64) *float64 {
 	return &v
 }
 
+// singleRunNoise is the difference, in percent, below which two single runs
+// are not told apart.
+const singleRunNoise = 10.0
+
 // advantage is how many times better EBPF is than REF, whatever the metric's
 // direction: above 1 EBPF is better. nil when a figure is missing or zero.
 func advantage(r Row) *float64 {
@@ -89,14 +93,18 @@ func advantage(r Row) *float64 {
 }
 
 // verdict compares EBPF with REF: "better", "worse", or "noise" when the
-// difference is smaller than the spread either measured; "" without both.
+// difference is smaller than the spread either measured (or, where both
+// are single runs with no spread, under 10%); "" without both.
 func verdict(r Row) string {
 	adv := advantage(r)
 	if adv == nil {
 		return ""
 	}
 	diff := math.Abs(*adv-1) * 100
-	noise := 0.0
+	noise := singleRunNoise
+	if r.Spread[REF] != nil || r.Spread[EBPF] != nil {
+		noise = 0
+	}
 	for _, s := range []string{REF, EBPF} {
 		if p := r.Spread[s]; p != nil && *p > noise {
 			noise = *p

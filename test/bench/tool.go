@@ -211,20 +211,7 @@ func clientRR(addr string, d time.Duration) (toolResult, error) {
 			return toolResult{}, err
 		}
 	}
-	lat := make([]float64, 0, 1<<18)
-	start := time.Now()
-	end := start.Add(d)
-	for {
-		t0 := time.Now()
-		if t0.After(end) {
-			break
-		}
-		if err := transact(fd, buf); err != nil {
-			return toolResult{}, err
-		}
-		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
-	}
-	return summarizeLat(lat, time.Since(start)), nil
+	return timed(d, func() error { return transact(fd, buf) })
 }
 
 // clientCRR opens a connection, exchanges one byte and closes it, for d.
@@ -247,7 +234,12 @@ func clientCRR(addr string, d time.Duration) (toolResult, error) {
 			return toolResult{}, err
 		}
 	}
-	lat := make([]float64, 0, 1<<16)
+	return timed(d, one)
+}
+
+// timed runs op back to back for d and summarises the latencies of the runs.
+func timed(d time.Duration, op func() error) (toolResult, error) {
+	lat := make([]float64, 0, 1<<18)
 	start := time.Now()
 	end := start.Add(d)
 	for {
@@ -255,8 +247,8 @@ func clientCRR(addr string, d time.Duration) (toolResult, error) {
 		if t0.After(end) {
 			break
 		}
-		if err := one(); err != nil {
-			return toolResult{}, fmt.Errorf("after %d connections: %w", len(lat), err)
+		if err := op(); err != nil {
+			return toolResult{}, fmt.Errorf("after %d operations: %w", len(lat), err)
 		}
 		lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
 	}
