@@ -229,9 +229,10 @@ func (b *bench) write() error {
 	if err := writeJSON(filepath.Join(b.cfg.out, "latest.json"), rows); err != nil {
 		return err
 	}
+	features, failed := append([]string{}, b.cfg.features...), append([]string{}, b.failed...) // [] rather than null
 	meta := map[string]any{"profile": b.cfg.profile, "date": time.Now().UTC().Format(time.RFC3339),
-		"elapsed_s": int(b.elapsed.Seconds()), "ebpf_features": b.cfg.features, "runs": b.cfg.runs,
-		"run_seconds": b.cfg.dur.Seconds(), "failed": b.failed}
+		"elapsed_s": int(b.elapsed.Seconds()), "ebpf_features": features, "runs": b.cfg.runs,
+		"run_seconds": b.cfg.dur.Seconds(), "failed": failed}
 	for _, kv := range b.versions {
 		meta[kv[0]] = kv[1]
 	}

@@ -208,12 +208,11 @@ func (rp report) closingNote() string {
 			*ratio(r.EBPF, r.Ref), explain(r))
 	}
 	if len(noise) > 0 {
-		b.WriteString("\nNominally worse but within the noise of the runs: ")
-		var s []string
+		b.WriteString("\nNominally worse, but by less than the runs' own spread:\n\n")
 		for _, r := range noise {
-			s = append(s, fmt.Sprintf("%s %s (%.2fx)", r.Path, r.Metric, *ratio(r.EBPF, r.Ref)))
+			fmt.Fprintf(&b, "- %s %s: EBPF %s vs REF %s %s (%.2fx). %s\n", r.Path, r.Metric, cell(r.EBPF), cell(r.Ref), r.Unit,
+				*ratio(r.EBPF, r.Ref), explain(r))
 		}
-		b.WriteString(strings.Join(s, ", ") + ".\n")
 	}
 	var missing []string
 	for _, r := range rp.Rows {
@@ -241,7 +240,7 @@ func explain(r Row) string {
 	m := r.Metric
 	switch {
 	case r.Path == "cni" && strings.HasPrefix(m, "add_cold"):
-		return "The first ADD on a node loads and verifies the programs and creates the pinned maps (once per node and binary version); STATUS loads them ahead of the first pod, so a runtime that calls STATUS never pays this on an ADD."
+		return "Why: the first ADD on a node loads and verifies the programs and creates the pinned maps (once per node and binary version), where REF creates the bridge and its iptables chains. Fix: nothing on the ADD path is needed; STATUS already loads the programs, so a runtime that calls STATUS before the first pod never pays this on an ADD (the bench does not call STATUS, to show the cost)."
 	case r.Path == "cni" && strings.HasPrefix(m, "add"):
 		return "Why: with the default attach mode (tcx) the attach alone costs ~16 ms in the kernel on this kernel (DESIGN.md; BenchmarkAttach), against ~0.2 ms for a legacy cls_bpf filter; REF spends its time exec-ing four plugins and iptables. Fix: `attachMode: tc`, or overlap the attach with the rest of ADD (attach before moving the peer and configuring addresses)."
 	case r.Path == "cni" && strings.HasPrefix(m, "del"):
@@ -250,8 +249,10 @@ func explain(r Row) string {
 		return "Why: the sum of the ADD and DEL costs (attach and detach, serialised by the node lock and RTNL), which concurrency cannot hide. Fix: as for ADD and DEL."
 	case strings.HasPrefix(m, "cpu_"):
 		return "Why: machine-wide /proc/stat accounting on a shared 2-CPU machine; the figure includes whatever else ran. Fix: rerun on an idle machine; if it persists, profile with perf the softirq path of the from-container program."
+	case strings.HasSuffix(m, "_p99_us"):
+		return "Why: a p99 of a 1 s run on a shared 2-vCPU VM is set by whatever else was scheduled on the CPU (the median of the same runs favours EBPF), and the spread between runs exceeds the difference. Fix: none in the datapath; the full profile (5 runs of 3 s) on an idle machine gives a tail worth comparing."
 	case strings.HasPrefix(m, "rr") || strings.HasPrefix(m, "crr") || strings.HasPrefix(m, "tcp"):
-		return "Why: on this 2-vCPU VM, ebpf-cni's redirect_peer path and the bridge cost within a few hundred ns of each other, while the run-to-run spread of the machine is larger; the loss is not reproducible across runs. Fix: rerun the full profile on an idle machine before acting; if it persists, compare bpf_*_ns_pkt with the RR latency gap."
+		return "Why: on this 2-vCPU VM the difference is smaller than the run-to-run spread of the machine; it does not repeat across runs. Fix: rerun the full profile on an idle machine before acting; if it persists, compare bpf_*_ns_pkt with the latency gap."
 	}
 	return "No explanation recorded yet: investigate before relying on this row."
 }
