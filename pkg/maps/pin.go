@@ -37,14 +37,23 @@ func CheckBPFFS(path string) error {
 	}
 }
 
-// layouts are the key and value sizes of the maps ebpf-ipam opens on every
-// call, from the generated types. Opening an existing pin checks them instead
-// of parsing the embedded object, which would cost more than the rest of an
-// IPAM call; other maps are checked against the parsed object.
+// layouts are the key and value sizes of every map, from the generated
+// types. Opening an existing pin checks them instead of parsing the
+// embedded object, which would cost more than the rest of an IPAM call
+// (and a millisecond or more of every ADD and DEL).
 var layouts = map[string][2]uintptr{
-	CniMapIpamAllocs:  {unsafe.Sizeof(CniIpamKey{}), unsafe.Sizeof(CniIpamOwner{})},
-	CniMapIpamCursors: {unsafe.Sizeof(CniIpamCursorKey{}), unsafe.Sizeof(CniIpamCursor{})},
-	CniMapIpamNets:    {4, unsafe.Sizeof(CniIpamNet{})},
+	CniMapIpamAllocs:       {unsafe.Sizeof(CniIpamKey{}), unsafe.Sizeof(CniIpamOwner{})},
+	CniMapIpamCursors:      {unsafe.Sizeof(CniIpamCursorKey{}), unsafe.Sizeof(CniIpamCursor{})},
+	CniMapIpamNets:         {4, unsafe.Sizeof(CniIpamNet{})},
+	CniMapEndpoints:        {unsafe.Sizeof(CniEndpointKey{}), unsafe.Sizeof(CniEndpointInfo{})},
+	CniMapEndpointDevs:     {4, unsafe.Sizeof(CniEndpointDev{})},
+	CniMapPktCounters:      {4, unsafe.Sizeof(CniPktCounter{})},
+	CniMapEndpointCounters: {4, unsafe.Sizeof(CniDevCounters{})},
+	CniMapNat:              {unsafe.Sizeof(CniNatKey{}), unsafe.Sizeof(CniNatEntry{})},
+	CniMapNatTimeouts:      {4, unsafe.Sizeof(CniNatLifetimes{})},
+	CniMapMasqNets:         {unsafe.Sizeof(CniMasqNetKey{}), unsafe.Sizeof(CniMasqNet{})},
+	CniMapMasqSkip:         {unsafe.Sizeof(CniMasqSkipKey{}), 4},
+	CniMapUplinks:          {4, unsafe.Sizeof(CniUplinkInfo{})},
 }
 
 // ErrIncompatible means a pinned map does not have the layout this binary

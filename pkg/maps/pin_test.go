@@ -16,6 +16,7 @@ import (
 func TestLayoutsMatchTheObject(t *testing.T) {
 	spec, err := LoadCni()
 	require.NoError(t, err)
+	require.Len(t, layouts, len(spec.Maps), "every map has a fast-path layout")
 	for name, l := range layouts {
 		ms := spec.Maps[name]
 		require.NotNil(t, ms, name)
