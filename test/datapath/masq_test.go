@@ -482,6 +482,10 @@ func farHost(t *testing.T, world ns.NetNS, ip4, ip6 net.IP) ns.NetNS {
 	}
 	run(world, "ip", "link", "add", "narrow", "mtu", "1280", "type", "veth", "peer", "name", "wide", "netns", far.Path())
 	run(world, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	// No DAD on the new link: a tentative link-local address sends no
+	// neighbour solicitation, and the first packets would wait it out.
+	run(world, "sysctl", "-qw", "net.ipv6.conf.narrow.accept_dad=0")
+	run(far, "sysctl", "-qw", "net.ipv6.conf.wide.accept_dad=0")
 	run(world, "ip", "link", "set", "narrow", "up")
 	run(world, "ip", "addr", "add", "203.0.113.1/24", "dev", "narrow")
 	run(world, "ip", "addr", "add", "2001:db8:fa::1/64", "dev", "narrow", "nodad")
