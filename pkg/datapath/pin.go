@@ -36,10 +36,10 @@ func (p *Programs) Close() {
 func (p *Programs) IDs() map[ebpf.ProgramID]string {
 	out := map[ebpf.ProgramID]string{}
 	for name, prog := range p.ByHook {
-		if info, err := prog.Info(); err == nil {
-			if id, ok := info.ID(); ok {
-				out[id] = name
-			}
+		// One syscall; prog.Info() would also parse /proc/self/fdinfo, on
+		// every ADD with masquerade.
+		if id, err := maps.ObjectID(prog.FD()); err == nil {
+			out[ebpf.ProgramID(id)] = name
 		}
 	}
 	return out
