@@ -114,7 +114,7 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 {
 	void *data, *data_end;
 	struct ethhdr *eth;
-	int rc;
+	int rc, hop;
 
 	rc = bpf_fib_lookup(skb, p, sizeof(*p), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -128,23 +128,11 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 	if ((void *)(eth + 1) > data_end)
 		return DROP(REASON_DROP_MALFORMED);
 
-	if (p->family == AF_INET) {
-		struct iphdr *ip = (void *)(eth + 1);
-
-		if ((void *)(ip + 1) > data_end)
-			return DROP(REASON_DROP_MALFORMED);
-		if (ip->ttl <= 1)
-			goto stack; /* the stack sends the ICMP time exceeded */
-		ipv4_dec_ttl(ip);
-	} else {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-
-		if ((void *)(ip6 + 1) > data_end)
-			return DROP(REASON_DROP_MALFORMED);
-		if (ip6->hop_limit <= 1)
-			goto stack;
-		ip6->hop_limit--;
-	}
+	hop = l3_hop(eth + 1, data_end, eth->h_proto);
+	if (hop < 0)
+		return DROP(REASON_DROP_MALFORMED);
+	if (hop == 0)
+		goto stack; /* the stack sends the ICMP time exceeded */
 
 	*why = REASON_FIB_REDIRECT;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
@@ -166,14 +154,21 @@ stack:
 	return TC_ACT_OK;
 }
 
-/* Into another pod of this node, straight into its netns. */
-static __always_inline int redirect_to_pod(struct ethhdr *eth, const struct endpoint_info *dst,
+/* Into another pod of this node, straight into its netns; a spent TTL
+ * goes to the stack, which answers with time exceeded. */
+static __always_inline int redirect_to_pod(struct ethhdr *eth, void *data_end, const struct endpoint_info *dst,
 					   enum pkt_reason *why)
 {
-	__builtin_memcpy(eth->h_dest, dst->mac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, dst->host_mac, ETH_ALEN);
+	int hop = l3_hop(eth + 1, data_end, eth->h_proto);
+
+	if (hop < 0)
+		return DROP(REASON_DROP_MALFORMED);
+	if (hop == 0) {
+		*why = REASON_PASS;
+		return TC_ACT_OK;
+	}
 	*why = REASON_REDIRECT;
-	return bpf_redirect_peer(dst->ifindex, 0);
+	return endpoint_redirect(eth, dst);
 }
 
 static __always_inline int handle_ipv4(struct __sk_buff *skb, enum pkt_reason *why)
@@ -193,14 +188,8 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, enum pkt_reason *w
 		return DROP(REASON_DROP_SPOOF_SRC);
 
 	dst = endpoint_lookup4(ip->daddr);
-	if (dst) {
-		if (ip->ttl <= 1) {
-			*why = REASON_PASS;
-			return TC_ACT_OK;
-		}
-		ipv4_dec_ttl(ip);
-		return redirect_to_pod(eth, dst, why);
-	}
+	if (dst)
+		return redirect_to_pod(eth, data_end, dst, why);
 
 	p.family = AF_INET;
 	p.tos = ip->tos;
@@ -239,14 +228,8 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, enum pkt_reason *w
 	}
 
 	dst = endpoint_lookup6(&ip6->daddr);
-	if (dst) {
-		if (ip6->hop_limit <= 1) {
-			*why = REASON_PASS;
-			return TC_ACT_OK;
-		}
-		ip6->hop_limit--;
-		return redirect_to_pod(eth, dst, why);
-	}
+	if (dst)
+		return redirect_to_pod(eth, data_end, dst, why);
 
 	p.family = AF_INET6;
 	p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);

@@ -37,42 +37,25 @@ static __always_inline int is_icmp_error(const struct nat_pkt *p)
 	return 0;
 }
 
-/* Into the pod behind ep, as a router would: TTL, L2, redirect_peer. */
+/* Into the pod behind ep, as a router would: TTL, L2, redirect_peer. A
+ * spent TTL goes to the stack, translated already: it routes the packet to
+ * the pod's veth and answers with its own time exceeded. */
 static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_info *ep, enum pkt_reason *why)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
+	int rc;
 
 	if ((void *)(eth + 1) > data_end)
 		return DROP(REASON_DROP_MALFORMED);
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-
-		if ((void *)(ip + 1) > data_end)
-			return DROP(REASON_DROP_MALFORMED);
-		if (ip->ttl <= 1)
-			goto stack;
-		ipv4_dec_ttl(ip);
-	} else {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-
-		if ((void *)(ip6 + 1) > data_end)
-			return DROP(REASON_DROP_MALFORMED);
-		if (ip6->hop_limit <= 1)
-			goto stack;
-		ip6->hop_limit--;
-	}
-	__builtin_memcpy(eth->h_dest, ep->mac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, ep->host_mac, ETH_ALEN);
+	rc = l3_hop(eth + 1, data_end, eth->h_proto);
+	if (rc < 0)
+		return DROP(REASON_DROP_MALFORMED);
 	*why = REASON_REV_SNAT;
-	return bpf_redirect_peer(ep->ifindex, 0);
-
-stack:
-	/* Translated already: the stack routes it to the pod's veth and
-	 * answers with its own time exceeded. */
-	*why = REASON_REV_SNAT;
-	return TC_ACT_OK;
+	if (rc == 0)
+		return TC_ACT_OK;
+	return endpoint_redirect(eth, ep);
 }
 
 static __always_inline struct endpoint_info *pod_of(const struct nat_entry *iv, __u8 family)

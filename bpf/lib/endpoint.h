@@ -4,6 +4,7 @@
 #define EBPF_CNI_LIB_ENDPOINT_H
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
 #include <linux/in6.h>
 #include <bpf/bpf_helpers.h>
 #include "../include/types.h"
@@ -42,6 +43,15 @@ static __always_inline struct endpoint_info *endpoint_lookup6(const struct in6_a
 
 	__builtin_memcpy(key.addr, addr, 16);
 	return bpf_map_lookup_elem(&endpoints, &key);
+}
+
+/* Hand a packet to the pod behind dst, straight into its netns: the pod's
+ * MAC as destination, its gateway's (the host veth's) as source. */
+static __always_inline int endpoint_redirect(struct ethhdr *eth, const struct endpoint_info *dst)
+{
+	__builtin_memcpy(eth->h_dest, dst->mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, dst->host_mac, ETH_ALEN);
+	return bpf_redirect_peer(dst->ifindex, 0);
 }
 
 #endif
