@@ -171,7 +171,7 @@ func podAddr(e *entry) net.IP {
 	return keyIP(e.k.Family, e.v.Addr)
 }
 
-// Delete removes the entries for which drop says so; it returns how many.
+// delete removes the entries for which drop says so; it returns how many.
 func (t *Table) delete(drop func(e *entry) bool) (int, error) {
 	es, err := t.entries()
 	if err != nil {
