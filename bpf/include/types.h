@@ -67,7 +67,13 @@ enum pkt_reason {
 	REASON_DROP_NAT_NO_PORT = 10, /* no free port in the masquerade range */
 	REASON_DROP_NAT_UNSUPPORTED = 11, /* masqueraded traffic we cannot translate (protocol, fragment) */
 	REASON_DROP_NAT_NO_ADDR = 12, /* the uplink has no address to masquerade with */
-	REASON_MAX = 16,
+	REASON_DROP_BW_EGRESS = 13,   /* over the pod's egress rate */
+	REASON_DROP_BW_INGRESS = 14,  /* over the pod's ingress rate */
+	REASON_DNAT = 15,             /* hostPort: destination translated to the pod */
+	REASON_REV_DNAT = 16,         /* hostPort: the pod's reply translated back */
+	REASON_STACK_REPLY = 17,      /* reply to a flow the stack delivered (its NAT), handed to the stack */
+	REASON_FROM_STACK = 18,       /* delivered to the pod by the node's stack */
+	REASON_MAX = 32,
 };
 
 struct pkt_counter {
@@ -89,6 +95,15 @@ struct endpoint_info {
 	__u8 mac[6];       /* the pod's MAC */
 	__u8 host_mac[6];  /* the host end's MAC: the pod's gateway MAC */
 	__u32 net_id;      /* FNV-1a of the network name: its masquerade settings */
+	__u32 flags;       /* enum endpoint_flags */
+};
+
+/* What an endpoint has configured beyond forwarding, so the programs skip
+ * the lookups of features a pod does not use. */
+enum endpoint_flags {
+	EP_F_HOSTPORT = 1,   /* the pod has port mappings: its replies may need reverse DNAT */
+	EP_F_BW_EGRESS = 2,  /* the pod's egress is rate limited */
+	EP_F_BW_INGRESS = 4, /* the pod's ingress is rate limited */
 };
 
 #define ENDPOINT_MAX_IPS 4
@@ -100,7 +115,7 @@ struct endpoint_dev {
 	__u8 host_mac[6];
 	__u8 n_ip4;        /* used entries of ip4 */
 	__u8 n_ip6;        /* used entries of ip6 */
-	__u8 pad[2];
+	__u16 flags;       /* enum endpoint_flags, as in endpoint_info */
 	__u32 ip4[ENDPOINT_MAX_IPS];    /* network byte order */
 	__u8 ip6[ENDPOINT_MAX_IPS][16];
 	char container_id[CNI_CONTAINER_ID_LEN];

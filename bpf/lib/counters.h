@@ -27,6 +27,9 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } endpoint_counters SEC(".maps");
 
+/* The first value of a device's counters: too big for the stack. */
+static const struct dev_counters dev_counters_zero;
+
 static __always_inline void count_device(struct __sk_buff *skb, enum pkt_reason reason)
 {
 	__u32 ifindex = skb->ifindex;
@@ -38,9 +41,7 @@ static __always_inline void count_device(struct __sk_buff *skb, enum pkt_reason 
 		/* The new element is zero on every CPU. BPF_NOEXIST: another CPU
 		 * may have created it meanwhile; then the lookup finds that one. A
 		 * full map only costs the per-device count, never the packet. */
-		struct dev_counters zero = {};
-
-		bpf_map_update_elem(&endpoint_counters, &ifindex, &zero, BPF_NOEXIST);
+		bpf_map_update_elem(&endpoint_counters, &ifindex, &dev_counters_zero, BPF_NOEXIST);
 		ec = bpf_map_lookup_elem(&endpoint_counters, &ifindex);
 		if (!ec)
 			return;

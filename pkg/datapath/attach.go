@@ -46,8 +46,12 @@ type Hook struct {
 // HookFromContainer is the host veth's ingress: packets leaving the pod.
 var HookFromContainer = Hook{Name: "from_container", TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}
 
+// HookToContainer is the host veth's egress: packets the node's stack
+// delivers to the pod (what the programs redirect skips it).
+var HookToContainer = Hook{Name: "to_container", TCXAttach: ebpf.AttachTCXEgress, TCParent: netlink.HANDLE_MIN_EGRESS}
+
 // Hooks is every hook an endpoint gets, in attach order.
-var Hooks = []Hook{HookFromContainer}
+var Hooks = []Hook{HookFromContainer, HookToContainer}
 
 // HookFromNetdev is an uplink's ingress: replies to masqueraded flows.
 var HookFromNetdev = Hook{Name: "from_netdev", TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}

@@ -27,6 +27,12 @@ var ReasonNames = map[maps.CniPktReason]string{
 	maps.CniPktReasonREASON_DROP_NAT_NO_PORT:     "drop: no free masquerade port",
 	maps.CniPktReasonREASON_DROP_NAT_UNSUPPORTED: "drop: cannot masquerade",
 	maps.CniPktReasonREASON_DROP_NAT_NO_ADDR:     "drop: uplink has no address",
+	maps.CniPktReasonREASON_DROP_BW_EGRESS:       "drop: over egress rate",
+	maps.CniPktReasonREASON_DROP_BW_INGRESS:      "drop: over ingress rate",
+	maps.CniPktReasonREASON_DNAT:                 "hostPort: translated to pod",
+	maps.CniPktReasonREASON_REV_DNAT:             "hostPort: reply translated back",
+	maps.CniPktReasonREASON_STACK_REPLY:          "reply to stack-NATed flow, to stack",
+	maps.CniPktReasonREASON_FROM_STACK:           "delivered to pod by the stack",
 }
 
 // ReasonKeys are stable machine names of the reasons (the C enum names,
@@ -46,6 +52,12 @@ var ReasonKeys = map[maps.CniPktReason]string{
 	maps.CniPktReasonREASON_DROP_NAT_NO_PORT:     "drop_nat_no_port",
 	maps.CniPktReasonREASON_DROP_NAT_UNSUPPORTED: "drop_nat_unsupported",
 	maps.CniPktReasonREASON_DROP_NAT_NO_ADDR:     "drop_nat_no_addr",
+	maps.CniPktReasonREASON_DROP_BW_EGRESS:       "drop_bw_egress",
+	maps.CniPktReasonREASON_DROP_BW_INGRESS:      "drop_bw_ingress",
+	maps.CniPktReasonREASON_DNAT:                 "dnat",
+	maps.CniPktReasonREASON_REV_DNAT:             "rev_dnat",
+	maps.CniPktReasonREASON_STACK_REPLY:          "stack_reply",
+	maps.CniPktReasonREASON_FROM_STACK:           "from_stack",
 }
 
 // IsDrop reports whether a reason is a drop.

@@ -26,7 +26,17 @@ type Endpoint struct {
 	IfName      string
 	// NetID is the network's key (maps.NetID): its masquerade settings.
 	NetID uint32
+	// Flags say which features the pod uses (EndpointFlag*).
+	Flags uint32
 }
+
+// Endpoint flags: the programs look up a feature's maps only for pods that
+// have it (enum endpoint_flags in bpf/include/types.h).
+const (
+	EndpointFlagHostPort  uint32 = 1 // port mappings
+	EndpointFlagBWEgress  uint32 = 2 // egress rate limit
+	EndpointFlagBWIngress uint32 = 4 // ingress rate limit
+)
 
 // EndpointMaps are the pinned endpoint maps.
 type EndpointMaps struct {
@@ -73,14 +83,14 @@ func KeyIP(k maps.CniEndpointKey) net.IP {
 }
 
 func (e *Endpoint) info() maps.CniEndpointInfo {
-	v := maps.CniEndpointInfo{Ifindex: uint32(e.HostIfIndex), NetId: e.NetID}
+	v := maps.CniEndpointInfo{Ifindex: uint32(e.HostIfIndex), NetId: e.NetID, Flags: e.Flags}
 	copy(v.Mac[:], e.MAC)
 	copy(v.HostMac[:], e.HostMAC)
 	return v
 }
 
 func (e *Endpoint) dev() (maps.CniEndpointDev, error) {
-	var d maps.CniEndpointDev
+	d := maps.CniEndpointDev{Flags: uint16(e.Flags)}
 	copy(d.Mac[:], e.MAC)
 	copy(d.HostMac[:], e.HostMAC)
 	for _, ip := range e.IPs {

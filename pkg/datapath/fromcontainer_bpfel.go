@@ -15,7 +15,7 @@ import (
 
 type FromContainerDevCounters struct {
 	_        structs.HostLayout
-	ByReason [16]FromContainerPktCounter
+	ByReason [32]FromContainerPktCounter
 }
 
 type FromContainerEndpointDev struct {
@@ -24,7 +24,7 @@ type FromContainerEndpointDev struct {
 	HostMac     [6]uint8
 	N_ip4       uint8
 	N_ip6       uint8
-	Pad         [2]uint8
+	Flags       uint16
 	Ip4         [4]uint32
 	Ip6         [4][16]uint8
 	ContainerId [128]int8
@@ -37,6 +37,7 @@ type FromContainerEndpointInfo struct {
 	Mac     [6]uint8
 	HostMac [6]uint8
 	NetId   uint32
+	Flags   uint32
 }
 
 type FromContainerEndpointKey struct {
@@ -103,7 +104,13 @@ const (
 	FromContainerPktReasonREASON_DROP_NAT_NO_PORT     FromContainerPktReason = 10
 	FromContainerPktReasonREASON_DROP_NAT_UNSUPPORTED FromContainerPktReason = 11
 	FromContainerPktReasonREASON_DROP_NAT_NO_ADDR     FromContainerPktReason = 12
-	FromContainerPktReasonREASON_MAX                  FromContainerPktReason = 16
+	FromContainerPktReasonREASON_DROP_BW_EGRESS       FromContainerPktReason = 13
+	FromContainerPktReasonREASON_DROP_BW_INGRESS      FromContainerPktReason = 14
+	FromContainerPktReasonREASON_DNAT                 FromContainerPktReason = 15
+	FromContainerPktReasonREASON_REV_DNAT             FromContainerPktReason = 16
+	FromContainerPktReasonREASON_STACK_REPLY          FromContainerPktReason = 17
+	FromContainerPktReasonREASON_FROM_STACK           FromContainerPktReason = 18
+	FromContainerPktReasonREASON_MAX                  FromContainerPktReason = 32
 )
 
 // Names of all BPF objects in the ELF.

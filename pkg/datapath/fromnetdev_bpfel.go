@@ -15,7 +15,7 @@ import (
 
 type FromNetdevDevCounters struct {
 	_        structs.HostLayout
-	ByReason [16]FromNetdevPktCounter
+	ByReason [32]FromNetdevPktCounter
 }
 
 type FromNetdevEndpointDev struct {
@@ -24,7 +24,7 @@ type FromNetdevEndpointDev struct {
 	HostMac     [6]uint8
 	N_ip4       uint8
 	N_ip6       uint8
-	Pad         [2]uint8
+	Flags       uint16
 	Ip4         [4]uint32
 	Ip6         [4][16]uint8
 	ContainerId [128]int8
@@ -37,6 +37,7 @@ type FromNetdevEndpointInfo struct {
 	Mac     [6]uint8
 	HostMac [6]uint8
 	NetId   uint32
+	Flags   uint32
 }
 
 type FromNetdevEndpointKey struct {
@@ -179,7 +180,13 @@ const (
 	FromNetdevPktReasonREASON_DROP_NAT_NO_PORT     FromNetdevPktReason = 10
 	FromNetdevPktReasonREASON_DROP_NAT_UNSUPPORTED FromNetdevPktReason = 11
 	FromNetdevPktReasonREASON_DROP_NAT_NO_ADDR     FromNetdevPktReason = 12
-	FromNetdevPktReasonREASON_MAX                  FromNetdevPktReason = 16
+	FromNetdevPktReasonREASON_DROP_BW_EGRESS       FromNetdevPktReason = 13
+	FromNetdevPktReasonREASON_DROP_BW_INGRESS      FromNetdevPktReason = 14
+	FromNetdevPktReasonREASON_DNAT                 FromNetdevPktReason = 15
+	FromNetdevPktReasonREASON_REV_DNAT             FromNetdevPktReason = 16
+	FromNetdevPktReasonREASON_STACK_REPLY          FromNetdevPktReason = 17
+	FromNetdevPktReasonREASON_FROM_STACK           FromNetdevPktReason = 18
+	FromNetdevPktReasonREASON_MAX                  FromNetdevPktReason = 32
 )
 
 type FromNetdevUplinkInfo struct {

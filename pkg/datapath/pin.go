@@ -67,7 +67,8 @@ type object struct {
 
 // objects are every program file of the datapath (bpf/*.c but maps.c).
 var objects = []object{
-	{_FromContainerBytes, LoadFromContainer, Hooks},
+	{_FromContainerBytes, LoadFromContainer, []Hook{HookFromContainer}},
+	{_ToContainerBytes, LoadToContainer, []Hook{HookToContainer}},
 	{_FromNetdevBytes, LoadFromNetdev, []Hook{HookFromNetdev}},
 	{_ToNetdevBytes, LoadToNetdev, []Hook{HookToNetdev}},
 }

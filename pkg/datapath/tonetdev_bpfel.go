@@ -15,7 +15,7 @@ import (
 
 type ToNetdevDevCounters struct {
 	_        structs.HostLayout
-	ByReason [16]ToNetdevPktCounter
+	ByReason [32]ToNetdevPktCounter
 }
 
 type ToNetdevEndpointDev struct {
@@ -24,7 +24,7 @@ type ToNetdevEndpointDev struct {
 	HostMac     [6]uint8
 	N_ip4       uint8
 	N_ip6       uint8
-	Pad         [2]uint8
+	Flags       uint16
 	Ip4         [4]uint32
 	Ip6         [4][16]uint8
 	ContainerId [128]int8
@@ -37,6 +37,7 @@ type ToNetdevEndpointInfo struct {
 	Mac     [6]uint8
 	HostMac [6]uint8
 	NetId   uint32
+	Flags   uint32
 }
 
 type ToNetdevEndpointKey struct {
@@ -179,7 +180,13 @@ const (
 	ToNetdevPktReasonREASON_DROP_NAT_NO_PORT     ToNetdevPktReason = 10
 	ToNetdevPktReasonREASON_DROP_NAT_UNSUPPORTED ToNetdevPktReason = 11
 	ToNetdevPktReasonREASON_DROP_NAT_NO_ADDR     ToNetdevPktReason = 12
-	ToNetdevPktReasonREASON_MAX                  ToNetdevPktReason = 16
+	ToNetdevPktReasonREASON_DROP_BW_EGRESS       ToNetdevPktReason = 13
+	ToNetdevPktReasonREASON_DROP_BW_INGRESS      ToNetdevPktReason = 14
+	ToNetdevPktReasonREASON_DNAT                 ToNetdevPktReason = 15
+	ToNetdevPktReasonREASON_REV_DNAT             ToNetdevPktReason = 16
+	ToNetdevPktReasonREASON_STACK_REPLY          ToNetdevPktReason = 17
+	ToNetdevPktReasonREASON_FROM_STACK           ToNetdevPktReason = 18
+	ToNetdevPktReasonREASON_MAX                  ToNetdevPktReason = 32
 )
 
 type ToNetdevUplinkInfo struct {

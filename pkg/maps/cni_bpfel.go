@@ -15,7 +15,7 @@ import (
 
 type CniDevCounters struct {
 	_        structs.HostLayout
-	ByReason [16]CniPktCounter
+	ByReason [32]CniPktCounter
 }
 
 type CniEndpointDev struct {
@@ -24,7 +24,7 @@ type CniEndpointDev struct {
 	HostMac     [6]uint8
 	N_ip4       uint8
 	N_ip6       uint8
-	Pad         [2]uint8
+	Flags       uint16
 	Ip4         [4]uint32
 	Ip6         [4][16]uint8
 	ContainerId [128]int8
@@ -37,6 +37,7 @@ type CniEndpointInfo struct {
 	Mac     [6]uint8
 	HostMac [6]uint8
 	NetId   uint32
+	Flags   uint32
 }
 
 type CniEndpointKey struct {
@@ -160,7 +161,13 @@ const (
 	CniPktReasonREASON_DROP_NAT_NO_PORT     CniPktReason = 10
 	CniPktReasonREASON_DROP_NAT_UNSUPPORTED CniPktReason = 11
 	CniPktReasonREASON_DROP_NAT_NO_ADDR     CniPktReason = 12
-	CniPktReasonREASON_MAX                  CniPktReason = 16
+	CniPktReasonREASON_DROP_BW_EGRESS       CniPktReason = 13
+	CniPktReasonREASON_DROP_BW_INGRESS      CniPktReason = 14
+	CniPktReasonREASON_DNAT                 CniPktReason = 15
+	CniPktReasonREASON_REV_DNAT             CniPktReason = 16
+	CniPktReasonREASON_STACK_REPLY          CniPktReason = 17
+	CniPktReasonREASON_FROM_STACK           CniPktReason = 18
+	CniPktReasonREASON_MAX                  CniPktReason = 32
 )
 
 type CniUplinkInfo struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 )
 
 // TestEndpointsAndStatus: after three pods are added, endpoints lists the
@@ -37,13 +38,14 @@ func TestEndpointsAndStatus(t *testing.T) {
 				require.Equal(t, p.Result.Interfaces[1].Mac, ep.MAC)
 				require.True(t, ep.Recorded && ep.InMaps && ep.VethPresent)
 				require.Empty(t, ep.Problems)
-				require.Len(t, ep.Attachments, 1)
-				a := ep.Attachments[0]
-				require.Equal(t, "from_container", a.Hook)
-				require.Equal(t, mode, a.Mode)
-				require.Equal(t, mode, a.RecordedMode)
-				require.Len(t, a.ProgramIDs, 1)
-				require.NotEmpty(t, a.ProgramTag)
+				require.Len(t, ep.Attachments, len(datapath.Hooks))
+				for i, a := range ep.Attachments {
+					require.Equal(t, datapath.Hooks[i].Name, a.Hook)
+					require.Equal(t, mode, a.Mode)
+					require.Equal(t, mode, a.RecordedMode)
+					require.Len(t, a.ProgramIDs, 1)
+					require.NotEmpty(t, a.ProgramTag)
+				}
 			}
 
 			// The table: one row per pod, columns aligned under the header.
@@ -62,7 +64,7 @@ func TestEndpointsAndStatus(t *testing.T) {
 
 			var st cli.Status
 			e.json(&st, cli.ExitOK, "status")
-			require.Equal(t, map[string]int{mode: 3}, st.AttachModes)
+			require.Equal(t, map[string]int{mode: 3 * len(datapath.Hooks)}, st.AttachModes, "one attachment per hook per pod")
 			require.Equal(t, 3, st.Endpoints)
 			require.Empty(t, st.Problems)
 			for _, f := range []string{"bpffs", "btf", "tcx"} {
@@ -77,7 +79,7 @@ func TestEndpointsAndStatus(t *testing.T) {
 			require.Equal(t, cli.ExitOK, r.code, "%s", r)
 			modeRow := rowOf(t, strings.Split(r.stdout, "\n"), "ATTACH MODE")
 			require.NotEmpty(t, modeRow)
-			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+3$`, mode), r.stdout)
+			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%d$`, mode, 3*len(datapath.Hooks)), r.stdout)
 			require.Contains(t, r.stdout, "problems: none")
 		})
 	}

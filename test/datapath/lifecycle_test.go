@@ -230,7 +230,7 @@ func TestGC(t *testing.T) {
 	a, d := e.endpointEntries()
 	require.Equal(t, 2, a)
 	require.Equal(t, 1, d)
-	require.Len(t, e.pinnedLinks(), 1)
+	require.Len(t, e.pinnedLinks(), len(datapath.Hooks), "one pinned link per hook of the pod that stays")
 	require.NoError(t, e.cni.Check(list, keep.RT))
 	mustConnect(t, []*nettest.Pod{keep})
 
