@@ -12,5 +12,6 @@
 #include "lib/ipam.h"
 #include "lib/endpoint.h"
 #include "lib/nat.h"
+#include "lib/hostport.h"
 
 char __license[] SEC("license") = "GPL";

@@ -71,6 +71,7 @@ var objects = []object{
 	{_ToContainerBytes, LoadToContainer, []Hook{HookToContainer}},
 	{_FromNetdevBytes, LoadFromNetdev, []Hook{HookFromNetdev}},
 	{_ToNetdevBytes, LoadToNetdev, []Hook{HookToNetdev}},
+	{_SockHostportBytes, LoadSockHostport, SockHooks},
 }
 
 // ProgramsDir holds one directory per tag.
@@ -116,7 +117,8 @@ func InstalledTags(bpfRoot string) ([]string, error) {
 // mapNames are the maps every program shares, pinned by pkg/maps.
 var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpointCounters, maps.CniMapEndpoints, maps.CniMapEndpointDevs,
 	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
-	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks}
+	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks,
+	maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig, maps.CniMapSockRevnat}
 
 // EnsurePrograms returns this binary's pinned programs, loading, verifying
 // and pinning them first if no call did yet (under the exclusive node lock,
@@ -262,6 +264,9 @@ func upgrade(bpfRoot, stateDir string, p *Programs) error {
 				}
 			}
 		}
+	}
+	if err := upgradeSock(bpfRoot, p); err != nil {
+		return err
 	}
 	for _, t := range tags {
 		if t != p.Tag {

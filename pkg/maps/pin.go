@@ -54,6 +54,10 @@ var layouts = map[string][2]uintptr{
 	CniMapMasqNets:         {unsafe.Sizeof(CniMasqNetKey{}), unsafe.Sizeof(CniMasqNet{})},
 	CniMapMasqSkip:         {unsafe.Sizeof(CniMasqSkipKey{}), 4},
 	CniMapUplinks:          {4, unsafe.Sizeof(CniUplinkInfo{})},
+	CniMapHostports:        {unsafe.Sizeof(CniHostportKey{}), unsafe.Sizeof(CniHostportEntry{})},
+	CniMapNodeAddrs:        {unsafe.Sizeof(CniEndpointKey{}), 4},
+	CniMapHostportConfig:   {4, unsafe.Sizeof(CniHostportSettings{})},
+	CniMapSockRevnat:       {unsafe.Sizeof(CniSockRevKey{}), unsafe.Sizeof(CniSockRev{})},
 }
 
 // ErrIncompatible means a pinned map does not have the layout this binary

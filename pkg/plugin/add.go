@@ -17,6 +17,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // Funcs are the CNI verbs of ebpf-cni, for skel.PluginMainFuncs.
@@ -114,6 +115,14 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	datapath.Gateways(res.IPs)
 	routes := datapath.PodRoutes(res.IPs, res.Routes)
+	var podIPs []net.IP
+	for _, ipc := range res.IPs {
+		podIPs = append(podIPs, ipc.Address.IP)
+	}
+	ports, err := c.HostPorts.Ports(podIPs)
+	if err != nil {
+		return hostPortError(err)
+	}
 
 	mtu := c.MTU
 	if mtu == 0 {
@@ -160,9 +169,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		ContainerID: args.ContainerID,
 		IfName:      args.IfName,
 		NetID:       maps.NetID(c.Name),
+		IPs:         podIPs,
 	}
-	for _, ipc := range res.IPs {
-		ep.IPs = append(ep.IPs, ipc.Address.IP)
+	if len(ports) > 0 {
+		ep.Flags |= datapath.EndpointFlagHostPort
 	}
 	undo = append(undo, func() { _ = em.Delete(ep.HostIfIndex, ep.HostMAC, ep.IPs) })
 	if err := em.Put(ep); err != nil {
@@ -170,6 +180,12 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 			return cniError(ErrEndpointConflict, "adding the endpoint", err)
 		}
 		return cniError(ErrBPFFS, "adding the endpoint", err)
+	}
+
+	if len(ports) > 0 {
+		if err := publish(c, ports, em, progs, &undo, lock); err != nil {
+			return err
+		}
 	}
 
 	rec := &datapath.Record{
@@ -181,6 +197,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		HostIfIndex: ep.HostIfIndex,
 		HostMAC:     ep.HostMAC.String(),
 		MAC:         ep.MAC.String(),
+		HostPorts:   ports,
 	}
 	for _, ipc := range res.IPs {
 		rec.IPs = append(rec.IPs, ipc.Address.String())
@@ -226,4 +243,25 @@ func ipamError(verb string, err error) error {
 		return te
 	}
 	return cniError(ErrIPAM, "IPAM "+verb, err)
+}
+
+// publish serves the pod's port mappings: the uplinks and the socket hooks
+// ready, then the ports claimed (refused when another pod holds one).
+func publish(c *Config, ports []datapath.HostPort, em *datapath.EndpointMaps, progs *datapath.Programs, undo *[]func(), lock *datapath.Lock) error {
+	if !c.Masq.Enabled {
+		// The node's last endpoint takes hostPort with it; so does a
+		// failed first ADD. (With ipMasq this undo step exists already.)
+		*undo = append(*undo, func() { releaseNode(c, lock) })
+	}
+	if err := nat.EnsureUplinks(c.BPFRoot, c.StateDir, c.Masq.Uplinks, c.Mode, progs); err != nil {
+		return hostPortError(err)
+	}
+	if err := portmap.Ready(c.BPFRoot, c.StateDir, c.HostPorts.Cgroup, progs); err != nil {
+		return hostPortError(err)
+	}
+	if err := portmap.Publish(c.BPFRoot, c.StateDir, ports, em.Owner); err != nil {
+		return hostPortError(err)
+	}
+	*undo = append(*undo, func() { _ = portmap.Unpublish(c.BPFRoot, c.StateDir, ports) })
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // Defaults of the state locations, shared with ebpf-ipam.
@@ -32,9 +33,12 @@ type NetConf struct {
 	StateDir   string `json:"stateDir,omitempty"`
 	AttachMode string `json:"attachMode,omitempty"`
 	nat.Config
+	// CgroupPath: see portmap.Config.
+	CgroupPath string `json:"cgroupPath,omitempty"`
 
 	RuntimeConfig struct {
-		MAC string `json:"mac,omitempty"`
+		MAC          string            `json:"mac,omitempty"`
+		PortMappings []portmap.Mapping `json:"portMappings,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 	Args *struct {
 		CNI *struct {
@@ -53,6 +57,8 @@ type Config struct {
 	IPAMType string
 	// Masq is the validated masquerade configuration.
 	Masq *nat.Settings
+	// HostPorts are the validated port mappings (portMappings capability).
+	HostPorts *portmap.Settings
 	// IPAMConf is the configuration handed to the IPAM plugin: stdin, with
 	// ebpf-ipam's bpfRoot and stateDir defaulted to ebpf-cni's.
 	IPAMConf []byte
@@ -103,6 +109,9 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	if c.Masq, err = n.Config.Validate(); err != nil {
 		return nil, natError(err)
+	}
+	if c.HostPorts, err = portmap.Validate(portmap.Config{CgroupPath: n.CgroupPath}, n.RuntimeConfig.PortMappings); err != nil {
+		return nil, hostPortError(err)
 	}
 	return c, nil
 }
