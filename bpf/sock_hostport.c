@@ -39,9 +39,34 @@ static __always_inline void rev_key(struct sock_rev_key *k, struct bpf_sock_addr
 	__builtin_memcpy(k->addr, addr, 16);
 }
 
+/* set_addr writes addr (of family) into ctx: an IPv4 address into an IPv6
+ * hook's context as v4-mapped (a dual-stack socket talking IPv4). */
+static __always_inline void set_addr(struct bpf_sock_addr *ctx, int v6hook, __u8 family, const __u8 *addr)
+{
+	__u32 a[4];
+
+	if (!v6hook) {
+		__builtin_memcpy(a, addr, 4);
+		ctx->user_ip4 = a[0];
+		return;
+	}
+	if (family == ADDR_FAMILY_V4) {
+		a[0] = 0;
+		a[1] = 0;
+		a[2] = bpf_htonl(0xffff);
+		__builtin_memcpy(&a[3], addr, 4);
+	} else {
+		__builtin_memcpy(a, addr, 16);
+	}
+	ctx->user_ip6[0] = a[0];
+	ctx->user_ip6[1] = a[1];
+	ctx->user_ip6[2] = a[2];
+	ctx->user_ip6[3] = a[3];
+}
+
 /* to_pod points the destination of ctx, addr:port, at the pod that
  * publishes it, and remembers what was asked for. */
-static __always_inline int to_pod(struct bpf_sock_addr *ctx, __u8 family, const __u8 *addr, int loopback)
+static __always_inline int to_pod(struct bpf_sock_addr *ctx, int v6hook, __u8 family, const __u8 *addr, int loopback)
 {
 	struct hostport_target *t;
 	struct sock_rev_key k;
@@ -58,26 +83,13 @@ static __always_inline int to_pod(struct bpf_sock_addr *ctx, __u8 family, const 
 	__builtin_memcpy(v.addr, addr, 16);
 	v.port = port;
 	bpf_map_update_elem(&sock_revnat, &k, &v, BPF_ANY);
-	if (family == ADDR_FAMILY_V4) {
-		__u32 a;
-
-		__builtin_memcpy(&a, t->addr, 4);
-		ctx->user_ip4 = a;
-	} else {
-		__u32 a[4];
-
-		__builtin_memcpy(a, t->addr, 16);
-		ctx->user_ip6[0] = a[0];
-		ctx->user_ip6[1] = a[1];
-		ctx->user_ip6[2] = a[2];
-		ctx->user_ip6[3] = a[3];
-	}
+	set_addr(ctx, v6hook, family, t->addr);
 	ctx->user_port = (__u32)t->port;
 	return 0;
 }
 
 /* from_pod shows the address the socket asked for instead of the pod's. */
-static __always_inline void from_pod(struct bpf_sock_addr *ctx, __u8 family, const __u8 *addr)
+static __always_inline void from_pod(struct bpf_sock_addr *ctx, int v6hook, __u8 family, const __u8 *addr)
 {
 	struct sock_rev_key k;
 	struct sock_rev *v;
@@ -88,20 +100,7 @@ static __always_inline void from_pod(struct bpf_sock_addr *ctx, __u8 family, con
 	v = bpf_map_lookup_elem(&sock_revnat, &k);
 	if (!v)
 		return;
-	if (family == ADDR_FAMILY_V4) {
-		__u32 a;
-
-		__builtin_memcpy(&a, v->addr, 4);
-		ctx->user_ip4 = a;
-	} else {
-		__u32 a[4];
-
-		__builtin_memcpy(a, v->addr, 16);
-		ctx->user_ip6[0] = a[0];
-		ctx->user_ip6[1] = a[1];
-		ctx->user_ip6[2] = a[2];
-		ctx->user_ip6[3] = a[3];
-	}
+	set_addr(ctx, v6hook, family, v->addr);
 	ctx->user_port = (__u32)v->port;
 }
 
@@ -114,7 +113,9 @@ static __always_inline void addr4(struct bpf_sock_addr *ctx, __u8 *a, int *loopb
 	*loopback = a[0] == 127;
 }
 
-static __always_inline void addr6(struct bpf_sock_addr *ctx, __u8 *a, int *loopback)
+/* addr6 reads an IPv6 hook's address: a v4-mapped one (a dual-stack
+ * socket talking IPv4) as the IPv4 address it stands for. */
+static __always_inline __u8 addr6(struct bpf_sock_addr *ctx, __u8 *a, int *loopback)
 {
 	__u32 w[4];
 
@@ -122,8 +123,15 @@ static __always_inline void addr6(struct bpf_sock_addr *ctx, __u8 *a, int *loopb
 	w[1] = ctx->user_ip6[1];
 	w[2] = ctx->user_ip6[2];
 	w[3] = ctx->user_ip6[3];
+	__builtin_memset(a, 0, 16);
+	if (!w[0] && !w[1] && w[2] == bpf_htonl(0xffff)) {
+		__builtin_memcpy(a, &w[3], 4);
+		*loopback = a[0] == 127;
+		return ADDR_FAMILY_V4;
+	}
 	__builtin_memcpy(a, w, 16);
 	*loopback = !w[0] && !w[1] && !w[2] && w[3] == bpf_htonl(1);
+	return ADDR_FAMILY_V6;
 }
 
 static __always_inline int out4(struct bpf_sock_addr *ctx)
@@ -132,7 +140,7 @@ static __always_inline int out4(struct bpf_sock_addr *ctx)
 	int lo;
 
 	addr4(ctx, a, &lo);
-	to_pod(ctx, ADDR_FAMILY_V4, a, lo);
+	to_pod(ctx, 0, ADDR_FAMILY_V4, a, lo);
 	return SOCK_ALLOW;
 }
 
@@ -141,8 +149,7 @@ static __always_inline int out6(struct bpf_sock_addr *ctx)
 	__u8 a[16];
 	int lo;
 
-	addr6(ctx, a, &lo);
-	to_pod(ctx, ADDR_FAMILY_V6, a, lo);
+	to_pod(ctx, 1, addr6(ctx, a, &lo), a, lo);
 	return SOCK_ALLOW;
 }
 
@@ -152,7 +159,7 @@ static __always_inline int in4(struct bpf_sock_addr *ctx)
 	int lo;
 
 	addr4(ctx, a, &lo);
-	from_pod(ctx, ADDR_FAMILY_V4, a);
+	from_pod(ctx, 0, ADDR_FAMILY_V4, a);
 	return SOCK_ALLOW;
 }
 
@@ -161,8 +168,7 @@ static __always_inline int in6(struct bpf_sock_addr *ctx)
 	__u8 a[16];
 	int lo;
 
-	addr6(ctx, a, &lo);
-	from_pod(ctx, ADDR_FAMILY_V6, a);
+	from_pod(ctx, 1, addr6(ctx, a, &lo), a);
 	return SOCK_ALLOW;
 }
 

@@ -1,16 +1,16 @@
 package datapath
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
 )
 
 // SockHooks are the socket-address hooks of the node's cgroup: hostPort
@@ -30,31 +30,8 @@ var SockHooks = []Hook{
 // SockDir holds the pinned cgroup links of the socket hooks.
 func SockDir(bpfRoot string) string { return filepath.Join(bpfRoot, "cgroup") }
 
-// CgroupV2 is the mount point of the unified (v2) cgroup hierarchy: the
-// root every process of the node is under.
-func CgroupV2() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options ... - fstype source super
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		fields, pf := strings.Fields(pre), strings.Fields(post)
-		if len(fields) >= 5 && len(pf) >= 1 && pf[0] == "cgroup2" {
-			return fields[4], nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", errors.New("no cgroup2 filesystem is mounted (mount -t cgroup2 none /sys/fs/cgroup)")
-}
+// CgroupV2 is the mount point of the unified (v2) cgroup hierarchy.
+func CgroupV2() (string, error) { return cgroup.V2Root() }
 
 // SockAttached reports whether every socket hook of progs is attached (its
 // pinned link exists and runs progs' program).

@@ -246,3 +246,22 @@ func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
 		return expired[out]
 	})
 }
+
+// DirDNAT is the direction of hostPort entries (enum nat_dir).
+const DirDNAT = dirDNAT
+
+// Count counts the entries for which f holds, given their direction and
+// the pod they belong to.
+func (t *Table) Count(f func(dir uint8, pod net.IP) bool) (int, error) {
+	es, err := t.entries()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range es {
+		if f(es[i].k.Dir, podAddr(&es[i])) {
+			n++
+		}
+	}
+	return n, nil
+}

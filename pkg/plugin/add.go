@@ -92,6 +92,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return types.NewError(ErrInterfaceExists, fmt.Sprintf("interface %s already exists in %s", args.IfName, args.Netns), "")
 	}
 
+	// Closed after the undo steps below have run (defers run last first).
+	var em *datapath.EndpointMaps
+	defer func() { em.Close() }()
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -157,11 +160,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		}
 	}
 
-	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
+	em, err = datapath.OpenEndpointMaps(c.BPFRoot)
 	if err != nil {
 		return cniError(ErrBPFFS, "opening the endpoint maps", err)
 	}
-	defer em.Close()
 	ep := &datapath.Endpoint{
 		HostIfIndex: veth.Host.Attrs().Index,
 		HostMAC:     veth.Host.Attrs().HardwareAddr,
