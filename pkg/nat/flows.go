@@ -265,3 +265,21 @@ func (t *Table) Count(f func(dir uint8, pod net.IP) bool) (int, error) {
 	}
 	return n, nil
 }
+
+// LiveDNAT counts the live hostPort flows per pod address and port
+// ("ip:port", as net.JoinHostPort writes it).
+func (t *Table) LiveDNAT() (map[string]int, error) {
+	es, err := t.entries()
+	if err != nil {
+		return nil, err
+	}
+	now := monotonic()
+	out := map[string]int{}
+	for _, e := range es {
+		if e.k.Dir != dirDNAT || (now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State)) {
+			continue
+		}
+		out[net.JoinHostPort(keyIP(e.k.Family, e.k.Saddr).String(), fmt.Sprint(port(e.k.Sport)))]++
+	}
+	return out, nil
+}

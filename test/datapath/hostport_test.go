@@ -1,11 +1,13 @@
 package datapath_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -194,6 +196,28 @@ func testHostPort(t *testing.T, cg, version, mode string) {
 	}
 	require.Len(t, e.published(), 4, "tcp and udp, IPv4 and IPv6")
 	require.Positive(t, e.dnatFlows(a.IP(4)))
+
+	// The operator CLI lists the ports with their holder and live flows.
+	out, err := nettest.Run(e.node.NS, filepath.Join(e.paths[0], "ebpf-cni"), "ports", "-o", "json", "--bpf-root", e.bpfRoot)
+	require.NoError(t, err, out)
+	var ports []struct {
+		Proto         string `json:"protocol"`
+		HostIP        string `json:"hostIP"`
+		HostPort      int    `json:"hostPort"`
+		PodIP         string `json:"podIP"`
+		ContainerPort int    `json:"containerPort"`
+		ContainerID   string `json:"containerID"`
+		Flows         int    `json:"flows"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &ports), out)
+	require.Len(t, ports, 4, out)
+	for _, p := range ports {
+		require.Equal(t, "hp-a", p.ContainerID, out)
+		require.Equal(t, "*", p.HostIP, out)
+		require.Equal(t, 8080, p.HostPort, out)
+		require.Equal(t, 80, p.ContainerPort, out)
+		require.Positive(t, p.Flows, "flows through %s %s: %s", p.Proto, p.PodIP, out)
+	}
 
 	// DEL: the port no longer answers, from anywhere, and its flows are gone.
 	require.NoError(t, e.cni.DelPod(list, a))
