@@ -163,6 +163,9 @@ func CmdCheck(args *skel.CmdArgs) error {
 		if rec != nil && len(rec.HostPorts) > 0 {
 			problems = append(problems, checkHostPorts(c, rec)...)
 		}
+		if rec != nil {
+			problems = append(problems, samePorts(c, rec, ips)...)
+		}
 		if contMAC != nil {
 			problems = append(problems, checkMaps(c, host, contMAC, ips, args)...)
 		}
@@ -245,6 +248,34 @@ func checkHostPorts(c *Config, rec *datapath.Record) []string {
 	}
 	defer p.Close()
 	return portmap.Problems(c.BPFRoot, rec.HostPorts, p)
+}
+
+// samePorts compares the port mappings of this call with those ADD
+// published.
+func samePorts(c *Config, rec *datapath.Record, ips []*current.IPConfig) []string {
+	var podIPs []net.IP
+	for _, ipc := range ips {
+		podIPs = append(podIPs, ipc.Address.IP)
+	}
+	want, err := c.HostPorts.Ports(podIPs)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	have := map[datapath.HostPort]bool{}
+	for _, hp := range rec.HostPorts {
+		have[hp] = true
+	}
+	var out []string
+	for _, hp := range want {
+		if !have[hp] {
+			out = append(out, fmt.Sprintf("port mapping %s %d -> %s:%d was not published by ADD", hp.Proto, hp.HostPort, hp.PodIP, hp.ContainerPort))
+		}
+		delete(have, hp)
+	}
+	for hp := range have {
+		out = append(out, fmt.Sprintf("port mapping %s %d -> %s:%d is published but not asked for", hp.Proto, hp.HostPort, hp.PodIP, hp.ContainerPort))
+	}
+	return out
 }
 
 func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*current.IPConfig, args *skel.CmdArgs) []string {

@@ -341,6 +341,15 @@ func TestHostPortCheck(t *testing.T) {
 	var te *types.Error
 	require.ErrorAs(t, err, &te)
 	require.Contains(t, te.Msg, "tcp port 8080 is not published")
+
+	// A CHECK that asks for other mappings than ADD published fails too.
+	b := e.addPodWith(list, "check-b", mapping(9090, 90, "udp"))
+	rt := *b.RT
+	rt.CapabilityArgs = map[string]any{"portMappings": []any{mapping(9091, 90, "udp")}}
+	err = e.cni.Check(list, &rt)
+	require.ErrorAs(t, err, &te)
+	require.Contains(t, te.Msg, "udp 9091")
+	require.Contains(t, te.Msg, "udp 9090")
 }
 
 // TestHostPortChainedPortmap: the reference portmap plugin chained after
