@@ -11,6 +11,7 @@
 #include "lib/counters.h"
 #include "lib/ipam.h"
 #include "lib/endpoint.h"
+#include "lib/bandwidth.h"
 #include "lib/nat.h"
 
 char __license[] SEC("license") = "GPL";

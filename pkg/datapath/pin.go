@@ -116,7 +116,8 @@ func InstalledTags(bpfRoot string) ([]string, error) {
 // mapNames are the maps every program shares, pinned by pkg/maps.
 var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpointCounters, maps.CniMapEndpoints, maps.CniMapEndpointDevs,
 	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
-	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks}
+	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks,
+	maps.CniMapBwBuckets}
 
 // EnsurePrograms returns this binary's pinned programs, loading, verifying
 // and pinning them first if no call did yet (under the exclusive node lock,
