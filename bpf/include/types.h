@@ -143,6 +143,8 @@ struct bw_bucket {
 	__u64 drops;        /* packets dropped (atomic add) */
 	__u64 drop_bytes;   /* their bytes as charged */
 	__u64 flags;        /* enum bw_flags */
+	__u64 recovery;     /* ns of credit a stalled flow keeps after drops (see bandwidth.h) */
+	__u64 last_drop;    /* bpf_ktime_get_ns of the last drop; written without atomics: a hint */
 };
 
 enum bw_flags {

@@ -15,7 +15,18 @@
  * packet of 64 KB is never starved by a burst smaller than itself; it
  * borrows, and the next packets wait for the debt to drain. Over any
  * interval the bytes let through are at most rate * interval + burst + one
- * packet. */
+ * packet.
+ *
+ * Recovery credit. On a veth the round trip is tens of microseconds, so
+ * TCP cannot be slowed by its window: below about 1 Gbit/s it overdrives
+ * any rate and lives on losses. When a drop streak takes a whole flight,
+ * TCP stalls until its loss probe or retransmission timer (milliseconds to
+ * hundreds of them), and a plain token bucket throws that time away: with a
+ * small burst the flow lands far below the rate. So for a while after a
+ * drop (BW_RECOVERY_WINDOW_NS) the bucket also keeps up to `recovery` ns
+ * of unused time as credit, which the flow spends when it resumes; a flow
+ * that goes idle without having been dropped gets only the burst. The
+ * long-term rate is exact either way: every packet let through is charged. */
 #ifndef EBPF_CNI_LIB_BANDWIDTH_H
 #define EBPF_CNI_LIB_BANDWIDTH_H
 
@@ -37,6 +48,10 @@
 /* With fq pacing (BW_F_EDT) a packet is held back rather than dropped, up
  * to this far beyond the burst; fq's own horizon is 10 s. */
 #define BW_EDT_HORIZON_NS 1000000000ULL
+
+/* How long after a drop a quiet flow counts as stalled rather than idle:
+ * past TCP's first retransmission timeouts (200 ms, 400 ms). */
+#define BW_RECOVERY_WINDOW_NS 2000000000ULL
 
 /* Races lost before a CPU charges with an atomic add instead. */
 #define BW_CAS_TRIES 4
@@ -104,6 +119,24 @@ static __always_inline __u64 bw_bytes(struct __sk_buff *skb)
 	return len + (__u64)(segs - 1) * hdr;
 }
 
+/* Early drop: from half the burst in debt, a packet is dropped with a
+ * probability that grows to 1 at the full burst. A flight TCP sent back
+ * to back then loses some packets, not all: the ones let through bring
+ * acknowledgements (SACK), so TCP recovers at once instead of waiting for a
+ * timer. Past the burst every packet is dropped, so the burst still bounds
+ * what passes back to back. */
+static __always_inline int bw_over(__u64 debt, __u64 tau)
+{
+	__u64 half = tau / 2;
+
+	if (debt > tau)
+		return 1;
+	if (debt <= half || !half)
+		return 0;
+	/* (debt - half) / half, against a 16-bit random number. */
+	return ((debt - half) << 16) / half > (bpf_get_prandom_u32() & 0xffff);
+}
+
 /* bw_police charges the packet to b: 0 when it conforms, 1 when it is
  * over the rate (the caller drops it; it is not charged). With BW_F_EDT
  * the packet is not dropped but gets its departure time, for fq. */
@@ -113,6 +146,7 @@ static __always_inline int bw_police(struct __sk_buff *skb, struct bw_bucket *b,
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cost = (bytes * b->ns_per_byte) >> BW_NS_SHIFT;
 	__u64 tau = b->tau;
+	__u64 floor = now;
 	__u64 tat, start;
 	int i;
 
@@ -121,10 +155,13 @@ static __always_inline int bw_police(struct __sk_buff *skb, struct bw_bucket *b,
 	edt = edt && (b->flags & BW_F_EDT);
 	if (edt)
 		tau += BW_EDT_HORIZON_NS;
+	if (now - *(volatile __u64 *)&b->last_drop < BW_RECOVERY_WINDOW_NS && now > b->recovery)
+		floor = now - b->recovery;
 	for (i = 0; i < BW_CAS_TRIES; i++) {
 		tat = *(volatile __u64 *)&b->tat;
-		start = tat > now ? tat : now;
-		if (start - now > tau) {
+		start = tat > floor ? tat : floor;
+		if (start > now && bw_over(start - now, tau)) {
+			*(volatile __u64 *)&b->last_drop = now;
 			__sync_fetch_and_add(&b->drops, 1);
 			__sync_fetch_and_add(&b->drop_bytes, bytes);
 			return 1;

@@ -25,6 +25,8 @@ type ToContainerBwState struct {
 		Drops     uint64
 		DropBytes uint64
 		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
 	}
 	Ingress struct {
 		_         structs.HostLayout
@@ -36,6 +38,8 @@ type ToContainerBwState struct {
 		Drops     uint64
 		DropBytes uint64
 		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
 	}
 }
 

@@ -23,6 +23,8 @@ type CniBwBucket struct {
 	Drops     uint64
 	DropBytes uint64
 	Flags     uint64
+	Recovery  uint64
+	LastDrop  uint64
 }
 
 type CniBwState struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
@@ -32,9 +33,14 @@ type NetConf struct {
 	StateDir   string `json:"stateDir,omitempty"`
 	AttachMode string `json:"attachMode,omitempty"`
 	nat.Config
+	// The reference bandwidth plugin's keys at the top level: limits for
+	// every pod of the network (they win over runtimeConfig.bandwidth, as
+	// in the reference plugin).
+	bandwidth.Entry
 
 	RuntimeConfig struct {
-		MAC string `json:"mac,omitempty"`
+		MAC       string           `json:"mac,omitempty"`
+		Bandwidth *bandwidth.Entry `json:"bandwidth,omitempty"` // the bandwidth capability
 	} `json:"runtimeConfig,omitempty"`
 	Args *struct {
 		CNI *struct {
@@ -53,6 +59,8 @@ type Config struct {
 	IPAMType string
 	// Masq is the validated masquerade configuration.
 	Masq *nat.Settings
+	// BW are the pod's validated rate limits.
+	BW *bandwidth.Limits
 	// IPAMConf is the configuration handed to the IPAM plugin: stdin, with
 	// ebpf-ipam's bpfRoot and stateDir defaulted to ebpf-cni's.
 	IPAMConf []byte
@@ -103,6 +111,9 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	if c.Masq, err = n.Config.Validate(); err != nil {
 		return nil, natError(err)
+	}
+	if c.BW, err = bandwidth.Validate(&n.Entry, n.RuntimeConfig.Bandwidth); err != nil {
+		return nil, bandwidthError(err)
 	}
 	return c, nil
 }
