@@ -1,9 +1,7 @@
 package datapath_test
 
 import (
-	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,7 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 )
 
 // routeWorldToPods lets the world reach the pod subnet through the node
@@ -110,35 +115,134 @@ func TestBandwidthLimits(t *testing.T) {
 	require.NotZero(t, c[14], "drop_bw_ingress counted")
 }
 
-// TestBandwidthSweep measures the achieved rate at several rates and
-// bursts; it only logs. EBPF_CNI_BW_SWEEP="rate:burst,..." (bits) runs it.
-func TestBandwidthSweep(t *testing.T) {
-	spec := os.Getenv("EBPF_CNI_BW_SWEEP")
-	if spec == "" {
-		t.Skip("set EBPF_CNI_BW_SWEEP=rate:burst,... to measure")
+// buckets lists the bw_buckets entries by host ifindex.
+func (e *env) buckets() map[int]bandwidth.State {
+	e.t.Helper()
+	tb, err := bandwidth.OpenTable(e.bpfRoot)
+	require.NoError(e.t, err)
+	defer tb.Close()
+	l, err := tb.List()
+	require.NoError(e.t, err)
+	out := map[int]bandwidth.State{}
+	for _, s := range l {
+		out[s.IfIndex] = s
 	}
-	e := newEnv(t)
-	e.routeWorldToPods()
-	list := e.confList(netOpts{extra: map[string]any{"capabilities": map[string]any{"mac": true, "bandwidth": true}}})
-	for i, rb := range strings.Split(spec, ",") {
-		r, b, _ := strings.Cut(rb, ":")
-		rate, _ := strconv.ParseUint(r, 10, 64)
-		burst, _ := strconv.ParseUint(b, 10, 64)
-		caps := map[string]any{"bandwidth": map[string]any{"egressRate": rate, "egressBurst": burst, "ingressRate": rate, "ingressBurst": burst}}
-		p, err := e.cni.AddPod(list, fmt.Sprintf("sweep-%d", i), caps)
-		require.NoError(t, err)
-		for j, dir := range []string{"egress", "ingress"} {
-			from, to, dst := p.NS, e.node.World, nettest.WorldIP4
-			if dir == "ingress" {
-				from, to, dst = e.node.World, p.NS, p.IP(4)
-			}
-			res, err := nettest.Iperf(from, to, dst, 15300+2*i+j, 5)
-			require.NoError(t, err)
-			t.Logf("%s rate %d burst %d: %.2f%% avg, per second %s Mbit/s, retransmits %d", dir, rate, burst,
-				(res.BitsPerSecond/float64(rate)-1)*100, mbits(res.PerSecond), res.Retransmits)
+	return out
+}
+
+func (e *env) hostIndex(p *nettest.Pod) int {
+	e.t.Helper()
+	idx := 0
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(datapath.HostVethName(p.RT.ContainerID, p.RT.IfName))
+		if err == nil {
+			idx = l.Attrs().Index
 		}
-		require.NoError(t, e.cni.DelPod(list, p))
+		return err
+	}))
+	return idx
+}
+
+// TestBandwidthLifecycle, under every spec version: ADD writes the buckets
+// and the endpoint flags; CHECK passes, and fails when the state is missing
+// or differs from the configuration; DEL removes the state (twice is
+// fine); GC removes buckets no endpoint accounts for.
+func TestBandwidthLifecycle(t *testing.T) {
+	for _, v := range testutil.SpecVersions {
+		t.Run(v, func(t *testing.T) {
+			e := newEnv(t)
+			bwCaps := map[string]any{"mac": true, "bandwidth": true}
+			list := e.confList(netOpts{version: v, extra: map[string]any{"capabilities": bwCaps}})
+			caps := map[string]any{"bandwidth": map[string]any{"egressRate": 10_000_000, "egressBurst": 1_000_000}}
+			p, err := e.cni.AddPod(list, "bw-life", caps)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
+			idx := e.hostIndex(p)
+			b, ok := e.buckets()[idx]
+			require.True(t, ok, "bucket entry")
+			require.Equal(t, uint64(10_000_000), b.Egress.Rate)
+			require.Equal(t, uint64(1_000_000), b.Egress.Burst)
+			require.Zero(t, b.Ingress.Rate, "no ingress limit")
+			em, err := datapath.OpenEndpointMaps(e.bpfRoot)
+			require.NoError(t, err)
+			defer em.Close()
+			var d maps.CniEndpointDev
+			require.NoError(t, em.Devs.Lookup(uint32(idx), &d))
+			require.Equal(t, uint16(datapath.EndpointFlagBWEgress), d.Flags)
+
+			// A pod without limits has no entry.
+			q := e.addPod(list, "bw-none")
+			require.NotContains(t, e.buckets(), e.hostIndex(q))
+
+			if testutil.AtLeast(v, "0.4.0") {
+				require.NoError(t, e.cni.Check(list, p.RT))
+				other := e.confList(netOpts{version: v, extra: map[string]any{"capabilities": bwCaps,
+					"egressRate": 20_000_000, "egressBurst": 1_000_000}})
+				err := e.cni.Check(other, p.RT)
+				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
+				require.Contains(t, err.Error(), "egress is rate 10000000")
+				tb, err := bandwidth.OpenTable(e.bpfRoot)
+				require.NoError(t, err)
+				require.NoError(t, tb.Delete(idx))
+				err = e.cni.Check(list, p.RT)
+				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
+				require.Contains(t, err.Error(), "no bw_buckets entry")
+				if testutil.AtLeast(v, "1.1.0") {
+					// An orphan bucket (no endpoint) is GC's.
+					require.NoError(t, tb.Put(idx+1000, &bandwidth.Limits{Egress: bandwidth.Limit{Rate: 1e6, Burst: 1e6}}, false))
+					require.NoError(t, e.cni.GC(list, []types.GCAttachment{{ContainerID: "bw-life", IfName: "eth0"}, {ContainerID: "bw-none", IfName: "eth0"}}))
+					require.NotContains(t, e.buckets(), idx+1000, "orphan bucket collected")
+				}
+				tb.Close()
+			}
+			require.NoError(t, e.cni.Del(list, p.RT))
+			require.NoError(t, e.cni.Del(list, p.RT))
+			require.NoError(t, e.cni.DelPod(list, q))
+			e.requireClean()
+			require.Empty(t, e.buckets(), "buckets left")
+		})
 	}
 }
 
-var _ = netlink.LinkList
+// TestBandwidthBadConfig: every bad bandwidth key is code 7 naming the
+// key, at the top level and in runtimeConfig, and a failed ADD leaves
+// nothing behind.
+func TestBandwidthBadConfig(t *testing.T) {
+	e := newEnv(t)
+	cases := []struct {
+		name  string
+		extra map[string]any
+		bw    map[string]any
+		key   string
+	}{
+		{"ingress rate without burst", nil, map[string]any{"ingressRate": 1_000_000}, "runtimeConfig.bandwidth.ingressBurst"},
+		{"ingress burst without rate", nil, map[string]any{"ingressBurst": 1_000_000}, "runtimeConfig.bandwidth.ingressRate"},
+		{"egress rate without burst", nil, map[string]any{"egressRate": 1_000_000}, "runtimeConfig.bandwidth.egressBurst"},
+		{"egress burst without rate", nil, map[string]any{"egressBurst": 1_000_000}, "runtimeConfig.bandwidth.egressRate"},
+		{"negative rate", nil, map[string]any{"egressRate": -1, "egressBurst": 1000}, "runtimeConfig.bandwidth.egressRate"},
+		{"negative burst", nil, map[string]any{"ingressRate": 1_000_000, "ingressBurst": -8}, "runtimeConfig.bandwidth.ingressBurst"},
+		{"rate too high", nil, map[string]any{"ingressRate": 2_000_000_000_000, "ingressBurst": 8000}, "runtimeConfig.bandwidth.ingressRate"},
+		{"rate too low", nil, map[string]any{"egressRate": 10, "egressBurst": 8000}, "runtimeConfig.bandwidth.egressRate"},
+		{"burst over 4 GiB", nil, map[string]any{"egressRate": 1_000_000, "egressBurst": 40_000_000_000}, "runtimeConfig.bandwidth.egressBurst"},
+		{"top-level rate without burst", map[string]any{"egressRate": 1_000_000}, nil, "egressBurst"},
+		{"top-level fraction", map[string]any{"ingressRate": 1.5, "ingressBurst": 8000}, nil, "ingressRate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			extra := map[string]any{"capabilities": map[string]any{"mac": true, "bandwidth": true}}
+			for k, v := range tc.extra {
+				extra[k] = v
+			}
+			list := e.confList(netOpts{extra: extra})
+			var caps map[string]any
+			if tc.bw != nil {
+				caps = map[string]any{"bandwidth": tc.bw}
+			}
+			_, err := e.cni.AddPod(list, "bad-bw", caps)
+			require.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v", err)
+			require.Contains(t, err.Error(), "invalid "+tc.key+":")
+			e.requireClean()
+			require.Empty(t, e.buckets())
+		})
+	}
+}
