@@ -7,10 +7,15 @@
  * 2. ARP requests from the pod are answered here with the host veth's MAC:
  *    every address off the pod's link is reached through that gateway, and
  *    the node needs no bridge, no proxy_arp and no address on the veth.
- * 3. A destination that is a pod of this node: rewrite L2, decrement TTL and
+ * 3. hostPort: a reply of a published port's flow gets the node's address
+ *    and the hostPort back; a packet to a published port of the node goes
+ *    to the pod behind it (hairpin when that is the sender). A reply to a
+ *    flow the node's stack delivered (another plugin's NAT) goes to the
+ *    stack. Only pods and nodes that have these pay for the lookups.
+ * 4. A destination that is a pod of this node: rewrite L2, decrement TTL and
  *    bpf_redirect_peer straight into the other pod's netns (no bridge, no
  *    backlog queue, no netfilter FORWARD).
- * 4. Anything else: bpf_fib_lookup; forwarded with bpf_redirect or
+ * 5. Anything else: bpf_fib_lookup; forwarded with bpf_redirect or
  *    bpf_redirect_neigh when the FIB says so, else (local destination,
  *    fragmentation needed, no route...) handed to the stack. */
 
@@ -27,8 +32,11 @@
 #include "lib/bandwidth.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/hostport.h"
 #include "lib/ipam.h"
 #include "lib/l3.h"
+#include "lib/nat.h"
+#include "lib/scratch.h"
 #include "lib/verdict.h"
 
 #define AF_INET 2
@@ -172,25 +180,103 @@ static __always_inline int redirect_to_pod(struct __sk_buff *skb, struct ethhdr 
 	return endpoint_redirect(skb, eth, dst);
 }
 
-static __always_inline int handle_ipv4(struct __sk_buff *skb, enum pkt_reason *why)
+/* The pod's tuple of a packet it sends, in the STACK direction. */
+static __always_inline void own_stack_key(struct nat_key *k, const struct nat_pkt *p)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = p->family;
+	k->proto = p->proto;
+	k->dir = NAT_DIR_STACK;
+	k->sport = p->sport;
+	k->dport = p->dport;
+	__builtin_memcpy(k->saddr, p->saddr, 16);
+	__builtin_memcpy(k->daddr, p->daddr, 16);
+}
+
+/* pod_translate handles what a pod's packet needs beyond forwarding, for
+ * pods and nodes that use it:
+ *  - a reply to a flow the stack delivered goes back to the stack (*done);
+ *  - a reply of a hostPort flow gets the address and port the client asked
+ *    for (*xlat = REASON_REV_DNAT);
+ *  - a packet to a published port of the node goes to the pod behind it,
+ *    the sender itself included (hairpin) (*xlat = REASON_DNAT).
+ * Returns the verdict when *done, else 0: route the (maybe translated)
+ * packet on. to_pod: the destination is a pod, no published port. */
+static __always_inline int pod_translate(struct __sk_buff *skb, const struct endpoint_dev *dev, int to_pod,
+					 int *done, enum pkt_reason *xlat, enum pkt_reason *why)
+{
+	struct hostport_target *t;
+	struct endpoint_info *ep;
+	struct nat_scratch *s;
+	int rc;
+
+	*done = 0;
+	if (!(dev->flags & (EP_F_HOSTPORT | EP_F_STACK)) && (to_pod || !hostport_active()))
+		return 0;
+	s = scratch_get();
+	if (!s)
+		return 0;
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	if (nat_parse(skb, &s->p) || s->p.later_frag || !hostport_proto(s->p.proto))
+		return 0;
+
+	if (dev->flags & EP_F_STACK) {
+		own_stack_key(&s->tmp, &s->p);
+		if (bpf_map_lookup_elem(&nat, &s->tmp)) {
+			*done = 1;
+			*why = REASON_STACK_REPLY;
+			return TC_ACT_OK;
+		}
+	}
+	if (dev->flags & EP_F_HOSTPORT) {
+		rc = hostport_rev(skb, s);
+		if (rc < 0) {
+			*done = 1;
+			return DROP(REASON_DROP_MALFORMED);
+		}
+		if (rc > 0) {
+			*xlat = REASON_REV_DNAT;
+			return 0;
+		}
+	}
+	if (to_pod || !hostport_active())
+		return 0;
+	t = hostport_match(s->p.family, s->p.proto, s->p.dport, s->p.daddr, 0);
+	if (!t)
+		return 0;
+	__builtin_memset(&s->res, 0, sizeof(s->res));
+	__builtin_memcpy(s->res.addr, t->addr, 16);
+	s->res.port = t->port;
+	{
+		struct endpoint_key ek = { .family = s->p.family };
+
+		__builtin_memcpy(ek.addr, s->res.addr, 16);
+		ep = bpf_map_lookup_elem(&endpoints, &ek);
+	}
+	if (!ep)
+		return 0; /* the pod is going away: the stack answers */
+	if (hostport_dnat(skb, s, ep->ifindex == skb->ifindex)) {
+		*done = 1;
+		return DROP(REASON_DROP_MALFORMED);
+	}
+	*xlat = REASON_DNAT;
+	return 0;
+}
+
+/* route4 forwards an IPv4 packet of a pod: into another pod, or through
+ * the FIB. dst is the destination's endpoint when known, else looked up. */
+static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *dst, int lookup, enum pkt_reason *why)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *ip = (void *)(eth + 1);
-	struct endpoint_info *src, *dst;
 	struct bpf_fib_lookup p = {};
 
-	if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+	if ((void *)(ip + 1) > data_end)
 		return DROP(REASON_DROP_MALFORMED);
-
-	src = endpoint_lookup4(ip->saddr);
-	if (!src || src->ifindex != skb->ifindex)
-		return DROP(REASON_DROP_SPOOF_SRC);
-	if (bw_egress(skb, src->flags))
-		return DROP(REASON_DROP_BW_EGRESS);
-
-	dst = endpoint_lookup4(ip->daddr);
+	if (lookup)
+		dst = endpoint_lookup4(ip->daddr);
 	if (dst)
 		return redirect_to_pod(skb, eth, data_end, dst, why);
 
@@ -204,14 +290,76 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, enum pkt_reason *w
 	return fib_forward(skb, &p, why);
 }
 
-static __always_inline int handle_ipv6(struct __sk_buff *skb, enum pkt_reason *why)
+static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *dst, int lookup, enum pkt_reason *why)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
-	struct endpoint_info *src, *dst;
 	struct bpf_fib_lookup p = {};
+
+	if ((void *)(ip6 + 1) > data_end)
+		return DROP(REASON_DROP_MALFORMED);
+	if (lookup)
+		dst = endpoint_lookup6(&ip6->daddr);
+	if (dst)
+		return redirect_to_pod(skb, eth, data_end, dst, why);
+
+	p.family = AF_INET6;
+	p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
+	p.l4_protocol = ip6->nexthdr;
+	p.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	p.ifindex = skb->ifindex;
+	__builtin_memcpy(p.ipv6_src, &ip6->saddr, 16);
+	__builtin_memcpy(p.ipv6_dst, &ip6->daddr, 16);
+	return fib_forward(skb, &p, why);
+}
+
+/* translate_and_route: pod_translate, then routing; a translated packet is
+ * counted by its translation. */
+static __always_inline int translate_and_route(struct __sk_buff *skb, const struct endpoint_dev *dev,
+					       struct endpoint_info *dst, int v6, enum pkt_reason *why)
+{
+	enum pkt_reason xlat = REASON_PASS;
+	int done, ret;
+
+	ret = pod_translate(skb, dev, dst != NULL, &done, &xlat, why);
+	if (done)
+		return ret;
+	if (xlat == REASON_PASS)
+		return v6 ? route6(skb, dst, 0, why) : route4(skb, dst, 0, why);
+	ret = v6 ? route6(skb, NULL, 1, why) : route4(skb, NULL, 1, why);
+	if (ret >= 0)
+		*why = xlat;
+	return ret;
+}
+
+static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpoint_dev *dev, enum pkt_reason *why)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+	struct endpoint_info *src;
+
+	if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+		return DROP(REASON_DROP_MALFORMED);
+
+	src = endpoint_lookup4(ip->saddr);
+	if (!src || src->ifindex != skb->ifindex)
+		return DROP(REASON_DROP_SPOOF_SRC);
+	if (bw_egress(skb, src->flags))
+		return DROP(REASON_DROP_BW_EGRESS);
+	return translate_and_route(skb, dev, endpoint_lookup4(ip->daddr), 0, why);
+}
+
+static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpoint_dev *dev, enum pkt_reason *why)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	struct endpoint_info *src;
 
 	if ((void *)(ip6 + 1) > data_end)
 		return DROP(REASON_DROP_MALFORMED);
@@ -231,19 +379,7 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, enum pkt_reason *w
 		*why = REASON_PASS; /* neighbour solicitation for the gateway */
 		return TC_ACT_OK;
 	}
-
-	dst = endpoint_lookup6(&ip6->daddr);
-	if (dst)
-		return redirect_to_pod(skb, eth, data_end, dst, why);
-
-	p.family = AF_INET6;
-	p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
-	p.l4_protocol = ip6->nexthdr;
-	p.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
-	p.ifindex = skb->ifindex;
-	__builtin_memcpy(p.ipv6_src, &ip6->saddr, 16);
-	__builtin_memcpy(p.ipv6_dst, &ip6->daddr, 16);
-	return fib_forward(skb, &p, why);
+	return translate_and_route(skb, dev, endpoint_lookup6(&ip6->daddr), 1, why);
 }
 
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
@@ -265,9 +401,9 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 
 	switch (eth->h_proto) {
 	case bpf_htons(ETH_P_IP):
-		return handle_ipv4(skb, why);
+		return handle_ipv4(skb, dev, why);
 	case bpf_htons(ETH_P_IPV6):
-		return handle_ipv6(skb, why);
+		return handle_ipv6(skb, dev, why);
 	case bpf_htons(ETH_P_ARP):
 		return handle_arp(skb, dev, why);
 	default:

@@ -2,6 +2,11 @@
 
 /* Hook: tc ingress of an uplink (the node's device towards the outside).
  *
+ * hostPort: a packet to a published port of the node goes to the pod behind
+ * it, translated to the pod's address and containerPort; the client's
+ * address is kept. (The pod's replies are translated back in
+ * from_container.)
+ *
  * Replies to masqueraded flows are translated back to the pod's address and
  * port and redirected straight into the pod (bpf_redirect_peer): they never
  * reach the node's routing, netfilter or FORWARD path. ICMP errors about a
@@ -21,6 +26,7 @@
 #include "include/types.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/hostport.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
 #include "lib/scratch.h"
@@ -40,7 +46,8 @@ static __always_inline int is_icmp_error(const struct nat_pkt *p)
 /* Into the pod behind ep, as a router would: TTL, L2, redirect_peer. A
  * spent TTL goes to the stack, translated already: it routes the packet to
  * the pod's veth and answers with its own time exceeded. */
-static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_info *ep, enum pkt_reason *why)
+static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_info *ep, enum pkt_reason reason,
+				  enum pkt_reason *why)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -52,7 +59,7 @@ static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_i
 	rc = l3_hop(eth + 1, data_end, eth->h_proto);
 	if (rc < 0)
 		return DROP(REASON_DROP_MALFORMED);
-	*why = REASON_REV_SNAT;
+	*why = reason;
 	if (rc == 0)
 		return TC_ACT_OK;
 	return endpoint_redirect(skb, eth, ep);
@@ -179,9 +186,34 @@ static __always_inline int rev_icmp_error(struct __sk_buff *skb, struct nat_scra
 		    bpf_skb_store_bytes(skb, l4_port_off(q->proto, q->l4off, 1), &port, 2, 0))
 			return DROP(REASON_DROP_MALFORMED);
 	}
-	return to_pod(skb, ep, why);
+	return to_pod(skb, ep, REASON_REV_SNAT, why);
 }
 
+/* A packet from outside to a published port of the node (hostPort): to
+ * the pod behind it, with the client's address kept. */
+static __always_inline int hostport_in(struct __sk_buff *skb, struct nat_scratch *s, enum pkt_reason *why)
+{
+	struct hostport_target *t;
+	struct endpoint_info *ep;
+
+	if (!hostport_proto(s->p.proto) || !hostport_active())
+		return TC_ACT_OK;
+	t = hostport_match(s->p.family, s->p.proto, s->p.dport, s->p.daddr, 0);
+	if (!t)
+		return TC_ACT_OK;
+	__builtin_memset(&s->res, 0, sizeof(s->res));
+	__builtin_memcpy(s->res.addr, t->addr, 16);
+	s->res.port = t->port;
+	ep = pod_of(&s->res, s->p.family);
+	if (!ep)
+		return TC_ACT_OK; /* the pod is going away: the stack answers */
+	if (hostport_dnat(skb, s, 0))
+		return DROP(REASON_DROP_MALFORMED);
+	return to_pod(skb, ep, REASON_DNAT, why);
+}
+
+/* Replies to masqueraded flows first: a live flow's tuple is more specific
+ * than a published port. */
 static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 {
 	struct nat_scratch *s = scratch_get();
@@ -200,7 +232,7 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 	if (is_icmp_error(&s->p))
 		return rev_icmp_error(skb, s, why);
 	if (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP && !nat_is_echo_reply(&s->p))
-		return TC_ACT_OK;
+		return hostport_in(skb, s, why);
 
 	__builtin_memset(&s->in, 0, sizeof(s->in));
 	s->in.family = s->p.family;
@@ -214,7 +246,7 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 	now = bpf_ktime_get_ns();
 	ov = nat_in_lookup(&s->in, &iv, now, &s->tmp);
 	if (!ov)
-		return TC_ACT_OK; /* the node's own traffic */
+		return hostport_in(skb, s, why); /* else the node's own traffic */
 	/* A kept port may since have been taken by a connection of the node:
 	 * the node's socket wins, it is never hijacked. */
 	if ((ov->flags & NAT_F_KEPT) && node_socket(skb, &s->in, 0, &s->tuple))
@@ -226,7 +258,7 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 	__builtin_memcpy(&s->iv, iv, sizeof(s->iv));
 	if (nat_rewrite(skb, &s->p, 0, s->iv.addr, s->iv.port, s))
 		return DROP(REASON_DROP_MALFORMED);
-	return to_pod(skb, ep, why);
+	return to_pod(skb, ep, REASON_REV_SNAT, why);
 }
 
 SEC("tc")

@@ -13,5 +13,6 @@
 #include "lib/endpoint.h"
 #include "lib/bandwidth.h"
 #include "lib/nat.h"
+#include "lib/hostport.h"
 
 char __license[] SEC("license") = "GPL";

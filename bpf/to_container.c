@@ -21,7 +21,47 @@
 #include "lib/bandwidth.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/hostport.h"
+#include "lib/nat.h"
+#include "lib/scratch.h"
 #include "lib/verdict.h"
+
+/* A flow the stack forwarded to the pod may carry the stack's NAT (a
+ * chained portmap's DNAT, kube-proxy): its replies must go back through the
+ * stack, whose conntrack translates them, not be redirected past it. Note
+ * the flow (NAT_DIR_STACK) and mark the pod, so from_container looks for
+ * it. The node's own sockets need nothing: replies to the node reach the
+ * stack anyway. */
+static __always_inline void remember_stack_flow(struct __sk_buff *skb, struct endpoint_dev *dev)
+{
+	struct nat_scratch *s;
+	struct nat_entry *cur;
+	__u64 now;
+
+	if (skb->sk)
+		return;
+	s = scratch_get();
+	if (!s)
+		return;
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	if (nat_parse(skb, &s->p) || s->p.later_frag || !hostport_proto(s->p.proto))
+		return;
+	stack_key(&s->in, &s->p);
+	now = bpf_ktime_get_ns();
+	cur = bpf_map_lookup_elem(&nat, &s->in);
+	if (cur) {
+		if (now - cur->last_seen > NSEC_PER_SEC)
+			cur->last_seen = now; /* once a second is enough for the LRU */
+		return;
+	}
+	__builtin_memset(&s->iv, 0, sizeof(s->iv));
+	s->iv.state = NAT_STATE_OPEN;
+	s->iv.created = now;
+	s->iv.last_seen = now;
+	bpf_map_update_elem(&nat, &s->in, &s->iv, BPF_ANY);
+	if (!(dev->flags & EP_F_STACK))
+		dev->flags |= EP_F_STACK;
+}
 
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 {
@@ -34,6 +74,7 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 		return TC_ACT_OK; /* the pod is being set up or torn down */
 	if (bw_ingress(skb, ifindex, dev->flags, 1))
 		return DROP(REASON_DROP_BW_INGRESS);
+	remember_stack_flow(skb, dev);
 	return TC_ACT_OK;
 }
 

@@ -104,6 +104,7 @@ enum endpoint_flags {
 	EP_F_HOSTPORT = 1,   /* the pod has port mappings: its replies may need reverse DNAT */
 	EP_F_BW_EGRESS = 2,  /* the pod's egress is rate limited */
 	EP_F_BW_INGRESS = 4, /* the pod's ingress is rate limited */
+	EP_F_STACK = 8,      /* set by to_container: the stack delivered a flow to the pod (endpoint_dev only) */
 };
 
 #define ENDPOINT_MAX_IPS 4
@@ -161,6 +162,10 @@ struct bw_state {
 enum nat_dir {
 	NAT_DIR_OUT = 0, /* pod -> remote, keyed by the pod's tuple */
 	NAT_DIR_IN = 1,  /* remote -> node, keyed by the translated tuple */
+	NAT_DIR_DNAT = 2,  /* hostPort: the pod's replies, keyed by the pod's tuple */
+	NAT_DIR_STACK = 3, /* a flow the node's stack delivered to the pod (another
+			    * plugin's NAT may hold it): the pod's replies go to the
+			    * stack too; keyed by the pod's tuple */
 };
 
 enum nat_state {
@@ -173,6 +178,7 @@ enum nat_state {
 enum nat_flags {
 	NAT_F_KEPT = 1,    /* the pod's own port or identifier was kept */
 	NAT_F_REPLIED = 2, /* a reply came back */
+	NAT_F_HAIRPIN = 4, /* DNAT: the client is the pod itself, its source was translated too */
 };
 
 /* Addresses in the first 4 bytes for IPv4; ports in network byte order.
@@ -188,7 +194,8 @@ struct nat_key {
 	__u8 daddr[16];
 };
 
-/* OUT: the translated source; IN: the pod's address and port. The OUT
+/* OUT: the translated source; IN: the pod's address and port; DNAT: the
+ * address and port the client asked for (the node's, the hostPort). The OUT
  * entry holds the flow's state and clock; an IN entry is only valid while
  * its OUT entry is. */
 struct nat_entry {
@@ -242,6 +249,57 @@ struct uplink_info {
 	__u8 has4;
 	__u8 has6;
 	__u8 pad[2];
+};
+
+/* hostPort: one published port of the node, all the pods that hold it. */
+#define HOSTPORT_MAX_IPS 4
+
+struct hostport_key {
+	__u8 family;   /* enum addr_family */
+	__u8 proto;    /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP */
+	__be16 port;   /* the hostPort */
+};
+
+/* Where a published port leads: a pod's address and its containerPort. */
+struct hostport_target {
+	__u8 addr[16];
+	__be16 port;
+	__u8 pad[2];
+};
+
+/* Either one target for every node address (any = 1, no hostIP), or up to
+ * HOSTPORT_MAX_IPS targets each bound to one hostIP: a port published on
+ * every address clashes with any other holder of that port. */
+struct hostport_entry {
+	__u8 any;
+	__u8 n;        /* used entries of host_ip and to */
+	__u8 pad[2];
+	__u8 host_ip[HOSTPORT_MAX_IPS][16];
+	struct hostport_target to[HOSTPORT_MAX_IPS];
+};
+
+/* Node-wide settings of hostPort (entry 0 of hostport_config). */
+struct hostport_settings {
+	__u64 netns_cookie; /* the node's netns: the socket hooks leave every other alone */
+	__u32 active;       /* some pod of the node has port mappings */
+	__u32 pad;
+};
+
+/* Key of sock_revnat: a socket of the node that the socket hooks pointed at
+ * a pod, and the pod's address and port it talks to. */
+struct sock_rev_key {
+	__u64 cookie;  /* bpf_get_socket_cookie */
+	__u8 family;
+	__u8 proto;
+	__be16 port;
+	__u8 addr[16];
+};
+
+/* What the socket asked for: the node's address (or loopback) and hostPort. */
+struct sock_rev {
+	__u8 addr[16];
+	__be16 port;
+	__u8 pad[6];
 };
 
 #endif

@@ -145,7 +145,7 @@ static __always_inline int is_icmp(__u8 proto)
 
 /* nat_parse reads the addresses and the L4 fields the NAT needs; < 0 when
  * the packet is too short for what its headers claim. Protocols other than
- * TCP, UDP and ICMP leave the ports zero. */
+ * TCP, UDP, SCTP and ICMP leave the ports zero. */
 static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 {
 	void *data = (void *)(long)skb->data;
@@ -196,7 +196,8 @@ static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 		p->tcp_flags = hdr[13];
 		break;
 	}
-	case IPPROTO_UDP: {
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP: {
 		__be16 ports[2];
 
 		if (bpf_skb_load_bytes(skb, p->l4off, ports, sizeof(ports)))
@@ -321,6 +322,9 @@ static __always_inline __u64 nat_lifetime(const struct nat_entry *e, __u8 proto)
 			s = e->state == NAT_STATE_ESTABLISHED ? NAT_DEFAULT_TCP_ESTABLISHED :
 			    e->state == NAT_STATE_CLOSING     ? NAT_DEFAULT_TCP_CLOSING :
 								NAT_DEFAULT_TCP_SYN;
+	} else if (proto == IPPROTO_SCTP) {
+		/* hostPort only: an association lives like a TCP connection. */
+		s = c && c->tcp_established ? c->tcp_established : NAT_DEFAULT_TCP_ESTABLISHED;
 	} else if (proto == IPPROTO_UDP) {
 		s = c && c->udp ? c->udp : NAT_DEFAULT_UDP;
 	} else {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 )
 
@@ -245,4 +247,44 @@ func AddPod(t testing.TB, c *nettest.CNI, list *libcni.NetworkConfigList, id str
 	}
 	t.Cleanup(func() { _ = c.DelPod(list, p) })
 	return p
+}
+
+// Cgroup creates a cgroup v2 directory for the test and moves the test
+// process into it until cleanup: ebpf-cni's socket hooks (hostPort from
+// the node) attach there with cgroupPath, never to the machine's own
+// cgroups, and reach the test's sockets only.
+func Cgroup(t testing.TB) string {
+	t.Helper()
+	root, err := cgroup.V2Root()
+	if err != nil {
+		t.Skipf("no cgroup v2: %v", err)
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := root
+	for _, l := range strings.Split(string(self), "\n") {
+		if rest, ok := strings.CutPrefix(l, "0::"); ok {
+			home = filepath.Join(root, rest)
+		}
+	}
+	dir, err := os.MkdirTemp(root, "ebpf-cni-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0o644); err != nil {
+		_ = os.Remove(dir)
+		t.Fatalf("joining %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(filepath.Join(home, "cgroup.procs"), pid, 0o644); err != nil {
+			t.Errorf("leaving %s: %v", dir, err)
+		}
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("removing %s: %v", dir, err)
+		}
+	})
+	return dir
 }

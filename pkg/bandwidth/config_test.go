@@ -69,4 +69,3 @@ func TestBucket(t *testing.T) {
 	require.Zero(t, bucket(Limit{}, false).NsPerByte, "no limit")
 	require.Equal(t, uint32(6), (&Limits{Egress: Limit{Rate: 1}, Ingress: Limit{Rate: 1}}).Flags())
 }
-

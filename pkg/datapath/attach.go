@@ -41,6 +41,7 @@ type Hook struct {
 	Name      string          // program name, pin name
 	TCXAttach ebpf.AttachType // tcx attach type
 	TCParent  uint32          // clsact parent of the legacy filter
+	Cgroup    ebpf.AttachType // a socket hook of the node's cgroup (SockHooks)
 }
 
 // HookFromContainer is the host veth's ingress: packets leaving the pod.
@@ -62,7 +63,9 @@ var HookToNetdev = Hook{Name: "to_netdev", TCXAttach: ebpf.AttachTCXEgress, TCPa
 // UplinkHooks is every hook an uplink gets (with ipMasq), in attach order.
 var UplinkHooks = []Hook{HookFromNetdev, HookToNetdev}
 
-func allHooks() []Hook { return append(append([]Hook{}, Hooks...), UplinkHooks...) }
+func allHooks() []Hook {
+	return append(append(append([]Hook{}, Hooks...), UplinkHooks...), SockHooks...)
+}
 
 func hookByName(name string) (Hook, bool) {
 	for _, h := range allHooks() {

@@ -77,6 +77,34 @@ type FromContainerEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type FromContainerHostportEntry struct {
+	_      structs.HostLayout
+	Any    uint8
+	N      uint8
+	Pad    [2]uint8
+	HostIp [4][16]uint8
+	To     [4]struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+		Port uint16
+		Pad  [2]uint8
+	}
+}
+
+type FromContainerHostportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+}
+
+type FromContainerHostportSettings struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Active      uint32
+	Pad         uint32
+}
+
 type FromContainerIpamCursor struct {
 	_      structs.HostLayout
 	Family uint8
@@ -112,6 +140,117 @@ type FromContainerIpamOwner struct {
 	AllocTime   uint64
 }
 
+type FromContainerMasqNet struct {
+	_       structs.HostLayout
+	Addr    [16]uint8
+	PortMin uint16
+	PortMax uint16
+	Flags   uint32
+}
+
+type FromContainerMasqNetKey struct {
+	_      structs.HostLayout
+	NetId  uint32
+	Family uint8
+	Pad    [3]uint8
+}
+
+type FromContainerMasqSkipKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	NetId     uint32
+	Family    uint8
+	Addr      [16]uint8
+	Pad       [3]uint8
+}
+
+type FromContainerNatEntry struct {
+	_        structs.HostLayout
+	Addr     [16]uint8
+	Port     uint16
+	State    uint8
+	Flags    uint8
+	NetId    uint32
+	Created  uint64
+	LastSeen uint64
+}
+
+type FromContainerNatKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Dir    uint8
+	Pad    uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
+type FromContainerNatLifetimes struct {
+	_              structs.HostLayout
+	TcpSyn         uint32
+	TcpEstablished uint32
+	TcpClosing     uint32
+	Udp            uint32
+	Icmp           uint32
+	Pad            uint32
+}
+
+type FromContainerNatScratch struct {
+	_ structs.HostLayout
+	P struct {
+		_         structs.HostLayout
+		Family    uint8
+		Proto     uint8
+		LaterFrag uint8
+		TcpFlags  uint8
+		IcmpType  uint8
+		Pad       [3]uint8
+		L3off     uint32
+		L4off     uint32
+		Sport     uint16
+		Dport     uint16
+		Saddr     [16]uint8
+		Daddr     [16]uint8
+	}
+	Q struct {
+		_         structs.HostLayout
+		Family    uint8
+		Proto     uint8
+		LaterFrag uint8
+		TcpFlags  uint8
+		IcmpType  uint8
+		Pad       [3]uint8
+		L3off     uint32
+		L4off     uint32
+		Sport     uint16
+		Dport     uint16
+		Saddr     [16]uint8
+		Daddr     [16]uint8
+	}
+	Out   FromContainerNatKey
+	In    FromContainerNatKey
+	Tmp   FromContainerNatKey
+	Res   FromContainerNatEntry
+	Iv    FromContainerNatEntry
+	Tuple struct {
+		_    structs.HostLayout
+		Ipv4 struct {
+			_     structs.HostLayout
+			Saddr uint32
+			Daddr uint32
+			Sport uint16
+			Dport uint16
+		}
+		_ [24]byte
+	}
+	Addr [16]uint8
+	From [16]uint8
+	To   [16]uint8
+	_    [4]byte
+}
+
 type FromContainerPktCounter struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -143,6 +282,32 @@ const (
 	FromContainerPktReasonREASON_MAX                  FromContainerPktReason = 32
 )
 
+type FromContainerSockRev struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Pad  [6]uint8
+}
+
+type FromContainerSockRevKey struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+	_      [4]byte
+}
+
+type FromContainerUplinkInfo struct {
+	_    structs.HostLayout
+	Ip4  [4]uint8
+	Ip6  [16]uint8
+	Has4 uint8
+	Has6 uint8
+	Pad  [2]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -151,10 +316,20 @@ const (
 	FromContainerMapEndpointCounters = "endpoint_counters"
 	FromContainerMapEndpointDevs     = "endpoint_devs"
 	FromContainerMapEndpoints        = "endpoints"
+	FromContainerMapHostportConfig   = "hostport_config"
+	FromContainerMapHostports        = "hostports"
 	FromContainerMapIpamAllocs       = "ipam_allocs"
 	FromContainerMapIpamCursors      = "ipam_cursors"
 	FromContainerMapIpamNets         = "ipam_nets"
+	FromContainerMapMasqNets         = "masq_nets"
+	FromContainerMapMasqSkip         = "masq_skip"
+	FromContainerMapNat              = "nat"
+	FromContainerMapNatTimeouts      = "nat_timeouts"
+	FromContainerMapNodeAddrs        = "node_addrs"
 	FromContainerMapPktCounters      = "pkt_counters"
+	FromContainerMapScratch          = "scratch"
+	FromContainerMapSockRevnat       = "sock_revnat"
+	FromContainerMapUplinks          = "uplinks"
 	FromContainerProgFromContainer   = "from_container"
 )
 
@@ -211,10 +386,20 @@ type FromContainerMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
 	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
 	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -247,10 +432,20 @@ type FromContainerMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
 	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
 	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
 	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromContainerMaps) Close() error {
@@ -259,10 +454,20 @@ func (m *FromContainerMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.HostportConfig,
+		m.Hostports,
 		m.IpamAllocs,
 		m.IpamCursors,
 		m.IpamNets,
+		m.MasqNets,
+		m.MasqSkip,
+		m.Nat,
+		m.NatTimeouts,
+		m.NodeAddrs,
 		m.PktCounters,
+		m.Scratch,
+		m.SockRevnat,
+		m.Uplinks,
 	)
 }
 

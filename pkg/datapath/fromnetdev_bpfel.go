@@ -77,6 +77,34 @@ type FromNetdevEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type FromNetdevHostportEntry struct {
+	_      structs.HostLayout
+	Any    uint8
+	N      uint8
+	Pad    [2]uint8
+	HostIp [4][16]uint8
+	To     [4]struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+		Port uint16
+		Pad  [2]uint8
+	}
+}
+
+type FromNetdevHostportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+}
+
+type FromNetdevHostportSettings struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Active      uint32
+	Pad         uint32
+}
+
 type FromNetdevMasqNet struct {
 	_       structs.HostLayout
 	Addr    [16]uint8
@@ -219,6 +247,23 @@ const (
 	FromNetdevPktReasonREASON_MAX                  FromNetdevPktReason = 32
 )
 
+type FromNetdevSockRev struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Pad  [6]uint8
+}
+
+type FromNetdevSockRevKey struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+	_      [4]byte
+}
+
 type FromNetdevUplinkInfo struct {
 	_    structs.HostLayout
 	Ip4  [4]uint8
@@ -236,12 +281,16 @@ const (
 	FromNetdevMapEndpointCounters = "endpoint_counters"
 	FromNetdevMapEndpointDevs     = "endpoint_devs"
 	FromNetdevMapEndpoints        = "endpoints"
+	FromNetdevMapHostportConfig   = "hostport_config"
+	FromNetdevMapHostports        = "hostports"
 	FromNetdevMapMasqNets         = "masq_nets"
 	FromNetdevMapMasqSkip         = "masq_skip"
 	FromNetdevMapNat              = "nat"
 	FromNetdevMapNatTimeouts      = "nat_timeouts"
+	FromNetdevMapNodeAddrs        = "node_addrs"
 	FromNetdevMapPktCounters      = "pkt_counters"
 	FromNetdevMapScratch          = "scratch"
+	FromNetdevMapSockRevnat       = "sock_revnat"
 	FromNetdevMapUplinks          = "uplinks"
 	FromNetdevProgFromNetdev      = "from_netdev"
 )
@@ -299,12 +348,16 @@ type FromNetdevMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
@@ -338,12 +391,16 @@ type FromNetdevMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
@@ -353,12 +410,16 @@ func (m *FromNetdevMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.HostportConfig,
+		m.Hostports,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
+		m.NodeAddrs,
 		m.PktCounters,
 		m.Scratch,
+		m.SockRevnat,
 		m.Uplinks,
 	)
 }

@@ -71,6 +71,7 @@ var objects = []object{
 	{_ToContainerBytes, LoadToContainer, []Hook{HookToContainer}},
 	{_FromNetdevBytes, LoadFromNetdev, []Hook{HookFromNetdev}},
 	{_ToNetdevBytes, LoadToNetdev, []Hook{HookToNetdev}},
+	{_SockHostportBytes, LoadSockHostport, SockHooks},
 }
 
 // ProgramsDir holds one directory per tag.
@@ -117,6 +118,7 @@ func InstalledTags(bpfRoot string) ([]string, error) {
 var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpointCounters, maps.CniMapEndpoints, maps.CniMapEndpointDevs,
 	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
 	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks,
+	maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig, maps.CniMapSockRevnat,
 	maps.CniMapBwBuckets}
 
 // EnsurePrograms returns this binary's pinned programs, loading, verifying
@@ -263,6 +265,9 @@ func upgrade(bpfRoot, stateDir string, p *Programs) error {
 				}
 			}
 		}
+	}
+	if err := upgradeSock(bpfRoot, p); err != nil {
+		return err
 	}
 	for _, t := range tags {
 		if t != p.Tag {

@@ -23,6 +23,16 @@ type Record struct {
 	MAC         string       `json:"mac"`
 	IPs         []string     `json:"ips"` // CIDR
 	Attachments []Attachment `json:"attachments"`
+	HostPorts   []HostPort   `json:"hostPorts,omitempty"`
+}
+
+// HostPort is one published port of an endpoint, for one address family.
+type HostPort struct {
+	Proto         string `json:"protocol"`         // tcp, udp or sctp
+	HostIP        string `json:"hostIP,omitempty"` // empty: every node address of PodIP's family
+	HostPort      uint16 `json:"hostPort"`
+	PodIP         string `json:"podIP"`
+	ContainerPort uint16 `json:"containerPort"`
 }
 
 func recordDir(stateDir string) string { return filepath.Join(stateDir, "endpoints") }

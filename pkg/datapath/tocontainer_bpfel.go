@@ -77,6 +77,145 @@ type ToContainerEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type ToContainerHostportEntry struct {
+	_      structs.HostLayout
+	Any    uint8
+	N      uint8
+	Pad    [2]uint8
+	HostIp [4][16]uint8
+	To     [4]struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+		Port uint16
+		Pad  [2]uint8
+	}
+}
+
+type ToContainerHostportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+}
+
+type ToContainerHostportSettings struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Active      uint32
+	Pad         uint32
+}
+
+type ToContainerMasqNet struct {
+	_       structs.HostLayout
+	Addr    [16]uint8
+	PortMin uint16
+	PortMax uint16
+	Flags   uint32
+}
+
+type ToContainerMasqNetKey struct {
+	_      structs.HostLayout
+	NetId  uint32
+	Family uint8
+	Pad    [3]uint8
+}
+
+type ToContainerMasqSkipKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	NetId     uint32
+	Family    uint8
+	Addr      [16]uint8
+	Pad       [3]uint8
+}
+
+type ToContainerNatEntry struct {
+	_        structs.HostLayout
+	Addr     [16]uint8
+	Port     uint16
+	State    uint8
+	Flags    uint8
+	NetId    uint32
+	Created  uint64
+	LastSeen uint64
+}
+
+type ToContainerNatKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Dir    uint8
+	Pad    uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
+type ToContainerNatLifetimes struct {
+	_              structs.HostLayout
+	TcpSyn         uint32
+	TcpEstablished uint32
+	TcpClosing     uint32
+	Udp            uint32
+	Icmp           uint32
+	Pad            uint32
+}
+
+type ToContainerNatScratch struct {
+	_ structs.HostLayout
+	P struct {
+		_         structs.HostLayout
+		Family    uint8
+		Proto     uint8
+		LaterFrag uint8
+		TcpFlags  uint8
+		IcmpType  uint8
+		Pad       [3]uint8
+		L3off     uint32
+		L4off     uint32
+		Sport     uint16
+		Dport     uint16
+		Saddr     [16]uint8
+		Daddr     [16]uint8
+	}
+	Q struct {
+		_         structs.HostLayout
+		Family    uint8
+		Proto     uint8
+		LaterFrag uint8
+		TcpFlags  uint8
+		IcmpType  uint8
+		Pad       [3]uint8
+		L3off     uint32
+		L4off     uint32
+		Sport     uint16
+		Dport     uint16
+		Saddr     [16]uint8
+		Daddr     [16]uint8
+	}
+	Out   ToContainerNatKey
+	In    ToContainerNatKey
+	Tmp   ToContainerNatKey
+	Res   ToContainerNatEntry
+	Iv    ToContainerNatEntry
+	Tuple struct {
+		_    structs.HostLayout
+		Ipv4 struct {
+			_     structs.HostLayout
+			Saddr uint32
+			Daddr uint32
+			Sport uint16
+			Dport uint16
+		}
+		_ [24]byte
+	}
+	Addr [16]uint8
+	From [16]uint8
+	To   [16]uint8
+	_    [4]byte
+}
+
 type ToContainerPktCounter struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -108,6 +247,32 @@ const (
 	ToContainerPktReasonREASON_MAX                  ToContainerPktReason = 32
 )
 
+type ToContainerSockRev struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Pad  [6]uint8
+}
+
+type ToContainerSockRevKey struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+	_      [4]byte
+}
+
+type ToContainerUplinkInfo struct {
+	_    structs.HostLayout
+	Ip4  [4]uint8
+	Ip6  [16]uint8
+	Has4 uint8
+	Has6 uint8
+	Pad  [2]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -116,7 +281,17 @@ const (
 	ToContainerMapEndpointCounters = "endpoint_counters"
 	ToContainerMapEndpointDevs     = "endpoint_devs"
 	ToContainerMapEndpoints        = "endpoints"
+	ToContainerMapHostportConfig   = "hostport_config"
+	ToContainerMapHostports        = "hostports"
+	ToContainerMapMasqNets         = "masq_nets"
+	ToContainerMapMasqSkip         = "masq_skip"
+	ToContainerMapNat              = "nat"
+	ToContainerMapNatTimeouts      = "nat_timeouts"
+	ToContainerMapNodeAddrs        = "node_addrs"
 	ToContainerMapPktCounters      = "pkt_counters"
+	ToContainerMapScratch          = "scratch"
+	ToContainerMapSockRevnat       = "sock_revnat"
+	ToContainerMapUplinks          = "uplinks"
 	ToContainerProgToContainer     = "to_container"
 )
 
@@ -173,7 +348,17 @@ type ToContainerMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -206,7 +391,17 @@ type ToContainerMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToContainerMaps) Close() error {
@@ -215,7 +410,17 @@ func (m *ToContainerMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.HostportConfig,
+		m.Hostports,
+		m.MasqNets,
+		m.MasqSkip,
+		m.Nat,
+		m.NatTimeouts,
+		m.NodeAddrs,
 		m.PktCounters,
+		m.Scratch,
+		m.SockRevnat,
+		m.Uplinks,
 	)
 }
 

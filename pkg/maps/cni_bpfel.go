@@ -67,6 +67,36 @@ type CniEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type CniHostportEntry struct {
+	_      structs.HostLayout
+	Any    uint8
+	N      uint8
+	Pad    [2]uint8
+	HostIp [4][16]uint8
+	To     [4]CniHostportTarget
+}
+
+type CniHostportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+}
+
+type CniHostportSettings struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Active      uint32
+	Pad         uint32
+}
+
+type CniHostportTarget struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Pad  [2]uint8
+}
+
 type CniIpamCursor struct {
 	_      structs.HostLayout
 	Family uint8
@@ -190,6 +220,23 @@ const (
 	CniPktReasonREASON_MAX                  CniPktReason = 32
 )
 
+type CniSockRev struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Pad  [6]uint8
+}
+
+type CniSockRevKey struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+	_      [4]byte
+}
+
 type CniUplinkInfo struct {
 	_    structs.HostLayout
 	Ip4  [4]uint8
@@ -207,6 +254,8 @@ const (
 	CniMapEndpointCounters = "endpoint_counters"
 	CniMapEndpointDevs     = "endpoint_devs"
 	CniMapEndpoints        = "endpoints"
+	CniMapHostportConfig   = "hostport_config"
+	CniMapHostports        = "hostports"
 	CniMapIpamAllocs       = "ipam_allocs"
 	CniMapIpamCursors      = "ipam_cursors"
 	CniMapIpamNets         = "ipam_nets"
@@ -214,7 +263,9 @@ const (
 	CniMapMasqSkip         = "masq_skip"
 	CniMapNat              = "nat"
 	CniMapNatTimeouts      = "nat_timeouts"
+	CniMapNodeAddrs        = "node_addrs"
 	CniMapPktCounters      = "pkt_counters"
+	CniMapSockRevnat       = "sock_revnat"
 	CniMapUplinks          = "uplinks"
 )
 
@@ -270,6 +321,8 @@ type CniMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
 	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
 	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
@@ -277,7 +330,9 @@ type CniMapSpecs struct {
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
@@ -311,6 +366,8 @@ type CniMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
 	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
 	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
 	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
@@ -318,7 +375,9 @@ type CniMaps struct {
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
@@ -328,6 +387,8 @@ func (m *CniMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.HostportConfig,
+		m.Hostports,
 		m.IpamAllocs,
 		m.IpamCursors,
 		m.IpamNets,
@@ -335,7 +396,9 @@ func (m *CniMaps) Close() error {
 		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
+		m.NodeAddrs,
 		m.PktCounters,
+		m.SockRevnat,
 		m.Uplinks,
 	)
 }

@@ -55,6 +55,10 @@ var layouts = map[string][2]uintptr{
 	CniMapMasqSkip:         {unsafe.Sizeof(CniMasqSkipKey{}), 4},
 	CniMapUplinks:          {4, unsafe.Sizeof(CniUplinkInfo{})},
 	CniMapBwBuckets:        {4, unsafe.Sizeof(CniBwState{})},
+	CniMapHostports:        {unsafe.Sizeof(CniHostportKey{}), unsafe.Sizeof(CniHostportEntry{})},
+	CniMapNodeAddrs:        {unsafe.Sizeof(CniEndpointKey{}), 4},
+	CniMapHostportConfig:   {4, unsafe.Sizeof(CniHostportSettings{})},
+	CniMapSockRevnat:       {unsafe.Sizeof(CniSockRevKey{}), unsafe.Sizeof(CniSockRev{})},
 }
 
 // ErrIncompatible means a pinned map does not have the layout this binary

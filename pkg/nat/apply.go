@@ -177,27 +177,8 @@ func Apply(bpfRoot, stateDir, netName string, s *Settings, podNets []*net.IPNet,
 		return err
 	}
 
-	unlock, err := uplinkLock(stateDir)
-	if err != nil {
+	if err := ensureUplinks(bpfRoot, stateDir, ups, t.uplinks, mode, progs); err != nil {
 		return err
-	}
-	defer unlock()
-	for _, u := range ups {
-		if err := ensureUplink(bpfRoot, stateDir, u, mode, progs); err != nil {
-			return err
-		}
-		info := maps.CniUplinkInfo{}
-		if u.IP4 != nil {
-			copy(info.Ip4[:], u.IP4)
-			info.Has4 = 1
-		}
-		if u.IP6 != nil {
-			copy(info.Ip6[:], u.IP6)
-			info.Has6 = 1
-		}
-		if err := t.uplinks.Put(uint32(u.Link.Attrs().Index), &info); err != nil {
-			return fmt.Errorf("writing uplinks[%s]: %w", u.Link.Attrs().Name, err)
-		}
 	}
 
 	if err := t.timeouts.Put(uint32(0), &s.Timeouts); err != nil {
@@ -222,6 +203,48 @@ func Apply(bpfRoot, stateDir, netName string, s *Settings, podNets []*net.IPNet,
 		skip = podNets
 	}
 	return syncSkip(t.skip, netID, skip)
+}
+
+// EnsureUplinks gives the uplinks (the named devices, or those of the
+// default routes) their programs and addresses, as masquerade does: for
+// hostPort, whose outside clients arrive there. Idempotent.
+func EnsureUplinks(bpfRoot, stateDir string, names []string, mode datapath.Mode, progs *datapath.Programs) error {
+	ups, err := FindUplinks(names)
+	if err != nil {
+		return err
+	}
+	t, err := openTables(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	return ensureUplinks(bpfRoot, stateDir, ups, t.uplinks, mode, progs)
+}
+
+func ensureUplinks(bpfRoot, stateDir string, ups []Uplink, m *ebpf.Map, mode datapath.Mode, progs *datapath.Programs) error {
+	unlock, err := uplinkLock(stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for _, u := range ups {
+		if err := ensureUplink(bpfRoot, stateDir, u, mode, progs); err != nil {
+			return err
+		}
+		info := maps.CniUplinkInfo{}
+		if u.IP4 != nil {
+			copy(info.Ip4[:], u.IP4)
+			info.Has4 = 1
+		}
+		if u.IP6 != nil {
+			copy(info.Ip6[:], u.IP6)
+			info.Has6 = 1
+		}
+		if err := m.Put(uint32(u.Link.Attrs().Index), &info); err != nil {
+			return fmt.Errorf("writing uplinks[%s]: %w", u.Link.Attrs().Name, err)
+		}
+	}
+	return nil
 }
 
 // registerNet claims netID for netName in ipam_nets (shared with ebpf-ipam),

@@ -15,8 +15,10 @@ import (
 
 // Values of enum nat_dir, nat_state and nat_flags (bpf/include/types.h).
 const (
-	dirOut = 0
-	dirIn  = 1
+	dirOut   = 0
+	dirIn    = 1
+	dirDNAT  = 2 // hostPort replies, keyed by the pod's tuple
+	dirStack = 3 // flows the stack delivered, keyed by the pod's tuple
 
 	StateSynSent     = 1
 	StateEstablished = 2
@@ -76,6 +78,8 @@ func lifetime(t *maps.CniNatLifetimes, proto, state uint8) time.Duration {
 		default:
 			s = t.TcpSyn
 		}
+	case unix.IPPROTO_SCTP:
+		s = t.TcpEstablished
 	case unix.IPPROTO_UDP:
 		s = t.Udp
 	default:
@@ -162,13 +166,13 @@ func (t *Table) Flows() ([]Flow, error) {
 	return out, nil
 }
 
-// podAddr is the pod's address of an entry: the OUT key's source, or the
-// IN entry's value.
+// podAddr is the pod's address of an entry: the IN entry's value, or the
+// source of the other keys (the pod's tuple).
 func podAddr(e *entry) net.IP {
-	if e.k.Dir == dirOut {
-		return keyIP(e.k.Family, e.k.Saddr)
+	if e.k.Dir == dirIn {
+		return keyIP(e.k.Family, e.v.Addr)
 	}
-	return keyIP(e.k.Family, e.v.Addr)
+	return keyIP(e.k.Family, e.k.Saddr)
 }
 
 // delete removes the entries for which drop says so; it returns how many.
@@ -217,7 +221,7 @@ func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
 	}
 	expired := map[maps.CniNatKey]bool{}
 	for _, e := range es {
-		if e.k.Dir == dirOut && now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State) {
+		if (e.k.Dir == dirOut || e.k.Dir == dirDNAT) && now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State) {
 			expired[e.k] = true
 		}
 	}
@@ -225,8 +229,11 @@ func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
 		if !live(podAddr(e)) {
 			return true
 		}
-		if e.k.Dir == dirOut {
+		switch e.k.Dir {
+		case dirOut, dirDNAT:
 			return expired[e.k]
+		case dirStack:
+			return false // the LRU ages them out
 		}
 		out := maps.CniNatKey{Family: e.k.Family, Proto: e.k.Proto, Dir: dirOut, Sport: e.v.Port, Saddr: e.v.Addr, Daddr: e.k.Saddr}
 		if e.k.Proto == unix.IPPROTO_TCP || e.k.Proto == unix.IPPROTO_UDP {
@@ -238,4 +245,41 @@ func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
 		}
 		return expired[out]
 	})
+}
+
+// DirDNAT is the direction of hostPort entries (enum nat_dir).
+const DirDNAT = dirDNAT
+
+// Count counts the entries for which f holds, given their direction and
+// the pod they belong to.
+func (t *Table) Count(f func(dir uint8, pod net.IP) bool) (int, error) {
+	es, err := t.entries()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range es {
+		if f(es[i].k.Dir, podAddr(&es[i])) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// LiveDNAT counts the live hostPort flows per pod address and port
+// ("ip:port", as net.JoinHostPort writes it).
+func (t *Table) LiveDNAT() (map[string]int, error) {
+	es, err := t.entries()
+	if err != nil {
+		return nil, err
+	}
+	now := monotonic()
+	out := map[string]int{}
+	for _, e := range es {
+		if e.k.Dir != dirDNAT || (now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State)) {
+			continue
+		}
+		out[net.JoinHostPort(keyIP(e.k.Family, e.k.Saddr).String(), fmt.Sprint(port(e.k.Sport)))]++
+	}
+	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // Funcs are the CNI verbs of ebpf-cni, for skel.PluginMainFuncs.
@@ -93,6 +94,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return types.NewError(ErrInterfaceExists, fmt.Sprintf("interface %s already exists in %s", args.IfName, args.Netns), "")
 	}
 
+	// Closed after the undo steps below have run (defers run last first).
+	var em *datapath.EndpointMaps
+	defer func() { em.Close() }()
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -116,6 +120,14 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	datapath.Gateways(res.IPs)
 	routes := datapath.PodRoutes(res.IPs, res.Routes)
+	var podIPs []net.IP
+	for _, ipc := range res.IPs {
+		podIPs = append(podIPs, ipc.Address.IP)
+	}
+	ports, err := c.HostPorts.Ports(podIPs)
+	if err != nil {
+		return hostPortError(err)
+	}
 
 	mtu := c.MTU
 	if mtu == 0 {
@@ -150,11 +162,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		}
 	}
 
-	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
+	em, err = datapath.OpenEndpointMaps(c.BPFRoot)
 	if err != nil {
 		return cniError(ErrBPFFS, "opening the endpoint maps", err)
 	}
-	defer em.Close()
 	ep := &datapath.Endpoint{
 		HostIfIndex: veth.Host.Attrs().Index,
 		HostMAC:     veth.Host.Attrs().HardwareAddr,
@@ -162,10 +173,11 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		ContainerID: args.ContainerID,
 		IfName:      args.IfName,
 		NetID:       maps.NetID(c.Name),
+		IPs:         podIPs,
 		Flags:       c.BW.Flags(),
 	}
-	for _, ipc := range res.IPs {
-		ep.IPs = append(ep.IPs, ipc.Address.IP)
+	if len(ports) > 0 {
+		ep.Flags |= datapath.EndpointFlagHostPort
 	}
 	// The buckets before the endpoint entries: a flag never points at a
 	// missing bucket (a missing one would only mean no limit).
@@ -183,6 +195,12 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return cniError(ErrBPFFS, "adding the endpoint", err)
 	}
 
+	if len(ports) > 0 {
+		if err := publish(c, ports, em, progs, &undo, lock); err != nil {
+			return err
+		}
+	}
+
 	rec := &datapath.Record{
 		ContainerID: args.ContainerID,
 		IfName:      args.IfName,
@@ -192,6 +210,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		HostIfIndex: ep.HostIfIndex,
 		HostMAC:     ep.HostMAC.String(),
 		MAC:         ep.MAC.String(),
+		HostPorts:   ports,
 	}
 	for _, ipc := range res.IPs {
 		rec.IPs = append(rec.IPs, ipc.Address.String())
@@ -262,4 +281,25 @@ func deleteBuckets(bpfRoot string, ifindex int) error {
 	}
 	defer t.Close()
 	return t.Delete(ifindex)
+}
+
+// publish serves the pod's port mappings: the uplinks and the socket hooks
+// ready, then the ports claimed (refused when another pod holds one).
+func publish(c *Config, ports []datapath.HostPort, em *datapath.EndpointMaps, progs *datapath.Programs, undo *[]func(), lock *datapath.Lock) error {
+	if !c.Masq.Enabled {
+		// The node's last endpoint takes hostPort with it; so does a
+		// failed first ADD. (With ipMasq this undo step exists already.)
+		*undo = append(*undo, func() { releaseNode(c, lock) })
+	}
+	if err := nat.EnsureUplinks(c.BPFRoot, c.StateDir, c.Masq.Uplinks, c.Mode, progs); err != nil {
+		return hostPortError(err)
+	}
+	if err := portmap.Ready(c.BPFRoot, c.StateDir, c.HostPorts.Cgroup, progs); err != nil {
+		return hostPortError(err)
+	}
+	if err := portmap.Publish(c.BPFRoot, c.StateDir, ports, em.Owner); err != nil {
+		return hostPortError(err)
+	}
+	*undo = append(*undo, func() { _ = portmap.Unpublish(c.BPFRoot, c.StateDir, ports) })
+	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // CmdCheck verifies the attachment against prevResult and against what ADD
@@ -157,8 +158,11 @@ func CmdCheck(args *skel.CmdArgs) error {
 			}
 		}
 		problems = append(problems, checkPrograms(c, host, rec)...)
-		if c.Masq.Enabled {
+		if c.Masq.Enabled || (rec != nil && len(rec.HostPorts) > 0) {
 			problems = append(problems, checkMasquerade(c)...)
+		}
+		if rec != nil && len(rec.HostPorts) > 0 {
+			problems = append(problems, checkHostPorts(c, rec)...)
 		}
 		if contMAC != nil {
 			problems = append(problems, checkMaps(c, host, contMAC, ips, args)...)
@@ -232,6 +236,17 @@ func checkMasquerade(c *Config) []string {
 	}
 	defer p.Close()
 	return nat.UplinkProblems(c.StateDir, p)
+}
+
+// checkHostPorts verifies that the pod's ports are published and the
+// node serves them.
+func checkHostPorts(c *Config, rec *datapath.Record) []string {
+	p, err := datapath.OpenPrograms(c.BPFRoot, datapath.Tag())
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer p.Close()
+	return portmap.Problems(c.BPFRoot, rec.HostPorts, p)
 }
 
 func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*current.IPConfig, args *skel.CmdArgs) []string {

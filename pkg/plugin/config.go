@@ -15,6 +15,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // Defaults of the state locations, shared with ebpf-ipam.
@@ -33,14 +34,17 @@ type NetConf struct {
 	StateDir   string `json:"stateDir,omitempty"`
 	AttachMode string `json:"attachMode,omitempty"`
 	nat.Config
+	// CgroupPath: see portmap.Config.
+	CgroupPath string `json:"cgroupPath,omitempty"`
 	// The reference bandwidth plugin's keys at the top level: limits for
 	// every pod of the network (they win over runtimeConfig.bandwidth, as
 	// in the reference plugin).
 	bandwidth.Entry
 
 	RuntimeConfig struct {
-		MAC       string           `json:"mac,omitempty"`
-		Bandwidth *bandwidth.Entry `json:"bandwidth,omitempty"` // the bandwidth capability
+		MAC          string            `json:"mac,omitempty"`
+		PortMappings []portmap.Mapping `json:"portMappings,omitempty"`
+		Bandwidth    *bandwidth.Entry  `json:"bandwidth,omitempty"` // the bandwidth capability
 	} `json:"runtimeConfig,omitempty"`
 	Args *struct {
 		CNI *struct {
@@ -59,6 +63,8 @@ type Config struct {
 	IPAMType string
 	// Masq is the validated masquerade configuration.
 	Masq *nat.Settings
+	// HostPorts are the validated port mappings (portMappings capability).
+	HostPorts *portmap.Settings
 	// BW are the pod's validated rate limits.
 	BW *bandwidth.Limits
 	// IPAMConf is the configuration handed to the IPAM plugin: stdin, with
@@ -111,6 +117,9 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	if c.Masq, err = n.Config.Validate(); err != nil {
 		return nil, natError(err)
+	}
+	if c.HostPorts, err = portmap.Validate(portmap.Config{CgroupPath: n.CgroupPath}, n.RuntimeConfig.PortMappings); err != nil {
+		return nil, hostPortError(err)
 	}
 	if c.BW, err = bandwidth.Validate(&n.Entry, n.RuntimeConfig.Bandwidth); err != nil {
 		return nil, bandwidthError(err)

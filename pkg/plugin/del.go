@@ -13,6 +13,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // CmdDel removes everything the attachment has; what is already gone is
@@ -68,6 +69,13 @@ func teardown(c *Config, hostName string) error {
 	}
 	bpffs := maps.CheckBPFFS(c.BPFRoot) == nil
 	if bpffs {
+		if rec != nil {
+			// Unpublished before the endpoint goes: no packet is sent to a
+			// pod that is no longer there.
+			if err := portmap.Unpublish(c.BPFRoot, c.StateDir, rec.HostPorts); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		ips, err := deleteEntries(c.BPFRoot, hostName, rec)
 		if err != nil {
 			errs = append(errs, err)
@@ -122,7 +130,8 @@ func flushFlows(bpfRoot string, ips []net.IP) error {
 	return err
 }
 
-// releaseNode takes masquerade off the uplinks once the node has no
+// releaseNode takes masquerade and hostPort off the uplinks (and the
+// socket hooks off the cgroup) once the node has no
 // endpoint left. It upgrades the caller's node lock to exclusive first, so
 // no ADD is half-way (between setting masquerade up and writing its
 // record). Best effort: GC retries what fails here.
@@ -135,6 +144,7 @@ func releaseNode(c *Config, lock *datapath.Lock) {
 	}
 	if has, err := datapath.HasEndpoints(c.StateDir); err == nil && !has {
 		_ = nat.Teardown(c.BPFRoot, c.StateDir)
+		_ = portmap.Teardown(c.BPFRoot, c.StateDir)
 	}
 }
 

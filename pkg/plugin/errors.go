@@ -8,6 +8,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // Plugin error codes of ebpf-cni. The CNI spec reserves 0-99; ebpf-ipam
@@ -40,7 +41,29 @@ const (
 	// ErrBandwidth: the pod's rate limits could not be written (bucket
 	// map); a bad bandwidth key is code 7 instead.
 	ErrBandwidth uint = 119
+	// ErrHostPortConflict: a port mapping is held by another pod (the
+	// message names it); nothing of the ADD remains.
+	ErrHostPortConflict uint = 120
+	// ErrHostPort: port mappings could not be set up (maps, socket hooks,
+	// uplink programs); a bad mapping is code 7 instead.
+	ErrHostPort uint = 121
 )
+
+// hostPortError turns a hostPort error into a CNI error: a bad key is an
+// invalid configuration that names it, a taken port its own code.
+func hostPortError(err error) error {
+	var ce *portmap.ConfigError
+	var ne *nat.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		return invalidConfig(ce.Key, ce.Msg)
+	case errors.As(err, &ne):
+		return invalidConfig(ne.Key, ne.Msg)
+	case errors.Is(err, portmap.ErrConflict):
+		return types.NewError(ErrHostPortConflict, err.Error(), "")
+	}
+	return cniError(ErrHostPort, "setting up port mappings", err)
+}
 
 // natError turns a masquerade error into a CNI error: a bad key is an
 // invalid configuration that names it.

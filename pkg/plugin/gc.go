@@ -17,6 +17,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // CmdGC removes the endpoints of this network that are not in
@@ -184,7 +185,7 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([
 // the node has no endpoint left.
 func gcMasquerade(c *Config, kept map[string]*datapath.Record) error {
 	if len(kept) == 0 {
-		return nat.Teardown(c.BPFRoot, c.StateDir)
+		return errors.Join(nat.Teardown(c.BPFRoot, c.StateDir), portmap.Teardown(c.BPFRoot, c.StateDir))
 	}
 	liveNets := map[uint32]bool{}
 	liveIPs := map[string]bool{}
@@ -199,6 +200,7 @@ func gcMasquerade(c *Config, kept map[string]*datapath.Record) error {
 		return err
 	}
 	defer t.Close()
-	_, err = t.GC(func(ip net.IP) bool { return liveIPs[ip.String()] })
-	return errors.Join(err, nat.ForgetNetworks(c.BPFRoot, liveNets))
+	live := func(ip net.IP) bool { return liveIPs[ip.String()] }
+	_, err = t.GC(live)
+	return errors.Join(err, nat.ForgetNetworks(c.BPFRoot, liveNets), portmap.GC(c.BPFRoot, c.StateDir, live))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 )
 
@@ -33,10 +34,11 @@ const (
 // bench holds everything a run made, so cleanup can remove it whatever
 // state the run stopped in (success, failure, Ctrl-C).
 type bench struct {
-	cfg  config
-	res  *Results
-	tmp  string
-	bpfs string // private bpffs mount
+	cfg    config
+	res    *Results
+	tmp    string
+	bpfs   string // private bpffs mount
+	cgroup string // empty cgroup v2 dir for the socket hooks
 
 	mu     sync.Mutex
 	done   bool
@@ -61,6 +63,13 @@ func newBench(cfg config) (*bench, error) {
 	}
 	if b.tmp, err = os.MkdirTemp("", "ebpf-cni-bench-"); err != nil {
 		return nil, err
+	}
+	// hostPort's socket hooks attach to this empty cgroup, never to the
+	// machine's own: the bench's clients are outside the node.
+	if root, err := cgroup.V2Root(); err == nil {
+		if b.cgroup, err = os.MkdirTemp(root, "ebpf-cni-bench-"); err != nil {
+			return b, fmt.Errorf("creating the bench's cgroup: %w", err)
+		}
 	}
 	b.bpfs = filepath.Join(b.tmp, "bpffs")
 	if err := os.Mkdir(b.bpfs, 0o700); err != nil {
@@ -105,6 +114,9 @@ func (b *bench) cleanup() {
 	}
 	if b.tmp != "" {
 		_ = os.RemoveAll(b.tmp)
+	}
+	if b.cgroup != "" {
+		_ = os.Remove(b.cgroup) // its programs went with the bpffs
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // measured for REF and RAW only, and its EBPF figure is null with the reason
 // notImplemented. Enabling one is this one-line change (or the flag
 // -ebpf-features); the EBPF configuration already carries the keys.
-var ebpfFeatures = []string{"masq", "bandwidth"}
+var ebpfFeatures = []string{"masq", "hostport", "bandwidth"}
 
 var allFeatures = []string{"masq", "hostport", "bandwidth"}
 
@@ -72,7 +72,7 @@ func refList(tmp string) ([]byte, error) {
 
 // ebpfList is ebpf-cni + ebpf-ipam with the default attach mode and the
 // features of ebpfFeatures switched on with the keys they are specified with.
-func ebpfList(bpfRoot, stateDir string, features map[string]bool) ([]byte, error) {
+func ebpfList(bpfRoot, stateDir, cgroup string, features map[string]bool) ([]byte, error) {
 	p := map[string]any{"type": "ebpf-cni", "bpfRoot": bpfRoot, "stateDir": stateDir,
 		"ipam": map[string]any{"type": "ebpf-ipam", "ranges": []any{[]any{map[string]any{"subnet": ebpfSubnet}}}}}
 	caps := map[string]any{}
@@ -81,6 +81,7 @@ func ebpfList(bpfRoot, stateDir string, features map[string]bool) ([]byte, error
 	}
 	if features["hostport"] {
 		caps["portMappings"] = true
+		p["cgroupPath"] = cgroup
 	}
 	if features["bandwidth"] {
 		caps["bandwidth"] = true
@@ -125,7 +126,7 @@ func (b *bench) newSetup(name, tag string) (*setup, error) {
 	case EBPF:
 		s.features = features
 		s.bpfRoot = filepath.Join(b.bpfs, tag)
-		raw, err = ebpfList(s.bpfRoot, filepath.Join(dir, "state"), features)
+		raw, err = ebpfList(s.bpfRoot, filepath.Join(dir, "state"), b.cgroup, features)
 		// Without masquerade the world needs a route back to the pods
 		// (with it the route is unused); TestToWorld does the same.
 		if err == nil {

@@ -60,6 +60,11 @@ func TestSmoke(t *testing.T) {
 		require.NotNil(t, r.EBPF, "%v EBPF", pm)
 		require.NotNil(t, r.Raw, "%v RAW", pm)
 	}
+	for _, f := range ebpfFeatures {
+		if f == "hostport" {
+			require.NotNil(t, get("hostport-10", "crr_cps").EBPF, "EBPF serves hostPorts")
+		}
+	}
 	for _, p := range []string{"masquerade", "hostport-10", "hostport-20", "bandwidth"} {
 		found := false
 		for _, r := range rows {

@@ -41,12 +41,15 @@ type worldServer struct {
 	seen map[string][]netip.AddrPort // "tcp", "udp", "icmp"
 }
 
-func newWorldServer(t *testing.T, world ns.NetNS) *worldServer {
+func newWorldServer(t *testing.T, world ns.NetNS) *worldServer { return newServer(t, world, 0) }
+
+// newServer is a worldServer in netns n on port (0: any free port).
+func newServer(t *testing.T, n ns.NetNS, port int) *worldServer {
 	t.Helper()
 	s := &worldServer{seen: map[string][]netip.AddrPort{}}
-	require.NoError(t, world.Do(func(ns.NetNS) error {
+	require.NoError(t, n.Do(func(ns.NetNS) error {
 		var err error
-		if s.tcp, err = net.Listen("tcp", ":0"); err != nil {
+		if s.tcp, err = net.Listen("tcp", fmt.Sprintf(":%d", port)); err != nil {
 			return err
 		}
 		s.port = s.tcp.Addr().(*net.TCPAddr).Port

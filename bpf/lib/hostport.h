@@ -1,0 +1,199 @@
+/* hostPort: published ports of the node served from a hash map keyed by
+ * (family, protocol, port), so a lookup costs the same for 10 or 10,000
+ * mappings. The translated flows live in the NAT table (lib/nat.h) as
+ * NAT_DIR_DNAT entries keyed by the pod's reply tuple; the forward
+ * direction is looked up in hostports on every packet and never cached, so
+ * a pod that is deleted and recreated never inherits a stale translation.
+ *
+ * Also here: flows the node's stack delivered to a pod (NAT_DIR_STACK), so
+ * the pod's replies to them go back through the stack, whose conntrack may
+ * have translated them (a chained portmap, kube-proxy). */
+#ifndef EBPF_CNI_LIB_HOSTPORT_H
+#define EBPF_CNI_LIB_HOSTPORT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "../include/types.h"
+#include "nat.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 131072);
+	__type(key, struct hostport_key);
+	__type(value, struct hostport_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hostports SEC(".maps");
+
+/* The node's own addresses (endpoint_key layout) -> ifindex: where a port
+ * published on every address answers. Written by ADDs with port mappings. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, struct endpoint_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} node_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hostport_settings);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} hostport_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock_rev_key);
+	__type(value, struct sock_rev);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sock_revnat SEC(".maps");
+
+static __always_inline struct hostport_settings *hostport_cfg(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&hostport_config, &zero);
+}
+
+static __always_inline int hostport_active(void)
+{
+	struct hostport_settings *c = hostport_cfg();
+
+	return c && c->active;
+}
+
+static __always_inline int is_node_addr(__u8 family, const __u8 *addr)
+{
+	struct endpoint_key k = { .family = family };
+
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(&node_addrs, &k) != NULL;
+}
+
+/* hostport_match finds the target of a packet or connection to addr:port;
+ * local says addr is known to be the node's (loopback). */
+static __always_inline struct hostport_target *hostport_match(__u8 family, __u8 proto, __be16 port,
+							       const __u8 *addr, int local)
+{
+	struct hostport_key k = { .family = family, .proto = proto, .port = port };
+	struct hostport_entry *e;
+	int i;
+
+	e = bpf_map_lookup_elem(&hostports, &k);
+	if (!e)
+		return NULL;
+	if (e->any) {
+		if (local || is_node_addr(family, addr))
+			return &e->to[0];
+		return NULL;
+	}
+#pragma unroll
+	for (i = 0; i < HOSTPORT_MAX_IPS; i++) {
+		if (i < e->n && addr_equal(e->host_ip[i], addr))
+			return &e->to[i];
+	}
+	return NULL;
+}
+
+static __always_inline int hostport_proto(__u8 proto)
+{
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_SCTP;
+}
+
+/* hostport_dnat sends s->p, a packet to a published port, to the pod
+ * address and port in t (copied to s->res first: t points into a map
+ * value). hairpin: the client is that pod itself, so the source becomes
+ * the address it asked for, and the pod's replies come back here. The
+ * DNAT entry lets the replies be translated back. */
+static __always_inline int hostport_dnat(struct __sk_buff *skb, struct nat_scratch *s, int hairpin)
+{
+	struct nat_entry *cur;
+	__u64 now = bpf_ktime_get_ns();
+	struct nat_key *k = &s->in;
+
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = s->p.family;
+	k->proto = s->p.proto;
+	k->dir = NAT_DIR_DNAT;
+	k->sport = s->res.port;
+	k->dport = s->p.sport;
+	__builtin_memcpy(k->saddr, s->res.addr, 16);
+	__builtin_memcpy(k->daddr, hairpin ? s->p.daddr : s->p.saddr, 16);
+
+	cur = bpf_map_lookup_elem(&nat, k);
+	if (cur && cur->port == s->p.dport && addr_equal(cur->addr, s->p.daddr) && !nat_expired(cur, k->proto, now)) {
+		nat_track(cur, &s->p, 0, now);
+	} else {
+		__builtin_memset(&s->iv, 0, sizeof(s->iv));
+		__builtin_memcpy(s->iv.addr, s->p.daddr, 16);
+		s->iv.port = s->p.dport;
+		s->iv.state = s->p.proto != IPPROTO_TCP ? NAT_STATE_OPEN :
+			      (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN ? NAT_STATE_SYN_SENT :
+												 NAT_STATE_ESTABLISHED;
+		s->iv.flags = hairpin ? NAT_F_HAIRPIN : 0;
+		s->iv.created = now;
+		s->iv.last_seen = now;
+		/* A later mapping of the same pod port to the same client wins. */
+		bpf_map_update_elem(&nat, k, &s->iv, BPF_ANY);
+	}
+
+	if (nat_rewrite(skb, &s->p, 0, s->res.addr, s->res.port, s))
+		return -1;
+	if (hairpin && nat_rewrite(skb, &s->p, 1, s->p.daddr, s->p.sport, s))
+		return -1;
+	return 0;
+}
+
+/* hostport_rev translates a pod's reply s->p back: the source becomes the
+ * address and hostPort the client asked for; a hairpin reply goes back to
+ * the pod itself. 1 when translated, 0 when the packet is no such reply. */
+static __always_inline int hostport_rev(struct __sk_buff *skb, struct nat_scratch *s)
+{
+	struct nat_entry *cur;
+	struct nat_key *k = &s->in;
+	__u64 now;
+
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = s->p.family;
+	k->proto = s->p.proto;
+	k->dir = NAT_DIR_DNAT;
+	k->sport = s->p.sport;
+	k->dport = s->p.dport;
+	__builtin_memcpy(k->saddr, s->p.saddr, 16);
+	__builtin_memcpy(k->daddr, s->p.daddr, 16);
+	cur = bpf_map_lookup_elem(&nat, k);
+	if (!cur)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (nat_expired(cur, k->proto, now))
+		return 0;
+	nat_track(cur, &s->p, 1, now);
+	__builtin_memcpy(&s->iv, cur, sizeof(s->iv));
+	if ((s->iv.flags & NAT_F_HAIRPIN) && nat_rewrite(skb, &s->p, 0, s->p.saddr, s->p.dport, s))
+		return -1;
+	if (nat_rewrite(skb, &s->p, 1, s->iv.addr, s->iv.port, s))
+		return -1;
+	return 1;
+}
+
+/* stack_key is the pod's tuple of its replies to the flow of s->p, a packet
+ * the stack delivered to the pod. */
+static __always_inline void stack_key(struct nat_key *k, const struct nat_pkt *p)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = p->family;
+	k->proto = p->proto;
+	k->dir = NAT_DIR_STACK;
+	k->sport = p->dport;
+	k->dport = p->sport;
+	__builtin_memcpy(k->saddr, p->daddr, 16);
+	__builtin_memcpy(k->daddr, p->saddr, 16);
+}
+
+#endif

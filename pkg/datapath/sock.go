@@ -1,0 +1,126 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
+)
+
+// SockHooks are the socket-address hooks of the node's cgroup: hostPort
+// from the node's own sockets. They are Hooks for loading and pinning; their
+// Cgroup says where they attach.
+var SockHooks = []Hook{
+	{Name: "hostport_connect4", Cgroup: ebpf.AttachCGroupInet4Connect},
+	{Name: "hostport_connect6", Cgroup: ebpf.AttachCGroupInet6Connect},
+	{Name: "hostport_sendmsg4", Cgroup: ebpf.AttachCGroupUDP4Sendmsg},
+	{Name: "hostport_sendmsg6", Cgroup: ebpf.AttachCGroupUDP6Sendmsg},
+	{Name: "hostport_recvmsg4", Cgroup: ebpf.AttachCGroupUDP4Recvmsg},
+	{Name: "hostport_recvmsg6", Cgroup: ebpf.AttachCGroupUDP6Recvmsg},
+	{Name: "hostport_peername4", Cgroup: ebpf.AttachCgroupInet4GetPeername},
+	{Name: "hostport_peername6", Cgroup: ebpf.AttachCgroupInet6GetPeername},
+}
+
+// SockDir holds the pinned cgroup links of the socket hooks.
+func SockDir(bpfRoot string) string { return filepath.Join(bpfRoot, "cgroup") }
+
+// CgroupV2 is the mount point of the unified (v2) cgroup hierarchy.
+func CgroupV2() (string, error) { return cgroup.V2Root() }
+
+// SockAttached reports whether every socket hook of progs is attached (its
+// pinned link exists and runs progs' program).
+func SockAttached(bpfRoot string, progs *Programs) bool {
+	ids := progs.IDs()
+	for _, h := range SockHooks {
+		l, err := link.LoadPinnedLink(filepath.Join(SockDir(bpfRoot), h.Name), nil)
+		if err != nil {
+			return false
+		}
+		info, err := l.Info()
+		l.Close()
+		if err != nil || ids[info.Program] != h.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// AttachSock attaches the socket hooks to the cgroup and pins their links;
+// what an earlier attach left goes first. All or nothing.
+func AttachSock(bpfRoot, cgroup string, progs *Programs) error {
+	if err := DetachSock(bpfRoot); err != nil {
+		return err
+	}
+	dir := SockDir(bpfRoot)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	for _, h := range SockHooks {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: h.Cgroup, Program: progs.ByHook[h.Name]})
+		if err == nil {
+			err = l.Pin(filepath.Join(dir, h.Name))
+			l.Close()
+		}
+		if err != nil {
+			_ = DetachSock(bpfRoot)
+			return fmt.Errorf("attaching %s to cgroup %s: %w", h.Name, cgroup, err)
+		}
+	}
+	return nil
+}
+
+// DetachSock removes the socket hooks from the cgroup; idempotent.
+func DetachSock(bpfRoot string) error {
+	dir := SockDir(bpfRoot)
+	var errs []error
+	for _, h := range SockHooks {
+		p := filepath.Join(dir, h.Name)
+		l, err := link.LoadPinnedLink(p, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("opening %s: %w", p, err))
+			continue
+		}
+		// Detach now: an unpinned link lingers while a handle is open.
+		if err := l.Detach(); err != nil && !errors.Is(err, unix.ENOLINK) {
+			errs = append(errs, fmt.Errorf("detaching %s: %w", h.Name, err))
+		}
+		l.Close()
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// upgradeSock points the pinned socket hooks at p's programs.
+func upgradeSock(bpfRoot string, p *Programs) error {
+	for _, h := range SockHooks {
+		l, err := link.LoadPinnedLink(filepath.Join(SockDir(bpfRoot), h.Name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("opening the link of %s: %w", h.Name, err)
+		}
+		err = l.Update(p.ByHook[h.Name])
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("upgrading %s: %w", h.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,489 @@
+package portmap
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// ErrConflict means a published port is held by another pod.
+var ErrConflict = errors.New("hostPort is held by another pod")
+
+// soNetnsCookie is SO_NETNS_COOKIE (linux/socket.h; not in x/sys yet).
+const soNetnsCookie = 71
+
+// tables are the maps hostPort writes.
+type tables struct {
+	ports, addrs, config *ebpf.Map
+}
+
+func openTables(bpfRoot string) (*tables, error) {
+	m, err := maps.OpenPinned(bpfRoot, maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig)
+	if err != nil {
+		return nil, fmt.Errorf("opening the hostPort maps: %w", err)
+	}
+	return &tables{m[maps.CniMapHostports], m[maps.CniMapNodeAddrs], m[maps.CniMapHostportConfig]}, nil
+}
+
+func (t *tables) Close() {
+	for _, m := range []*ebpf.Map{t.ports, t.addrs, t.config} {
+		m.Close()
+	}
+}
+
+// lock serialises the read-modify-write of hostports entries between ADDs
+// and DELs (the node lock is shared among them).
+func lock(stateDir string) (func(), error) {
+	path := filepath.Join(stateDir, "hostports.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func addr16(ip net.IP) (a [16]uint8) {
+	if v4 := ip.To4(); v4 != nil {
+		copy(a[:], v4)
+	} else {
+		copy(a[:], ip.To16())
+	}
+	return a
+}
+
+func family(ip net.IP) uint8 {
+	if ip.To4() != nil {
+		return 4
+	}
+	return 6
+}
+
+func be16(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as the map holds it
+
+func key(hp datapath.HostPort) maps.CniHostportKey {
+	return maps.CniHostportKey{Family: family(net.ParseIP(hp.PodIP)), Proto: protocols[hp.Proto], Port: be16(hp.HostPort)}
+}
+
+func target(hp datapath.HostPort) maps.CniHostportTarget {
+	return maps.CniHostportTarget{Addr: addr16(net.ParseIP(hp.PodIP)), Port: be16(hp.ContainerPort)}
+}
+
+// Owner names the pod behind a pod address, for clash messages.
+type Owner func(podIP net.IP) string
+
+// claim adds hp to the entry e; the error says who holds the port.
+func claim(e *maps.CniHostportEntry, hp datapath.HostPort, owner Owner) error {
+	t := target(hp)
+	held := func(i int) error {
+		if e.To[i].Addr == t.Addr {
+			return nil // this pod's address: a retried ADD, or a stale entry of a gone pod
+		}
+		ip := keyIP(hp, e.To[i].Addr)
+		return fmt.Errorf("%w: %s port %d%s is published by %s (%s:%d)", ErrConflict, hp.Proto, hp.HostPort, on(e, i, hp),
+			owner(ip), ip, be16(e.To[i].Port))
+	}
+	if hp.HostIP == "" {
+		for i := 0; i < int(e.N); i++ {
+			if err := held(i); err != nil {
+				return err
+			}
+		}
+		*e = maps.CniHostportEntry{Any: 1, N: 1}
+		e.To[0] = t
+		return nil
+	}
+	h := addr16(net.ParseIP(hp.HostIP))
+	if e.Any == 1 {
+		if err := held(0); err != nil {
+			return err
+		}
+		*e = maps.CniHostportEntry{}
+	}
+	for i := 0; i < int(e.N); i++ {
+		if e.HostIp[i] == h {
+			if err := held(i); err != nil {
+				return err
+			}
+			e.To[i] = t
+			return nil
+		}
+	}
+	if int(e.N) == len(e.To) {
+		return fmt.Errorf("%w: %s port %d is already published on %d host IPs, the most one port can have", ErrConflict, hp.Proto, hp.HostPort, len(e.To))
+	}
+	e.HostIp[e.N] = h
+	e.To[e.N] = t
+	e.N++
+	return nil
+}
+
+func on(e *maps.CniHostportEntry, i int, hp datapath.HostPort) string {
+	if e.Any == 1 {
+		return " (every node address)"
+	}
+	return " on " + keyIP(hp, e.HostIp[i]).String()
+}
+
+func keyIP(hp datapath.HostPort, a [16]uint8) net.IP {
+	if net.ParseIP(hp.PodIP).To4() != nil {
+		return net.IP(a[:4])
+	}
+	return net.IP(a[:])
+}
+
+// release removes hp's target from e; it reports whether e is empty now.
+func release(e *maps.CniHostportEntry, hp datapath.HostPort) bool {
+	t := target(hp)
+	var h [16]uint8
+	if hp.HostIP != "" {
+		h = addr16(net.ParseIP(hp.HostIP))
+	}
+	out := maps.CniHostportEntry{Any: e.Any}
+	for i := 0; i < int(e.N) && i < len(e.To); i++ {
+		if e.To[i] == t && (e.Any == 1 || e.HostIp[i] == h) {
+			continue
+		}
+		out.HostIp[out.N] = e.HostIp[i]
+		out.To[out.N] = e.To[i]
+		out.N++
+	}
+	if out.N == 0 {
+		out.Any = 0
+	}
+	*e = out
+	return out.N == 0
+}
+
+// Publish writes the pod's ports into hostports, refusing every port held
+// by another pod; all or nothing.
+func Publish(bpfRoot, stateDir string, ports []datapath.HostPort, owner Owner) error {
+	unlock, err := lock(stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	t, err := openTables(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	var done []datapath.HostPort
+	for _, hp := range ports {
+		k := key(hp)
+		var e maps.CniHostportEntry
+		if err := t.ports.Lookup(&k, &e); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			err = fmt.Errorf("reading hostports: %w", err)
+			return errors.Join(err, unpublish(t, done))
+		}
+		if err := claim(&e, hp, owner); err != nil {
+			return errors.Join(err, unpublish(t, done))
+		}
+		if err := t.ports.Put(&k, &e); err != nil {
+			err = fmt.Errorf("writing hostports: %w", err)
+			return errors.Join(err, unpublish(t, done))
+		}
+		done = append(done, hp)
+	}
+	return nil
+}
+
+// Unpublish removes the pod's ports from hostports; idempotent.
+func Unpublish(bpfRoot, stateDir string, ports []datapath.HostPort) error {
+	if len(ports) == 0 {
+		return nil
+	}
+	unlock, err := lock(stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	t, err := openTables(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	return unpublish(t, ports)
+}
+
+func unpublish(t *tables, ports []datapath.HostPort) error {
+	var errs []error
+	for _, hp := range ports {
+		k := key(hp)
+		var e maps.CniHostportEntry
+		if err := t.ports.Lookup(&k, &e); err != nil {
+			if !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if release(&e, hp) {
+			if err := t.ports.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+			}
+		} else if err := t.ports.Put(&k, &e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Ready makes the node serve published ports: its addresses and netns in
+// the maps, the socket hooks on the cgroup. The uplinks are the caller's
+// (nat.EnsureUplinks). Idempotent; every ADD with port mappings calls it,
+// so address changes apply.
+func Ready(bpfRoot, stateDir, cgroup string, progs *datapath.Programs) error {
+	t, err := openTables(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if err := syncNodeAddrs(t.addrs); err != nil {
+		return err
+	}
+	cookie, err := netnsCookie()
+	if err != nil {
+		return err
+	}
+	if err := t.config.Put(uint32(0), &maps.CniHostportSettings{NetnsCookie: cookie, Active: 1}); err != nil {
+		return fmt.Errorf("writing hostport_config: %w", err)
+	}
+	unlock, err := lock(stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if datapath.SockAttached(bpfRoot, progs) {
+		return nil
+	}
+	return datapath.AttachSock(bpfRoot, cgroup, progs)
+}
+
+// netnsCookie is the cookie of the calling thread's netns (the node's).
+func netnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil {
+		return 0, fmt.Errorf("reading the netns cookie: %w", err)
+	}
+	return v, nil
+}
+
+// syncNodeAddrs makes node_addrs exactly the node's global addresses.
+func syncNodeAddrs(m *ebpf.Map) error {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("listing the node's addresses: %w", err)
+	}
+	want := map[maps.CniEndpointKey]uint32{}
+	for _, a := range addrs {
+		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.IP.IsLoopback() {
+			continue
+		}
+		want[datapath.Key(a.IP)] = uint32(a.LinkIndex)
+	}
+	for k, v := range want {
+		if err := m.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing node_addrs: %w", err)
+		}
+	}
+	var stale []maps.CniEndpointKey
+	var k maps.CniEndpointKey
+	var v uint32
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if _, ok := want[k]; !ok {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading node_addrs: %w", err)
+	}
+	for _, k := range stale {
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Teardown takes hostPort off the node once it has no endpoint left: the
+// socket hooks off the cgroup, the maps empty. Idempotent.
+func Teardown(bpfRoot, stateDir string) error {
+	errs := []error{datapath.DetachSock(bpfRoot)}
+	if maps.CheckBPFFS(bpfRoot) != nil {
+		return errors.Join(errs...)
+	}
+	t, err := openTables(bpfRoot)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer t.Close()
+	errs = append(errs, t.config.Put(uint32(0), &maps.CniHostportSettings{}))
+	for _, m := range []*ebpf.Map{t.ports, t.addrs} {
+		errs = append(errs, clearMap(m))
+	}
+	return errors.Join(errs...)
+}
+
+func clearMap(m *ebpf.Map) error {
+	var keys [][]byte
+	k := make([]byte, m.KeySize())
+	v := make([]byte, m.ValueSize())
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Problems names what is wrong with the pod's published ports, for CHECK.
+func Problems(bpfRoot string, ports []datapath.HostPort, progs *datapath.Programs) []string {
+	t, err := openTables(bpfRoot)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer t.Close()
+	var out []string
+	for _, hp := range ports {
+		k := key(hp)
+		var e maps.CniHostportEntry
+		if err := t.ports.Lookup(&k, &e); err != nil {
+			out = append(out, fmt.Sprintf("%s port %d is not published", hp.Proto, hp.HostPort))
+			continue
+		}
+		if !published(&e, hp) {
+			out = append(out, fmt.Sprintf("%s port %d does not lead to %s:%d", hp.Proto, hp.HostPort, hp.PodIP, hp.ContainerPort))
+		}
+	}
+	var c maps.CniHostportSettings
+	if err := t.config.Lookup(uint32(0), &c); err != nil || c.Active == 0 {
+		out = append(out, "hostPort is not active on the node (hostport_config)")
+	}
+	if !datapath.SockAttached(bpfRoot, progs) {
+		out = append(out, "the hostPort socket hooks are not attached to the cgroup: the node cannot reach published ports")
+	}
+	return out
+}
+
+func published(e *maps.CniHostportEntry, hp datapath.HostPort) bool {
+	t := target(hp)
+	if hp.HostIP == "" {
+		return e.Any == 1 && e.To[0] == t
+	}
+	h := addr16(net.ParseIP(hp.HostIP))
+	for i := 0; i < int(e.N) && i < len(e.To); i++ {
+		if e.Any == 0 && e.HostIp[i] == h && e.To[i] == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Published is one row of the hostports map, for people.
+type Published struct {
+	Proto         string `json:"protocol"`
+	HostIP        string `json:"hostIP"` // "*" for every node address
+	HostPort      uint16 `json:"hostPort"`
+	PodIP         string `json:"podIP"`
+	ContainerPort uint16 `json:"containerPort"`
+}
+
+var protoNames = map[uint8]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_SCTP: "sctp"}
+
+// List reads every published port from the map m (hostports).
+func List(m *ebpf.Map) ([]Published, error) {
+	var out []Published
+	var k maps.CniHostportKey
+	var e maps.CniHostportEntry
+	it := m.Iterate()
+	for it.Next(&k, &e) {
+		for i := 0; i < int(e.N) && i < len(e.To); i++ {
+			ip := func(a [16]uint8) string {
+				if k.Family == 4 {
+					return net.IP(a[:4]).String()
+				}
+				return net.IP(a[:]).String()
+			}
+			p := Published{Proto: protoNames[k.Proto], HostIP: "*", HostPort: be16(k.Port), PodIP: ip(e.To[i].Addr), ContainerPort: be16(e.To[i].Port)}
+			if e.Any == 0 {
+				p.HostIP = ip(e.HostIp[i])
+			}
+			out = append(out, p)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading hostports: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].HostPort != out[j].HostPort {
+			return out[i].HostPort < out[j].HostPort
+		}
+		if out[i].Proto != out[j].Proto {
+			return out[i].Proto < out[j].Proto
+		}
+		return out[i].HostIP < out[j].HostIP
+	})
+	return out, nil
+}
+
+// GC removes published ports whose pod address is not live.
+func GC(bpfRoot, stateDir string, live func(net.IP) bool) error {
+	unlock, err := lock(stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	t, err := openTables(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	all, err := List(t.ports)
+	if err != nil {
+		return err
+	}
+	var dead []datapath.HostPort
+	for _, p := range all {
+		if !live(net.ParseIP(p.PodIP)) {
+			hp := datapath.HostPort{Proto: p.Proto, HostPort: p.HostPort, PodIP: p.PodIP, ContainerPort: p.ContainerPort}
+			if p.HostIP != "*" {
+				hp.HostIP = p.HostIP
+			}
+			dead = append(dead, hp)
+		}
+	}
+	return unpublish(t, dead)
+}

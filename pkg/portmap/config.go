@@ -1,0 +1,159 @@
+// Package portmap serves hostPort mappings (the portMappings capability)
+// from the hostports map: the programs translate, no iptables rule exists.
+package portmap
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+)
+
+// Mapping is one entry of runtimeConfig.portMappings, as runtimes send it.
+type Mapping struct {
+	HostPort      int    `json:"hostPort"`
+	ContainerPort int    `json:"containerPort"`
+	Protocol      string `json:"protocol,omitempty"`
+	HostIP        string `json:"hostIP,omitempty"`
+}
+
+// Config is the plugin configuration's hostPort key.
+type Config struct {
+	// CgroupPath is the cgroup v2 directory whose sockets reach hostPorts
+	// through the node's addresses and localhost; default the root of the
+	// unified hierarchy (every process of the node).
+	CgroupPath string `json:"cgroupPath,omitempty"`
+}
+
+// ConfigError names the key that is wrong.
+type ConfigError struct{ Key, Msg string }
+
+func (e *ConfigError) Error() string { return e.Key + ": " + e.Msg }
+
+// Settings are the validated port mappings of one ADD.
+type Settings struct {
+	Mappings []Mapping // normalised: protocol lower case, hostIP canonical
+	Cgroup   string
+}
+
+var protocols = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP, "sctp": unix.IPPROTO_SCTP}
+
+// Validate checks the mappings and the config; the error names the first bad
+// key. Identical mappings are merged; two that publish the same port
+// differently clash.
+func Validate(c Config, ms []Mapping) (*Settings, error) {
+	s := &Settings{}
+	if len(ms) == 0 {
+		return s, nil
+	}
+	seen := map[string]int{}
+	for i, m := range ms {
+		key := func(f string) string { return fmt.Sprintf("runtimeConfig.portMappings[%d].%s", i, f) }
+		if m.HostPort < 1 || m.HostPort > 65535 {
+			return nil, &ConfigError{key("hostPort"), fmt.Sprintf("%d is outside 1..65535", m.HostPort)}
+		}
+		if m.ContainerPort < 1 || m.ContainerPort > 65535 {
+			return nil, &ConfigError{key("containerPort"), fmt.Sprintf("%d is outside 1..65535", m.ContainerPort)}
+		}
+		m.Protocol = strings.ToLower(m.Protocol)
+		if m.Protocol == "" {
+			m.Protocol = "tcp"
+		}
+		if _, ok := protocols[m.Protocol]; !ok {
+			return nil, &ConfigError{key("protocol"), fmt.Sprintf("%q is not tcp, udp or sctp", ms[i].Protocol)}
+		}
+		// SCTP's checksum (CRC32c) covers the ports but not the addresses:
+		// an address-only translation keeps it right, a port change would
+		// need the whole packet summed again.
+		if m.Protocol == "sctp" && m.HostPort != m.ContainerPort {
+			return nil, &ConfigError{key("containerPort"), fmt.Sprintf("sctp hostPort %d must equal containerPort %d: ebpf-cni translates SCTP addresses only (its CRC32c checksum covers the ports)", m.HostPort, m.ContainerPort)}
+		}
+		if m.HostIP != "" {
+			ip := net.ParseIP(m.HostIP)
+			if ip == nil || ip.IsMulticast() {
+				return nil, &ConfigError{key("hostIP"), fmt.Sprintf("%q is not a unicast address", m.HostIP)}
+			}
+			if ip.IsUnspecified() {
+				m.HostIP = "" // 0.0.0.0 and :: mean every address, as for bind
+				if ip.To4() != nil {
+					m.HostIP = "0.0.0.0"
+				} else {
+					m.HostIP = "::"
+				}
+			} else {
+				m.HostIP = ip.String()
+			}
+		}
+		id := fmt.Sprintf("%s/%d/%s", m.Protocol, m.HostPort, m.HostIP)
+		if j, ok := seen[id]; ok {
+			if s.Mappings[j] == m {
+				continue
+			}
+			return nil, &ConfigError{key("hostPort"), fmt.Sprintf("%s port %d is already published by portMappings[%d]", m.Protocol, m.HostPort, j)}
+		}
+		seen[id] = len(s.Mappings)
+		s.Mappings = append(s.Mappings, m)
+	}
+	s.Cgroup = c.CgroupPath
+	if s.Cgroup == "" {
+		cg, err := datapath.CgroupV2()
+		if err != nil {
+			return nil, &ConfigError{"cgroupPath", err.Error()}
+		}
+		s.Cgroup = cg
+	}
+	if !filepath.IsAbs(s.Cgroup) {
+		return nil, &ConfigError{"cgroupPath", fmt.Sprintf("%q is not an absolute path", s.Cgroup)}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.Cgroup, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil, &ConfigError{"cgroupPath", fmt.Sprintf("%s is not a cgroup v2 directory", s.Cgroup)}
+	}
+	return s, nil
+}
+
+// Ports expands the mappings over the pod's addresses: a mapping without
+// hostIP is published for each family the pod has an address of, one with
+// hostIP for that address's family only.
+func (s *Settings) Ports(podIPs []net.IP) ([]datapath.HostPort, error) {
+	var v4, v6 net.IP
+	for _, ip := range podIPs {
+		if ip.To4() != nil && v4 == nil {
+			v4 = ip.To4()
+		} else if ip.To4() == nil && v6 == nil {
+			v6 = ip
+		}
+	}
+	var out []datapath.HostPort
+	for i, m := range s.Mappings {
+		hp := datapath.HostPort{Proto: m.Protocol, HostPort: uint16(m.HostPort), ContainerPort: uint16(m.ContainerPort)}
+		if m.HostIP == "" {
+			for _, ip := range []net.IP{v4, v6} {
+				if ip != nil {
+					hp.PodIP = ip.String()
+					out = append(out, hp)
+				}
+			}
+			continue
+		}
+		host := net.ParseIP(m.HostIP)
+		pod := v6
+		fam := "IPv6"
+		if host.To4() != nil {
+			pod, fam = v4, "IPv4"
+		}
+		if pod == nil {
+			return nil, &ConfigError{fmt.Sprintf("runtimeConfig.portMappings[%d].hostIP", i), fmt.Sprintf("%s is %s but the pod has no %s address", m.HostIP, fam, fam)}
+		}
+		if !host.IsUnspecified() {
+			hp.HostIP = m.HostIP
+		}
+		hp.PodIP = pod.String()
+		out = append(out, hp)
+	}
+	return out, nil
+}
