@@ -29,6 +29,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "include/types.h"
+#include "lib/bandwidth.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/hostport.h"
@@ -164,8 +165,8 @@ stack:
 
 /* Into another pod of this node, straight into its netns; a spent TTL
  * goes to the stack, which answers with time exceeded. */
-static __always_inline int redirect_to_pod(struct ethhdr *eth, void *data_end, const struct endpoint_info *dst,
-					   enum pkt_reason *why)
+static __always_inline int redirect_to_pod(struct __sk_buff *skb, struct ethhdr *eth, void *data_end,
+					   const struct endpoint_info *dst, enum pkt_reason *why)
 {
 	int hop = l3_hop(eth + 1, data_end, eth->h_proto);
 
@@ -176,7 +177,7 @@ static __always_inline int redirect_to_pod(struct ethhdr *eth, void *data_end, c
 		return TC_ACT_OK;
 	}
 	*why = REASON_REDIRECT;
-	return endpoint_redirect(eth, dst);
+	return endpoint_redirect(skb, eth, dst);
 }
 
 /* The pod's tuple of a packet it sends, in the STACK direction. */
@@ -277,7 +278,7 @@ static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *d
 	if (lookup)
 		dst = endpoint_lookup4(ip->daddr);
 	if (dst)
-		return redirect_to_pod(eth, data_end, dst, why);
+		return redirect_to_pod(skb, eth, data_end, dst, why);
 
 	p.family = AF_INET;
 	p.tos = ip->tos;
@@ -302,7 +303,7 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 	if (lookup)
 		dst = endpoint_lookup6(&ip6->daddr);
 	if (dst)
-		return redirect_to_pod(eth, data_end, dst, why);
+		return redirect_to_pod(skb, eth, data_end, dst, why);
 
 	p.family = AF_INET6;
 	p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
@@ -347,6 +348,8 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpo
 	src = endpoint_lookup4(ip->saddr);
 	if (!src || src->ifindex != skb->ifindex)
 		return DROP(REASON_DROP_SPOOF_SRC);
+	if (bw_egress(skb, src->flags))
+		return DROP(REASON_DROP_BW_EGRESS);
 	return translate_and_route(skb, dev, endpoint_lookup4(ip->daddr), 0, why);
 }
 
@@ -370,6 +373,8 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpo
 	src = endpoint_lookup6(&ip6->saddr);
 	if (!src || src->ifindex != skb->ifindex)
 		return DROP(REASON_DROP_SPOOF_SRC);
+	if (bw_egress(skb, src->flags))
+		return DROP(REASON_DROP_BW_EGRESS);
 	if (ipv6_is_multicast(&ip6->daddr)) {
 		*why = REASON_PASS; /* neighbour solicitation for the gateway */
 		return TC_ACT_OK;

@@ -62,7 +62,7 @@ static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_i
 	*why = reason;
 	if (rc == 0)
 		return TC_ACT_OK;
-	return endpoint_redirect(eth, ep);
+	return endpoint_redirect(skb, eth, ep);
 }
 
 static __always_inline struct endpoint_info *pod_of(const struct nat_entry *iv, __u8 family)

@@ -11,6 +11,7 @@
 #include "lib/counters.h"
 #include "lib/ipam.h"
 #include "lib/endpoint.h"
+#include "lib/bandwidth.h"
 #include "lib/nat.h"
 #include "lib/hostport.h"
 

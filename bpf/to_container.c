@@ -7,13 +7,18 @@
  * pod goes straight into its netns with bpf_redirect_peer and skips this
  * hook. That is traffic from the node itself, traffic the node forwarded,
  * and traffic another plugin's NAT (a chained portmap, kube-proxy) sent to
- * the pod. */
+ * the pod.
+ *
+ * It polices the pod's ingress limit for that traffic (endpoint_redirect
+ * polices the rest). Where the host veth has an fq qdisc, it paces instead
+ * of dropping: the packet gets its departure time (EDT). */
 
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
 #include "include/types.h"
+#include "lib/bandwidth.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/hostport.h"
@@ -67,6 +72,8 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 	dev = bpf_map_lookup_elem(&endpoint_devs, &ifindex);
 	if (!dev)
 		return TC_ACT_OK; /* the pod is being set up or torn down */
+	if (bw_ingress(skb, ifindex, dev->flags, 1))
+		return DROP(REASON_DROP_BW_INGRESS);
 	remember_stack_flow(skb, dev);
 	return TC_ACT_OK;
 }

@@ -130,6 +130,33 @@ struct dev_counters {
 	struct pkt_counter by_reason[REASON_MAX];
 };
 
+/* Bandwidth: one policer per endpoint and direction, keyed in bw_buckets by
+ * the host veth's ifindex. A GCRA (virtual scheduling) token bucket: the
+ * whole state is one 64-bit "theoretical arrival time", updated with a
+ * compare-and-swap, so every CPU may police the same pod at once without a
+ * lock (bpf/lib/bandwidth.h). */
+struct bw_bucket {
+	__u64 tat;          /* bpf_ktime_get_ns when the bucket would be full again; 0: full */
+	__u64 ns_per_byte;  /* cost of one byte in ns, fixed point << BW_NS_SHIFT; 0: no limit */
+	__u64 tau;          /* burst tolerance in ns: how far tat may run ahead of now */
+	__u64 rate;         /* bits per second as configured (for dumps and CHECK) */
+	__u64 burst;        /* bits as configured (for dumps and CHECK) */
+	__u64 drops;        /* packets dropped (atomic add) */
+	__u64 drop_bytes;   /* their bytes as charged */
+	__u64 flags;        /* enum bw_flags */
+	__u64 recovery;     /* ns of credit a stalled flow keeps after drops (see bandwidth.h) */
+	__u64 last_drop;    /* bpf_ktime_get_ns of the last drop; written without atomics: a hint */
+};
+
+enum bw_flags {
+	BW_F_EDT = 1, /* the host veth has an fq qdisc: stack traffic is paced (skb->tstamp), not dropped */
+};
+
+struct bw_state {
+	struct bw_bucket egress;  /* leaving the pod */
+	struct bw_bucket ingress; /* delivered to the pod */
+};
+
 /* Masquerade: connection tracking and source NAT for pod traffic leaving
  * through an uplink. One LRU table holds both directions of every flow. */
 enum nat_dir {

@@ -8,6 +8,8 @@
 #include <linux/in6.h>
 #include <bpf/bpf_helpers.h>
 #include "../include/types.h"
+#include "bandwidth.h"
+#include "verdict.h"
 
 /* Pod address -> the veth it lives behind: the forwarding table. */
 struct {
@@ -46,9 +48,16 @@ static __always_inline struct endpoint_info *endpoint_lookup6(const struct in6_a
 }
 
 /* Hand a packet to the pod behind dst, straight into its netns: the pod's
- * MAC as destination, its gateway's (the host veth's) as source. */
-static __always_inline int endpoint_redirect(struct ethhdr *eth, const struct endpoint_info *dst)
+ * MAC as destination, its gateway's (the host veth's) as source. Every
+ * redirect into a pod goes through here, so the pod's ingress limit holds
+ * whichever program hands it the packet (bpf_redirect_peer skips the host
+ * veth's egress hook, where to_container polices the stack's traffic).
+ * A negative return is a drop reason. */
+static __always_inline int endpoint_redirect(struct __sk_buff *skb, struct ethhdr *eth,
+					     const struct endpoint_info *dst)
 {
+	if (bw_ingress(skb, dst->ifindex, dst->flags, 0))
+		return DROP(REASON_DROP_BW_INGRESS);
 	__builtin_memcpy(eth->h_dest, dst->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, dst->host_mac, ETH_ALEN);
 	return bpf_redirect_peer(dst->ifindex, 0);

@@ -13,6 +13,36 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type FromContainerBwState struct {
+	_      structs.HostLayout
+	Egress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+	Ingress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+}
+
 type FromContainerDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]FromContainerPktCounter
@@ -282,6 +312,7 @@ type FromContainerUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	FromContainerMapBwBuckets        = "bw_buckets"
 	FromContainerMapEndpointCounters = "endpoint_counters"
 	FromContainerMapEndpointDevs     = "endpoint_devs"
 	FromContainerMapEndpoints        = "endpoints"
@@ -351,6 +382,7 @@ type FromContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerMapSpecs struct {
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -396,6 +428,7 @@ func (o *FromContainerObjects) Close() error {
 //
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerMaps struct {
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -417,6 +450,7 @@ type FromContainerMaps struct {
 
 func (m *FromContainerMaps) Close() error {
 	return _FromContainerClose(
+		m.BwBuckets,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,

@@ -13,6 +13,36 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type FromNetdevBwState struct {
+	_      structs.HostLayout
+	Egress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+	Ingress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+}
+
 type FromNetdevDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]FromNetdevPktCounter
@@ -247,6 +277,7 @@ type FromNetdevUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	FromNetdevMapBwBuckets        = "bw_buckets"
 	FromNetdevMapEndpointCounters = "endpoint_counters"
 	FromNetdevMapEndpointDevs     = "endpoint_devs"
 	FromNetdevMapEndpoints        = "endpoints"
@@ -313,6 +344,7 @@ type FromNetdevProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromNetdevMapSpecs struct {
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -355,6 +387,7 @@ func (o *FromNetdevObjects) Close() error {
 //
 // It can be passed to LoadFromNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromNetdevMaps struct {
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -373,6 +406,7 @@ type FromNetdevMaps struct {
 
 func (m *FromNetdevMaps) Close() error {
 	return _FromNetdevClose(
+		m.BwBuckets,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,

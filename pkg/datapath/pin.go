@@ -118,7 +118,8 @@ func InstalledTags(bpfRoot string) ([]string, error) {
 var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpointCounters, maps.CniMapEndpoints, maps.CniMapEndpointDevs,
 	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
 	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks,
-	maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig, maps.CniMapSockRevnat}
+	maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig, maps.CniMapSockRevnat,
+	maps.CniMapBwBuckets}
 
 // EnsurePrograms returns this binary's pinned programs, loading, verifying
 // and pinning them first if no call did yet (under the exclusive node lock,

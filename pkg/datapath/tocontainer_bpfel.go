@@ -13,6 +13,36 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ToContainerBwState struct {
+	_      structs.HostLayout
+	Egress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+	Ingress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+}
+
 type ToContainerDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]ToContainerPktCounter
@@ -247,6 +277,7 @@ type ToContainerUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ToContainerMapBwBuckets        = "bw_buckets"
 	ToContainerMapEndpointCounters = "endpoint_counters"
 	ToContainerMapEndpointDevs     = "endpoint_devs"
 	ToContainerMapEndpoints        = "endpoints"
@@ -313,6 +344,7 @@ type ToContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToContainerMapSpecs struct {
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -355,6 +387,7 @@ func (o *ToContainerObjects) Close() error {
 //
 // It can be passed to LoadToContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToContainerMaps struct {
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -373,6 +406,7 @@ type ToContainerMaps struct {
 
 func (m *ToContainerMaps) Close() error {
 	return _ToContainerClose(
+		m.BwBuckets,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,

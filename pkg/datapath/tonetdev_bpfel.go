@@ -13,6 +13,36 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ToNetdevBwState struct {
+	_      structs.HostLayout
+	Egress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+	Ingress struct {
+		_         structs.HostLayout
+		Tat       uint64
+		NsPerByte uint64
+		Tau       uint64
+		Rate      uint64
+		Burst     uint64
+		Drops     uint64
+		DropBytes uint64
+		Flags     uint64
+		Recovery  uint64
+		LastDrop  uint64
+	}
+}
+
 type ToNetdevDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]ToNetdevPktCounter
@@ -202,6 +232,7 @@ type ToNetdevUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ToNetdevMapBwBuckets        = "bw_buckets"
 	ToNetdevMapEndpointCounters = "endpoint_counters"
 	ToNetdevMapEndpointDevs     = "endpoint_devs"
 	ToNetdevMapEndpoints        = "endpoints"
@@ -264,6 +295,7 @@ type ToNetdevProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToNetdevMapSpecs struct {
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -302,6 +334,7 @@ func (o *ToNetdevObjects) Close() error {
 //
 // It can be passed to LoadToNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToNetdevMaps struct {
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -316,6 +349,7 @@ type ToNetdevMaps struct {
 
 func (m *ToNetdevMaps) Close() error {
 	return _ToNetdevClose(
+		m.BwBuckets,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,

@@ -13,6 +13,26 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CniBwBucket struct {
+	_         structs.HostLayout
+	Tat       uint64
+	NsPerByte uint64
+	Tau       uint64
+	Rate      uint64
+	Burst     uint64
+	Drops     uint64
+	DropBytes uint64
+	Flags     uint64
+	Recovery  uint64
+	LastDrop  uint64
+}
+
+type CniBwState struct {
+	_       structs.HostLayout
+	Egress  CniBwBucket
+	Ingress CniBwBucket
+}
+
 type CniDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]CniPktCounter
@@ -230,6 +250,7 @@ type CniUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	CniMapBwBuckets        = "bw_buckets"
 	CniMapEndpointCounters = "endpoint_counters"
 	CniMapEndpointDevs     = "endpoint_devs"
 	CniMapEndpoints        = "endpoints"
@@ -296,6 +317,7 @@ type CniProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -340,6 +362,7 @@ func (o *CniObjects) Close() error {
 //
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -360,6 +383,7 @@ type CniMaps struct {
 
 func (m *CniMaps) Close() error {
 	return _CniClose(
+		m.BwBuckets,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,

@@ -54,6 +54,7 @@ var layouts = map[string][2]uintptr{
 	CniMapMasqNets:         {unsafe.Sizeof(CniMasqNetKey{}), unsafe.Sizeof(CniMasqNet{})},
 	CniMapMasqSkip:         {unsafe.Sizeof(CniMasqSkipKey{}), 4},
 	CniMapUplinks:          {4, unsafe.Sizeof(CniUplinkInfo{})},
+	CniMapBwBuckets:        {4, unsafe.Sizeof(CniBwState{})},
 	CniMapHostports:        {unsafe.Sizeof(CniHostportKey{}), unsafe.Sizeof(CniHostportEntry{})},
 	CniMapNodeAddrs:        {unsafe.Sizeof(CniEndpointKey{}), 4},
 	CniMapHostportConfig:   {4, unsafe.Sizeof(CniHostportSettings{})},

@@ -13,7 +13,9 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
@@ -172,9 +174,18 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		IfName:      args.IfName,
 		NetID:       maps.NetID(c.Name),
 		IPs:         podIPs,
+		Flags:       c.BW.Flags(),
 	}
 	if len(ports) > 0 {
 		ep.Flags |= datapath.EndpointFlagHostPort
+	}
+	// The buckets before the endpoint entries: a flag never points at a
+	// missing bucket (a missing one would only mean no limit).
+	if c.BW.Any() {
+		if err := putBuckets(c, veth.Host); err != nil {
+			return err
+		}
+		undo = append(undo, func() { _ = deleteBuckets(c.BPFRoot, ep.HostIfIndex) })
 	}
 	undo = append(undo, func() { _ = em.Delete(ep.HostIfIndex, ep.HostMAC, ep.IPs) })
 	if err := em.Put(ep); err != nil {
@@ -245,6 +256,31 @@ func ipamError(verb string, err error) error {
 		return te
 	}
 	return cniError(ErrIPAM, "IPAM "+verb, err)
+}
+
+// putBuckets writes the pod's token buckets, full. An ingress limit first
+// tries fq on the host veth for departure-time pacing of the stack path.
+func putBuckets(c *Config, host netlink.Link) error {
+	edt := c.BW.Ingress.Rate > 0 && bandwidth.EnableEDT(host)
+	t, err := bandwidth.OpenTable(c.BPFRoot)
+	if err != nil {
+		return bandwidthError(err)
+	}
+	defer t.Close()
+	if err := t.Put(host.Attrs().Index, c.BW, edt); err != nil {
+		return bandwidthError(err)
+	}
+	return nil
+}
+
+// deleteBuckets removes the pod's buckets; gone already is success.
+func deleteBuckets(bpfRoot string, ifindex int) error {
+	t, err := bandwidth.OpenTable(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	return t.Delete(ifindex)
 }
 
 // publish serves the pod's port mappings: the uplinks and the socket hooks

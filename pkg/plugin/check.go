@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
@@ -169,6 +170,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		if contMAC != nil {
 			problems = append(problems, checkMaps(c, host, contMAC, ips, args)...)
 		}
+		problems = append(problems, checkBandwidth(c, host)...)
 	}
 
 	if len(problems) > 0 {
@@ -289,4 +291,28 @@ func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*cu
 		ep.IPs = append(ep.IPs, ipc.Address.IP)
 	}
 	return em.Check(ep)
+}
+
+// checkBandwidth verifies the pod's buckets and the endpoint flags that
+// make the programs use them against the configured limits.
+func checkBandwidth(c *Config, host netlink.Link) []string {
+	t, err := bandwidth.OpenTable(c.BPFRoot)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer t.Close()
+	problems := t.Check(host.Attrs().Index, c.BW)
+	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
+	if err != nil {
+		return append(problems, err.Error())
+	}
+	defer em.Close()
+	var d maps.CniEndpointDev
+	if em.Devs.Lookup(uint32(host.Attrs().Index), &d) == nil {
+		const bw = datapath.EndpointFlagBWEgress | datapath.EndpointFlagBWIngress
+		if got, want := uint32(d.Flags)&bw, c.BW.Flags(); got != want {
+			problems = append(problems, fmt.Sprintf("endpoint_devs[%d] has bandwidth flags %#x, want %#x", host.Attrs().Index, got, want))
+		}
+	}
+	return problems
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
@@ -35,10 +36,15 @@ type NetConf struct {
 	nat.Config
 	// CgroupPath: see portmap.Config.
 	CgroupPath string `json:"cgroupPath,omitempty"`
+	// The reference bandwidth plugin's keys at the top level: limits for
+	// every pod of the network (they win over runtimeConfig.bandwidth, as
+	// in the reference plugin).
+	bandwidth.Entry
 
 	RuntimeConfig struct {
 		MAC          string            `json:"mac,omitempty"`
 		PortMappings []portmap.Mapping `json:"portMappings,omitempty"`
+		Bandwidth    *bandwidth.Entry  `json:"bandwidth,omitempty"` // the bandwidth capability
 	} `json:"runtimeConfig,omitempty"`
 	Args *struct {
 		CNI *struct {
@@ -59,6 +65,8 @@ type Config struct {
 	Masq *nat.Settings
 	// HostPorts are the validated port mappings (portMappings capability).
 	HostPorts *portmap.Settings
+	// BW are the pod's validated rate limits.
+	BW *bandwidth.Limits
 	// IPAMConf is the configuration handed to the IPAM plugin: stdin, with
 	// ebpf-ipam's bpfRoot and stateDir defaulted to ebpf-cni's.
 	IPAMConf []byte
@@ -112,6 +120,9 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	if c.HostPorts, err = portmap.Validate(portmap.Config{CgroupPath: n.CgroupPath}, n.RuntimeConfig.PortMappings); err != nil {
 		return nil, hostPortError(err)
+	}
+	if c.BW, err = bandwidth.Validate(&n.Entry, n.RuntimeConfig.Bandwidth); err != nil {
+		return nil, bandwidthError(err)
 	}
 	return c, nil
 }

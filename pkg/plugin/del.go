@@ -103,6 +103,9 @@ func teardown(c *Config, hostName string) error {
 		if err := datapath.DeleteDeviceCounters(c.BPFRoot, ifindex); err != nil {
 			errs = append(errs, err)
 		}
+		if err := deleteBuckets(c.BPFRoot, ifindex); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) == 0 {
 		if err := datapath.RemoveRecord(c.StateDir, hostName); err != nil {

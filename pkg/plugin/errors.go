@@ -6,6 +6,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
@@ -37,6 +38,9 @@ const (
 	// ErrMasquerade: masquerade could not be set up (uplink programs or
 	// maps); a bad masquerade key is code 7 instead.
 	ErrMasquerade uint = 118
+	// ErrBandwidth: the pod's rate limits could not be written (bucket
+	// map); a bad bandwidth key is code 7 instead.
+	ErrBandwidth uint = 119
 	// ErrHostPortConflict: a port mapping is held by another pod (the
 	// message names it); nothing of the ADD remains.
 	ErrHostPortConflict uint = 120
@@ -69,6 +73,16 @@ func natError(err error) error {
 		return invalidConfig(ce.Key, ce.Msg)
 	}
 	return cniError(ErrMasquerade, "setting up masquerade", err)
+}
+
+// bandwidthError turns a bandwidth error into a CNI error: a bad key is an
+// invalid configuration that names it.
+func bandwidthError(err error) error {
+	var ce *bandwidth.ConfigError
+	if errors.As(err, &ce) {
+		return invalidConfig(ce.Key, ce.Msg)
+	}
+	return cniError(ErrBandwidth, "setting up bandwidth limits", err)
 }
 
 func invalidConfig(key, msg string) error {

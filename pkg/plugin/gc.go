@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
@@ -159,6 +160,20 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([
 			remove(fmt.Sprintf("%s[%d]", maps.CniMapEndpointCounters, i), func() error {
 				return datapath.DeleteDeviceCounters(bpfRoot, i)
 			})
+		}
+	}
+	t, err := bandwidth.OpenTable(bpfRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	buckets, err := t.List()
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range buckets {
+		if !live[b.IfIndex] {
+			remove(fmt.Sprintf("%s[%d]", maps.CniMapBwBuckets, b.IfIndex), func() error { return t.Delete(b.IfIndex) })
 		}
 	}
 	sort.Strings(found)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -492,14 +493,19 @@ func (b *bench) fill(s *setup, from, k int) error {
 }
 
 // bandwidth: a pod limited to R Mbit/s egress sends to the world for
-// bwSecs; the error of the achieved rate against R over the whole run and
-// in its first second, as the receiver saw them.
+// bwSecs; the error of the achieved rate against R over the whole run, in
+// its first second and in its worst second, as the receiver saw them; and
+// the round trip of pings from the pod to the world while iperf3 saturates
+// the limit (latency under saturation: a shaper's queue adds to it, a
+// policer does not).
 func (b *bench) bandwidth() error {
 	b.logf("bandwidth: %v Mbit/s, %d runs of %ds", b.cfg.bwRates, b.cfg.bwRuns, b.cfg.bwSecs)
 	var decl []metricDecl
 	for _, r := range b.cfg.bwRates {
 		decl = append(decl, metricDecl{fmt.Sprintf("err_%dmbit_pct", r), "%", "lower"},
-			metricDecl{fmt.Sprintf("first_s_err_%dmbit_pct", r), "%", "lower"})
+			metricDecl{fmt.Sprintf("first_s_err_%dmbit_pct", r), "%", "lower"},
+			metricDecl{fmt.Sprintf("worst_s_err_%dmbit_pct", r), "%", "lower"},
+			metricDecl{fmt.Sprintf("sat_rtt_%dmbit_ms", r), "ms", "lower"})
 	}
 	ss := b.pick("bandwidth", "bandwidth", decl, false)
 	for _, s := range ss {
@@ -522,22 +528,58 @@ func (b *bench) bandwidth() error {
 		}
 		for range b.cfg.bwRuns {
 			for _, s := range ss {
+				rtt := make(chan float64, 1)
+				go func() { rtt <- b.pingMedian(pods[s.name].ns, nettest.WorldIP4, b.cfg.bwSecs) }()
 				r, err := b.iperf(pods[s.name].ns, nettest.WorldIP4, 1, b.cfg.bwSecs)
+				sat := <-rtt
 				if err != nil {
 					return fmt.Errorf("bandwidth %s: %w", s.name, err)
 				}
 				avg := r.End.SumReceived.BitsPerSecond
-				first := avg
-				if len(r.Server.Intervals) > 0 {
-					first = r.Server.Intervals[0].Sum.BitsPerSecond
+				first, worst := avg, 0.0
+				for i, iv := range r.Server.Intervals {
+					if iv.Sum.Seconds < 0.5 {
+						continue // a trailing sliver says little
+					}
+					if i == 0 {
+						first = iv.Sum.BitsPerSecond
+					}
+					worst = max(worst, errPct(iv.Sum.BitsPerSecond, float64(bits)))
 				}
 				b.res.add("bandwidth", fmt.Sprintf("err_%dmbit_pct", rate), "%", "lower", s.name, errPct(avg, float64(bits)))
 				b.res.add("bandwidth", fmt.Sprintf("first_s_err_%dmbit_pct", rate), "%", "lower", s.name, errPct(first, float64(bits)))
+				b.res.add("bandwidth", fmt.Sprintf("worst_s_err_%dmbit_pct", rate), "%", "lower", s.name, worst)
+				if sat > 0 {
+					b.res.add("bandwidth", fmt.Sprintf("sat_rtt_%dmbit_ms", rate), "ms", "lower", s.name, sat)
+				}
 			}
 		}
 		b.logf("  %d Mbit/s done", rate)
 	}
 	return nil
+}
+
+// pingMedian pings dst from n during secs seconds (starting half a second
+// in, when the flow is up) and returns the median round trip in ms; 0 when
+// no reply came.
+func (b *bench) pingMedian(n ns.NetNS, dst net.IP, secs int) float64 {
+	time.Sleep(500 * time.Millisecond)
+	count := max(1, (secs*1000-1000)/100)
+	out, _ := nettest.Run(n, "ping", "-n", "-i", "0.1", "-c", fmt.Sprint(count), "-W", "1", dst.String())
+	var rtts []float64
+	for _, line := range strings.Split(out, "\n") {
+		if _, after, ok := strings.Cut(line, "time="); ok {
+			var v float64
+			if _, err := fmt.Sscanf(after, "%f", &v); err == nil {
+				rtts = append(rtts, v)
+			}
+		}
+	}
+	if len(rtts) == 0 {
+		return 0
+	}
+	sort.Float64s(rtts)
+	return rtts[len(rtts)/2]
 }
 
 func errPct(got, want float64) float64 {

@@ -182,7 +182,7 @@ var pathDoc = map[string]string{
 		"cpu_us_per_tx/conn: busy time (/proc/stat) of the CPU that client, server and their packets' softirq work share, divided by transactions; other load that ran on that CPU lands in it too. bpf_*_ns_pkt: run_time_ns/run_cnt of each program from BPF run-time statistics, switched on for a separate RR run.",
 	"masquerade": "A pod to a host beyond the node's uplink (the world namespace): RR, CRR, iperf3. REF masquerades with iptables; RAW is routed by the node with no NAT.",
 	"hostport":   "A client beyond the uplink to a hostPort of the node, with N mappings installed (filler pods of up to 500 mappings each); add/del_p50_ms: ADD and DEL of a pod with one more mapping. RAW: the client reaches the routed namespace directly, measured once and repeated on every N.",
-	"bandwidth":  "A pod limited to R Mbit/s egress sends to the world with iperf3; the error of the achieved rate against R, over the whole run and in its first second, as the receiver saw them.",
+	"bandwidth":  "A pod limited to R Mbit/s egress (burst 10 ms of R) sends to the world with iperf3; the error of the achieved rate against R, over the whole run, in its first second and in its worst second, as the receiver saw them; sat_rtt: median ping round trip from the pod to the world while iperf3 saturates the limit (latency under saturation). REF shapes with an ifb + tbf queue; EBPF polices with a token bucket in BPF (no queue).",
 }
 
 // closingNote lists every row where EBPF is worse than REF, with why and

@@ -22,7 +22,7 @@ import (
 // measured for REF and RAW only, and its EBPF figure is null with the reason
 // notImplemented. Enabling one is this one-line change (or the flag
 // -ebpf-features); the EBPF configuration already carries the keys.
-var ebpfFeatures = []string{"masq", "hostport"}
+var ebpfFeatures = []string{"masq", "hostport", "bandwidth"}
 
 var allFeatures = []string{"masq", "hostport", "bandwidth"}
 

@@ -1,0 +1,71 @@
+package bandwidth
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func entry(t *testing.T, s string) *Entry {
+	t.Helper()
+	if s == "" {
+		return nil
+	}
+	e := &Entry{}
+	require.NoError(t, json.Unmarshal([]byte(s), e))
+	return e
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		name, top, rt string
+		want          Limits
+		badKey        string
+	}{
+		{name: "nothing"},
+		{name: "zeros mean no limit", rt: `{"ingressRate":0,"ingressBurst":0}`},
+		{name: "runtime", rt: `{"egressRate":20000000,"egressBurst":100000,"ingressRate":50000000,"ingressBurst":200000}`,
+			want: Limits{Egress: Limit{Rate: 20e6, Burst: 100000}, Ingress: Limit{Rate: 50e6, Burst: 200000}}},
+		{name: "top level wins", top: `{"egressRate":1000000,"egressBurst":8000}`, rt: `{"egressRate":20000000,"egressBurst":100000}`,
+			want: Limits{Egress: Limit{Rate: 1e6, Burst: 8000}}},
+		{name: "exponent", rt: `{"egressRate":1e9,"egressBurst":1e7}`, want: Limits{Egress: Limit{Rate: 1e9, Burst: 1e7}}},
+		{name: "kubelet burst", rt: `{"egressRate":20000000,"egressBurst":2147483647}`,
+			want: Limits{Egress: Limit{Rate: 20e6, Burst: 4e6, DefaultBurst: true}}},
+		{name: "rate without burst", rt: `{"ingressRate":1000000}`, badKey: "runtimeConfig.bandwidth.ingressBurst"},
+		{name: "burst without rate", rt: `{"egressBurst":1000000}`, badKey: "runtimeConfig.bandwidth.egressRate"},
+		{name: "negative rate", rt: `{"egressRate":-5,"egressBurst":1000}`, badKey: "runtimeConfig.bandwidth.egressRate"},
+		{name: "negative burst", top: `{"ingressRate":5000,"ingressBurst":-1}`, badKey: "ingressBurst"},
+		{name: "fraction", rt: `{"egressRate":1000.5,"egressBurst":1000}`, badKey: "runtimeConfig.bandwidth.egressRate"},
+		{name: "rate too low", rt: `{"egressRate":999,"egressBurst":1000}`, badKey: "runtimeConfig.bandwidth.egressRate"},
+		{name: "rate too high", rt: `{"egressRate":1000000000001,"egressBurst":1000}`, badKey: "runtimeConfig.bandwidth.egressRate"},
+		{name: "burst over 4 GiB", rt: `{"ingressRate":1000000,"ingressBurst":34359738368}`, badKey: "runtimeConfig.bandwidth.ingressBurst"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			top := entry(t, c.top)
+			if top == nil {
+				top = &Entry{}
+			}
+			l, err := Validate(top, entry(t, c.rt))
+			if c.badKey != "" {
+				var ce *ConfigError
+				require.ErrorAs(t, err, &ce)
+				require.Equal(t, c.badKey, ce.Key, ce.Msg)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, *l)
+		})
+	}
+}
+
+func TestBucket(t *testing.T) {
+	b := bucket(Limit{Rate: 8_000_000, Burst: 8_000_000}, false) // 1 MB/s, 1 s of burst
+	require.Equal(t, uint64(1000)<<nsShift, b.NsPerByte)
+	require.Equal(t, uint64(1e9), b.Tau)
+	huge := bucket(Limit{Rate: MinRate, Burst: maxBurstBits}, true)
+	require.Equal(t, uint64(maxBurstBits)*1_000_000, huge.Tau, "128-bit product, no wrap")
+	require.Equal(t, uint64(flagEDT), huge.Flags)
+	require.Zero(t, bucket(Limit{}, false).NsPerByte, "no limit")
+	require.Equal(t, uint32(6), (&Limits{Egress: Limit{Rate: 1}, Ingress: Limit{Rate: 1}}).Flags())
+}

@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+func init() {
+	register(&Command{
+		Name:    "bandwidth",
+		Summary: "each endpoint's rate limits, the state of its token buckets and what they dropped",
+		Help: `The rate limits the programs enforce, from bw_buckets (keyed by host
+ifindex; only pods with a limit have an entry): per endpoint and direction
+(egress: what the pod sends; ingress: what is delivered to it) the rate in
+bits per second, the burst in bits, the mode (police: drop over the rate;
+edt: the host veth has fq and the stack's traffic to the pod is paced by
+departure time), the bucket's debt now (how far its clock runs ahead: 0 is
+a full bucket) and the packets and bytes dropped over the rate.
+
+JSON: [{"containerID", "ifname", "hostVeth", "hostIfindex", "egress",
+"ingress"}], each direction null when unlimited, else {"rate", "burst",
+"mode", "debtNs", "drops", "dropBytes"}; sorted by host ifindex.`,
+		Flags: func(*flag.FlagSet) func(*Context) error { return runBandwidth },
+	})
+}
+
+// BucketState is one direction of an endpoint's limits.
+type BucketState struct {
+	Rate      uint64 `json:"rate"`  // bits per second
+	Burst     uint64 `json:"burst"` // bits
+	Mode      string `json:"mode"`  // police or edt
+	DebtNs    uint64 `json:"debtNs"`
+	Drops     uint64 `json:"drops"`
+	DropBytes uint64 `json:"dropBytes"`
+}
+
+// EndpointBandwidth is one endpoint's limits.
+type EndpointBandwidth struct {
+	ContainerID string       `json:"containerID"`
+	IfName      string       `json:"ifname"`
+	HostVeth    string       `json:"hostVeth"`
+	HostIfIndex int          `json:"hostIfindex"`
+	Egress      *BucketState `json:"egress"`
+	Ingress     *BucketState `json:"ingress"`
+}
+
+func bucketState(b maps.CniBwBucket, now uint64) *BucketState {
+	if b.NsPerByte == 0 {
+		return nil
+	}
+	s := &BucketState{Rate: b.Rate, Burst: b.Burst, Mode: "police", Drops: b.Drops, DropBytes: b.DropBytes}
+	if b.Flags&1 != 0 {
+		s.Mode = "edt"
+	}
+	if b.Tat > now {
+		s.DebtNs = b.Tat - now
+	}
+	return s
+}
+
+func readBandwidth(ctx *Context) ([]*EndpointBandwidth, error) {
+	n, err := loadNode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapBwBuckets)
+	if err != nil {
+		return nil, err
+	}
+	defer closeMaps()
+	out := []*EndpointBandwidth{}
+	m := ms[maps.CniMapBwBuckets]
+	if m == nil {
+		return out, nil
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil { // bpf_ktime_get_ns's clock
+		return nil, fmt.Errorf("reading the monotonic clock: %w", err)
+	}
+	now := uint64(ts.Nano())
+	var k uint32
+	var v maps.CniBwState
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		e := &EndpointBandwidth{HostIfIndex: int(k), Egress: bucketState(v.Egress, now), Ingress: bucketState(v.Ingress, now)}
+		if ep := n.byIfIndex[int(k)]; ep != nil {
+			e.ContainerID, e.IfName, e.HostVeth = ep.ContainerID, ep.IfName, ep.HostVeth
+		}
+		out = append(out, e)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating %s: %w", maps.CniMapBwBuckets, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].HostIfIndex < out[j].HostIfIndex })
+	return out, nil
+}
+
+// humanRate is bits per second with a decimal unit.
+func humanRate(bps uint64) string {
+	return scaled(bps, 1000, []string{"bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"}, " ")
+}
+
+func runBandwidth(ctx *Context) error {
+	out, err := readBandwidth(ctx)
+	if err != nil {
+		return err
+	}
+	if ctx.JSON {
+		return writeJSON(ctx.Stdout, out)
+	}
+	t := &Table{Header: []string{"ENDPOINT", "HOST VETH", "DIRECTION", "RATE", "BURST", "MODE", "DEBT", "DROPS", "DROPPED"},
+		Right: map[int]bool{3: true, 4: true, 6: true, 7: true, 8: true}}
+	for _, e := range out {
+		name := (&Endpoint{ContainerID: e.ContainerID, IfName: e.IfName}).Name()
+		if e.ContainerID == "" {
+			name = fmt.Sprintf("(ifindex %d, no endpoint)", e.HostIfIndex)
+		}
+		veth := orDash(e.HostVeth)
+		for _, d := range []struct {
+			dir string
+			b   *BucketState
+		}{{"egress", e.Egress}, {"ingress", e.Ingress}} {
+			if d.b == nil {
+				t.Row(name, veth, d.dir, "unlimited")
+			} else {
+				t.Row(name, veth, d.dir, humanRate(d.b.Rate), HumanBytes(d.b.Burst/8), d.b.Mode,
+					time.Duration(d.b.DebtNs).Round(time.Microsecond).String(), HumanCount(d.b.Drops), HumanBytes(d.b.DropBytes))
+			}
+			name, veth = "", ""
+		}
+	}
+	if len(out) == 0 {
+		t.Row("(no endpoint has a limit)")
+	}
+	return t.Write(ctx.Stdout)
+}
