@@ -180,19 +180,6 @@ static __always_inline int redirect_to_pod(struct __sk_buff *skb, struct ethhdr 
 	return endpoint_redirect(skb, eth, dst);
 }
 
-/* The pod's tuple of a packet it sends, in the STACK direction. */
-static __always_inline void own_stack_key(struct nat_key *k, const struct nat_pkt *p)
-{
-	__builtin_memset(k, 0, sizeof(*k));
-	k->family = p->family;
-	k->proto = p->proto;
-	k->dir = NAT_DIR_STACK;
-	k->sport = p->sport;
-	k->dport = p->dport;
-	__builtin_memcpy(k->saddr, p->saddr, 16);
-	__builtin_memcpy(k->daddr, p->daddr, 16);
-}
-
 /* pod_translate handles what a pod's packet needs beyond forwarding, for
  * pods and nodes that use it:
  *  - a reply to a flow the stack delivered goes back to the stack (*done);
@@ -221,7 +208,7 @@ static __always_inline int pod_translate(struct __sk_buff *skb, const struct end
 		return 0;
 
 	if (dev->flags & EP_F_STACK) {
-		own_stack_key(&s->tmp, &s->p);
+		stack_key(&s->tmp, &s->p, 0);
 		if (bpf_map_lookup_elem(&nat, &s->tmp)) {
 			*done = 1;
 			*why = REASON_STACK_REPLY;

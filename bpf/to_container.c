@@ -46,7 +46,7 @@ static __always_inline void remember_stack_flow(struct __sk_buff *skb, struct en
 	__builtin_memset(&s->p, 0, sizeof(s->p));
 	if (nat_parse(skb, &s->p) || s->p.later_frag || !hostport_proto(s->p.proto))
 		return;
-	stack_key(&s->in, &s->p);
+	stack_key(&s->in, &s->p, 1);
 	now = bpf_ktime_get_ns();
 	cur = bpf_map_lookup_elem(&nat, &s->in);
 	if (cur) {

@@ -182,18 +182,19 @@ static __always_inline int hostport_rev(struct __sk_buff *skb, struct nat_scratc
 	return 1;
 }
 
-/* stack_key is the pod's tuple of its replies to the flow of s->p, a packet
- * the stack delivered to the pod. */
-static __always_inline void stack_key(struct nat_key *k, const struct nat_pkt *p)
+/* stack_key is a flow's key in the STACK direction, the pod's tuple: from a
+ * packet the stack delivered to the pod (delivered: its tuple reversed),
+ * or from one the pod sends. */
+static __always_inline void stack_key(struct nat_key *k, const struct nat_pkt *p, int delivered)
 {
 	__builtin_memset(k, 0, sizeof(*k));
 	k->family = p->family;
 	k->proto = p->proto;
 	k->dir = NAT_DIR_STACK;
-	k->sport = p->dport;
-	k->dport = p->sport;
-	__builtin_memcpy(k->saddr, p->daddr, 16);
-	__builtin_memcpy(k->daddr, p->saddr, 16);
+	k->sport = delivered ? p->dport : p->sport;
+	k->dport = delivered ? p->sport : p->dport;
+	__builtin_memcpy(k->saddr, delivered ? p->daddr : p->saddr, 16);
+	__builtin_memcpy(k->daddr, delivered ? p->saddr : p->daddr, 16);
 }
 
 #endif

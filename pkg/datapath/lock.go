@@ -18,7 +18,11 @@ func NodeLock(stateDir string, exclusive bool) (*Lock, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state dir %s: %w", stateDir, err)
 	}
-	path := filepath.Join(stateDir, "node.lock")
+	return FileLock(filepath.Join(stateDir, "node.lock"), exclusive)
+}
+
+// FileLock takes a flock on path (created if missing), shared or exclusive.
+func FileLock(path string, exclusive bool) (*Lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock %s: %w", path, err)

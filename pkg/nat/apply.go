@@ -136,22 +136,11 @@ func skipKey(netID uint32, n *net.IPNet) maps.CniMasqSkipKey {
 // uplinkLock serialises attaching programs to the uplinks: two ADDs must not
 // both attach (tcx would run both programs).
 func uplinkLock(stateDir string) (func(), error) {
-	path := filepath.Join(stateDir, "uplinks.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	l, err := datapath.FileLock(filepath.Join(stateDir, "uplinks.lock"), true)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
+		return nil, err
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	return func() { f.Close() }, nil
+	return l.Unlock, nil
 }
 
 // Apply makes masquerade ready for a pod of network netName whose addresses

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"sort"
 
@@ -44,22 +43,11 @@ func (t *tables) Close() {
 // lock serialises the read-modify-write of hostports entries between ADDs
 // and DELs (the node lock is shared among them).
 func lock(stateDir string) (func(), error) {
-	path := filepath.Join(stateDir, "hostports.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	l, err := datapath.FileLock(filepath.Join(stateDir, "hostports.lock"), true)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
+		return nil, err
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", path, err)
-	}
-	return func() { f.Close() }, nil
+	return l.Unlock, nil
 }
 
 func addr16(ip net.IP) (a [16]uint8) {
