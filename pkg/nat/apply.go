@@ -1,7 +1,6 @@
 package nat
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -112,25 +111,9 @@ func (t *tables) Close() {
 	}
 }
 
-func family(ip net.IP) uint8 {
-	if ip.To4() != nil {
-		return 4
-	}
-	return 6
-}
-
-func addr16(ip net.IP) (a [16]uint8) {
-	if v4 := ip.To4(); v4 != nil {
-		copy(a[:], v4)
-	} else {
-		copy(a[:], ip.To16())
-	}
-	return a
-}
-
 func skipKey(netID uint32, n *net.IPNet) maps.CniMasqSkipKey {
 	ones, _ := n.Mask.Size()
-	return maps.CniMasqSkipKey{Prefixlen: uint32(40 + ones), NetId: netID, Family: family(n.IP), Addr: addr16(n.IP.Mask(n.Mask))}
+	return maps.CniMasqSkipKey{Prefixlen: uint32(40 + ones), NetId: netID, Family: maps.Family(n.IP), Addr: maps.Addr16(n.IP.Mask(n.Mask))}
 }
 
 // uplinkLock serialises attaching programs to the uplinks: two ADDs must not
@@ -175,12 +158,12 @@ func Apply(bpfRoot, stateDir, netName string, s *Settings, podNets []*net.IPNet,
 	}
 	fams := map[uint8]bool{}
 	for _, n := range podNets {
-		fams[family(n.IP)] = true
+		fams[maps.Family(n.IP)] = true
 	}
 	for fam := range fams {
 		v := maps.CniMasqNet{PortMin: lo, PortMax: hi}
-		if s.MasqueradeIP != nil && family(s.MasqueradeIP) == fam {
-			v.Addr = addr16(s.MasqueradeIP)
+		if s.MasqueradeIP != nil && maps.Family(s.MasqueradeIP) == fam {
+			v.Addr = maps.Addr16(s.MasqueradeIP)
 		}
 		k := maps.CniMasqNetKey{NetId: netID, Family: fam}
 		if err := t.nets.Put(&k, &v); err != nil {
@@ -409,7 +392,7 @@ func Teardown(bpfRoot, stateDir string) error {
 	}
 	defer t.Close()
 	for _, m := range []*ebpf.Map{t.uplinks, t.nets, t.skip} {
-		errs = append(errs, clearMap(m))
+		errs = append(errs, maps.Clear(m))
 	}
 	return errors.Join(errs...)
 }
@@ -456,23 +439,4 @@ func ignoreMissing(err error) error {
 		return nil
 	}
 	return err
-}
-
-// clearMap deletes every entry of a hash or LPM map.
-func clearMap(m *ebpf.Map) error {
-	var keys [][]byte
-	k := make([]byte, m.KeySize())
-	it := m.Iterate()
-	v := make([]byte, m.ValueSize())
-	for it.Next(&k, &v) {
-		keys = append(keys, bytes.Clone(k))
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	var errs []error
-	for _, k := range keys {
-		errs = append(errs, ignoreMissing(m.Delete(k)))
-	}
-	return errors.Join(errs...)
 }

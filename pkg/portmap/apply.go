@@ -50,30 +50,14 @@ func lock(stateDir string) (func(), error) {
 	return l.Unlock, nil
 }
 
-func addr16(ip net.IP) (a [16]uint8) {
-	if v4 := ip.To4(); v4 != nil {
-		copy(a[:], v4)
-	} else {
-		copy(a[:], ip.To16())
-	}
-	return a
-}
-
-func family(ip net.IP) uint8 {
-	if ip.To4() != nil {
-		return 4
-	}
-	return 6
-}
-
 func be16(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as the map holds it
 
 func key(hp datapath.HostPort) maps.CniHostportKey {
-	return maps.CniHostportKey{Family: family(net.ParseIP(hp.PodIP)), Proto: protocols[hp.Proto], Port: be16(hp.HostPort)}
+	return maps.CniHostportKey{Family: maps.Family(net.ParseIP(hp.PodIP)), Proto: protocols[hp.Proto], Port: be16(hp.HostPort)}
 }
 
 func target(hp datapath.HostPort) maps.CniHostportTarget {
-	return maps.CniHostportTarget{Addr: addr16(net.ParseIP(hp.PodIP)), Port: be16(hp.ContainerPort)}
+	return maps.CniHostportTarget{Addr: maps.Addr16(net.ParseIP(hp.PodIP)), Port: be16(hp.ContainerPort)}
 }
 
 // Owner names the pod behind a pod address, for clash messages.
@@ -100,7 +84,7 @@ func claim(e *maps.CniHostportEntry, hp datapath.HostPort, owner Owner) error {
 		e.To[0] = t
 		return nil
 	}
-	h := addr16(net.ParseIP(hp.HostIP))
+	h := maps.Addr16(net.ParseIP(hp.HostIP))
 	if e.Any == 1 {
 		if err := held(0); err != nil {
 			return err
@@ -144,7 +128,7 @@ func release(e *maps.CniHostportEntry, hp datapath.HostPort) bool {
 	t := target(hp)
 	var h [16]uint8
 	if hp.HostIP != "" {
-		h = addr16(net.ParseIP(hp.HostIP))
+		h = maps.Addr16(net.ParseIP(hp.HostIP))
 	}
 	out := maps.CniHostportEntry{Any: e.Any}
 	for i := 0; i < int(e.N) && i < len(e.To); i++ {
@@ -332,27 +316,7 @@ func Teardown(bpfRoot, stateDir string) error {
 	defer t.Close()
 	errs = append(errs, t.config.Put(uint32(0), &maps.CniHostportSettings{}))
 	for _, m := range []*ebpf.Map{t.ports, t.addrs} {
-		errs = append(errs, clearMap(m))
-	}
-	return errors.Join(errs...)
-}
-
-func clearMap(m *ebpf.Map) error {
-	var keys [][]byte
-	k := make([]byte, m.KeySize())
-	v := make([]byte, m.ValueSize())
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, append([]byte(nil), k...))
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	var errs []error
-	for _, k := range keys {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, maps.Clear(m))
 	}
 	return errors.Join(errs...)
 }
@@ -391,7 +355,7 @@ func published(e *maps.CniHostportEntry, hp datapath.HostPort) bool {
 	if hp.HostIP == "" {
 		return e.Any == 1 && e.To[0] == t
 	}
-	h := addr16(net.ParseIP(hp.HostIP))
+	h := maps.Addr16(net.ParseIP(hp.HostIP))
 	for i := 0; i < int(e.N) && i < len(e.To); i++ {
 		if e.Any == 0 && e.HostIp[i] == h && e.To[i] == t {
 			return true
