@@ -14,5 +14,6 @@
 #include "lib/bandwidth.h"
 #include "lib/nat.h"
 #include "lib/hostport.h"
+#include "lib/pacing.h"
 
 char __license[] SEC("license") = "GPL";

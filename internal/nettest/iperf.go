@@ -20,7 +20,7 @@ type IperfResult struct {
 
 // Iperf runs an iperf3 server in `to` (one test, then it exits) and a TCP
 // client in `from` sending to ip for secs seconds.
-func Iperf(from, to ns.NetNS, ip net.IP, port, secs int) (*IperfResult, error) {
+func Iperf(from, to ns.NetNS, ip net.IP, port, secs int, extra ...string) (*IperfResult, error) {
 	var srv *exec.Cmd
 	if err := to.Do(func(ns.NetNS) error {
 		srv = exec.Command("iperf3", "-s", "-1", "-J", "-B", ip.String(), "-p", fmt.Sprint(port))
@@ -42,7 +42,8 @@ func Iperf(from, to ns.NetNS, ip net.IP, port, secs int) (*IperfResult, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	out, err := Run(from, "iperf3", "-c", ip.String(), "-p", fmt.Sprint(port), "-t", fmt.Sprint(secs), "-J", "--get-server-output")
+	args := append([]string{"-c", ip.String(), "-p", fmt.Sprint(port), "-t", fmt.Sprint(secs), "-J", "--get-server-output"}, extra...)
+	out, err := Run(from, "iperf3", args...)
 	var r struct {
 		Error string `json:"error"`
 		End   struct {

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -259,28 +258,18 @@ func Cgroup(t testing.TB) string {
 	if err != nil {
 		t.Skipf("no cgroup v2: %v", err)
 	}
-	self, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := root
-	for _, l := range strings.Split(string(self), "\n") {
-		if rest, ok := strings.CutPrefix(l, "0::"); ok {
-			home = filepath.Join(root, rest)
-		}
-	}
 	dir, err := os.MkdirTemp(root, "ebpf-cni-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := []byte(strconv.Itoa(os.Getpid()))
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0o644); err != nil {
+	leave, err := cgroup.Join(dir)
+	if err != nil {
 		_ = os.Remove(dir)
-		t.Fatalf("joining %s: %v", dir, err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := os.WriteFile(filepath.Join(home, "cgroup.procs"), pid, 0o644); err != nil {
-			t.Errorf("leaving %s: %v", dir, err)
+		if err := leave(); err != nil {
+			t.Error(err)
 		}
 		if err := os.Remove(dir); err != nil {
 			t.Errorf("removing %s: %v", dir, err)

@@ -3,11 +3,14 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -21,11 +24,14 @@ ifindex; only pods with a limit have an entry): per endpoint and direction
 bits per second, the burst in bits, the mode (police: drop over the rate;
 edt: the host veth has fq and the stack's traffic to the pod is paced by
 departure time), the bucket's debt now (how far its clock runs ahead: 0 is
-a full bucket) and the packets and bytes dropped over the rate.
+a full bucket) and the packets and bytes dropped over the rate. PACED: the
+pacing hook is on the cgroup and the pod's netns is in local_netns, so TCP
+the pod sends (and TCP the node and its pods send to it) is paced at its
+source to the limit; traffic from outside the node is policed only.
 
-JSON: [{"containerID", "ifname", "hostVeth", "hostIfindex", "egress",
-"ingress"}], each direction null when unlimited, else {"rate", "burst",
-"mode", "debtNs", "drops", "dropBytes"}; sorted by host ifindex.`,
+JSON: [{"containerID", "ifname", "hostVeth", "hostIfindex", "paced",
+"egress", "ingress"}], each direction null when unlimited, else {"rate",
+"burst", "mode", "debtNs", "drops", "dropBytes"}; sorted by host ifindex.`,
 		Flags: func(*flag.FlagSet) func(*Context) error { return runBandwidth },
 	})
 }
@@ -46,6 +52,7 @@ type EndpointBandwidth struct {
 	IfName      string       `json:"ifname"`
 	HostVeth    string       `json:"hostVeth"`
 	HostIfIndex int          `json:"hostIfindex"`
+	Paced       bool         `json:"paced"`
 	Egress      *BucketState `json:"egress"`
 	Ingress     *BucketState `json:"ingress"`
 }
@@ -69,7 +76,7 @@ func readBandwidth(ctx *Context) ([]*EndpointBandwidth, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapBwBuckets)
+	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapBwBuckets, maps.CniMapLocalNetns)
 	if err != nil {
 		return nil, err
 	}
@@ -84,11 +91,22 @@ func readBandwidth(ctx *Context) ([]*EndpointBandwidth, error) {
 		return nil, fmt.Errorf("reading the monotonic clock: %w", err)
 	}
 	now := uint64(ts.Nano())
+	netns := map[int]bool{}
+	if nm := ms[maps.CniMapLocalNetns]; nm != nil {
+		var c uint64
+		var i uint32
+		for it := nm.Iterate(); it.Next(&c, &i); {
+			netns[int(i)] = true
+		}
+	}
+	_, err = os.Stat(filepath.Join(datapath.SockDir(ctx.BPFRoot), datapath.PacingHooks[0].Name))
+	hook := err == nil
 	var k uint32
 	var v maps.CniBwState
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		e := &EndpointBandwidth{HostIfIndex: int(k), Egress: bucketState(v.Egress, now), Ingress: bucketState(v.Ingress, now)}
+		e := &EndpointBandwidth{HostIfIndex: int(k), Paced: hook && netns[int(k)],
+			Egress: bucketState(v.Egress, now), Ingress: bucketState(v.Ingress, now)}
 		if ep := n.byIfIndex[int(k)]; ep != nil {
 			e.ContainerID, e.IfName, e.HostVeth = ep.ContainerID, ep.IfName, ep.HostVeth
 		}
@@ -114,25 +132,28 @@ func runBandwidth(ctx *Context) error {
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, out)
 	}
-	t := &Table{Header: []string{"ENDPOINT", "HOST VETH", "DIRECTION", "RATE", "BURST", "MODE", "DEBT", "DROPS", "DROPPED"},
-		Right: map[int]bool{3: true, 4: true, 6: true, 7: true, 8: true}}
+	t := &Table{Header: []string{"ENDPOINT", "HOST VETH", "PACED", "DIRECTION", "RATE", "BURST", "MODE", "DEBT", "DROPS", "DROPPED"},
+		Right: map[int]bool{4: true, 5: true, 7: true, 8: true, 9: true}}
 	for _, e := range out {
 		name := (&Endpoint{ContainerID: e.ContainerID, IfName: e.IfName}).Name()
 		if e.ContainerID == "" {
 			name = fmt.Sprintf("(ifindex %d, no endpoint)", e.HostIfIndex)
 		}
-		veth := orDash(e.HostVeth)
+		veth, paced := orDash(e.HostVeth), "no"
+		if e.Paced {
+			paced = "yes"
+		}
 		for _, d := range []struct {
 			dir string
 			b   *BucketState
 		}{{"egress", e.Egress}, {"ingress", e.Ingress}} {
 			if d.b == nil {
-				t.Row(name, veth, d.dir, "unlimited")
+				t.Row(name, veth, paced, d.dir, "unlimited")
 			} else {
-				t.Row(name, veth, d.dir, humanRate(d.b.Rate), HumanBytes(d.b.Burst/8), d.b.Mode,
+				t.Row(name, veth, paced, d.dir, humanRate(d.b.Rate), HumanBytes(d.b.Burst/8), d.b.Mode,
 					time.Duration(d.b.DebtNs).Round(time.Microsecond).String(), HumanCount(d.b.Drops), HumanBytes(d.b.DropBytes))
 			}
-			name, veth = "", ""
+			name, veth, paced = "", "", ""
 		}
 	}
 	if len(out) == 0 {

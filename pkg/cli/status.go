@@ -124,7 +124,7 @@ func collectStatus(ctx *Context) *Status {
 		problem("kernel without BTF (%s): ebpf-cni needs a kernel built with CONFIG_DEBUG_INFO_BTF", st.Features["btf"].Detail)
 	}
 	if !st.Features["fq"].Available {
-		note("no fq qdisc: bandwidth limits use token buckets in BPF without EDT pacing")
+		note("no fq qdisc: bandwidth limits use token buckets in BPF without EDT; TCP sent by the node and its pods is still paced at its source (sock_ops), outside senders are policed")
 	}
 
 	dir, mounted, err := bpffsMount(ctx.BPFRoot)

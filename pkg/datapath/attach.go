@@ -41,7 +41,7 @@ type Hook struct {
 	Name      string          // program name, pin name
 	TCXAttach ebpf.AttachType // tcx attach type
 	TCParent  uint32          // clsact parent of the legacy filter
-	Cgroup    ebpf.AttachType // a socket hook of the node's cgroup (SockHooks)
+	Cgroup    ebpf.AttachType // a hook of the node's cgroup (SockHooks, PacingHooks)
 }
 
 // HookFromContainer is the host veth's ingress: packets leaving the pod.
@@ -64,7 +64,7 @@ var HookToNetdev = Hook{Name: "to_netdev", TCXAttach: ebpf.AttachTCXEgress, TCPa
 var UplinkHooks = []Hook{HookFromNetdev, HookToNetdev}
 
 func allHooks() []Hook {
-	return append(append(append([]Hook{}, Hooks...), UplinkHooks...), SockHooks...)
+	return append(append(append([]Hook{}, Hooks...), UplinkHooks...), cgroupHooks()...)
 }
 
 func hookByName(name string) (Hook, bool) {

@@ -72,6 +72,7 @@ var objects = []object{
 	{_FromNetdevBytes, LoadFromNetdev, []Hook{HookFromNetdev}},
 	{_ToNetdevBytes, LoadToNetdev, []Hook{HookToNetdev}},
 	{_SockHostportBytes, LoadSockHostport, SockHooks},
+	{_SockPacingBytes, LoadSockPacing, PacingHooks},
 }
 
 // ProgramsDir holds one directory per tag.
@@ -119,7 +120,7 @@ var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpointCounters, map
 	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
 	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks,
 	maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig, maps.CniMapSockRevnat,
-	maps.CniMapBwBuckets}
+	maps.CniMapBwBuckets, maps.CniMapLocalNetns}
 
 // EnsurePrograms returns this binary's pinned programs, loading, verifying
 // and pinning them first if no call did yet (under the exclusive node lock,

@@ -27,17 +27,46 @@ var SockHooks = []Hook{
 	{Name: "hostport_peername6", Cgroup: ebpf.AttachCgroupInet6GetPeername},
 }
 
+// PacingHooks are the sock_ops hook of the node's cgroup: TCP senders of
+// the node and its pods paced to the bandwidth limits (bpf/sock_pacing.c).
+// They attach apart from SockHooks, with the first limited pod.
+var PacingHooks = []Hook{{Name: "bw_pacing", Cgroup: ebpf.AttachCGroupSockOps}}
+
+// cgroupHooks is every hook of the node's cgroup.
+func cgroupHooks() []Hook { return append(append([]Hook{}, SockHooks...), PacingHooks...) }
+
 // SockDir holds the pinned cgroup links of the socket hooks.
 func SockDir(bpfRoot string) string { return filepath.Join(bpfRoot, "cgroup") }
 
 // CgroupV2 is the mount point of the unified (v2) cgroup hierarchy.
 func CgroupV2() (string, error) { return cgroup.V2Root() }
 
-// SockAttached reports whether every socket hook of progs is attached (its
-// pinned link exists and runs progs' program).
-func SockAttached(bpfRoot string, progs *Programs) bool {
+// ResolveCgroup is the cgroup v2 directory the cgroup hooks attach to:
+// path, or the hierarchy's root when path is empty.
+func ResolveCgroup(path string) (string, error) {
+	if path == "" {
+		root, err := CgroupV2()
+		if err != nil {
+			return "", err
+		}
+		path = root
+	}
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("%q is not an absolute path", path)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return "", fmt.Errorf("%s is not a cgroup v2 directory", path)
+	}
+	return path, nil
+}
+
+// SockAttached reports whether every hook of hooks (SockHooks,
+// PacingHooks) is attached (its pinned link exists and runs progs'
+// program).
+func SockAttached(bpfRoot string, progs *Programs, hooks []Hook) bool {
 	ids := progs.IDs()
-	for _, h := range SockHooks {
+	for _, h := range hooks {
 		l, err := link.LoadPinnedLink(filepath.Join(SockDir(bpfRoot), h.Name), nil)
 		if err != nil {
 			return false
@@ -51,35 +80,35 @@ func SockAttached(bpfRoot string, progs *Programs) bool {
 	return true
 }
 
-// AttachSock attaches the socket hooks to the cgroup and pins their links;
-// what an earlier attach left goes first. All or nothing.
-func AttachSock(bpfRoot, cgroup string, progs *Programs) error {
-	if err := DetachSock(bpfRoot); err != nil {
+// AttachSock attaches hooks to the cgroup and pins their links; what an
+// earlier attach of them left goes first. All or nothing.
+func AttachSock(bpfRoot, cgroup string, progs *Programs, hooks []Hook) error {
+	if err := DetachSock(bpfRoot, hooks); err != nil {
 		return err
 	}
 	dir := SockDir(bpfRoot)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
-	for _, h := range SockHooks {
+	for _, h := range hooks {
 		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: h.Cgroup, Program: progs.ByHook[h.Name]})
 		if err == nil {
 			err = l.Pin(filepath.Join(dir, h.Name))
 			l.Close()
 		}
 		if err != nil {
-			_ = DetachSock(bpfRoot)
+			_ = DetachSock(bpfRoot, hooks)
 			return fmt.Errorf("attaching %s to cgroup %s: %w", h.Name, cgroup, err)
 		}
 	}
 	return nil
 }
 
-// DetachSock removes the socket hooks from the cgroup; idempotent.
-func DetachSock(bpfRoot string) error {
+// DetachSock removes hooks from the cgroup; idempotent.
+func DetachSock(bpfRoot string, hooks []Hook) error {
 	dir := SockDir(bpfRoot)
 	var errs []error
-	for _, h := range SockHooks {
+	for _, h := range hooks {
 		p := filepath.Join(dir, h.Name)
 		l, err := link.LoadPinnedLink(p, nil)
 		if errors.Is(err, os.ErrNotExist) {
@@ -99,16 +128,17 @@ func DetachSock(bpfRoot string) error {
 		}
 	}
 	if len(errs) == 0 {
-		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// The other set's pins may still be there.
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// upgradeSock points the pinned socket hooks at p's programs.
+// upgradeSock points the pinned cgroup hooks at p's programs.
 func upgradeSock(bpfRoot string, p *Programs) error {
-	for _, h := range SockHooks {
+	for _, h := range cgroupHooks() {
 		l, err := link.LoadPinnedLink(filepath.Join(SockDir(bpfRoot), h.Name), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -123,4 +153,22 @@ func upgradeSock(bpfRoot string, p *Programs) error {
 		}
 	}
 	return nil
+}
+
+// soNetnsCookie is SO_NETNS_COOKIE (linux/socket.h; not in x/sys yet).
+const soNetnsCookie = 71
+
+// NetnsCookie is the cookie of the calling thread's network namespace, as
+// bpf_get_netns_cookie sees it.
+func NetnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil {
+		return 0, fmt.Errorf("reading the netns cookie: %w", err)
+	}
+	return v, nil
 }

@@ -259,6 +259,7 @@ const (
 	CniMapIpamAllocs       = "ipam_allocs"
 	CniMapIpamCursors      = "ipam_cursors"
 	CniMapIpamNets         = "ipam_nets"
+	CniMapLocalNetns       = "local_netns"
 	CniMapMasqNets         = "masq_nets"
 	CniMapMasqSkip         = "masq_skip"
 	CniMapNat              = "nat"
@@ -326,6 +327,7 @@ type CniMapSpecs struct {
 	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
 	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
 	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
+	LocalNetns       *ebpf.MapSpec `ebpf:"local_netns"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
@@ -371,6 +373,7 @@ type CniMaps struct {
 	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
 	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
 	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
+	LocalNetns       *ebpf.Map `ebpf:"local_netns"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
@@ -392,6 +395,7 @@ func (m *CniMaps) Close() error {
 		m.IpamAllocs,
 		m.IpamCursors,
 		m.IpamNets,
+		m.LocalNetns,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,

@@ -59,6 +59,7 @@ var layouts = map[string][2]uintptr{
 	CniMapNodeAddrs:        {unsafe.Sizeof(CniEndpointKey{}), 4},
 	CniMapHostportConfig:   {4, unsafe.Sizeof(CniHostportSettings{})},
 	CniMapSockRevnat:       {unsafe.Sizeof(CniSockRevKey{}), unsafe.Sizeof(CniSockRev{})},
+	CniMapLocalNetns:       {8, 4},
 }
 
 // ErrIncompatible means a pinned map does not have the layout this binary

@@ -195,6 +195,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return cniError(ErrBPFFS, "adding the endpoint", err)
 	}
 
+	if err := pace(c, podNS, ep.HostIfIndex, progs, &undo, lock); err != nil {
+		return err
+	}
 	if len(ports) > 0 {
 		if err := publish(c, ports, em, progs, &undo, lock); err != nil {
 			return err
@@ -271,6 +274,40 @@ func putBuckets(c *Config, host netlink.Link) error {
 		return bandwidthError(err)
 	}
 	return nil
+}
+
+// pace records the pod's netns as one of the node's (its TCP senders may
+// be paced to a limited pod's rate), and with limits of its own attaches
+// the pacing hook to the cgroup unless it is there.
+func pace(c *Config, podNS ns.NetNS, ifindex int, progs *datapath.Programs, undo *[]func(), lock *datapath.Lock) error {
+	n, err := bandwidth.OpenNetns(c.BPFRoot)
+	if err != nil {
+		return bandwidthError(err)
+	}
+	defer n.Close()
+	// The node's last endpoint takes the node's entry and the hook with
+	// it; so does a failed first ADD.
+	*undo = append(*undo, func() { releaseNode(c, lock) }, func() { _ = forgetNetns(c.BPFRoot, ifindex) })
+	if err := n.Register(podNS, ifindex); err != nil {
+		return bandwidthError(err)
+	}
+	if !c.BW.Any() {
+		return nil
+	}
+	if err := bandwidth.StartPacing(c.BPFRoot, c.StateDir, c.HostPorts.Cgroup, progs); err != nil {
+		return bandwidthError(err)
+	}
+	return nil
+}
+
+// forgetNetns removes the netns entry of the pod behind ifindex.
+func forgetNetns(bpfRoot string, ifindex int) error {
+	n, err := bandwidth.OpenNetns(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	return n.Forget(func(i int) bool { return i == ifindex })
 }
 
 // deleteBuckets removes the pod's buckets; gone already is success.

@@ -294,7 +294,8 @@ func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*cu
 }
 
 // checkBandwidth verifies the pod's buckets and the endpoint flags that
-// make the programs use them against the configured limits.
+// make the programs use them against the configured limits, the pod's
+// netns entry, and with limits the pacing hook.
 func checkBandwidth(c *Config, host netlink.Link) []string {
 	t, err := bandwidth.OpenTable(c.BPFRoot)
 	if err != nil {
@@ -307,6 +308,26 @@ func checkBandwidth(c *Config, host netlink.Link) []string {
 		return append(problems, err.Error())
 	}
 	defer em.Close()
+	n, err := bandwidth.OpenNetns(c.BPFRoot)
+	if err != nil {
+		return append(problems, err.Error())
+	}
+	defer n.Close()
+	if ok, err := n.Registered(host.Attrs().Index); err != nil {
+		problems = append(problems, err.Error())
+	} else if !ok {
+		problems = append(problems, fmt.Sprintf("the pod's netns is not in %s: its TCP senders are not paced", maps.CniMapLocalNetns))
+	}
+	if c.BW.Any() {
+		p, err := datapath.OpenPrograms(c.BPFRoot, datapath.Tag())
+		if err != nil {
+			return append(problems, err.Error())
+		}
+		defer p.Close()
+		if !bandwidth.Pacing(c.BPFRoot, p) {
+			problems = append(problems, "the pacing hook is not attached to the cgroup: TCP is policed, not paced")
+		}
+	}
 	var d maps.CniEndpointDev
 	if em.Devs.Lookup(uint32(host.Attrs().Index), &d) == nil {
 		const bw = datapath.EndpointFlagBWEgress | datapath.EndpointFlagBWIngress

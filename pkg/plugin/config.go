@@ -124,6 +124,12 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	if c.BW, err = bandwidth.Validate(&n.Entry, n.RuntimeConfig.Bandwidth); err != nil {
 		return nil, bandwidthError(err)
 	}
+	if c.BW.Any() && c.HostPorts.Cgroup == "" {
+		// The pacing hook attaches where the hostPort hooks do.
+		if c.HostPorts.Cgroup, err = datapath.ResolveCgroup(n.CgroupPath); err != nil {
+			return nil, invalidConfig("cgroupPath", err.Error())
+		}
+	}
 	return c, nil
 }
 

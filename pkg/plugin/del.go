@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ipam"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
@@ -106,6 +107,9 @@ func teardown(c *Config, hostName string) error {
 		if err := deleteBuckets(c.BPFRoot, ifindex); err != nil {
 			errs = append(errs, err)
 		}
+		if err := forgetNetns(c.BPFRoot, ifindex); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) == 0 {
 		if err := datapath.RemoveRecord(c.StateDir, hostName); err != nil {
@@ -131,8 +135,8 @@ func flushFlows(bpfRoot string, ips []net.IP) error {
 }
 
 // releaseNode takes masquerade and hostPort off the uplinks (and the
-// socket hooks off the cgroup) once the node has no
-// endpoint left. It upgrades the caller's node lock to exclusive first, so
+// socket and pacing hooks off the cgroup) once the node has no endpoint
+// left. It upgrades the caller's node lock to exclusive first, so
 // no ADD is half-way (between setting masquerade up and writing its
 // record). Best effort: GC retries what fails here.
 func releaseNode(c *Config, lock *datapath.Lock) {
@@ -145,6 +149,7 @@ func releaseNode(c *Config, lock *datapath.Lock) {
 	if has, err := datapath.HasEndpoints(c.StateDir); err == nil && !has {
 		_ = nat.Teardown(c.BPFRoot, c.StateDir)
 		_ = portmap.Teardown(c.BPFRoot, c.StateDir)
+		_ = bandwidth.Teardown(c.BPFRoot)
 	}
 }
 

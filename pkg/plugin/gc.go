@@ -176,6 +176,22 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([
 			remove(fmt.Sprintf("%s[%d]", maps.CniMapBwBuckets, b.IfIndex), func() error { return t.Delete(b.IfIndex) })
 		}
 	}
+	n, err := bandwidth.OpenNetns(bpfRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	netns, err := n.Entries()
+	if err != nil {
+		return nil, err
+	}
+	for cookie, i := range netns {
+		if i != 0 && !live[i] {
+			remove(fmt.Sprintf("%s[%#x]", maps.CniMapLocalNetns, cookie), func() error {
+				return n.Forget(func(j int) bool { return j == i })
+			})
+		}
+	}
 	sort.Strings(found)
 	return found, errors.Join(errs...)
 }
@@ -185,7 +201,7 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([
 // the node has no endpoint left.
 func gcMasquerade(c *Config, kept map[string]*datapath.Record) error {
 	if len(kept) == 0 {
-		return errors.Join(nat.Teardown(c.BPFRoot, c.StateDir), portmap.Teardown(c.BPFRoot, c.StateDir))
+		return errors.Join(nat.Teardown(c.BPFRoot, c.StateDir), portmap.Teardown(c.BPFRoot, c.StateDir), bandwidth.Teardown(c.BPFRoot))
 	}
 	liveNets := map[uint32]bool{}
 	liveIPs := map[string]bool{}

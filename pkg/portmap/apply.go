@@ -18,9 +18,6 @@ import (
 // ErrConflict means a published port is held by another pod.
 var ErrConflict = errors.New("hostPort is held by another pod")
 
-// soNetnsCookie is SO_NETNS_COOKIE (linux/socket.h; not in x/sys yet).
-const soNetnsCookie = 71
-
 // tables are the maps hostPort writes.
 type tables struct {
 	ports, addrs, config *ebpf.Map
@@ -232,7 +229,7 @@ func Ready(bpfRoot, stateDir, cgroup string, progs *datapath.Programs) error {
 	if err := syncNodeAddrs(t.addrs); err != nil {
 		return err
 	}
-	cookie, err := netnsCookie()
+	cookie, err := datapath.NetnsCookie()
 	if err != nil {
 		return err
 	}
@@ -244,24 +241,10 @@ func Ready(bpfRoot, stateDir, cgroup string, progs *datapath.Programs) error {
 		return err
 	}
 	defer unlock()
-	if datapath.SockAttached(bpfRoot, progs) {
+	if datapath.SockAttached(bpfRoot, progs, datapath.SockHooks) {
 		return nil
 	}
-	return datapath.AttachSock(bpfRoot, cgroup, progs)
-}
-
-// netnsCookie is the cookie of the calling thread's netns (the node's).
-func netnsCookie() (uint64, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("socket: %w", err)
-	}
-	defer unix.Close(fd)
-	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
-	if err != nil {
-		return 0, fmt.Errorf("reading the netns cookie: %w", err)
-	}
-	return v, nil
+	return datapath.AttachSock(bpfRoot, cgroup, progs, datapath.SockHooks)
 }
 
 // syncNodeAddrs makes node_addrs exactly the node's global addresses.
@@ -305,7 +288,7 @@ func syncNodeAddrs(m *ebpf.Map) error {
 // Teardown takes hostPort off the node once it has no endpoint left: the
 // socket hooks off the cgroup, the maps empty. Idempotent.
 func Teardown(bpfRoot, stateDir string) error {
-	errs := []error{datapath.DetachSock(bpfRoot)}
+	errs := []error{datapath.DetachSock(bpfRoot, datapath.SockHooks)}
 	if maps.CheckBPFFS(bpfRoot) != nil {
 		return errors.Join(errs...)
 	}
@@ -344,7 +327,7 @@ func Problems(bpfRoot string, ports []datapath.HostPort, progs *datapath.Program
 	if err := t.config.Lookup(uint32(0), &c); err != nil || c.Active == 0 {
 		out = append(out, "hostPort is not active on the node (hostport_config)")
 	}
-	if !datapath.SockAttached(bpfRoot, progs) {
+	if !datapath.SockAttached(bpfRoot, progs, datapath.SockHooks) {
 		out = append(out, "the hostPort socket hooks are not attached to the cgroup: the node cannot reach published ports")
 	}
 	return out

@@ -5,7 +5,6 @@ package portmap
 import (
 	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -98,21 +97,11 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 		seen[id] = len(s.Mappings)
 		s.Mappings = append(s.Mappings, m)
 	}
-	s.Cgroup = c.CgroupPath
-	if s.Cgroup == "" {
-		cg, err := datapath.CgroupV2()
-		if err != nil {
-			return nil, &ConfigError{"cgroupPath", err.Error()}
-		}
-		s.Cgroup = cg
+	cg, err := datapath.ResolveCgroup(c.CgroupPath)
+	if err != nil {
+		return nil, &ConfigError{"cgroupPath", err.Error()}
 	}
-	if !filepath.IsAbs(s.Cgroup) {
-		return nil, &ConfigError{"cgroupPath", fmt.Sprintf("%q is not an absolute path", s.Cgroup)}
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.Cgroup, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
-		return nil, &ConfigError{"cgroupPath", fmt.Sprintf("%s is not a cgroup v2 directory", s.Cgroup)}
-	}
+	s.Cgroup = cg
 	return s, nil
 }
 

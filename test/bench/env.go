@@ -34,11 +34,12 @@ const (
 // bench holds everything a run made, so cleanup can remove it whatever
 // state the run stopped in (success, failure, Ctrl-C).
 type bench struct {
-	cfg    config
-	res    *Results
-	tmp    string
-	bpfs   string // private bpffs mount
-	cgroup string // empty cgroup v2 dir for the socket hooks
+	cfg         config
+	res         *Results
+	tmp         string
+	bpfs        string       // private bpffs mount
+	cgroup      string       // cgroup v2 dir for the cgroup hooks; the bench runs in it
+	leaveCgroup func() error // moves the bench back out
 
 	mu     sync.Mutex
 	done   bool
@@ -64,11 +65,15 @@ func newBench(cfg config) (*bench, error) {
 	if b.tmp, err = os.MkdirTemp("", "ebpf-cni-bench-"); err != nil {
 		return nil, err
 	}
-	// hostPort's socket hooks attach to this empty cgroup, never to the
-	// machine's own: the bench's clients are outside the node.
+	// The cgroup hooks (hostPort, pacing) attach to a cgroup of the
+	// bench's own, never to the machine's: the bench joins it, so the
+	// processes it starts in the pods are paced.
 	if root, err := cgroup.V2Root(); err == nil {
 		if b.cgroup, err = os.MkdirTemp(root, "ebpf-cni-bench-"); err != nil {
 			return b, fmt.Errorf("creating the bench's cgroup: %w", err)
+		}
+		if b.leaveCgroup, err = cgroup.Join(b.cgroup); err != nil {
+			return b, err
 		}
 	}
 	b.bpfs = filepath.Join(b.tmp, "bpffs")
@@ -114,6 +119,9 @@ func (b *bench) cleanup() {
 	}
 	if b.tmp != "" {
 		_ = os.RemoveAll(b.tmp)
+	}
+	if b.leaveCgroup != nil {
+		_ = b.leaveCgroup()
 	}
 	if b.cgroup != "" {
 		_ = os.Remove(b.cgroup) // its programs went with the bpffs

@@ -98,23 +98,26 @@ type iperfResult struct {
 			BitsPerSecond float64 `json:"bits_per_second"`
 		} `json:"sum_received"`
 	} `json:"end"`
-	Server struct {
-		Intervals []struct {
-			Sum struct {
-				Seconds       float64 `json:"seconds"`
-				BitsPerSecond float64 `json:"bits_per_second"`
-			} `json:"sum"`
-		} `json:"intervals"`
+	Intervals []iperfInterval `json:"intervals"` // the client's
+	Server    struct {
+		Intervals []iperfInterval `json:"intervals"`
 	} `json:"server_output_json"`
+}
+
+type iperfInterval struct {
+	Sum struct {
+		Seconds       float64 `json:"seconds"`
+		BitsPerSecond float64 `json:"bits_per_second"`
+	} `json:"sum"`
 }
 
 // iperf runs an iperf3 client inside client to ip for secs seconds with
 // streams parallel streams, pinned to clientCPU.
-func (b *bench) iperf(client ns.NetNS, ip net.IP, streams, secs int) (iperfResult, error) {
+func (b *bench) iperf(client ns.NetNS, ip net.IP, streams, secs int, extra ...string) (iperfResult, error) {
 	var r iperfResult
-	out, err := b.runCmd(client, -1, time.Duration(secs)*time.Second+30*time.Second, nil, "iperf3",
-		"-c", ip.String(), "-p", fmt.Sprint(iperfPort), "-t", fmt.Sprint(secs), "-P", fmt.Sprint(streams),
-		"-A", fmt.Sprint(clientCPU), "-J", "--get-server-output")
+	args := append([]string{"-c", ip.String(), "-p", fmt.Sprint(iperfPort), "-t", fmt.Sprint(secs), "-P", fmt.Sprint(streams),
+		"-A", fmt.Sprint(clientCPU), "-J", "--get-server-output"}, extra...)
+	out, err := b.runCmd(client, -1, time.Duration(secs)*time.Second+30*time.Second, nil, "iperf3", args...)
 	if jerr := json.Unmarshal(out, &r); jerr != nil && err == nil {
 		return r, fmt.Errorf("decoding iperf3 output: %w", jerr)
 	}

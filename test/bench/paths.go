@@ -492,20 +492,31 @@ func (b *bench) fill(s *setup, from, k int) error {
 	})
 }
 
-// bandwidth: a pod limited to R Mbit/s egress sends to the world for
-// bwSecs; the error of the achieved rate against R over the whole run, in
-// its first second and in its worst second, as the receiver saw them; and
-// the round trip of pings from the pod to the world while iperf3 saturates
-// the limit (latency under saturation: a shaper's queue adds to it, a
-// policer does not).
+// bwDirs are the two directions the bandwidth path measures: a pod
+// limited to R sends to the world (egress; TCP from a pod, which EBPF
+// paces at its source), and the world sends to a pod limited to R
+// (ingress, iperf3 -R; an outside sender, which EBPF can only police).
+var bwDirs = []struct {
+	prefix, key string
+	reverse     bool
+}{{"", "egress", false}, {"in_", "ingress", true}}
+
+// bandwidth: for each rate and direction, the error of the achieved rate
+// against R over the whole run, in its first second and in its worst
+// second, as the receiver saw them; and the round trip of pings from the
+// pod to the world while iperf3 saturates the limit (latency under
+// saturation: a shaper's queue adds to it, a policer or source pacing does
+// not).
 func (b *bench) bandwidth() error {
 	b.logf("bandwidth: %v Mbit/s, %d runs of %ds", b.cfg.bwRates, b.cfg.bwRuns, b.cfg.bwSecs)
 	var decl []metricDecl
-	for _, r := range b.cfg.bwRates {
-		decl = append(decl, metricDecl{fmt.Sprintf("err_%dmbit_pct", r), "%", "lower"},
-			metricDecl{fmt.Sprintf("first_s_err_%dmbit_pct", r), "%", "lower"},
-			metricDecl{fmt.Sprintf("worst_s_err_%dmbit_pct", r), "%", "lower"},
-			metricDecl{fmt.Sprintf("sat_rtt_%dmbit_ms", r), "ms", "lower"})
+	for _, d := range bwDirs {
+		for _, r := range b.cfg.bwRates {
+			decl = append(decl, metricDecl{fmt.Sprintf("%serr_%dmbit_pct", d.prefix, r), "%", "lower"},
+				metricDecl{fmt.Sprintf("%sfirst_s_err_%dmbit_pct", d.prefix, r), "%", "lower"},
+				metricDecl{fmt.Sprintf("%sworst_s_err_%dmbit_pct", d.prefix, r), "%", "lower"},
+				metricDecl{fmt.Sprintf("%ssat_rtt_%dmbit_ms", d.prefix, r), "ms", "lower"})
+		}
 	}
 	ss := b.pick("bandwidth", "bandwidth", decl, false)
 	for _, s := range ss {
@@ -513,48 +524,68 @@ func (b *bench) bandwidth() error {
 			return err
 		}
 	}
-	for _, rate := range b.cfg.bwRates {
-		bits := rate * 1_000_000
-		// A 10 ms burst: large enough for tbf at every rate, small enough
-		// not to flatter the first second.
-		caps := map[string]any{"bandwidth": map[string]any{"egressRate": bits, "egressBurst": max(bits/100, 64_000)}}
-		pods := map[string]*pod{}
-		for _, s := range ss {
-			p, _, err := b.addPod(s, caps)
-			if err != nil {
+	for _, d := range bwDirs {
+		for _, rate := range b.cfg.bwRates {
+			if err := b.bandwidthAt(ss, rate, d.prefix, d.key, d.reverse); err != nil {
 				return err
 			}
-			pods[s.name] = p
+			b.logf("  %s %d Mbit/s done", d.key, rate)
 		}
-		for range b.cfg.bwRuns {
-			for _, s := range ss {
-				rtt := make(chan float64, 1)
-				go func() { rtt <- b.pingMedian(pods[s.name].ns, nettest.WorldIP4, b.cfg.bwSecs) }()
-				r, err := b.iperf(pods[s.name].ns, nettest.WorldIP4, 1, b.cfg.bwSecs)
-				sat := <-rtt
-				if err != nil {
-					return fmt.Errorf("bandwidth %s: %w", s.name, err)
+	}
+	return nil
+}
+
+func (b *bench) bandwidthAt(ss []*setup, rate int, prefix, key string, reverse bool) error {
+	bits := rate * 1_000_000
+	// A 10 ms burst: large enough for tbf at every rate, small enough not
+	// to flatter the first second.
+	caps := map[string]any{"bandwidth": map[string]any{key + "Rate": bits, key + "Burst": max(bits/100, 64_000)}}
+	pods := map[string]*pod{}
+	for _, s := range ss {
+		p, _, err := b.addPod(s, caps)
+		if err != nil {
+			return err
+		}
+		pods[s.name] = p
+	}
+	var extra []string
+	if reverse {
+		extra = []string{"-R"}
+	}
+	for range b.cfg.bwRuns {
+		for _, s := range ss {
+			rtt := make(chan float64, 1)
+			go func() { rtt <- b.pingMedian(pods[s.name].ns, nettest.WorldIP4, b.cfg.bwSecs) }()
+			r, err := b.iperf(pods[s.name].ns, nettest.WorldIP4, 1, b.cfg.bwSecs, extra...)
+			sat := <-rtt
+			if err != nil {
+				return fmt.Errorf("bandwidth %s %s: %w", key, s.name, err)
+			}
+			ivs := r.Server.Intervals // the receiver's view
+			if reverse {
+				ivs = r.Intervals
+			}
+			avg := r.End.SumReceived.BitsPerSecond
+			first, worst := avg, 0.0
+			var per []string
+			for i, iv := range ivs {
+				if iv.Sum.Seconds < 0.5 {
+					continue // a trailing sliver says little
 				}
-				avg := r.End.SumReceived.BitsPerSecond
-				first, worst := avg, 0.0
-				for i, iv := range r.Server.Intervals {
-					if iv.Sum.Seconds < 0.5 {
-						continue // a trailing sliver says little
-					}
-					if i == 0 {
-						first = iv.Sum.BitsPerSecond
-					}
-					worst = max(worst, errPct(iv.Sum.BitsPerSecond, float64(bits)))
+				if i == 0 {
+					first = iv.Sum.BitsPerSecond
 				}
-				b.res.add("bandwidth", fmt.Sprintf("err_%dmbit_pct", rate), "%", "lower", s.name, errPct(avg, float64(bits)))
-				b.res.add("bandwidth", fmt.Sprintf("first_s_err_%dmbit_pct", rate), "%", "lower", s.name, errPct(first, float64(bits)))
-				b.res.add("bandwidth", fmt.Sprintf("worst_s_err_%dmbit_pct", rate), "%", "lower", s.name, worst)
-				if sat > 0 {
-					b.res.add("bandwidth", fmt.Sprintf("sat_rtt_%dmbit_ms", rate), "ms", "lower", s.name, sat)
-				}
+				worst = max(worst, errPct(iv.Sum.BitsPerSecond, float64(bits)))
+				per = append(per, fmt.Sprintf("%.1f", iv.Sum.BitsPerSecond/1e6))
+			}
+			b.logf("    %s %s %d Mbit/s: per second %s Mbit/s, ping %.2f ms", s.name, key, rate, strings.Join(per, " "), sat)
+			b.res.add("bandwidth", fmt.Sprintf("%serr_%dmbit_pct", prefix, rate), "%", "lower", s.name, errPct(avg, float64(bits)))
+			b.res.add("bandwidth", fmt.Sprintf("%sfirst_s_err_%dmbit_pct", prefix, rate), "%", "lower", s.name, errPct(first, float64(bits)))
+			b.res.add("bandwidth", fmt.Sprintf("%sworst_s_err_%dmbit_pct", prefix, rate), "%", "lower", s.name, worst)
+			if sat > 0 {
+				b.res.add("bandwidth", fmt.Sprintf("%ssat_rtt_%dmbit_ms", prefix, rate), "ms", "lower", s.name, sat)
 			}
 		}
-		b.logf("  %d Mbit/s done", rate)
 	}
 	return nil
 }

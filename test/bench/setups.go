@@ -85,6 +85,7 @@ func ebpfList(bpfRoot, stateDir, cgroup string, features map[string]bool) ([]byt
 	}
 	if features["bandwidth"] {
 		caps["bandwidth"] = true
+		p["cgroupPath"] = cgroup
 	}
 	if len(caps) > 0 {
 		p["capabilities"] = caps

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 )
 
@@ -30,6 +31,7 @@ type env struct {
 	stateDir string
 	cacheDir string
 	paths    []string
+	cgroup   string // the test's own cgroup, made on first use (bwList)
 }
 
 func newEnv(t *testing.T) *env { return newBenchEnv(t) }
@@ -122,7 +124,7 @@ func (e *env) linkKinds() map[string]string {
 // pinnedLinks lists the files under bpfRoot/links and bpfRoot/uplinks.
 func (e *env) pinnedLinks() []string {
 	var out []string
-	for _, dir := range []string{"links", "uplinks"} {
+	for _, dir := range []string{"links", "uplinks", "cgroup"} {
 		_ = filepath.Walk(filepath.Join(e.bpfRoot, dir), func(p string, info os.FileInfo, err error) error {
 			if err == nil && !info.IsDir() {
 				out = append(out, p)
@@ -165,6 +167,18 @@ func (e *env) requireClean() {
 	ups, err := datapath.UplinkRecords(e.stateDir)
 	require.NoError(e.t, err)
 	require.Empty(e.t, ups, "uplink records left")
+	require.Empty(e.t, e.netnsEntries(), "local_netns entries left")
+}
+
+// netnsEntries lists local_netns: netns cookie -> host ifindex (0: node).
+func (e *env) netnsEntries() map[uint64]int {
+	e.t.Helper()
+	n, err := bandwidth.OpenNetns(e.bpfRoot)
+	require.NoError(e.t, err)
+	defer n.Close()
+	m, err := n.Entries()
+	require.NoError(e.t, err)
+	return m
 }
 
 // attachedProgramIDs lists the distinct programs attached to host veths.
