@@ -51,11 +51,11 @@ func (n *Netns) Register(podNS ns.NetNS, ifindex int) error {
 	}); err != nil {
 		return err
 	}
-	if pod == node {
-		return fmt.Errorf("the pod's netns %s is the node's", podNS.Path())
-	}
 	if err := n.m.Put(node, uint32(0)); err != nil {
 		return fmt.Errorf("writing %s: %w", maps.CniMapLocalNetns, err)
+	}
+	if pod == node {
+		return nil // a "pod" in the node's netns: its sockets are the node's
 	}
 	if err := n.m.Put(pod, uint32(ifindex)); err != nil {
 		return fmt.Errorf("writing %s: %w", maps.CniMapLocalNetns, err)

@@ -294,8 +294,8 @@ func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*cu
 }
 
 // checkBandwidth verifies the pod's buckets and the endpoint flags that
-// make the programs use them against the configured limits, the pod's
-// netns entry, and with limits the pacing hook.
+// make the programs use them against the configured limits and, with
+// limits, the pod's netns entry and the pacing hook.
 func checkBandwidth(c *Config, host netlink.Link) []string {
 	t, err := bandwidth.OpenTable(c.BPFRoot)
 	if err != nil {
@@ -308,17 +308,19 @@ func checkBandwidth(c *Config, host netlink.Link) []string {
 		return append(problems, err.Error())
 	}
 	defer em.Close()
-	n, err := bandwidth.OpenNetns(c.BPFRoot)
-	if err != nil {
-		return append(problems, err.Error())
-	}
-	defer n.Close()
-	if ok, err := n.Registered(host.Attrs().Index); err != nil {
-		problems = append(problems, err.Error())
-	} else if !ok {
-		problems = append(problems, fmt.Sprintf("the pod's netns is not in %s: its TCP senders are not paced", maps.CniMapLocalNetns))
-	}
 	if c.BW.Any() {
+		// (A pod without limits that is missing there only sends its TCP
+		// to limited pods unpaced: policed, as before pacing existed.)
+		n, err := bandwidth.OpenNetns(c.BPFRoot)
+		if err != nil {
+			return append(problems, err.Error())
+		}
+		defer n.Close()
+		if ok, err := n.Registered(host.Attrs().Index); err != nil {
+			problems = append(problems, err.Error())
+		} else if !ok {
+			problems = append(problems, fmt.Sprintf("the pod's netns is not in %s: its TCP is not paced", maps.CniMapLocalNetns))
+		}
 		p, err := datapath.OpenPrograms(c.BPFRoot, datapath.Tag())
 		if err != nil {
 			return append(problems, err.Error())

@@ -251,6 +251,10 @@ func explain(r Row) string {
 		return "Why: machine-wide /proc/stat accounting on a shared 2-CPU machine; the figure includes whatever else ran. Fix: rerun on an idle machine; if it persists, profile with perf the softirq path of the from-container program."
 	case strings.HasSuffix(m, "_p99_us"):
 		return "Why: a p99 of a 1 s run on a shared 2-vCPU VM is set by whatever else was scheduled on the CPU (the median of the same runs favours EBPF), and the spread between runs exceeds the difference. Fix: none in the datapath; the full profile (5 runs of 3 s) on an idle machine gives a tail worth comparing."
+	case r.Path == "bandwidth" && strings.HasPrefix(m, "in_") && !strings.Contains(m, "sat_rtt"):
+		return "Why: the world is an outside sender, which only a token bucket can hold on this kernel (no fq, no BPF qdisc: nowhere to queue). A veth's round trip (tens of µs) is shorter than a packet's time at the rate, so TCP cannot slow down through its window; it overdrives the bucket, loses whole flights and waits for its retransmission timer, and the recovery credit makes the time up in later seconds (some land above the rate). TCP sent on the node is paced at its source instead (the egress rows). Fix: a queue: fq (the EDT mode exists for the stack path) or a BPF qdisc (CONFIG_NET_SCH_BPF) on kernels that have them."
+	case r.Path == "bandwidth" && strings.Contains(m, "1000mbit") && !strings.Contains(m, "sat_rtt"):
+		return "Why: at 1 Gbit/s a paced flow needs most of a vCPU for its pacing timer and iperf3; a single quick run on the 2-vCPU VM shares it with the node's softirqs (the full profile, 3 runs of 5 s: 951-965 Mbit/s every second, within 5%). Fix: none in the datapath; compare the full profile."
 	case strings.HasPrefix(m, "rr") || strings.HasPrefix(m, "crr") || strings.HasPrefix(m, "tcp"):
 		return "Why: on this 2-vCPU VM the difference is smaller than the run-to-run spread of the machine; it does not repeat across runs. Fix: rerun the full profile on an idle machine before acting; if it persists, compare bpf_*_ns_pkt with the latency gap."
 	}
