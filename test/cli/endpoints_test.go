@@ -73,7 +73,11 @@ func TestEndpointsAndStatus(t *testing.T) {
 			require.Contains(t, st.Features, "fq")
 			require.Len(t, st.Programs, 1)
 			require.True(t, st.Programs[0].Current)
-			require.Equal(t, 3, st.Programs[0].Programs[0].Endpoints)
+			attached := map[string]int{}
+			for _, p := range st.Programs[0].Programs {
+				attached[p.Name] = p.Endpoints
+			}
+			require.Equal(t, 3, attached["from_container"], "%v", attached)
 
 			r = e.cli("status")
 			require.Equal(t, cli.ExitOK, r.code, "%s", r)
