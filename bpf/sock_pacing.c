@@ -50,14 +50,16 @@
 #define PACING_HDR6 (40 + 20 + 12)
 
 /* The ingress limit of the pod at the remote address, bits per second; 0
- * when the remote is not a limited pod of this node. */
-static __always_inline __u64 remote_ingress(struct bpf_sock_ops *ctx, int v4)
+ * when the remote is not a limited pod of this node. addr4: the remote's
+ * IPv4 address when the connection is IPv4 on the wire (a v4-mapped
+ * address of a dual-stack socket included), else 0. */
+static __always_inline __u64 remote_ingress(struct bpf_sock_ops *ctx, __be32 addr4)
 {
 	struct endpoint_info *ep;
 	struct bw_state *s;
 
-	if (v4) {
-		ep = endpoint_lookup4(ctx->remote_ip4);
+	if (addr4) {
+		ep = endpoint_lookup4(addr4);
 	} else {
 		struct in6_addr a;
 
@@ -73,27 +75,24 @@ static __always_inline __u64 remote_ingress(struct bpf_sock_ops *ctx, int v4)
 	return s ? s->ingress.rate : 0;
 }
 
-static __always_inline int v4_mapped(struct bpf_sock_ops *ctx)
-{
-	return ctx->remote_ip6[0] == 0 && ctx->remote_ip6[1] == 0 && ctx->remote_ip6[2] == bpf_htonl(0xffff);
-}
-
 SEC("sockops")
 int bw_pacing(struct bpf_sock_ops *ctx)
 {
 	__u64 cookie, rate = 0, r, pace;
 	__u32 *owner, mss, hdr;
 	struct bw_state *s;
-	int v4;
+	__be32 addr4;
 
 	if (ctx->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && ctx->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
 	if (ctx->family == AF_INET)
-		v4 = 1;
-	else if (ctx->family == AF_INET6)
-		v4 = 0;
-	else
+		addr4 = ctx->remote_ip4;
+	else if (ctx->family != AF_INET6)
 		return 1;
+	else if (ctx->remote_ip6[0] == 0 && ctx->remote_ip6[1] == 0 && ctx->remote_ip6[2] == bpf_htonl(0xffff))
+		addr4 = ctx->remote_ip6[3]; /* v4-mapped: IPv4 on the wire */
+	else
+		addr4 = 0;
 	cookie = bpf_get_netns_cookie(ctx);
 	owner = bpf_map_lookup_elem(&local_netns, &cookie);
 	if (!owner)
@@ -105,17 +104,8 @@ int bw_pacing(struct bpf_sock_ops *ctx)
 			rate = s->egress.rate;
 	}
 	/* The ingress limit of the pod it talks to. */
-	if (!v4 && v4_mapped(ctx)) {
-		struct endpoint_info *ep = endpoint_lookup4(ctx->remote_ip6[3]);
-
-		r = 0;
-		if (ep && (ep->flags & EP_F_BW_INGRESS) && (s = bw_lookup(ep->ifindex)))
-			r = s->ingress.rate;
-		hdr = PACING_HDR4;
-	} else {
-		r = remote_ingress(ctx, v4);
-		hdr = v4 ? PACING_HDR4 : PACING_HDR6;
-	}
+	r = remote_ingress(ctx, addr4);
+	hdr = addr4 ? PACING_HDR4 : PACING_HDR6;
 	if (r && (!rate || r < rate))
 		rate = r;
 	if (!rate)

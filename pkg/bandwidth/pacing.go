@@ -89,12 +89,18 @@ func (n *Netns) Forget(gone func(ifindex int) bool) error {
 	var errs []error
 	for k, v := range all {
 		if v != 0 && gone(v) {
-			if err := n.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, fmt.Errorf("deleting %s[%#x]: %w", maps.CniMapLocalNetns, k, err))
-			}
+			errs = append(errs, n.Delete(k))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Delete removes the entry of one netns; gone already is success.
+func (n *Netns) Delete(cookie uint64) error {
+	if err := n.m.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting %s[%#x]: %w", maps.CniMapLocalNetns, cookie, err)
+	}
+	return nil
 }
 
 // Registered reports whether the pod behind ifindex has its netns entry.

@@ -187,9 +187,7 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([
 	}
 	for cookie, i := range netns {
 		if i != 0 && !live[i] {
-			remove(fmt.Sprintf("%s[%#x]", maps.CniMapLocalNetns, cookie), func() error {
-				return n.Forget(func(j int) bool { return j == i })
-			})
+			remove(fmt.Sprintf("%s[%#x]", maps.CniMapLocalNetns, cookie), func() error { return n.Delete(cookie) })
 		}
 	}
 	sort.Strings(found)

@@ -65,14 +65,20 @@ func paced(rate, mss uint64, v4 bool) uint64 {
 	return rate / 8 * mss / (mss + hdr)
 }
 
-// connInfo connects from `from` to ip:port (a listener in `to`) and
-// returns TCP_INFO of the client's and the server's socket.
-func connInfo(t *testing.T, from, to ns.NetNS, ip net.IP, port int) (client, server *unix.TCPInfo) {
+// connInfo connects from `from` to ip:port (a listener in `to`, on ip or,
+// with dualStack, on [::]: an IPv4 client then meets an IPv6 socket with a
+// v4-mapped address) and returns TCP_INFO of the client's and the
+// server's socket.
+func connInfo(t *testing.T, from, to ns.NetNS, ip net.IP, port int, dualStack bool) (client, server *unix.TCPInfo) {
 	t.Helper()
 	var ln net.Listener
 	require.NoError(t, to.Do(func(ns.NetNS) error {
 		var err error
-		ln, err = net.Listen("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+		at := ip.String()
+		if dualStack {
+			at = "::"
+		}
+		ln, err = net.Listen("tcp", net.JoinHostPort(at, strconv.Itoa(port)))
 		return err
 	}))
 	defer ln.Close()
@@ -253,19 +259,22 @@ func TestBandwidthPacing(t *testing.T) {
 		from, to       ns.NetNS
 		ip             net.IP
 		client, server uint64 // the limit each end is paced to; 0: none
+		dualStack      bool
 	}{
-		{"pod to the world", p.NS, e.node.World, nettest.WorldIP4, eg, 0},
-		{"pod to the world, IPv6", p.NS, e.node.World, nettest.WorldIP6, eg, 0},
-		{"world to the pod", e.node.World, p.NS, p.IP(4), 0, eg},
-		{"other pod to the pod", q.NS, p.NS, p.IP(4), in, eg},
-		{"other pod to the pod, IPv6", q.NS, p.NS, p.IP(6), in, eg},
-		{"node to the pod", e.node.NS, p.NS, p.IP(4), in, eg},
-		{"pod to the other pod", p.NS, q.NS, q.IP(4), eg, in}, // the server sends to the limited pod
-		{"other pod to the world", q.NS, e.node.World, nettest.WorldIP4, 0, 0},
+		{"pod to the world", p.NS, e.node.World, nettest.WorldIP4, eg, 0, false},
+		{"pod to the world, IPv6", p.NS, e.node.World, nettest.WorldIP6, eg, 0, false},
+		{"world to the pod", e.node.World, p.NS, p.IP(4), 0, eg, false},
+		{"other pod to the pod", q.NS, p.NS, p.IP(4), in, eg, false},
+		{"other pod to the pod, IPv6", q.NS, p.NS, p.IP(6), in, eg, false},
+		{"node to the pod", e.node.NS, p.NS, p.IP(4), in, eg, false},
+		{"pod to the other pod", p.NS, q.NS, q.IP(4), eg, in, false}, // the server sends to the limited pod
+		{"other pod to the world", q.NS, e.node.World, nettest.WorldIP4, 0, 0, false},
+		// The server's socket is IPv6 with the pod's v4-mapped address.
+		{"pod to the other pod's dual-stack socket", p.NS, q.NS, q.IP(4), eg, in, true},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ci, si := connInfo(t, c.from, c.to, c.ip, 16000+i)
+			ci, si := connInfo(t, c.from, c.to, c.ip, 16000+i, c.dualStack)
 			v4 := c.ip.To4() != nil
 			for _, end := range []struct {
 				name  string
