@@ -17,7 +17,11 @@
  *    backlog queue, no netfilter FORWARD).
  * 5. Anything else: bpf_fib_lookup; forwarded with bpf_redirect or
  *    bpf_redirect_neigh when the FIB says so, else (local destination,
- *    fragmentation needed, no route...) handed to the stack. */
+ *    fragmentation needed, no route...) handed to the stack.
+ * 6. Another plugin's qdiscs on the host veth (lib/qdisc.h): with its
+ *    ingress qdisc, what 4 and 5 would redirect goes to its filters and the
+ *    stack instead; a root qdisc that queues is noted on the pod's
+ *    endpoint, so that deliveries to the pod pass it. */
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -36,6 +40,7 @@
 #include "lib/ipam.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
+#include "lib/qdisc.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
 
@@ -68,7 +73,7 @@ static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
 	return !((*(__u32 *)a ^ *(__u32 *)b) | (*(__u16 *)(a + 4) ^ *(__u16 *)(b + 4)));
 }
 
-static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoint_dev *dev,
+static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
 				      enum pkt_reason *why)
 {
 	void *data = (void *)(long)skb->data;
@@ -95,6 +100,7 @@ static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoi
 		ep = endpoint_lookup4(sip);
 		if (!ep || ep->ifindex != skb->ifindex)
 			return DROP(REASON_DROP_SPOOF_SRC);
+		qdisc_learn(ep, q); /* a pod ARPs before it sends anything else */
 	}
 
 	if (arp->ar_op != bpf_htons(ARPOP_REQUEST) || !sip || tip == sip) {
@@ -305,7 +311,7 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 /* translate_and_route: pod_translate, then routing; a translated packet is
  * counted by its translation. */
 static __always_inline int translate_and_route(struct __sk_buff *skb, const struct endpoint_dev *dev,
-					       struct endpoint_info *dst, int v6, enum pkt_reason *why)
+					       struct endpoint_info *dst, int v6, __u32 q, enum pkt_reason *why)
 {
 	enum pkt_reason xlat = REASON_PASS;
 	int done, ret;
@@ -313,15 +319,25 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 	ret = pod_translate(skb, dev, dst != NULL, &done, &xlat, why);
 	if (done)
 		return ret;
-	if (xlat == REASON_PASS)
+	if (xlat == REASON_PASS) {
+		if (q & QDISC_INGRESS) {
+			/* Another plugin's filters want the pod's packets (a
+			 * chained bandwidth plugin's ifb): the stack forwards
+			 * them after. A translated packet still goes our way:
+			 * the stack knows nothing of our NAT. */
+			*why = REASON_TO_QDISC;
+			return TC_ACT_OK;
+		}
 		return v6 ? route6(skb, dst, 0, why) : route4(skb, dst, 0, why);
+	}
 	ret = v6 ? route6(skb, NULL, 1, why) : route4(skb, NULL, 1, why);
 	if (ret >= 0)
 		*why = xlat;
 	return ret;
 }
 
-static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpoint_dev *dev, enum pkt_reason *why)
+static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
+					enum pkt_reason *why)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -335,12 +351,14 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpo
 	src = endpoint_lookup4(ip->saddr);
 	if (!src || src->ifindex != skb->ifindex)
 		return DROP(REASON_DROP_SPOOF_SRC);
+	qdisc_learn(src, q);
 	if (bw_egress(skb, src->flags))
 		return DROP(REASON_DROP_BW_EGRESS);
-	return translate_and_route(skb, dev, endpoint_lookup4(ip->daddr), 0, why);
+	return translate_and_route(skb, dev, endpoint_lookup4(ip->daddr), 0, q, why);
 }
 
-static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpoint_dev *dev, enum pkt_reason *why)
+static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
+					enum pkt_reason *why)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -360,13 +378,14 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpo
 	src = endpoint_lookup6(&ip6->saddr);
 	if (!src || src->ifindex != skb->ifindex)
 		return DROP(REASON_DROP_SPOOF_SRC);
+	qdisc_learn(src, q);
 	if (bw_egress(skb, src->flags))
 		return DROP(REASON_DROP_BW_EGRESS);
 	if (ipv6_is_multicast(&ip6->daddr)) {
 		*why = REASON_PASS; /* neighbour solicitation for the gateway */
 		return TC_ACT_OK;
 	}
-	return translate_and_route(skb, dev, endpoint_lookup6(&ip6->daddr), 1, why);
+	return translate_and_route(skb, dev, endpoint_lookup6(&ip6->daddr), 1, q, why);
 }
 
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
@@ -376,6 +395,7 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 	struct ethhdr *eth = data;
 	__u32 ifindex = skb->ifindex;
 	struct endpoint_dev *dev;
+	__u32 q;
 
 	if ((void *)(eth + 1) > data_end)
 		return DROP(REASON_DROP_MALFORMED);
@@ -385,14 +405,17 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 		return DROP(REASON_DROP_NO_ENDPOINT);
 	if (!mac_equal(eth->h_source, dev->mac))
 		return DROP(REASON_DROP_SPOOF_MAC);
+	q = dev_qdiscs(skb);
+	if (dev->flags & EP_F_CLSACT)
+		q &= ~QDISC_INGRESS; /* our own */
 
 	switch (eth->h_proto) {
 	case bpf_htons(ETH_P_IP):
-		return handle_ipv4(skb, dev, why);
+		return handle_ipv4(skb, dev, q, why);
 	case bpf_htons(ETH_P_IPV6):
-		return handle_ipv6(skb, dev, why);
+		return handle_ipv6(skb, dev, q, why);
 	case bpf_htons(ETH_P_ARP):
-		return handle_arp(skb, dev, why);
+		return handle_arp(skb, dev, q, why);
 	default:
 		/* Other protocols only reach the node's stack on this link. */
 		*why = REASON_PASS;

@@ -23,6 +23,7 @@
 #include "lib/endpoint.h"
 #include "lib/hostport.h"
 #include "lib/nat.h"
+#include "lib/qdisc.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
 
@@ -74,6 +75,12 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 		return TC_ACT_OK; /* the pod is being set up or torn down */
 	if (bw_ingress(skb, ifindex, dev->flags, 1))
 		return DROP(REASON_DROP_BW_INGRESS);
+	if (skb->tc_index == TC_INDEX_DELIVERY) {
+		/* endpoint_redirect's, through the qdisc (lib/qdisc.h) */
+		skb->tc_index = 0;
+		*why = REASON_VIA_QDISC;
+		return TC_ACT_OK;
+	}
 	remember_stack_flow(skb, dev);
 	return TC_ACT_OK;
 }

@@ -73,6 +73,10 @@ enum pkt_reason {
 	REASON_REV_DNAT = 16,         /* hostPort: the pod's reply translated back */
 	REASON_STACK_REPLY = 17,      /* reply to a flow the stack delivered (its NAT), handed to the stack */
 	REASON_FROM_STACK = 18,       /* delivered to the pod by the node's stack */
+	REASON_TO_QDISC = 19,         /* a pod's packet handed to another plugin's ingress qdisc (its
+				       * filters, then the stack) instead of redirected (lib/qdisc.h) */
+	REASON_VIA_QDISC = 20,        /* delivered to the pod through the host veth's root qdisc
+				       * (another plugin's shaping), not straight into its netns */
 	REASON_MAX = 32,
 };
 
@@ -105,6 +109,10 @@ enum endpoint_flags {
 	EP_F_BW_EGRESS = 2,  /* the pod's egress is rate limited */
 	EP_F_BW_INGRESS = 4, /* the pod's ingress is rate limited */
 	EP_F_STACK = 8,      /* set by to_container: the stack delivered a flow to the pod (endpoint_dev only) */
+	EP_F_QDISC = 16,     /* set by from_container: the host veth's root qdisc queues (another plugin's
+			      * shaping): deliveries go through it (endpoint_info only; lib/qdisc.h) */
+	EP_F_CLSACT = 32,    /* the programs are cls_bpf filters (attachMode tc): the host veth's
+			      * clsact qdisc is ours, not another plugin's */
 };
 
 #define ENDPOINT_MAX_IPS 4

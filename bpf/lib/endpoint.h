@@ -9,6 +9,7 @@
 #include <bpf/bpf_helpers.h>
 #include "../include/types.h"
 #include "bandwidth.h"
+#include "qdisc.h"
 #include "verdict.h"
 
 /* Pod address -> the veth it lives behind: the forwarding table. */
@@ -52,14 +53,23 @@ static __always_inline struct endpoint_info *endpoint_lookup6(const struct in6_a
  * redirect into a pod goes through here, so the pod's ingress limit holds
  * whichever program hands it the packet (bpf_redirect_peer skips the host
  * veth's egress hook, where to_container polices the stack's traffic).
+ * When the host veth's root qdisc queues (EP_F_QDISC: another plugin's
+ * tbf), the packet goes through the host veth's egress instead, that qdisc
+ * and to_container (which then polices it) included (lib/qdisc.h).
  * A negative return is a drop reason. */
 static __always_inline int endpoint_redirect(struct __sk_buff *skb, struct ethhdr *eth,
 					     const struct endpoint_info *dst)
 {
-	if (bw_ingress(skb, dst->ifindex, dst->flags, 0))
+	int via_qdisc = dst->flags & EP_F_QDISC;
+
+	if (!via_qdisc && bw_ingress(skb, dst->ifindex, dst->flags, 0))
 		return DROP(REASON_DROP_BW_INGRESS);
 	__builtin_memcpy(eth->h_dest, dst->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, dst->host_mac, ETH_ALEN);
+	if (via_qdisc) {
+		skb->tc_index = TC_INDEX_DELIVERY;
+		return bpf_redirect(dst->ifindex, 0);
+	}
 	return bpf_redirect_peer(dst->ifindex, 0);
 }
 

@@ -2,7 +2,10 @@
  * and forwarding decisions are counted.
  *
  * Handlers return either a tc action (>= 0) and set *why, or a negative
- * enum pkt_reason for a drop. */
+ * enum pkt_reason for a drop. A packet for the stack (TC_ACT_OK) leaves
+ * as TC_ACT_UNSPEC (TCX_NEXT): whatever else is on the hook still sees it,
+ * a later tcx program or another plugin's legacy filters (lib/qdisc.h);
+ * with nothing there, the stack gets it all the same. */
 #ifndef EBPF_CNI_LIB_VERDICT_H
 #define EBPF_CNI_LIB_VERDICT_H
 
@@ -20,7 +23,7 @@ static __always_inline int verdict(struct __sk_buff *skb, int ret, enum pkt_reas
 		return TC_ACT_SHOT;
 	}
 	count_packet(skb, why);
-	return ret;
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 
 #endif

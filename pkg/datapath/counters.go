@@ -33,6 +33,8 @@ var ReasonNames = map[maps.CniPktReason]string{
 	maps.CniPktReasonREASON_REV_DNAT:             "hostPort: reply translated back",
 	maps.CniPktReasonREASON_STACK_REPLY:          "reply to stack-NATed flow, to stack",
 	maps.CniPktReasonREASON_FROM_STACK:           "delivered to pod by the stack",
+	maps.CniPktReasonREASON_TO_QDISC:             "to another plugin's ingress qdisc",
+	maps.CniPktReasonREASON_VIA_QDISC:            "delivered through the root qdisc",
 }
 
 // ReasonKeys are stable machine names of the reasons (the C enum names,
@@ -58,6 +60,8 @@ var ReasonKeys = map[maps.CniPktReason]string{
 	maps.CniPktReasonREASON_REV_DNAT:             "rev_dnat",
 	maps.CniPktReasonREASON_STACK_REPLY:          "stack_reply",
 	maps.CniPktReasonREASON_FROM_STACK:           "from_stack",
+	maps.CniPktReasonREASON_TO_QDISC:             "to_qdisc",
+	maps.CniPktReasonREASON_VIA_QDISC:            "via_qdisc",
 }
 
 // IsDrop reports whether a reason is a drop.

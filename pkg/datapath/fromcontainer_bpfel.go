@@ -279,6 +279,8 @@ const (
 	FromContainerPktReasonREASON_REV_DNAT             FromContainerPktReason = 16
 	FromContainerPktReasonREASON_STACK_REPLY          FromContainerPktReason = 17
 	FromContainerPktReasonREASON_FROM_STACK           FromContainerPktReason = 18
+	FromContainerPktReasonREASON_TO_QDISC             FromContainerPktReason = 19
+	FromContainerPktReasonREASON_VIA_QDISC            FromContainerPktReason = 20
 	FromContainerPktReasonREASON_MAX                  FromContainerPktReason = 32
 )
 

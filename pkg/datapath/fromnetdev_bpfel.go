@@ -244,6 +244,8 @@ const (
 	FromNetdevPktReasonREASON_REV_DNAT             FromNetdevPktReason = 16
 	FromNetdevPktReasonREASON_STACK_REPLY          FromNetdevPktReason = 17
 	FromNetdevPktReasonREASON_FROM_STACK           FromNetdevPktReason = 18
+	FromNetdevPktReasonREASON_TO_QDISC             FromNetdevPktReason = 19
+	FromNetdevPktReasonREASON_VIA_QDISC            FromNetdevPktReason = 20
 	FromNetdevPktReasonREASON_MAX                  FromNetdevPktReason = 32
 )
 

@@ -105,6 +105,8 @@ const (
 	SockPacingPktReasonREASON_REV_DNAT             SockPacingPktReason = 16
 	SockPacingPktReasonREASON_STACK_REPLY          SockPacingPktReason = 17
 	SockPacingPktReasonREASON_FROM_STACK           SockPacingPktReason = 18
+	SockPacingPktReasonREASON_TO_QDISC             SockPacingPktReason = 19
+	SockPacingPktReasonREASON_VIA_QDISC            SockPacingPktReason = 20
 	SockPacingPktReasonREASON_MAX                  SockPacingPktReason = 32
 )
 

@@ -244,6 +244,8 @@ const (
 	ToContainerPktReasonREASON_REV_DNAT             ToContainerPktReason = 16
 	ToContainerPktReasonREASON_STACK_REPLY          ToContainerPktReason = 17
 	ToContainerPktReasonREASON_FROM_STACK           ToContainerPktReason = 18
+	ToContainerPktReasonREASON_TO_QDISC             ToContainerPktReason = 19
+	ToContainerPktReasonREASON_VIA_QDISC            ToContainerPktReason = 20
 	ToContainerPktReasonREASON_MAX                  ToContainerPktReason = 32
 )
 

@@ -216,6 +216,8 @@ const (
 	ToNetdevPktReasonREASON_REV_DNAT             ToNetdevPktReason = 16
 	ToNetdevPktReasonREASON_STACK_REPLY          ToNetdevPktReason = 17
 	ToNetdevPktReasonREASON_FROM_STACK           ToNetdevPktReason = 18
+	ToNetdevPktReasonREASON_TO_QDISC             ToNetdevPktReason = 19
+	ToNetdevPktReasonREASON_VIA_QDISC            ToNetdevPktReason = 20
 	ToNetdevPktReasonREASON_MAX                  ToNetdevPktReason = 32
 )
 

@@ -217,6 +217,8 @@ const (
 	CniPktReasonREASON_REV_DNAT             CniPktReason = 16
 	CniPktReasonREASON_STACK_REPLY          CniPktReason = 17
 	CniPktReasonREASON_FROM_STACK           CniPktReason = 18
+	CniPktReasonREASON_TO_QDISC             CniPktReason = 19
+	CniPktReasonREASON_VIA_QDISC            CniPktReason = 20
 	CniPktReasonREASON_MAX                  CniPktReason = 32
 )
 

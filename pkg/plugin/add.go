@@ -179,6 +179,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if len(ports) > 0 {
 		ep.Flags |= datapath.EndpointFlagHostPort
 	}
+	if c.Mode == datapath.ModeTC {
+		ep.Flags |= datapath.EndpointFlagClsact
+	}
 	// The buckets before the endpoint entries: a flag never points at a
 	// missing bucket (a missing one would only mean no limit).
 	if c.BW.Any() {
@@ -225,6 +228,13 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 			return cniError(ErrAttach, "attaching the datapath", err)
 		}
 		rec.Attachments = append(rec.Attachments, a)
+		if a.Mode == datapath.ModeTC && ep.Flags&datapath.EndpointFlagClsact == 0 {
+			// attachMode auto fell back to tc: the clsact qdisc is ours.
+			ep.Flags |= datapath.EndpointFlagClsact
+			if err := em.Put(ep); err != nil {
+				return cniError(ErrBPFFS, "updating the endpoint", err)
+			}
+		}
 	}
 	undo = append(undo, func() { _ = datapath.RemoveRecord(c.StateDir, hostName) })
 	if err := datapath.WriteRecord(c.StateDir, rec); err != nil {

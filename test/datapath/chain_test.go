@@ -11,6 +11,8 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // TestChaining: ebpf-cni first in a list with Debian's tuning, portmap,
@@ -116,4 +118,107 @@ func TestHostLocal(t *testing.T) {
 			e.requireClean()
 		})
 	}
+}
+
+// TestChainedBandwidth: the reference bandwidth plugin chained after
+// ebpf-cni shapes the pod as it does behind bridge: its ifb (the pod's
+// egress) and its tbf on the host veth (the pod's ingress) see every
+// path, the world's and the other pods'. ebpf-cni has no limit of its own
+// here (no bandwidth capability): what holds the rates is the chained
+// plugin's qdiscs, which the programs learn of and hand the pod's traffic
+// to (bpf/lib/qdisc.h).
+func TestChainedBandwidth(t *testing.T) {
+	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0"} { // the reference plugin chains from 0.3.0; Debian's stops at 1.0.0
+		t.Run(v, func(t *testing.T) {
+			e := newEnv(t)
+			e.routeWorldToPods()
+			bw := map[string]any{"type": "bandwidth", "capabilities": map[string]any{"bandwidth": true}}
+			list := e.confList(netOpts{version: v, chained: []map[string]any{bw}})
+			caps := map[string]any{"bandwidth": map[string]any{
+				"egressRate": 20_000_000, "egressBurst": 200_000,
+				"ingressRate": 50_000_000, "ingressBurst": 500_000,
+			}}
+			p, err := e.cni.AddPod(list, "chained-bw", caps)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
+			other := e.addPod(list, "chained-other")
+			if testutil.AtLeast(v, "0.4.0") {
+				require.NoError(t, e.cni.Check(list, p.RT), "CHECK through the chain")
+			}
+			ifbs := 0
+			for _, kind := range e.linkKinds() {
+				if kind == "ifb" {
+					ifbs++
+				}
+			}
+			require.Equal(t, 1, ifbs, "the reference plugin's ifb")
+
+			cases := []struct {
+				name     string
+				from, to ns.NetNS
+				dst      net.IP
+				want     float64
+			}{
+				{"egress to the world", p.NS, e.node.World, nettest.WorldIP4, 20e6},
+				{"ingress from the world", e.node.World, p.NS, p.IP(4), 50e6},
+				{"egress to a pod", p.NS, other.NS, other.IP(4), 20e6},
+				{"ingress from a pod", other.NS, p.NS, p.IP(4), 50e6},
+				{"egress to the world, IPv6", p.NS, e.node.World, nettest.WorldIP6, 20e6},
+				{"ingress from a pod, IPv6", other.NS, p.NS, p.IP(6), 50e6},
+			}
+			before := e.counters()
+			for i, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					r := iperfRate(t, c.from, c.to, c.dst, 15301+i, 3, c.want, 0.10)
+					require.InDelta(t, c.want, r.BitsPerSecond, c.want*0.10, "achieved rate over 3 s")
+				})
+			}
+			after := e.counters()
+			toQdisc, viaQdisc := int(maps.CniPktReasonREASON_TO_QDISC), int(maps.CniPktReasonREASON_VIA_QDISC)
+			require.Greater(t, after[toQdisc], before[toQdisc], "the pod's packets went to the ifb's filter")
+			require.Greater(t, after[viaQdisc], before[viaQdisc], "deliveries went through the tbf")
+			for _, ip := range []net.IP{p.IP(4), p.IP(6)} {
+				require.NotZero(t, e.endpointFlags(ip)&datapath.EndpointFlagQdisc, "%s: EP_F_QDISC learned", ip)
+			}
+			for _, ip := range []net.IP{other.IP(4), other.IP(6)} {
+				require.Zero(t, e.endpointFlags(ip)&datapath.EndpointFlagQdisc, "%s: the other pod has no qdisc", ip)
+			}
+			// The unlimited pod is not slowed down, and keeps the fast path.
+			before = e.counters()
+			r, err := nettest.Iperf(other.NS, e.node.World, nettest.WorldIP4, 15310, 1)
+			require.NoError(t, err)
+			require.Greater(t, r.BitsPerSecond, 200e6, "unlimited pod")
+			require.Equal(t, before[toQdisc], e.counters()[toQdisc], "the unlimited pod's packets were redirected")
+
+			// Without the qdiscs the pod is back on the fast path with its
+			// next packets.
+			host := datapath.HostVethName(p.RT.ContainerID, p.RT.IfName)
+			for _, parent := range []string{"root", "ingress"} {
+				_, err := nettest.Run(e.node.NS, "tc", "qdisc", "del", "dev", host, parent)
+				require.NoError(t, err)
+			}
+			r, err = nettest.Iperf(p.NS, other.NS, other.IP(4), 15311, 1)
+			require.NoError(t, err)
+			require.Greater(t, r.BitsPerSecond, 200e6, "qdiscs gone: no limit")
+			require.Zero(t, e.endpointFlags(p.IP(4))&datapath.EndpointFlagQdisc, "EP_F_QDISC cleared")
+
+			require.NoError(t, e.cni.DelPod(list, p))
+			require.NoError(t, e.cni.DelPod(list, other))
+			for name, kind := range e.linkKinds() {
+				require.NotEqual(t, "ifb", kind, "ifb %s left", name)
+			}
+			e.requireClean()
+		})
+	}
+}
+
+// endpointFlags reads the endpoints entry of ip.
+func (e *env) endpointFlags(ip net.IP) uint32 {
+	e.t.Helper()
+	em, err := datapath.OpenEndpointMaps(e.bpfRoot)
+	require.NoError(e.t, err)
+	defer em.Close()
+	var v maps.CniEndpointInfo
+	require.NoError(e.t, em.Endpoints.Lookup(datapath.Key(ip), &v), "endpoints[%s]", ip)
+	return v.Flags
 }
