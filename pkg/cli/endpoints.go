@@ -13,13 +13,17 @@ func init() {
 		Help: `One row per attachment (container ID/ifname): the host veth and its ifindex,
 the pod's addresses and MAC as the datapath enforces them (endpoint_devs),
 the programs attached to the host veth (kernel program ID) and how (tcx or
-tc), and STATE: ok, or "problem" with each problem listed under the table.
+tc), OTHER QDISCS: another plugin's qdiscs on the host veth (a chained
+bandwidth plugin's "root tbf" and "ingress"; "(delivering)" when the
+datapath has learned the root qdisc and delivers to the pod through it),
+and STATE: ok, or "problem" with each problem listed under the table.
 Endpoints come from the records under --state-dir joined with the pinned
 endpoint maps, so an entry either side lacks is shown too.
 
 JSON: a list of objects with containerID, ifname, network, netns, hostVeth,
 hostIfindex, ips, mac, hostMAC, attachments (hook, mode, recordedMode,
-programIDs, programTag), recorded, inMaps, vethPresent, problems.`,
+programIDs, programTag), recorded, inMaps, vethPresent, problems, qdiscs,
+viaQdisc.`,
 		Flags: func(*flag.FlagSet) func(*Context) error { return runEndpoints },
 	})
 }
@@ -32,7 +36,7 @@ func runEndpoints(ctx *Context) error {
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, n.Endpoints)
 	}
-	t := &Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "STATE"}, Right: map[int]bool{2: true}}
+	t := &Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "STATE"}, Right: map[int]bool{2: true}}
 	var problems []string
 	for _, e := range n.Endpoints {
 		var progs []string
@@ -53,7 +57,11 @@ func runEndpoints(ctx *Context) error {
 				problems = append(problems, fmt.Sprintf("  %s (%s): %s", e.Name(), orDash(e.HostVeth), p))
 			}
 		}
-		t.Row(e.Name(), orDash(e.HostVeth), fmt.Sprint(e.HostIfIndex), orDash(strings.Join(e.IPs, ",")), orDash(e.MAC), strings.Join(progs, "; "), state)
+		qdiscs := strings.Join(e.Qdiscs, ", ")
+		if e.ViaQdisc {
+			qdiscs += " (delivering)"
+		}
+		t.Row(e.Name(), orDash(e.HostVeth), fmt.Sprint(e.HostIfIndex), orDash(strings.Join(e.IPs, ",")), orDash(e.MAC), strings.Join(progs, "; "), orDash(qdiscs), state)
 	}
 	if t.Len() == 0 {
 		fmt.Fprintln(ctx.Stdout, "no endpoints on this node")

@@ -35,6 +35,13 @@ type Endpoint struct {
 	InMaps      bool       `json:"inMaps"`      // has an endpoint_devs entry
 	VethPresent bool       `json:"vethPresent"` // host veth found in this netns
 	Problems    []string   `json:"problems"`
+	// Qdiscs are the host veth's qdiscs other than its default noqueue
+	// and ebpf-cni's own clsact: another plugin's shaping, which the
+	// programs hand the pod's traffic to (bpf/lib/qdisc.h).
+	Qdiscs []string `json:"qdiscs"`
+	// ViaQdisc: the datapath has learned that the root qdisc queues
+	// (EP_F_QDISC) and delivers to the pod through it.
+	ViaQdisc bool `json:"viaQdisc"`
 
 	rec *datapath.Record
 }
@@ -129,8 +136,18 @@ func loadNode(ctx *Context) (*node, error) {
 		e.fromDev(&d)
 		n.add(e)
 	}
+	eps, err := openMap(ctx.BPFRoot, maps.CniMapEndpoints)
+	if err != nil && !errors.Is(err, errNoMap) {
+		return nil, err
+	}
 	for _, e := range n.Endpoints {
 		n.inspect(e, ctx.StateDir)
+		if eps != nil {
+			e.ViaQdisc = viaQdisc(eps, e)
+		}
+	}
+	if eps != nil {
+		eps.Close()
 	}
 	sort.Slice(n.Endpoints, func(i, j int) bool {
 		a, b := n.Endpoints[i], n.Endpoints[j]
@@ -216,6 +233,16 @@ func (n *node) inspect(e *Endpoint, stateDir string) {
 		}
 		e.Attachments = append(e.Attachments, a)
 	}
+	e.Qdiscs = []string{}
+	if l != nil {
+		qs, err := netlinksafe.QdiscList(l)
+		if err != nil {
+			e.Problems = append(e.Problems, fmt.Sprintf("listing the qdiscs of %s: %v", l.Attrs().Name, err))
+		}
+		for _, q := range qs {
+			e.Qdiscs = append(e.Qdiscs, otherQdisc(q, e.Attachments)...)
+		}
+	}
 	if !e.VethPresent {
 		e.Problems = append(e.Problems, fmt.Sprintf("host veth %s not in this network namespace (pod gone without DEL, or run ebpf-cni in the node's netns): ebpf-cni gc removes its state", orDash(e.HostVeth)))
 	}
@@ -231,6 +258,34 @@ func (n *node) inspect(e *Endpoint, stateDir string) {
 	if e.IPs == nil {
 		e.IPs = []string{}
 	}
+}
+
+// otherQdisc names q ("root tbf", "ingress") unless it is the default
+// noqueue or the clsact that ebpf-cni's own tc filters live in.
+func otherQdisc(q netlink.Qdisc, attached []Attached) []string {
+	a := q.Attrs()
+	switch {
+	case q.Type() == "noqueue":
+		return nil
+	case q.Type() == "clsact" && slices.ContainsFunc(attached, func(x Attached) bool { return x.Mode == string(datapath.ModeTC) }):
+		return nil
+	case a.Parent == netlink.HANDLE_ROOT:
+		return []string{"root " + q.Type()}
+	case a.Parent == netlink.HANDLE_INGRESS || a.Parent == netlink.HANDLE_CLSACT:
+		return []string{q.Type()}
+	}
+	return nil // a child of another qdisc
+}
+
+// viaQdisc reports whether any endpoints entry of e has EP_F_QDISC.
+func viaQdisc(m *ebpf.Map, e *Endpoint) bool {
+	for _, s := range e.IPs {
+		var v maps.CniEndpointInfo
+		if ip := net.ParseIP(s); ip != nil && m.Lookup(datapath.Key(ip), &v) == nil && v.Flags&datapath.EndpointFlagQdisc != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // attachedByMode lists the programs at hook on l, by how they are attached.

@@ -114,6 +114,6 @@ func TestHostPortPrograms(t *testing.T) {
 	// A port nobody published passes untouched.
 	pkt := tcp4(macWorld, world4, uplink4, 40000, 8081, 0x02)
 	ret, out = run(fromNetdev, up.Attrs().Index, append([]byte{}, pkt...))
-	require.Equal(t, uint32(tcActOK), ret)
+	require.Equal(t, uint32(tcActPass), ret)
 	require.Equal(t, pkt, out)
 }

@@ -81,7 +81,7 @@ func TestNATPrograms(t *testing.T) {
 	// Out: the pod's SYN leaves with the node's address, port kept.
 	before := e.count(t, maps.CniPktReasonREASON_SNAT)
 	ret, out := run(toNetdev, tcp4(macA, ipA4, world4, 40000, 80, 0x02))
-	require.Equal(t, uint32(tcActOK), ret)
+	require.Equal(t, uint32(tcActPass), ret)
 	require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_SNAT))
 	ip := out[14:34]
 	require.Equal(t, []byte(uplink4), ip[12:16], "source is the node's")
@@ -114,10 +114,10 @@ func TestNATPrograms(t *testing.T) {
 	// The node's own traffic passes both ways untouched.
 	pkt := tcp4(macWorld, uplink4, world4, 50000, 80, 0x02)
 	ret, out = run(toNetdev, bytes.Clone(pkt))
-	require.Equal(t, uint32(tcActOK), ret)
+	require.Equal(t, uint32(tcActPass), ret)
 	require.Equal(t, pkt, out)
 	pkt = tcp4(macWorld, world4, uplink4, 80, 50001, 0x12)
 	ret, out = run(fromNetdev, bytes.Clone(pkt))
-	require.Equal(t, uint32(tcActOK), ret)
+	require.Equal(t, uint32(tcActPass), ret)
 	require.Equal(t, pkt, out)
 }

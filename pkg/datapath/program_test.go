@@ -24,7 +24,7 @@ type skbCtx struct {
 }
 
 const (
-	tcActOK       = 0
+	tcActPass     = 0xffffffff // TC_ACT_UNSPEC (TCX_NEXT): handed on to the stack (lib/verdict.h)
 	tcActShot     = 2
 	tcActRedirect = 7
 )
@@ -187,8 +187,8 @@ func TestFromContainer(t *testing.T) {
 			require.Equal(t, []byte(macB), out[0:6])
 			require.Equal(t, byte(63), out[14+7], "hop limit decremented")
 		}},
-		{"ttl 1 goes to the stack", a.Index, icmp4(macA, ipA4, ipB4, 1), tcActOK, maps.CniPktReasonREASON_PASS, nil},
-		{"to the node", a.Index, icmp4(macA, ipA4, uplink4, 64), tcActOK, maps.CniPktReasonREASON_PASS, nil},
+		{"ttl 1 goes to the stack", a.Index, icmp4(macA, ipA4, ipB4, 1), tcActPass, maps.CniPktReasonREASON_PASS, nil},
+		{"to the node", a.Index, icmp4(macA, ipA4, uplink4, 64), tcActPass, maps.CniPktReasonREASON_PASS, nil},
 		{"to the world via fib", a.Index, icmp4(macA, ipA4, world4, 64), tcActRedirect, maps.CniPktReasonREASON_FIB_REDIRECT, func(t *testing.T, out []byte) {
 			require.Equal(t, []byte(macWorld), out[0:6], "next hop's MAC from the neighbour table")
 			require.Equal(t, byte(63), out[14+8])
@@ -201,7 +201,7 @@ func TestFromContainer(t *testing.T) {
 			require.Equal(t, []byte(gw4), out[28:32])
 			require.Equal(t, []byte(ipA4), out[38:42])
 		}},
-		{"v6 link-local source passes", a.Index, udp6(macA, net.ParseIP("fe80::1234"), net.ParseIP("ff02::1:ff00:1"), 255), tcActOK, maps.CniPktReasonREASON_PASS, nil},
+		{"v6 link-local source passes", a.Index, udp6(macA, net.ParseIP("fe80::1234"), net.ParseIP("ff02::1:ff00:1"), 255), tcActPass, maps.CniPktReasonREASON_PASS, nil},
 		{"spoofed v4 source", a.Index, icmp4(macA, ipB4, ipA4, 64), tcActShot, maps.CniPktReasonREASON_DROP_SPOOF_SRC, nil},
 		{"unknown v4 source", a.Index, icmp4(macA, net.ParseIP("10.9.9.9"), ipB4, 64), tcActShot, maps.CniPktReasonREASON_DROP_SPOOF_SRC, nil},
 		{"spoofed v6 source", a.Index, udp6(macA, ipB6, ipA6, 64), tcActShot, maps.CniPktReasonREASON_DROP_SPOOF_SRC, nil},

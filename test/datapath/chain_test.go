@@ -1,8 +1,10 @@
 package datapath_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"path/filepath"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
@@ -183,6 +186,13 @@ func TestChainedBandwidth(t *testing.T) {
 			for _, ip := range []net.IP{other.IP(4), other.IP(6)} {
 				require.Zero(t, e.endpointFlags(ip)&datapath.EndpointFlagQdisc, "%s: the other pod has no qdisc", ip)
 			}
+			// The operator CLI shows the chained plugin's qdiscs, in use.
+			eps := e.cliEndpoints()
+			require.ElementsMatch(t, []string{"root tbf", "ingress"}, eps["chained-bw"].Qdiscs)
+			require.True(t, eps["chained-bw"].ViaQdisc)
+			require.Empty(t, eps["chained-other"].Qdiscs)
+			require.False(t, eps["chained-other"].ViaQdisc)
+
 			// The unlimited pod is not slowed down, and keeps the fast path.
 			before = e.counters()
 			r, err := nettest.Iperf(other.NS, e.node.World, nettest.WorldIP4, 15310, 1)
@@ -221,4 +231,19 @@ func (e *env) endpointFlags(ip net.IP) uint32 {
 	var v maps.CniEndpointInfo
 	require.NoError(e.t, em.Endpoints.Lookup(datapath.Key(ip), &v), "endpoints[%s]", ip)
 	return v.Flags
+}
+
+// cliEndpoints is `ebpf-cni endpoints -o json` in the node, by container ID.
+func (e *env) cliEndpoints() map[string]cli.Endpoint {
+	e.t.Helper()
+	out, err := nettest.Run(e.node.NS, filepath.Join(e.paths[0], "ebpf-cni"), "endpoints", "-o", "json",
+		"--bpf-root", e.bpfRoot, "--state-dir", e.stateDir)
+	require.NoError(e.t, err, out)
+	var list []cli.Endpoint
+	require.NoError(e.t, json.Unmarshal([]byte(out), &list), out)
+	m := map[string]cli.Endpoint{}
+	for _, ep := range list {
+		m[ep.ContainerID] = ep
+	}
+	return m
 }
