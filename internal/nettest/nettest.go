@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 
@@ -56,11 +57,18 @@ func NewNetNS() (ns.NetNS, error) {
 	return n, nil
 }
 
-// CloseNetNS removes a namespace made by NewNetNS.
+// CloseNetNS removes a namespace made by NewNetNS (or testutils.NewNS).
+// When the plain unmount fails (the mount is busy, e.g. seen from another
+// mount namespace at that moment), it detaches it instead, so the name in
+// /run/netns never outlives the test.
 func CloseNetNS(n ns.NetNS) {
-	if n != nil {
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
+	if n == nil {
+		return
+	}
+	_ = n.Close()
+	if err := testutils.UnmountNS(n); err != nil && strings.HasPrefix(n.Path(), "/run/netns/") {
+		_ = unix.Unmount(n.Path(), unix.MNT_DETACH)
+		_ = os.Remove(n.Path())
 	}
 }
 

@@ -62,10 +62,7 @@ func NetNS(t testing.TB) ns.NetNS {
 	if err != nil {
 		t.Fatalf("creating netns: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
-	})
+	t.Cleanup(func() { nettest.CloseNetNS(n) })
 	return n
 }
 
