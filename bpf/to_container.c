@@ -9,6 +9,11 @@
  * and traffic another plugin's NAT (a chained portmap, kube-proxy) sent to
  * the pod.
  *
+ * One exception: when the host veth's root qdisc queues (another plugin's
+ * tbf, an fq: EP_F_QDISC, lib/qdisc.h), endpoint_redirect sends its
+ * deliveries through the host veth's egress too, marked in tc_index; they
+ * are counted as via_qdisc and policed here, and are not stack flows.
+ *
  * It polices the pod's ingress limit for that traffic (endpoint_redirect
  * polices the rest). Where the host veth has an fq qdisc, it paces instead
  * of dropping: the packet gets its departure time (EDT). */
