@@ -37,7 +37,6 @@
 #include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/hostport.h"
-#include "lib/ipam.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
 #include "lib/qdisc.h"

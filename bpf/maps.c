@@ -16,4 +16,27 @@
 #include "lib/hostport.h"
 #include "lib/pacing.h"
 
+/* bpf2go generates Go only for types the object's BTF holds, and an enum is
+ * there only when something has its type. go_enums has: it lists every enum
+ * whose values the Go side uses (flags, NAT states and directions,
+ * constants), so pkg/maps generates them with -type and none is copied by
+ * hand. The map is only declared: it has no pinning and nothing creates it. */
+struct go_enum_list {
+	enum addr_family addr_family;
+	enum endpoint_flags endpoint_flags;
+	enum bw_flags bw_flags;
+	enum bw_const bw_const;
+	enum nat_dir nat_dir;
+	enum nat_state nat_state;
+	enum nat_flags nat_flags;
+	enum nat_default_lifetime nat_default_lifetime;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct go_enum_list);
+} go_enums SEC(".maps");
+
 char __license[] SEC("license") = "GPL";

@@ -160,6 +160,15 @@ enum bw_flags {
 	BW_F_EDT = 1, /* the host veth has an fq qdisc: stack traffic is paced (skb->tstamp), not dropped */
 };
 
+/* Constants of the buckets that the Go side computes with: an enum, not a
+ * #define, so that bpf2go generates them (pkg/maps) and nothing is copied. */
+enum bw_const {
+	/* ns_per_byte is fixed point with this many fraction bits: exact to
+	 * 0.01% up to 1 Tbit/s, and bytes * ns_per_byte fits 64 bits down to
+	 * 1 kbit/s for a 64 KB packet. */
+	BW_NS_SHIFT = 20,
+};
+
 struct bw_state {
 	struct bw_bucket egress;  /* leaving the pod */
 	struct bw_bucket ingress; /* delivered to the pod */
@@ -181,6 +190,17 @@ enum nat_state {
 	NAT_STATE_ESTABLISHED = 2, /* TCP: both sides spoke */
 	NAT_STATE_CLOSING = 3,     /* TCP: FIN or RST seen */
 	NAT_STATE_OPEN = 4,        /* UDP, ICMP echo */
+};
+
+/* Default idle lifetimes of NAT entries, in seconds: what the programs use
+ * while nat_timeouts holds none, and what pkg/nat starts from (an enum so
+ * that bpf2go generates them). */
+enum nat_default_lifetime {
+	NAT_DEFAULT_TCP_SYN = 60,
+	NAT_DEFAULT_TCP_ESTABLISHED = 21600,
+	NAT_DEFAULT_TCP_CLOSING = 10,
+	NAT_DEFAULT_UDP = 60,
+	NAT_DEFAULT_ICMP = 30,
 };
 
 enum nat_flags {

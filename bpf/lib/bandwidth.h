@@ -40,11 +40,6 @@
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
 
-/* ns_per_byte is fixed point with this many fraction bits: exact to 0.01%
- * up to 1 Tbit/s, and bytes * ns_per_byte fits 64 bits down to 1 kbit/s
- * for a 64 KB packet. */
-#define BW_NS_SHIFT 20
-
 /* With fq pacing (BW_F_EDT) a packet is held back rather than dropped, up
  * to this far beyond the burst; fq's own horizon is 10 s. */
 #define BW_EDT_HORIZON_NS 1000000000ULL

@@ -1,5 +1,9 @@
-/* IPAM allocation maps. ebpf-ipam writes them; the datapath reads
- * ipam_allocs (it backs anti-spoofing). Pinned by name under bpfRoot. */
+/* IPAM allocation maps, written and read by ebpf-ipam only (pkg/ipam) and
+ * shown by the operator CLI. No program reads them: anti-spoofing checks a
+ * pod's addresses in endpoint_devs, which ADD writes from the IPAM result.
+ * Declared here for bpf/maps.c, which pkg/maps creates them from; pinned by
+ * name under bpfRoot. ipam_nets is also the network registry of pkg/maps
+ * (RegisterNetwork), which masquerade uses too. */
 #ifndef EBPF_CNI_LIB_IPAM_H
 #define EBPF_CNI_LIB_IPAM_H
 

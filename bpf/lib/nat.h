@@ -22,11 +22,6 @@
 #define NAT_PORT_TRIES 32      /* random probes into the range before giving up */
 
 #define NSEC_PER_SEC 1000000000ULL
-#define NAT_DEFAULT_TCP_SYN 60
-#define NAT_DEFAULT_TCP_ESTABLISHED 21600
-#define NAT_DEFAULT_TCP_CLOSING 10
-#define NAT_DEFAULT_UDP 60
-#define NAT_DEFAULT_ICMP 30
 
 #define IPPROTO_ICMPV6_ 58
 #define ICMP_ECHOREPLY_ 0

@@ -13,29 +13,15 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
-// nsShift is BW_NS_SHIFT of bpf/lib/bandwidth.h: the fraction bits of
-// ns_per_byte.
-const nsShift = 20
-
-// Bucket flags (enum bw_flags).
-const flagEDT = 1
-
-// Endpoint flags of a pod's limits (datapath.EndpointFlagBWEgress and
-// EndpointFlagBWIngress; repeated here so datapath need not import us).
-const (
-	flagEgress  uint32 = 2
-	flagIngress uint32 = 4
-)
-
 // Flags are the endpoint flags (enum endpoint_flags) the limits need: the
 // programs look the bucket up only for a direction that has one.
 func (l *Limits) Flags() uint32 {
 	var f uint32
 	if l != nil && l.Egress.Rate > 0 {
-		f |= flagEgress
+		f |= uint32(maps.CniEndpointFlagsEP_F_BW_EGRESS)
 	}
 	if l != nil && l.Ingress.Rate > 0 {
-		f |= flagIngress
+		f |= uint32(maps.CniEndpointFlagsEP_F_BW_INGRESS)
 	}
 	return f
 }
@@ -46,8 +32,8 @@ func bucket(l Limit, edt bool) maps.CniBwBucket {
 		return maps.CniBwBucket{}
 	}
 	b := maps.CniBwBucket{Rate: l.Rate, Burst: l.Burst, Recovery: uint64(recoveryCredit)}
-	// ns per byte = 8e9 / rate, with nsShift fraction bits.
-	b.NsPerByte = (uint64(8_000_000_000) << nsShift) / l.Rate
+	// ns per byte = 8e9 / rate, with BW_NS_SHIFT fraction bits.
+	b.NsPerByte = (uint64(8_000_000_000) << maps.CniBwConstBW_NS_SHIFT) / l.Rate
 	// tau = burst * 1e9 / rate ns, in 128 bits: a 4 GiB burst at 1 kbit/s
 	// is longer than 64 bits of nanoseconds; it saturates.
 	hi, lo := bits.Mul64(l.Burst, 1_000_000_000)
@@ -58,7 +44,7 @@ func bucket(l Limit, edt bool) maps.CniBwBucket {
 		b.Tau = min(b.Tau, math.MaxInt64)
 	}
 	if edt {
-		b.Flags |= flagEDT
+		b.Flags |= uint64(maps.CniBwFlagsBW_F_EDT)
 	}
 	return b
 }

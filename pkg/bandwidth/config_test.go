@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 func entry(t *testing.T, s string) *Entry {
@@ -61,11 +63,11 @@ func TestValidate(t *testing.T) {
 
 func TestBucket(t *testing.T) {
 	b := bucket(Limit{Rate: 8_000_000, Burst: 8_000_000}, false) // 1 MB/s, 1 s of burst
-	require.Equal(t, uint64(1000)<<nsShift, b.NsPerByte)
+	require.Equal(t, uint64(1000)<<maps.CniBwConstBW_NS_SHIFT, b.NsPerByte)
 	require.Equal(t, uint64(1e9), b.Tau)
 	huge := bucket(Limit{Rate: MinRate, Burst: maxBurstBits}, true)
 	require.Equal(t, uint64(maxBurstBits)*1_000_000, huge.Tau, "128-bit product, no wrap")
-	require.Equal(t, uint64(flagEDT), huge.Flags)
+	require.Equal(t, uint64(maps.CniBwFlagsBW_F_EDT), huge.Flags)
 	require.Zero(t, bucket(Limit{}, false).NsPerByte, "no limit")
 	require.Equal(t, uint32(6), (&Limits{Egress: Limit{Rate: 1}, Ingress: Limit{Rate: 1}}).Flags())
 }

@@ -62,7 +62,7 @@ func bucketState(b maps.CniBwBucket, now uint64) *BucketState {
 		return nil
 	}
 	s := &BucketState{Rate: b.Rate, Burst: b.Burst, Mode: "police", Drops: b.Drops, DropBytes: b.DropBytes}
-	if b.Flags&1 != 0 {
+	if b.Flags&uint64(maps.CniBwFlagsBW_F_EDT) != 0 {
 		s.Mode = "edt"
 	}
 	if b.Tat > now {

@@ -281,7 +281,7 @@ func otherQdisc(q netlink.Qdisc, attached []Attached) []string {
 func viaQdisc(m *ebpf.Map, e *Endpoint) bool {
 	for _, s := range e.IPs {
 		var v maps.CniEndpointInfo
-		if ip := net.ParseIP(s); ip != nil && m.Lookup(datapath.Key(ip), &v) == nil && v.Flags&datapath.EndpointFlagQdisc != 0 {
+		if ip := net.ParseIP(s); ip != nil && m.Lookup(datapath.Key(ip), &v) == nil && v.Flags&uint32(maps.CniEndpointFlagsEP_F_QDISC) != 0 {
 			return true
 		}
 	}

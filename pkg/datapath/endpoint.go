@@ -26,23 +26,9 @@ type Endpoint struct {
 	IfName      string
 	// NetID is the network's key (maps.NetID): its masquerade settings.
 	NetID uint32
-	// Flags say which features the pod uses (EndpointFlag*).
+	// Flags say which features the pod uses (enum endpoint_flags).
 	Flags uint32
 }
-
-// Endpoint flags: the programs look up a feature's maps only for pods that
-// have it (enum endpoint_flags in bpf/include/types.h).
-const (
-	EndpointFlagHostPort  uint32 = 1 // port mappings
-	EndpointFlagBWEgress  uint32 = 2 // egress rate limit
-	EndpointFlagBWIngress uint32 = 4 // ingress rate limit
-	// EndpointFlagQdisc is the datapath's own (from_container learns it):
-	// the host veth's root qdisc queues, and deliveries pass it.
-	EndpointFlagQdisc uint32 = 16
-	// EndpointFlagClsact: the programs are cls_bpf filters (attachMode
-	// tc), so the host veth's clsact qdisc is ours, not another plugin's.
-	EndpointFlagClsact uint32 = 32
-)
 
 // EndpointMaps are the pinned endpoint maps.
 type EndpointMaps struct {

@@ -8,307 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type FromContainerBwState struct {
-	_      structs.HostLayout
-	Egress struct {
-		_         structs.HostLayout
-		Tat       uint64
-		NsPerByte uint64
-		Tau       uint64
-		Rate      uint64
-		Burst     uint64
-		Drops     uint64
-		DropBytes uint64
-		Flags     uint64
-		Recovery  uint64
-		LastDrop  uint64
-	}
-	Ingress struct {
-		_         structs.HostLayout
-		Tat       uint64
-		NsPerByte uint64
-		Tau       uint64
-		Rate      uint64
-		Burst     uint64
-		Drops     uint64
-		DropBytes uint64
-		Flags     uint64
-		Recovery  uint64
-		LastDrop  uint64
-	}
-}
-
-type FromContainerDevCounters struct {
-	_        structs.HostLayout
-	ByReason [32]FromContainerPktCounter
-}
-
-type FromContainerEndpointDev struct {
-	_           structs.HostLayout
-	Mac         [6]uint8
-	HostMac     [6]uint8
-	N_ip4       uint8
-	N_ip6       uint8
-	Flags       uint16
-	Ip4         [4]uint32
-	Ip6         [4][16]uint8
-	ContainerId [128]int8
-	Ifname      [16]int8
-}
-
-type FromContainerEndpointInfo struct {
-	_       structs.HostLayout
-	Ifindex uint32
-	Mac     [6]uint8
-	HostMac [6]uint8
-	NetId   uint32
-	Flags   uint32
-}
-
-type FromContainerEndpointKey struct {
-	_      structs.HostLayout
-	Family uint8
-	Pad    [3]uint8
-	Addr   [16]uint8
-}
-
-type FromContainerHostportEntry struct {
-	_      structs.HostLayout
-	Any    uint8
-	N      uint8
-	Pad    [2]uint8
-	HostIp [4][16]uint8
-	To     [4]struct {
-		_    structs.HostLayout
-		Addr [16]uint8
-		Port uint16
-		Pad  [2]uint8
-	}
-}
-
-type FromContainerHostportKey struct {
-	_      structs.HostLayout
-	Family uint8
-	Proto  uint8
-	Port   uint16
-}
-
-type FromContainerHostportSettings struct {
-	_           structs.HostLayout
-	NetnsCookie uint64
-	Active      uint32
-	Pad         uint32
-}
-
-type FromContainerIpamCursor struct {
-	_      structs.HostLayout
-	Family uint8
-	Pad    [7]uint8
-	Addr   [16]uint8
-}
-
-type FromContainerIpamCursorKey struct {
-	_        structs.HostLayout
-	NetId    uint32
-	RangeSet uint32
-}
-
-type FromContainerIpamKey struct {
-	_      structs.HostLayout
-	NetId  uint32
-	Family uint8
-	Pad    [3]uint8
-	Addr   [16]uint8
-}
-
-type FromContainerIpamNet struct {
-	_    structs.HostLayout
-	Name [128]int8
-}
-
-type FromContainerIpamOwner struct {
-	_           structs.HostLayout
-	ContainerId [128]int8
-	Ifname      [16]int8
-	RangeSet    uint32
-	Flags       uint32
-	AllocTime   uint64
-}
-
-type FromContainerMasqNet struct {
-	_       structs.HostLayout
-	Addr    [16]uint8
-	PortMin uint16
-	PortMax uint16
-	Flags   uint32
-}
-
-type FromContainerMasqNetKey struct {
-	_      structs.HostLayout
-	NetId  uint32
-	Family uint8
-	Pad    [3]uint8
-}
-
-type FromContainerMasqSkipKey struct {
-	_         structs.HostLayout
-	Prefixlen uint32
-	NetId     uint32
-	Family    uint8
-	Addr      [16]uint8
-	Pad       [3]uint8
-}
-
-type FromContainerNatEntry struct {
-	_        structs.HostLayout
-	Addr     [16]uint8
-	Port     uint16
-	State    uint8
-	Flags    uint8
-	NetId    uint32
-	Created  uint64
-	LastSeen uint64
-}
-
-type FromContainerNatKey struct {
-	_      structs.HostLayout
-	Family uint8
-	Proto  uint8
-	Dir    uint8
-	Pad    uint8
-	Sport  uint16
-	Dport  uint16
-	Saddr  [16]uint8
-	Daddr  [16]uint8
-}
-
-type FromContainerNatLifetimes struct {
-	_              structs.HostLayout
-	TcpSyn         uint32
-	TcpEstablished uint32
-	TcpClosing     uint32
-	Udp            uint32
-	Icmp           uint32
-	Pad            uint32
-}
-
-type FromContainerNatScratch struct {
-	_ structs.HostLayout
-	P struct {
-		_         structs.HostLayout
-		Family    uint8
-		Proto     uint8
-		LaterFrag uint8
-		TcpFlags  uint8
-		IcmpType  uint8
-		Pad       [3]uint8
-		L3off     uint32
-		L4off     uint32
-		Sport     uint16
-		Dport     uint16
-		Saddr     [16]uint8
-		Daddr     [16]uint8
-	}
-	Q struct {
-		_         structs.HostLayout
-		Family    uint8
-		Proto     uint8
-		LaterFrag uint8
-		TcpFlags  uint8
-		IcmpType  uint8
-		Pad       [3]uint8
-		L3off     uint32
-		L4off     uint32
-		Sport     uint16
-		Dport     uint16
-		Saddr     [16]uint8
-		Daddr     [16]uint8
-	}
-	Out   FromContainerNatKey
-	In    FromContainerNatKey
-	Tmp   FromContainerNatKey
-	Res   FromContainerNatEntry
-	Iv    FromContainerNatEntry
-	Tuple struct {
-		_    structs.HostLayout
-		Ipv4 struct {
-			_     structs.HostLayout
-			Saddr uint32
-			Daddr uint32
-			Sport uint16
-			Dport uint16
-		}
-		_ [24]byte
-	}
-	Addr [16]uint8
-	From [16]uint8
-	To   [16]uint8
-	_    [4]byte
-}
-
-type FromContainerPktCounter struct {
-	_       structs.HostLayout
-	Packets uint64
-	Bytes   uint64
-}
-
-type FromContainerPktReason uint32
-
-const (
-	FromContainerPktReasonREASON_PASS                 FromContainerPktReason = 0
-	FromContainerPktReasonREASON_REDIRECT             FromContainerPktReason = 1
-	FromContainerPktReasonREASON_DROP_MALFORMED       FromContainerPktReason = 2
-	FromContainerPktReasonREASON_DROP_SPOOF_SRC       FromContainerPktReason = 3
-	FromContainerPktReasonREASON_DROP_SPOOF_MAC       FromContainerPktReason = 4
-	FromContainerPktReasonREASON_FIB_REDIRECT         FromContainerPktReason = 5
-	FromContainerPktReasonREASON_ARP_REPLY            FromContainerPktReason = 6
-	FromContainerPktReasonREASON_DROP_NO_ENDPOINT     FromContainerPktReason = 7
-	FromContainerPktReasonREASON_SNAT                 FromContainerPktReason = 8
-	FromContainerPktReasonREASON_REV_SNAT             FromContainerPktReason = 9
-	FromContainerPktReasonREASON_DROP_NAT_NO_PORT     FromContainerPktReason = 10
-	FromContainerPktReasonREASON_DROP_NAT_UNSUPPORTED FromContainerPktReason = 11
-	FromContainerPktReasonREASON_DROP_NAT_NO_ADDR     FromContainerPktReason = 12
-	FromContainerPktReasonREASON_DROP_BW_EGRESS       FromContainerPktReason = 13
-	FromContainerPktReasonREASON_DROP_BW_INGRESS      FromContainerPktReason = 14
-	FromContainerPktReasonREASON_DNAT                 FromContainerPktReason = 15
-	FromContainerPktReasonREASON_REV_DNAT             FromContainerPktReason = 16
-	FromContainerPktReasonREASON_STACK_REPLY          FromContainerPktReason = 17
-	FromContainerPktReasonREASON_FROM_STACK           FromContainerPktReason = 18
-	FromContainerPktReasonREASON_TO_QDISC             FromContainerPktReason = 19
-	FromContainerPktReasonREASON_VIA_QDISC            FromContainerPktReason = 20
-	FromContainerPktReasonREASON_MAX                  FromContainerPktReason = 32
-)
-
-type FromContainerSockRev struct {
-	_    structs.HostLayout
-	Addr [16]uint8
-	Port uint16
-	Pad  [6]uint8
-}
-
-type FromContainerSockRevKey struct {
-	_      structs.HostLayout
-	Cookie uint64
-	Family uint8
-	Proto  uint8
-	Port   uint16
-	Addr   [16]uint8
-	_      [4]byte
-}
-
-type FromContainerUplinkInfo struct {
-	_    structs.HostLayout
-	Ip4  [4]uint8
-	Ip6  [16]uint8
-	Has4 uint8
-	Has6 uint8
-	Pad  [2]uint8
-}
 
 // Names of all BPF objects in the ELF.
 //
@@ -320,9 +22,6 @@ const (
 	FromContainerMapEndpoints        = "endpoints"
 	FromContainerMapHostportConfig   = "hostport_config"
 	FromContainerMapHostports        = "hostports"
-	FromContainerMapIpamAllocs       = "ipam_allocs"
-	FromContainerMapIpamCursors      = "ipam_cursors"
-	FromContainerMapIpamNets         = "ipam_nets"
 	FromContainerMapMasqNets         = "masq_nets"
 	FromContainerMapMasqSkip         = "masq_skip"
 	FromContainerMapNat              = "nat"
@@ -390,9 +89,6 @@ type FromContainerMapSpecs struct {
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
@@ -436,9 +132,6 @@ type FromContainerMaps struct {
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
-	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
@@ -458,9 +151,6 @@ func (m *FromContainerMaps) Close() error {
 		m.Endpoints,
 		m.HostportConfig,
 		m.Hostports,
-		m.IpamAllocs,
-		m.IpamCursors,
-		m.IpamNets,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,

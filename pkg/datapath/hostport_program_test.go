@@ -66,7 +66,7 @@ func TestHostPortPrograms(t *testing.T) {
 	require.NoError(t, err)
 	defer em.Close()
 	require.NoError(t, em.Put(&Endpoint{HostIfIndex: e.hA.Attrs().Index, HostMAC: e.hA.Attrs().HardwareAddr, MAC: macA,
-		IPs: []net.IP{ipA4, ipA6}, ContainerID: "a", IfName: "eth0", Flags: EndpointFlagHostPort}))
+		IPs: []net.IP{ipA4, ipA6}, ContainerID: "a", IfName: "eth0", Flags: uint32(maps.CniEndpointFlagsEP_F_HOSTPORT)}))
 
 	run := func(prog *ebpf.Program, ifindex int, pkt []byte) (uint32, []byte) {
 		var ret uint32

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CniAddrFamily uint32
+
+const (
+	CniAddrFamilyADDR_FAMILY_V4 CniAddrFamily = 4
+	CniAddrFamilyADDR_FAMILY_V6 CniAddrFamily = 6
+)
+
 type CniBwBucket struct {
 	_         structs.HostLayout
 	Tat       uint64
@@ -26,6 +33,18 @@ type CniBwBucket struct {
 	Recovery  uint64
 	LastDrop  uint64
 }
+
+type CniBwConst uint32
+
+const (
+	CniBwConstBW_NS_SHIFT CniBwConst = 20
+)
+
+type CniBwFlags uint32
+
+const (
+	CniBwFlagsBW_F_EDT CniBwFlags = 1
+)
 
 type CniBwState struct {
 	_       structs.HostLayout
@@ -51,6 +70,17 @@ type CniEndpointDev struct {
 	Ifname      [16]int8
 }
 
+type CniEndpointFlags uint32
+
+const (
+	CniEndpointFlagsEP_F_HOSTPORT   CniEndpointFlags = 1
+	CniEndpointFlagsEP_F_BW_EGRESS  CniEndpointFlags = 2
+	CniEndpointFlagsEP_F_BW_INGRESS CniEndpointFlags = 4
+	CniEndpointFlagsEP_F_STACK      CniEndpointFlags = 8
+	CniEndpointFlagsEP_F_QDISC      CniEndpointFlags = 16
+	CniEndpointFlagsEP_F_CLSACT     CniEndpointFlags = 32
+)
+
 type CniEndpointInfo struct {
 	_       structs.HostLayout
 	Ifindex uint32
@@ -65,6 +95,18 @@ type CniEndpointKey struct {
 	Family uint8
 	Pad    [3]uint8
 	Addr   [16]uint8
+}
+
+type CniGoEnumList struct {
+	_                  structs.HostLayout
+	AddrFamily         CniAddrFamily
+	EndpointFlags      CniEndpointFlags
+	BwFlags            CniBwFlags
+	BwConst            CniBwConst
+	NatDir             CniNatDir
+	NatState           CniNatState
+	NatFlags           CniNatFlags
+	NatDefaultLifetime CniNatDefaultLifetime
 }
 
 type CniHostportEntry struct {
@@ -156,6 +198,25 @@ type CniMasqSkipKey struct {
 	Pad       [3]uint8
 }
 
+type CniNatDefaultLifetime uint32
+
+const (
+	CniNatDefaultLifetimeNAT_DEFAULT_TCP_SYN         CniNatDefaultLifetime = 60
+	CniNatDefaultLifetimeNAT_DEFAULT_TCP_ESTABLISHED CniNatDefaultLifetime = 21600
+	CniNatDefaultLifetimeNAT_DEFAULT_TCP_CLOSING     CniNatDefaultLifetime = 10
+	CniNatDefaultLifetimeNAT_DEFAULT_UDP             CniNatDefaultLifetime = 60
+	CniNatDefaultLifetimeNAT_DEFAULT_ICMP            CniNatDefaultLifetime = 30
+)
+
+type CniNatDir uint32
+
+const (
+	CniNatDirNAT_DIR_OUT   CniNatDir = 0
+	CniNatDirNAT_DIR_IN    CniNatDir = 1
+	CniNatDirNAT_DIR_DNAT  CniNatDir = 2
+	CniNatDirNAT_DIR_STACK CniNatDir = 3
+)
+
 type CniNatEntry struct {
 	_        structs.HostLayout
 	Addr     [16]uint8
@@ -166,6 +227,14 @@ type CniNatEntry struct {
 	Created  uint64
 	LastSeen uint64
 }
+
+type CniNatFlags uint32
+
+const (
+	CniNatFlagsNAT_F_KEPT    CniNatFlags = 1
+	CniNatFlagsNAT_F_REPLIED CniNatFlags = 2
+	CniNatFlagsNAT_F_HAIRPIN CniNatFlags = 4
+)
 
 type CniNatKey struct {
 	_      structs.HostLayout
@@ -188,6 +257,15 @@ type CniNatLifetimes struct {
 	Icmp           uint32
 	Pad            uint32
 }
+
+type CniNatState uint32
+
+const (
+	CniNatStateNAT_STATE_SYN_SENT    CniNatState = 1
+	CniNatStateNAT_STATE_ESTABLISHED CniNatState = 2
+	CniNatStateNAT_STATE_CLOSING     CniNatState = 3
+	CniNatStateNAT_STATE_OPEN        CniNatState = 4
+)
 
 type CniPktCounter struct {
 	_       structs.HostLayout
@@ -256,6 +334,7 @@ const (
 	CniMapEndpointCounters = "endpoint_counters"
 	CniMapEndpointDevs     = "endpoint_devs"
 	CniMapEndpoints        = "endpoints"
+	CniMapGoEnums          = "go_enums"
 	CniMapHostportConfig   = "hostport_config"
 	CniMapHostports        = "hostports"
 	CniMapIpamAllocs       = "ipam_allocs"
@@ -324,6 +403,7 @@ type CniMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	GoEnums          *ebpf.MapSpec `ebpf:"go_enums"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
@@ -370,6 +450,7 @@ type CniMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	GoEnums          *ebpf.Map `ebpf:"go_enums"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
@@ -392,6 +473,7 @@ func (m *CniMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.GoEnums,
 		m.HostportConfig,
 		m.Hostports,
 		m.IpamAllocs,

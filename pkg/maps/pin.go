@@ -60,6 +60,8 @@ var layouts = map[string][2]uintptr{
 	CniMapHostportConfig:   {4, unsafe.Sizeof(CniHostportSettings{})},
 	CniMapSockRevnat:       {unsafe.Sizeof(CniSockRevKey{}), unsafe.Sizeof(CniSockRev{})},
 	CniMapLocalNetns:       {8, 4},
+	// Never created: it only puts the enums into BTF (bpf/maps.c).
+	CniMapGoEnums: {4, unsafe.Sizeof(CniGoEnumList{})},
 }
 
 // ErrIncompatible means a pinned map does not have the layout this binary

@@ -42,8 +42,14 @@ type ConfigError struct{ Key, Msg string }
 
 func (e *ConfigError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Key, e.Msg) }
 
-// Default lifetimes, as in the programs (bpf/lib/nat.h).
-var defaultTimeouts = maps.CniNatLifetimes{TcpSyn: 60, TcpEstablished: 21600, TcpClosing: 10, Udp: 60, Icmp: 30}
+// Default lifetimes: the programs' own (enum nat_default_lifetime).
+var defaultTimeouts = maps.CniNatLifetimes{
+	TcpSyn:         uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_SYN),
+	TcpEstablished: uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_ESTABLISHED),
+	TcpClosing:     uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_CLOSING),
+	Udp:            uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_UDP),
+	Icmp:           uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_ICMP),
+}
 
 // maxTimeout bounds a lifetime: a week is longer than any idle flow a NAT
 // should remember, and it keeps the seconds far from overflowing.

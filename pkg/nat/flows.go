@@ -13,20 +13,21 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
-// Values of enum nat_dir, nat_state and nat_flags (bpf/include/types.h).
+// enum nat_dir, nat_state and nat_flags (generated from bpf/include/types.h)
+// as the one-byte fields of nat_key and nat_entry hold them.
 const (
-	dirOut   = 0
-	dirIn    = 1
-	dirDNAT  = 2 // hostPort replies, keyed by the pod's tuple
-	dirStack = 3 // flows the stack delivered, keyed by the pod's tuple
+	dirOut   = uint8(maps.CniNatDirNAT_DIR_OUT)
+	dirIn    = uint8(maps.CniNatDirNAT_DIR_IN)
+	dirDNAT  = uint8(maps.CniNatDirNAT_DIR_DNAT)  // hostPort replies, keyed by the pod's tuple
+	dirStack = uint8(maps.CniNatDirNAT_DIR_STACK) // flows the stack delivered, keyed by the pod's tuple
 
-	StateSynSent     = 1
-	StateEstablished = 2
-	StateClosing     = 3
-	StateOpen        = 4
+	StateSynSent     = uint8(maps.CniNatStateNAT_STATE_SYN_SENT)
+	StateEstablished = uint8(maps.CniNatStateNAT_STATE_ESTABLISHED)
+	StateClosing     = uint8(maps.CniNatStateNAT_STATE_CLOSING)
+	StateOpen        = uint8(maps.CniNatStateNAT_STATE_OPEN)
 
-	flagKept    = 1
-	flagReplied = 2
+	flagKept    = uint8(maps.CniNatFlagsNAT_F_KEPT)
+	flagReplied = uint8(maps.CniNatFlagsNAT_F_REPLIED)
 )
 
 // StateNames names the states for people.

@@ -177,10 +177,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		Flags:       c.BW.Flags(),
 	}
 	if len(ports) > 0 {
-		ep.Flags |= datapath.EndpointFlagHostPort
+		ep.Flags |= uint32(maps.CniEndpointFlagsEP_F_HOSTPORT)
 	}
 	if c.Mode == datapath.ModeTC {
-		ep.Flags |= datapath.EndpointFlagClsact
+		ep.Flags |= uint32(maps.CniEndpointFlagsEP_F_CLSACT)
 	}
 	// The buckets before the endpoint entries: a flag never points at a
 	// missing bucket (a missing one would only mean no limit).
@@ -228,9 +228,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 			return cniError(ErrAttach, "attaching the datapath", err)
 		}
 		rec.Attachments = append(rec.Attachments, a)
-		if a.Mode == datapath.ModeTC && ep.Flags&datapath.EndpointFlagClsact == 0 {
+		if a.Mode == datapath.ModeTC && ep.Flags&uint32(maps.CniEndpointFlagsEP_F_CLSACT) == 0 {
 			// attachMode auto fell back to tc: the clsact qdisc is ours.
-			ep.Flags |= datapath.EndpointFlagClsact
+			ep.Flags |= uint32(maps.CniEndpointFlagsEP_F_CLSACT)
 			if err := em.Put(ep); err != nil {
 				return cniError(ErrBPFFS, "updating the endpoint", err)
 			}

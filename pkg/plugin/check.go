@@ -332,7 +332,7 @@ func checkBandwidth(c *Config, host netlink.Link) []string {
 	}
 	var d maps.CniEndpointDev
 	if em.Devs.Lookup(uint32(host.Attrs().Index), &d) == nil {
-		const bw = datapath.EndpointFlagBWEgress | datapath.EndpointFlagBWIngress
+		const bw = uint32(maps.CniEndpointFlagsEP_F_BW_EGRESS | maps.CniEndpointFlagsEP_F_BW_INGRESS)
 		if got, want := uint32(d.Flags)&bw, c.BW.Flags(); got != want {
 			problems = append(problems, fmt.Sprintf("endpoint_devs[%d] has bandwidth flags %#x, want %#x", host.Attrs().Index, got, want))
 		}

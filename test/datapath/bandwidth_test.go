@@ -365,7 +365,7 @@ func TestBandwidthLifecycle(t *testing.T) {
 			defer em.Close()
 			var d maps.CniEndpointDev
 			require.NoError(t, em.Devs.Lookup(uint32(idx), &d))
-			require.Equal(t, uint16(datapath.EndpointFlagBWEgress), d.Flags)
+			require.Equal(t, uint16(maps.CniEndpointFlagsEP_F_BW_EGRESS), d.Flags)
 
 			// A pod without limits has no entry.
 			q := e.addPod(list, "bw-none")

@@ -181,10 +181,10 @@ func TestChainedBandwidth(t *testing.T) {
 			require.Greater(t, after[toQdisc], before[toQdisc], "the pod's packets went to the ifb's filter")
 			require.Greater(t, after[viaQdisc], before[viaQdisc], "deliveries went through the tbf")
 			for _, ip := range []net.IP{p.IP(4), p.IP(6)} {
-				require.NotZero(t, e.endpointFlags(ip)&datapath.EndpointFlagQdisc, "%s: EP_F_QDISC learned", ip)
+				require.NotZero(t, e.endpointFlags(ip)&uint32(maps.CniEndpointFlagsEP_F_QDISC), "%s: EP_F_QDISC learned", ip)
 			}
 			for _, ip := range []net.IP{other.IP(4), other.IP(6)} {
-				require.Zero(t, e.endpointFlags(ip)&datapath.EndpointFlagQdisc, "%s: the other pod has no qdisc", ip)
+				require.Zero(t, e.endpointFlags(ip)&uint32(maps.CniEndpointFlagsEP_F_QDISC), "%s: the other pod has no qdisc", ip)
 			}
 			// The operator CLI shows the chained plugin's qdiscs, in use.
 			eps := e.cliEndpoints()
@@ -210,7 +210,7 @@ func TestChainedBandwidth(t *testing.T) {
 			r, err = nettest.Iperf(p.NS, other.NS, other.IP(4), 15311, 1)
 			require.NoError(t, err)
 			require.Greater(t, r.BitsPerSecond, 200e6, "qdiscs gone: no limit")
-			require.Zero(t, e.endpointFlags(p.IP(4))&datapath.EndpointFlagQdisc, "EP_F_QDISC cleared")
+			require.Zero(t, e.endpointFlags(p.IP(4))&uint32(maps.CniEndpointFlagsEP_F_QDISC), "EP_F_QDISC cleared")
 
 			require.NoError(t, e.cni.DelPod(list, p))
 			require.NoError(t, e.cni.DelPod(list, other))
