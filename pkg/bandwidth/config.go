@@ -5,9 +5,10 @@ package bandwidth
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 )
 
 // Entry is one set of limits, in the reference bandwidth plugin's keys:
@@ -41,11 +42,6 @@ type Limits struct {
 
 // Any reports whether a direction is limited.
 func (l *Limits) Any() bool { return l != nil && (l.Egress.Rate > 0 || l.Ingress.Rate > 0) }
-
-// ConfigError names the key of the configuration that is wrong.
-type ConfigError struct{ Key, Msg string }
-
-func (e *ConfigError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Key, e.Msg) }
 
 // Bounds of a rate: below 1 kbit/s a 64 KB packet would cost more than the
 // bucket's 64-bit clock arithmetic holds; 1 Tbit/s is above any veth.
@@ -99,13 +95,13 @@ func direction(prefix, dir string, rate, burst *json.Number) (Limit, error) {
 	case r == 0 && b == 0:
 		return Limit{}, nil
 	case b == 0:
-		return Limit{}, &ConfigError{bkey, fmt.Sprintf("%s is set, so %s must be too (bits; 0 for both means no limit)", rkey, bkey)}
+		return Limit{}, config.Invalid(bkey, "%s is set, so %s must be too (bits; 0 for both means no limit)", rkey, bkey)
 	case r == 0:
-		return Limit{}, &ConfigError{rkey, fmt.Sprintf("%s is set, so %s must be too (bits per second; 0 for both means no limit)", bkey, rkey)}
+		return Limit{}, config.Invalid(rkey, "%s is set, so %s must be too (bits per second; 0 for both means no limit)", bkey, rkey)
 	case r < MinRate || r > MaxRate:
-		return Limit{}, &ConfigError{rkey, fmt.Sprintf("%d is outside %d..%d bits per second", r, MinRate, uint64(MaxRate))}
+		return Limit{}, config.Invalid(rkey, "%d is outside %d..%d bits per second", r, MinRate, uint64(MaxRate))
 	case b > maxBurstBits:
-		return Limit{}, &ConfigError{bkey, fmt.Sprintf("%d bits is more than 4 GiB", b)}
+		return Limit{}, config.Invalid(bkey, "%d bits is more than 4 GiB", b)
 	}
 	if b == KubeletUnsetBurst {
 		return Limit{Rate: r, Burst: DefaultBurstBits(r), DefaultBurst: true}, nil
@@ -124,7 +120,7 @@ func number(key string, n *json.Number) (uint64, error) {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f < 0 || f != math.Trunc(f) || f >= math.MaxUint64 {
-		return 0, &ConfigError{key, fmt.Sprintf("%s is not a non-negative integer", s)}
+		return 0, config.Invalid(key, "%s is not a non-negative integer", s)
 	}
 	return uint64(f), nil
 }

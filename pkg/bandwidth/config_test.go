@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -50,7 +51,7 @@ func TestValidate(t *testing.T) {
 			}
 			l, err := Validate(top, entry(t, c.rt))
 			if c.badKey != "" {
-				var ce *ConfigError
+				var ce *config.Error
 				require.ErrorAs(t, err, &ce)
 				require.Equal(t, c.badKey, ce.Key, ce.Msg)
 				return

@@ -14,6 +14,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 )
 
 // Exit codes of the CLI.
@@ -22,12 +24,6 @@ const (
 	ExitError    = 1 // the command failed; the message says what to do
 	ExitUsage    = 2 // unknown command or flag
 	ExitProblems = 3 // status found problems (listed in its output)
-)
-
-// Defaults of the state locations, as the plugin's.
-const (
-	DefaultBPFRoot  = "/sys/fs/bpf/ebpf-cni"
-	DefaultStateDir = "/run/ebpf-cni"
 )
 
 // Command is one subcommand.
@@ -95,8 +91,8 @@ func usage(w io.Writer) {
 	_ = t.Write(w)
 	fmt.Fprint(w, `
 Flags of every command:
-  --bpf-root DIR    bpffs directory of the plugin's maps and programs (default `+DefaultBPFRoot+`)
-  --state-dir DIR   the plugin's state directory, with its endpoint records (default `+DefaultStateDir+`)
+  --bpf-root DIR    bpffs directory of the plugin's maps and programs (default `+config.DefaultBPFRoot+`)
+  --state-dir DIR   the plugin's state directory, with its endpoint records (default `+config.DefaultStateDir+`)
   -o table|json     output: an aligned table with human-sized numbers, or JSON
                     with exact numbers and stable field names (default table)
 
@@ -185,8 +181,8 @@ func commandNames() []string {
 func newFlagSet(c *Command, ctx *Context, output *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("ebpf-cni "+c.Name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // Main prints errors and help itself
-	fs.StringVar(&ctx.BPFRoot, "bpf-root", DefaultBPFRoot, "bpffs `DIR` of the plugin's maps and programs (its bpfRoot)")
-	fs.StringVar(&ctx.StateDir, "state-dir", DefaultStateDir, "`DIR` of the plugin's state: endpoint records, locks (its stateDir)")
+	fs.StringVar(&ctx.BPFRoot, "bpf-root", config.DefaultBPFRoot, "bpffs `DIR` of the plugin's maps and programs (its bpfRoot)")
+	fs.StringVar(&ctx.StateDir, "state-dir", config.DefaultStateDir, "`DIR` of the plugin's state: endpoint records, locks (its stateDir)")
 	fs.StringVar(output, "o", "table", "`table|json`: an aligned table, or JSON with exact numbers")
 	return fs
 }

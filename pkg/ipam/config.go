@@ -9,12 +9,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
-)
 
-// Defaults for the state locations; both can be set in the ipam section.
-const (
-	DefaultBPFRoot  = "/sys/fs/bpf/ebpf-cni"
-	DefaultStateDir = "/run/ebpf-cni"
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 )
 
 // NetConf is the part of a network configuration ebpf-ipam reads.
@@ -90,10 +86,10 @@ func ParseDelConfig(stdin []byte) (*Config, *NetConf, error) {
 	}
 	c := &Config{Network: n.Name, CNIVersion: n.CNIVersion, BPFRoot: n.IPAM.BPFRoot, StateDir: n.IPAM.StateDir}
 	if c.BPFRoot == "" {
-		c.BPFRoot = DefaultBPFRoot
+		c.BPFRoot = config.DefaultBPFRoot
 	}
 	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
+		c.StateDir = config.DefaultStateDir
 	}
 	if !filepath.IsAbs(c.BPFRoot) {
 		return nil, nil, invalidConfig("ipam.bpfRoot", fmt.Sprintf("%q is not an absolute path", c.BPFRoot))
@@ -242,6 +238,4 @@ func cniArg(envArgs, key string) string {
 	return ""
 }
 
-func invalidConfig(key, msg string) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid %s: %s", key, msg), "")
-}
+func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 )
 
 func conf(ipam string) []byte {
@@ -49,8 +51,8 @@ func TestParseConfigValid(t *testing.T) {
 			for i, ip := range tc.requested {
 				require.Equal(t, ip, c.Requested[i].String())
 			}
-			require.Equal(t, DefaultBPFRoot, c.BPFRoot)
-			require.Equal(t, DefaultStateDir, c.StateDir)
+			require.Equal(t, config.DefaultBPFRoot, c.BPFRoot)
+			require.Equal(t, config.DefaultStateDir, c.StateDir)
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
@@ -30,7 +31,7 @@ func FindUplinks(names []string) ([]Uplink, error) {
 	for i, n := range names {
 		l, err := netlinksafe.LinkByName(n)
 		if err != nil {
-			return nil, &ConfigError{fmt.Sprintf("uplinks[%d]", i), fmt.Sprintf("no interface %q on the node: %v", n, err)}
+			return nil, config.Invalid(fmt.Sprintf("uplinks[%d]", i), "no interface %q on the node: %v", n, err)
 		}
 		links = append(links, l)
 	}
@@ -65,7 +66,7 @@ func FindUplinks(names []string) ([]Uplink, error) {
 			}
 		}
 		if len(links) == 0 {
-			return nil, &ConfigError{"uplinks", "the node has no default route to find its uplink by: name the uplinks"}
+			return nil, config.Invalid("uplinks", "the node has no default route to find its uplink by: name the uplinks")
 		}
 	}
 	out := make([]Uplink, 0, len(links))

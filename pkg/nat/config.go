@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -37,11 +38,6 @@ type Settings struct {
 	Timeouts         maps.CniNatLifetimes
 }
 
-// ConfigError names the key of the configuration that is wrong.
-type ConfigError struct{ Key, Msg string }
-
-func (e *ConfigError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Key, e.Msg) }
-
 // Default lifetimes: the programs' own (enum nat_default_lifetime).
 var defaultTimeouts = maps.CniNatLifetimes{
 	TcpSyn:         uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_SYN),
@@ -64,26 +60,26 @@ func (c *Config) Validate() (*Settings, error) {
 	for i, cidr := range c.NonMasqueradeCIDRs {
 		_, n, err := net.ParseCIDR(cidr)
 		if err != nil {
-			return nil, &ConfigError{fmt.Sprintf("nonMasqueradeCIDRs[%d]", i), fmt.Sprintf("%q is not a CIDR", cidr)}
+			return nil, config.Invalid(fmt.Sprintf("nonMasqueradeCIDRs[%d]", i), "%q is not a CIDR", cidr)
 		}
 		s.Skip = append(s.Skip, n)
 	}
 	if c.MasqueradeIP != "" {
 		ip := net.ParseIP(c.MasqueradeIP)
 		if ip == nil || ip.IsUnspecified() || ip.IsMulticast() || ip.IsLoopback() {
-			return nil, &ConfigError{"masqueradeIP", fmt.Sprintf("%q is not a unicast address", c.MasqueradeIP)}
+			return nil, config.Invalid("masqueradeIP", "%q is not a unicast address", c.MasqueradeIP)
 		}
 		s.MasqueradeIP = ip
 	}
 	for i, u := range c.Uplinks {
 		if u == "" || len(u) > 15 || strings.ContainsAny(u, "/ ") {
-			return nil, &ConfigError{fmt.Sprintf("uplinks[%d]", i), fmt.Sprintf("%q is not an interface name", u)}
+			return nil, config.Invalid(fmt.Sprintf("uplinks[%d]", i), "%q is not an interface name", u)
 		}
 	}
 	if c.PortRange != "" {
 		lo, hi, err := parseRange(c.PortRange)
 		if err != nil || lo < 1024 {
-			return nil, &ConfigError{"masqueradePortRange", fmt.Sprintf("%q is not a range like 61000-65535 within 1024-65535", c.PortRange)}
+			return nil, config.Invalid("masqueradePortRange", "%q is not a range like 61000-65535 within 1024-65535", c.PortRange)
 		}
 		s.PortMin, s.PortMax = lo, hi
 	}
@@ -94,11 +90,11 @@ func (c *Config) Validate() (*Settings, error) {
 	for k, v := range c.Timeouts {
 		f, ok := fields[k]
 		if !ok {
-			return nil, &ConfigError{"natTimeouts." + k, "unknown key (want tcpSyn, tcpEstablished, tcpClosing, udp or icmp)"}
+			return nil, config.Invalid("natTimeouts."+k, "unknown key (want tcpSyn, tcpEstablished, tcpClosing, udp or icmp)")
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Second || d > maxTimeout {
-			return nil, &ConfigError{"natTimeouts." + k, fmt.Sprintf("%q is not a duration between 1s and %s", v, maxTimeout)}
+			return nil, config.Invalid("natTimeouts."+k, "%q is not a duration between 1s and %s", v, maxTimeout)
 		}
 		*f = uint32(d / time.Second)
 	}
@@ -146,7 +142,7 @@ func (s *Settings) portRange() (uint16, uint16, error) {
 	}
 	if s.PortMin != 0 {
 		if s.PortMin <= ehi && s.PortMax >= elo {
-			return 0, 0, &ConfigError{"masqueradePortRange", fmt.Sprintf("%d-%d overlaps the node's ephemeral ports %d-%d (net.ipv4.ip_local_port_range)", s.PortMin, s.PortMax, elo, ehi)}
+			return 0, 0, config.Invalid("masqueradePortRange", "%d-%d overlaps the node's ephemeral ports %d-%d (net.ipv4.ip_local_port_range)", s.PortMin, s.PortMax, elo, ehi)
 		}
 		return s.PortMin, s.PortMax, nil
 	}
@@ -157,5 +153,5 @@ func (s *Settings) portRange() (uint16, uint16, error) {
 	if int(elo)-1024 >= minSize {
 		return 1024, elo - 1, nil
 	}
-	return 0, 0, &ConfigError{"masqueradePortRange", fmt.Sprintf("the node's ephemeral ports %d-%d leave no default range of %d ports: set one, or narrow net.ipv4.ip_local_port_range", elo, ehi, minSize)}
+	return 0, 0, config.Invalid("masqueradePortRange", "the node's ephemeral ports %d-%d leave no default range of %d ports: set one, or narrow net.ipv4.ip_local_port_range", elo, ehi, minSize)
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 )
 
 func TestValidate(t *testing.T) {
@@ -38,7 +40,7 @@ func TestValidate(t *testing.T) {
 	}
 	for key, c := range bad {
 		_, err := c.Validate()
-		var ce *ConfigError
+		var ce *config.Error
 		require.True(t, errors.As(err, &ce), "%s: %v", key, err)
 		require.Equal(t, key, ce.Key)
 	}
@@ -56,7 +58,7 @@ func TestPortRange(t *testing.T) {
 	require.True(t, hi < elo || lo > ehi, "default %d-%d overlaps the ephemeral ports %d-%d", lo, hi, elo, ehi)
 	require.GreaterOrEqual(t, int(hi)-int(lo), 1023)
 	_, _, err = (&Settings{PortMin: elo, PortMax: elo}).portRange()
-	var ce *ConfigError
+	var ce *config.Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "masqueradePortRange", ce.Key)
 }

@@ -13,17 +13,16 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
-// Defaults of the state locations, shared with ebpf-ipam.
 const (
-	DefaultBPFRoot  = "/sys/fs/bpf/ebpf-cni"
-	DefaultStateDir = "/run/ebpf-cni"
-	DefaultIPAM     = "ebpf-ipam"
-	fallbackMTU     = 1500
+	// DefaultIPAM is the IPAM plugin of a configuration that names none.
+	DefaultIPAM = "ebpf-ipam"
+	fallbackMTU = 1500
 )
 
 // NetConf is the network configuration ebpf-cni reads.
@@ -82,10 +81,10 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	c := &Config{NetConf: n}
 	if n.BPFRoot == "" {
-		n.BPFRoot = DefaultBPFRoot
+		n.BPFRoot = config.DefaultBPFRoot
 	}
 	if n.StateDir == "" {
-		n.StateDir = DefaultStateDir
+		n.StateDir = config.DefaultStateDir
 	}
 	if !filepath.IsAbs(n.BPFRoot) {
 		return nil, invalidConfig("bpfRoot", fmt.Sprintf("%q is not an absolute path", n.BPFRoot))

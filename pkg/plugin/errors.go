@@ -2,12 +2,10 @@ package plugin
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
@@ -52,13 +50,10 @@ const (
 // hostPortError turns a hostPort error into a CNI error: a bad key is an
 // invalid configuration that names it, a taken port its own code.
 func hostPortError(err error) error {
-	var ce *portmap.ConfigError
-	var ne *nat.ConfigError
+	if ce, ok := config.AsCNI(err); ok {
+		return ce
+	}
 	switch {
-	case errors.As(err, &ce):
-		return invalidConfig(ce.Key, ce.Msg)
-	case errors.As(err, &ne):
-		return invalidConfig(ne.Key, ne.Msg)
 	case errors.Is(err, portmap.ErrConflict):
 		return types.NewError(ErrHostPortConflict, err.Error(), "")
 	}
@@ -68,9 +63,8 @@ func hostPortError(err error) error {
 // natError turns a masquerade error into a CNI error: a bad key is an
 // invalid configuration that names it.
 func natError(err error) error {
-	var ce *nat.ConfigError
-	if errors.As(err, &ce) {
-		return invalidConfig(ce.Key, ce.Msg)
+	if ce, ok := config.AsCNI(err); ok {
+		return ce
 	}
 	return cniError(ErrMasquerade, "setting up masquerade", err)
 }
@@ -78,16 +72,13 @@ func natError(err error) error {
 // bandwidthError turns a bandwidth error into a CNI error: a bad key is an
 // invalid configuration that names it.
 func bandwidthError(err error) error {
-	var ce *bandwidth.ConfigError
-	if errors.As(err, &ce) {
-		return invalidConfig(ce.Key, ce.Msg)
+	if ce, ok := config.AsCNI(err); ok {
+		return ce
 	}
 	return cniError(ErrBandwidth, "setting up bandwidth limits", err)
 }
 
-func invalidConfig(key, msg string) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid %s: %s", key, msg), "")
-}
+func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }
 
 func cniError(code uint, msg string, err error) error {
 	details := ""

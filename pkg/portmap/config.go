@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 )
 
@@ -27,11 +28,6 @@ type Config struct {
 	// unified hierarchy (every process of the node).
 	CgroupPath string `json:"cgroupPath,omitempty"`
 }
-
-// ConfigError names the key that is wrong.
-type ConfigError struct{ Key, Msg string }
-
-func (e *ConfigError) Error() string { return e.Key + ": " + e.Msg }
 
 // Settings are the validated port mappings of one ADD.
 type Settings struct {
@@ -53,28 +49,28 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 	for i, m := range ms {
 		key := func(f string) string { return fmt.Sprintf("runtimeConfig.portMappings[%d].%s", i, f) }
 		if m.HostPort < 1 || m.HostPort > 65535 {
-			return nil, &ConfigError{key("hostPort"), fmt.Sprintf("%d is outside 1..65535", m.HostPort)}
+			return nil, config.Invalid(key("hostPort"), "%d is outside 1..65535", m.HostPort)
 		}
 		if m.ContainerPort < 1 || m.ContainerPort > 65535 {
-			return nil, &ConfigError{key("containerPort"), fmt.Sprintf("%d is outside 1..65535", m.ContainerPort)}
+			return nil, config.Invalid(key("containerPort"), "%d is outside 1..65535", m.ContainerPort)
 		}
 		m.Protocol = strings.ToLower(m.Protocol)
 		if m.Protocol == "" {
 			m.Protocol = "tcp"
 		}
 		if _, ok := protocols[m.Protocol]; !ok {
-			return nil, &ConfigError{key("protocol"), fmt.Sprintf("%q is not tcp, udp or sctp", ms[i].Protocol)}
+			return nil, config.Invalid(key("protocol"), "%q is not tcp, udp or sctp", ms[i].Protocol)
 		}
 		// SCTP's checksum (CRC32c) covers the ports but not the addresses:
 		// an address-only translation keeps it right, a port change would
 		// need the whole packet summed again.
 		if m.Protocol == "sctp" && m.HostPort != m.ContainerPort {
-			return nil, &ConfigError{key("containerPort"), fmt.Sprintf("sctp hostPort %d must equal containerPort %d: ebpf-cni translates SCTP addresses only (its CRC32c checksum covers the ports)", m.HostPort, m.ContainerPort)}
+			return nil, config.Invalid(key("containerPort"), "sctp hostPort %d must equal containerPort %d: ebpf-cni translates SCTP addresses only (its CRC32c checksum covers the ports)", m.HostPort, m.ContainerPort)
 		}
 		if m.HostIP != "" {
 			ip := net.ParseIP(m.HostIP)
 			if ip == nil || ip.IsMulticast() {
-				return nil, &ConfigError{key("hostIP"), fmt.Sprintf("%q is not a unicast address", m.HostIP)}
+				return nil, config.Invalid(key("hostIP"), "%q is not a unicast address", m.HostIP)
 			}
 			if ip.IsUnspecified() {
 				m.HostIP = "" // 0.0.0.0 and :: mean every address, as for bind
@@ -92,14 +88,14 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 			if s.Mappings[j] == m {
 				continue
 			}
-			return nil, &ConfigError{key("hostPort"), fmt.Sprintf("%s port %d is already published by portMappings[%d]", m.Protocol, m.HostPort, j)}
+			return nil, config.Invalid(key("hostPort"), "%s port %d is already published by portMappings[%d]", m.Protocol, m.HostPort, j)
 		}
 		seen[id] = len(s.Mappings)
 		s.Mappings = append(s.Mappings, m)
 	}
 	cg, err := datapath.ResolveCgroup(c.CgroupPath)
 	if err != nil {
-		return nil, &ConfigError{"cgroupPath", err.Error()}
+		return nil, config.Invalid("cgroupPath", "%s", err.Error())
 	}
 	s.Cgroup = cg
 	return s, nil
@@ -136,7 +132,7 @@ func (s *Settings) Ports(podIPs []net.IP) ([]datapath.HostPort, error) {
 			pod, fam = v4, "IPv4"
 		}
 		if pod == nil {
-			return nil, &ConfigError{fmt.Sprintf("runtimeConfig.portMappings[%d].hostIP", i), fmt.Sprintf("%s is %s but the pod has no %s address", m.HostIP, fam, fam)}
+			return nil, config.Invalid(fmt.Sprintf("runtimeConfig.portMappings[%d].hostIP", i), "%s is %s but the pod has no %s address", m.HostIP, fam, fam)
 		}
 		if !host.IsUnspecified() {
 			hp.HostIP = m.HostIP

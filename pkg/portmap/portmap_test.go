@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
@@ -24,14 +25,14 @@ func TestValidate(t *testing.T) {
 		{"runtimeConfig.portMappings[0].containerPort", Mapping{HostPort: 80, ContainerPort: 81, Protocol: "SCTP"}},
 	} {
 		_, err := Validate(Config{CgroupPath: cg}, []Mapping{c.m})
-		var ce *ConfigError
+		var ce *config.Error
 		require.ErrorAs(t, err, &ce, c.key)
 		require.Equal(t, c.key, ce.Key)
 	}
 	// A second mapping of the same port, differently: refused; the same one
 	// twice: merged.
 	_, err := Validate(Config{CgroupPath: cg}, []Mapping{{HostPort: 80, ContainerPort: 80}, {HostPort: 80, ContainerPort: 81, Protocol: "TCP"}})
-	var ce *ConfigError
+	var ce *config.Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "runtimeConfig.portMappings[1].hostPort", ce.Key)
 	_, err = Validate(Config{CgroupPath: cg}, []Mapping{{HostPort: 80, ContainerPort: 80}, {HostPort: 80, ContainerPort: 80, Protocol: "tcp"}})
@@ -58,7 +59,7 @@ func TestPorts(t *testing.T) {
 		{Proto: "tcp", HostPort: 443, PodIP: "fd00::2", ContainerPort: 443},
 	}, ps)
 	_, err = s.Ports([]net.IP{net.ParseIP("fd00::2")})
-	var ce *ConfigError
+	var ce *config.Error
 	require.ErrorAs(t, err, &ce, "an IPv4 hostIP for a pod without IPv4")
 	require.Equal(t, "runtimeConfig.portMappings[1].hostIP", ce.Key)
 }
