@@ -90,10 +90,7 @@ func readIPAM(ctx *Context, only string) ([]*NetworkAllocations, error) {
 				na = &NetworkAllocations{Network: name, NetID: k.NetId, Allocations: []*Allocation{}}
 				byNet[k.NetId] = na
 			}
-			ip := net.IP(bytes.Clone(k.Addr[:]))
-			if k.Family == 4 {
-				ip = ip[:4]
-			}
+			ip := maps.IP(k.Family, k.Addr)
 			na.Allocations = append(na.Allocations, &Allocation{Address: ip.String(), Family: int(k.Family),
 				ContainerID: maps.GoString(v.ContainerId[:]), IfName: maps.GoString(v.Ifname[:]), RangeSet: v.RangeSet, Allocated: v.AllocTime, ip: ip})
 		}

@@ -176,7 +176,7 @@ func (e *Endpoint) fromDev(d *maps.CniEndpointDev) {
 	e.MAC = net.HardwareAddr(d.Mac[:]).String()
 	e.HostMAC = net.HardwareAddr(d.HostMac[:]).String()
 	e.IPs = nil
-	for _, ip := range datapath.DevIPs(d) {
+	for _, ip := range maps.EndpointIPs(d) {
 		e.IPs = append(e.IPs, ip.String())
 	}
 }
@@ -281,7 +281,7 @@ func otherQdisc(q netlink.Qdisc, attached []Attached) []string {
 func viaQdisc(m *ebpf.Map, e *Endpoint) bool {
 	for _, s := range e.IPs {
 		var v maps.CniEndpointInfo
-		if ip := net.ParseIP(s); ip != nil && m.Lookup(datapath.Key(ip), &v) == nil && v.Flags&uint32(maps.CniEndpointFlagsEP_F_QDISC) != 0 {
+		if ip := net.ParseIP(s); ip != nil && m.Lookup(maps.EndpointKey(ip), &v) == nil && v.Flags&uint32(maps.CniEndpointFlagsEP_F_QDISC) != 0 {
 			return true
 		}
 	}

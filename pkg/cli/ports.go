@@ -6,7 +6,6 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
@@ -66,7 +65,7 @@ func readPorts(ctx *Context) ([]*Port, error) {
 		if em := ms[maps.CniMapEndpoints]; em != nil && ms[maps.CniMapEndpointDevs] != nil {
 			var info maps.CniEndpointInfo
 			var d maps.CniEndpointDev
-			k := datapath.Key(net.ParseIP(p.PodIP))
+			k := maps.EndpointKey(net.ParseIP(p.PodIP))
 			if em.Lookup(&k, &info) == nil && ms[maps.CniMapEndpointDevs].Lookup(info.Ifindex, &d) == nil {
 				row.ContainerID, row.IfName = maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:])
 			}

@@ -53,27 +53,6 @@ func (m *EndpointMaps) Close() {
 	}
 }
 
-// Key is the endpoint map key of an address.
-func Key(ip net.IP) maps.CniEndpointKey {
-	var k maps.CniEndpointKey
-	if v4 := ip.To4(); v4 != nil {
-		k.Family = 4
-		copy(k.Addr[:], v4)
-	} else {
-		k.Family = 6
-		copy(k.Addr[:], ip.To16())
-	}
-	return k
-}
-
-// KeyIP is the address of a key.
-func KeyIP(k maps.CniEndpointKey) net.IP {
-	if k.Family == 4 {
-		return net.IP(bytes.Clone(k.Addr[:4]))
-	}
-	return net.IP(bytes.Clone(k.Addr[:]))
-}
-
 func (e *Endpoint) info() maps.CniEndpointInfo {
 	v := maps.CniEndpointInfo{Ifindex: uint32(e.HostIfIndex), NetId: e.NetID, Flags: e.Flags}
 	copy(v.Mac[:], e.MAC)
@@ -105,20 +84,6 @@ func (e *Endpoint) dev() (maps.CniEndpointDev, error) {
 	return d, nil
 }
 
-// DevIPs are the addresses of a device entry.
-func DevIPs(d *maps.CniEndpointDev) []net.IP {
-	var out []net.IP
-	for i := 0; i < int(d.N_ip4) && i < len(d.Ip4); i++ {
-		b := make([]byte, 4)
-		binary.NativeEndian.PutUint32(b, d.Ip4[i])
-		out = append(out, net.IP(b))
-	}
-	for i := 0; i < int(d.N_ip6) && i < len(d.Ip6); i++ {
-		out = append(out, net.IP(bytes.Clone(d.Ip6[i][:])))
-	}
-	return out
-}
-
 // Put adds the endpoint: its device entry first, then one entry per address,
 // so the program never finds an address whose device it cannot check. An
 // address held by another live endpoint is a conflict; a stale entry (its
@@ -130,7 +95,7 @@ func (m *EndpointMaps) Put(e *Endpoint) error {
 	}
 	for _, ip := range e.IPs {
 		var cur maps.CniEndpointInfo
-		k := Key(ip)
+		k := maps.EndpointKey(ip)
 		if err := m.Endpoints.Lookup(&k, &cur); err == nil && int(cur.Ifindex) != e.HostIfIndex {
 			var other maps.CniEndpointDev
 			if m.Devs.Lookup(cur.Ifindex, &other) == nil {
@@ -143,7 +108,7 @@ func (m *EndpointMaps) Put(e *Endpoint) error {
 	}
 	v := e.info()
 	for _, ip := range e.IPs {
-		k := Key(ip)
+		k := maps.EndpointKey(ip)
 		if err := m.Endpoints.Put(&k, &v); err != nil {
 			return fmt.Errorf("writing endpoints[%s]: %w", ip, err)
 		}
@@ -158,7 +123,7 @@ func (m *EndpointMaps) Delete(ifindex int, hostMAC net.HardwareAddr, ips []net.I
 	var errs []error
 	for _, ip := range ips {
 		var cur maps.CniEndpointInfo
-		k := Key(ip)
+		k := maps.EndpointKey(ip)
 		if err := m.Endpoints.Lookup(&k, &cur); err != nil {
 			continue
 		}
@@ -194,7 +159,7 @@ func (m *EndpointMaps) Check(e *Endpoint) []string {
 	}
 	for _, ip := range e.IPs {
 		var cur maps.CniEndpointInfo
-		k := Key(ip)
+		k := maps.EndpointKey(ip)
 		if err := m.Endpoints.Lookup(&k, &cur); err != nil {
 			problems = append(problems, fmt.Sprintf("no endpoints entry for %s", ip))
 			continue
@@ -234,7 +199,7 @@ func (m *EndpointMaps) Addresses() (map[string]maps.CniEndpointInfo, error) {
 	var v maps.CniEndpointInfo
 	it := m.Endpoints.Iterate()
 	for it.Next(&k, &v) {
-		out[KeyIP(k).String()] = v
+		out[maps.IP(k.Family, k.Addr).String()] = v
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("iterating endpoints: %w", err)
@@ -246,7 +211,7 @@ func (m *EndpointMaps) Addresses() (map[string]maps.CniEndpointInfo, error) {
 // for messages; "an unknown pod" when no endpoint has it.
 func (m *EndpointMaps) Owner(ip net.IP) string {
 	var info maps.CniEndpointInfo
-	k := Key(ip)
+	k := maps.EndpointKey(ip)
 	if m.Endpoints.Lookup(&k, &info) != nil {
 		return "an unknown pod"
 	}

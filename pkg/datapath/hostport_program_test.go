@@ -60,7 +60,7 @@ func TestHostPortPrograms(t *testing.T) {
 	}
 	pub(6, 8080, 80)
 	pub(132, 9999, 9999)
-	require.NoError(t, m[maps.CniMapNodeAddrs].Put(Key(uplink4), uint32(up.Attrs().Index)))
+	require.NoError(t, m[maps.CniMapNodeAddrs].Put(maps.EndpointKey(uplink4), uint32(up.Attrs().Index)))
 	require.NoError(t, m[maps.CniMapHostportConfig].Put(uint32(0), &maps.CniHostportSettings{Active: 1}))
 	em, err := OpenEndpointMaps(e.bpfRoot)
 	require.NoError(t, err)

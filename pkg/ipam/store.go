@@ -1,8 +1,6 @@
 package ipam
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,17 +62,7 @@ type Allocation struct {
 // NetID is the network's key in the BPF maps.
 func NetID(network string) uint32 { return maps.NetID(network) }
 
-// mapString shortens strings longer than a C field to a digest, so long
-// container IDs or network names still identify their owner exactly.
-func mapString(s string, size int) string {
-	if len(s) < size {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func ownerID(containerID string) string { return mapString(containerID, maps.CniContainerIDLen) }
+func ownerID(containerID string) string { return maps.Fit(containerID, maps.CniContainerIDLen) }
 
 // Open takes the network's lock and opens its state, creating it on first use.
 func Open(c *Config) (*Store, error) {
@@ -159,42 +147,26 @@ func (s *Store) takeLock() error {
 	return nil
 }
 
-// register records the network's name under its ID, refusing a hash clash
-// with another network.
+// register records the network's name under its ID in the network
+// registry (maps.RegisterNetwork, shared with masquerade), refusing a hash
+// clash with another network.
 func (s *Store) register() (err error) {
 	if s.nets, err = s.openMap(maps.CniMapIpamNets); err != nil {
 		return err
 	}
-	var v maps.CniIpamNet
-	name := mapString(s.Network, maps.CniNetNameLen)
-	err = s.nets.Lookup(s.NetID, &v)
-	if err == nil {
-		if other := maps.GoString(v.Name[:]); other != name {
-			return types.NewError(ErrNetworkIDClash, fmt.Sprintf("network name %q has the same network ID (%#x) as network %q; rename one of them", s.Network, s.NetID, other), "")
-		}
-		return nil
+	_, err = maps.RegisterNetwork(s.nets, s.Network)
+	var clash *maps.NetworkClash
+	if errors.As(err, &clash) {
+		return types.NewError(ErrNetworkIDClash, clash.Error(), "")
 	}
-	if !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return stateError("bpfRoot", err)
-	}
-	maps.CString(v.Name[:], name)
-	if err := s.nets.Update(s.NetID, &v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+	if err != nil {
 		return stateError("bpfRoot", err)
 	}
 	return nil
 }
 
 func (s *Store) key(ip net.IP) maps.CniIpamKey {
-	k := maps.CniIpamKey{NetId: s.NetID, Family: uint8(family(ip))}
-	copy(k.Addr[:], canonicalIP(ip))
-	return k
-}
-
-func keyIP(k *maps.CniIpamKey) net.IP {
-	if k.Family == 4 {
-		return net.IP(append([]byte(nil), k.Addr[:4]...))
-	}
-	return net.IP(append([]byte(nil), k.Addr[:]...))
+	return maps.CniIpamKey{NetId: s.NetID, Family: maps.Family(ip), Addr: maps.Addr16(ip)}
 }
 
 // Owner returns who holds ip, or nil.
@@ -248,10 +220,7 @@ func (s *Store) Cursor(rangeSet int) net.IP {
 	if err := s.cursors.Lookup(maps.CniIpamCursorKey{NetId: s.NetID, RangeSet: uint32(rangeSet)}, &v); err != nil {
 		return nil
 	}
-	if v.Family == 4 {
-		return net.IP(append([]byte(nil), v.Addr[:4]...))
-	}
-	return net.IP(append([]byte(nil), v.Addr[:]...))
+	return maps.IP(v.Family, v.Addr)
 }
 
 // SetCursor records ip as the last address reserved in a range set.
@@ -259,8 +228,7 @@ func (s *Store) SetCursor(rangeSet int, ip net.IP) error {
 	if err := s.openCursors(); err != nil {
 		return err
 	}
-	v := maps.CniIpamCursor{Family: uint8(family(ip))}
-	copy(v.Addr[:], canonicalIP(ip))
+	v := maps.CniIpamCursor{Family: maps.Family(ip), Addr: maps.Addr16(ip)}
 	return s.cursors.Update(maps.CniIpamCursorKey{NetId: s.NetID, RangeSet: uint32(rangeSet)}, &v, ebpf.UpdateAny)
 }
 
@@ -281,7 +249,7 @@ func (s *Store) Entries() ([]Entry, error) {
 	it := s.allocs.Iterate()
 	for it.Next(&k, &v) {
 		if k.NetId == s.NetID {
-			out = append(out, Entry{IP: keyIP(&k), Owner: v, Family: int(k.Family)})
+			out = append(out, Entry{IP: maps.IP(k.Family, k.Addr), Owner: v, Family: int(k.Family)})
 		}
 	}
 	return out, it.Err()

@@ -2,18 +2,23 @@ package maps
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net"
 
 	"github.com/cilium/ebpf"
 )
 
+// The one converter between addresses and the maps' form of them: an
+// enum addr_family and 16 bytes, IPv4 in the first 4 (endpoint_key,
+// ipam_key, nat_key, hostport entries, masq_net, masq_skip_key...).
+
 // Family is the enum addr_family of an address: 4 or 6.
 func Family(ip net.IP) uint8 {
 	if ip.To4() != nil {
-		return 4
+		return uint8(CniAddrFamilyADDR_FAMILY_V4)
 	}
-	return 6
+	return uint8(CniAddrFamilyADDR_FAMILY_V6)
 }
 
 // Addr16 is an address as the maps hold it: IPv4 in the first 4 bytes.
@@ -24,6 +29,35 @@ func Addr16(ip net.IP) (a [16]uint8) {
 		copy(a[:], ip.To16())
 	}
 	return a
+}
+
+// IP is the address of a family and 16 bytes as the maps hold them (a
+// copy: 4 bytes for IPv4, 16 for IPv6).
+func IP(family uint8, a [16]uint8) net.IP {
+	if family == uint8(CniAddrFamilyADDR_FAMILY_V4) {
+		return net.IP(bytes.Clone(a[:4]))
+	}
+	return net.IP(bytes.Clone(a[:]))
+}
+
+// EndpointKey is the key of an address in endpoints and node_addrs.
+func EndpointKey(ip net.IP) CniEndpointKey {
+	return CniEndpointKey{Family: Family(ip), Addr: Addr16(ip)}
+}
+
+// EndpointIPs are the addresses of an endpoint_devs entry.
+func EndpointIPs(d *CniEndpointDev) []net.IP {
+	var out []net.IP
+	for i := 0; i < int(d.N_ip4) && i < len(d.Ip4); i++ {
+		var a [16]uint8
+		// ip4 holds network byte order in memory, as a __u32 read natively.
+		binary.NativeEndian.PutUint32(a[:4], d.Ip4[i])
+		out = append(out, IP(uint8(CniAddrFamilyADDR_FAMILY_V4), a))
+	}
+	for i := 0; i < int(d.N_ip6) && i < len(d.Ip6); i++ {
+		out = append(out, IP(uint8(CniAddrFamilyADDR_FAMILY_V6), d.Ip6[i]))
+	}
+	return out
 }
 
 // Clear deletes every entry of a hash or LPM map (one that a program may

@@ -1,15 +1,5 @@
 package maps
 
-import "hash/fnv"
-
-// NetID is a network's key in the BPF maps: FNV-1a of its name. ebpf-ipam
-// registers the name in ipam_nets, so a clash between two names is caught.
-func NetID(network string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(network))
-	return h.Sum32()
-}
-
 // CString copies s into a fixed-size, NUL-terminated C char array as bpf2go
 // represents it; s must be shorter than the array.
 func CString[T ~int8 | ~uint8](dst []T, s string) {

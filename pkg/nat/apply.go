@@ -145,8 +145,8 @@ func Apply(bpfRoot, stateDir, netName string, s *Settings, podNets []*net.IPNet,
 		return err
 	}
 	defer t.Close()
-	netID := maps.NetID(netName)
-	if err := registerNet(t.netNames, netID, netName); err != nil {
+	netID, err := maps.RegisterNetwork(t.netNames, netName)
+	if err != nil {
 		return err
 	}
 
@@ -216,27 +216,6 @@ func ensureUplinks(bpfRoot, stateDir string, ups []Uplink, m *ebpf.Map, mode dat
 		if err := m.Put(uint32(u.Link.Attrs().Index), &info); err != nil {
 			return fmt.Errorf("writing uplinks[%s]: %w", u.Link.Attrs().Name, err)
 		}
-	}
-	return nil
-}
-
-// registerNet claims netID for netName in ipam_nets (shared with ebpf-ipam),
-// so two network names with one hash are refused instead of merged.
-func registerNet(m *ebpf.Map, netID uint32, netName string) error {
-	var v maps.CniIpamNet
-	name := netName
-	if len(name) >= maps.CniNetNameLen {
-		name = name[:maps.CniNetNameLen-1]
-	}
-	if err := m.Lookup(netID, &v); err == nil {
-		if got := maps.GoString(v.Name[:]); got != name {
-			return fmt.Errorf("network %q has the same map key as network %q: rename one", netName, got)
-		}
-		return nil
-	}
-	maps.CString(v.Name[:], name)
-	if err := m.Update(netID, &v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-		return fmt.Errorf("registering network %s: %w", netName, err)
 	}
 	return nil
 }

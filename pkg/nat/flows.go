@@ -1,7 +1,6 @@
 package nat
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -48,13 +47,6 @@ type Flow struct {
 	Replied    bool
 	Age, Idle  time.Duration
 	Expired    bool // still in the table, but the programs ignore it
-}
-
-func keyIP(fam uint8, a [16]uint8) net.IP {
-	if fam == 4 {
-		return net.IP(bytes.Clone(a[:4]))
-	}
-	return net.IP(bytes.Clone(a[:]))
 }
 
 func port(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as bpf2go reads it
@@ -178,9 +170,9 @@ func (t *Table) Flows() ([]Flow, error) {
 			continue
 		}
 		f := Flow{
-			Proto: e.k.Proto, Pod: keyIP(e.k.Family, e.k.Saddr), PodPort: port(e.k.Sport),
-			Remote: keyIP(e.k.Family, e.k.Daddr), RemotePort: port(e.k.Dport),
-			NAT: keyIP(e.k.Family, e.v.Addr), NATPort: port(e.v.Port),
+			Proto: e.k.Proto, Pod: maps.IP(e.k.Family, e.k.Saddr), PodPort: port(e.k.Sport),
+			Remote: maps.IP(e.k.Family, e.k.Daddr), RemotePort: port(e.k.Dport),
+			NAT: maps.IP(e.k.Family, e.v.Addr), NATPort: port(e.v.Port),
 			State: e.v.State, Kept: e.v.Flags&flagKept != 0, Replied: e.v.Flags&flagReplied != 0,
 		}
 		if now > e.v.Created {
@@ -199,9 +191,9 @@ func (t *Table) Flows() ([]Flow, error) {
 // source of the other keys (the pod's tuple).
 func podAddr(e *entry) net.IP {
 	if e.k.Dir == dirIn {
-		return keyIP(e.k.Family, e.v.Addr)
+		return maps.IP(e.k.Family, e.v.Addr)
 	}
-	return keyIP(e.k.Family, e.k.Saddr)
+	return maps.IP(e.k.Family, e.k.Saddr)
 }
 
 // delete removes the entries for which drop says so; it returns how many.
@@ -308,7 +300,7 @@ func (t *Table) LiveDNAT() (map[string]int, error) {
 		if e.k.Dir != dirDNAT || (now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State)) {
 			continue
 		}
-		out[net.JoinHostPort(keyIP(e.k.Family, e.k.Saddr).String(), fmt.Sprint(port(e.k.Sport)))]++
+		out[net.JoinHostPort(maps.IP(e.k.Family, e.k.Saddr).String(), fmt.Sprint(port(e.k.Sport)))]++
 	}
 	return out, nil
 }

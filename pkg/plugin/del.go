@@ -174,6 +174,6 @@ func deleteEntries(bpfRoot, hostName string, rec *datapath.Record) ([]net.IP, er
 	if em.Devs.Lookup(uint32(l.Attrs().Index), &d) != nil {
 		return nil, nil
 	}
-	ips := datapath.DevIPs(&d)
+	ips := maps.EndpointIPs(&d)
 	return ips, em.Delete(l.Attrs().Index, l.Attrs().HardwareAddr, ips)
 }

@@ -136,7 +136,7 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([
 	for _, d := range devs {
 		if !live[d.IfIndex] {
 			remove(fmt.Sprintf("%s[%d] (container %s)", maps.CniMapEndpointDevs, d.IfIndex, maps.GoString(d.Dev.ContainerId[:])), func() error {
-				return em.Delete(d.IfIndex, d.Dev.HostMac[:], datapath.DevIPs(&d.Dev))
+				return em.Delete(d.IfIndex, d.Dev.HostMac[:], maps.EndpointIPs(&d.Dev))
 			})
 		}
 	}

@@ -67,7 +67,7 @@ func claim(e *maps.CniHostportEntry, hp datapath.HostPort, owner Owner) error {
 		if e.To[i].Addr == t.Addr {
 			return nil // this pod's address: a retried ADD, or a stale entry of a gone pod
 		}
-		ip := keyIP(hp, e.To[i].Addr)
+		ip := maps.IP(maps.Family(net.ParseIP(hp.PodIP)), e.To[i].Addr)
 		return fmt.Errorf("%w: %s port %d%s is published by %s (%s:%d)", ErrConflict, hp.Proto, hp.HostPort, on(e, i, hp),
 			owner(ip), ip, be16(e.To[i].Port))
 	}
@@ -110,14 +110,7 @@ func on(e *maps.CniHostportEntry, i int, hp datapath.HostPort) string {
 	if e.Any == 1 {
 		return " (every node address)"
 	}
-	return " on " + keyIP(hp, e.HostIp[i]).String()
-}
-
-func keyIP(hp datapath.HostPort, a [16]uint8) net.IP {
-	if net.ParseIP(hp.PodIP).To4() != nil {
-		return net.IP(a[:4])
-	}
-	return net.IP(a[:])
+	return " on " + maps.IP(maps.Family(net.ParseIP(hp.PodIP)), e.HostIp[i]).String()
 }
 
 // release removes hp's target from e; it reports whether e is empty now.
@@ -258,7 +251,7 @@ func syncNodeAddrs(m *ebpf.Map) error {
 		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.IP.IsLoopback() {
 			continue
 		}
-		want[datapath.Key(a.IP)] = uint32(a.LinkIndex)
+		want[maps.EndpointKey(a.IP)] = uint32(a.LinkIndex)
 	}
 	for k, v := range want {
 		if err := m.Put(&k, &v); err != nil {
@@ -366,12 +359,7 @@ func List(m *ebpf.Map) ([]Published, error) {
 	it := m.Iterate()
 	for it.Next(&k, &e) {
 		for i := 0; i < int(e.N) && i < len(e.To); i++ {
-			ip := func(a [16]uint8) string {
-				if k.Family == 4 {
-					return net.IP(a[:4]).String()
-				}
-				return net.IP(a[:]).String()
-			}
+			ip := func(a [16]uint8) string { return maps.IP(k.Family, a).String() }
 			p := Published{Proto: protoNames[k.Proto], HostIP: "*", HostPort: be16(k.Port), PodIP: ip(e.To[i].Addr), ContainerPort: be16(e.To[i].Port)}
 			if e.Any == 0 {
 				p.HostIP = ip(e.HostIp[i])

@@ -229,7 +229,7 @@ func (e *env) endpointFlags(ip net.IP) uint32 {
 	require.NoError(e.t, err)
 	defer em.Close()
 	var v maps.CniEndpointInfo
-	require.NoError(e.t, em.Endpoints.Lookup(datapath.Key(ip), &v), "endpoints[%s]", ip)
+	require.NoError(e.t, em.Endpoints.Lookup(maps.EndpointKey(ip), &v), "endpoints[%s]", ip)
 	return v.Flags
 }
 

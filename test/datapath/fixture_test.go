@@ -52,6 +52,7 @@ func newBenchEnv(t testing.TB) *env {
 
 // netOpts shape the network configuration.
 type netOpts struct {
+	name       string // default ebpfnet
 	version    string
 	attachMode string
 	ipam       map[string]any // default: ebpf-ipam, dual-stack
@@ -86,7 +87,10 @@ func (e *env) confList(o netOpts) *libcni.NetworkConfigList {
 	for _, c := range o.chained {
 		plugins = append(plugins, c)
 	}
-	return testutil.ConfList(e.t, o.version, "ebpfnet", plugins)
+	if o.name == "" {
+		o.name = "ebpfnet"
+	}
+	return testutil.ConfList(e.t, o.version, o.name, plugins)
 }
 
 // addPod attaches a new pod and deletes it at cleanup.

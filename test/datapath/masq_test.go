@@ -347,6 +347,35 @@ func testMasquerade(t *testing.T, version, mode string) {
 	e.requireClean()
 }
 
+// TestMasqueradeLongNetworkName: a network name of 128 bytes or more does
+// not fit ipam_nets; ebpf-ipam and masquerade register it through the one
+// network registry (maps.RegisterNetwork), as "sha256:<hex>" both, so ADD
+// with ipMasq works and the pod's traffic leaves masqueraded. (Masquerade
+// had truncated the name instead: ADD failed with code 118, "has the same
+// map key as network sha256:...".)
+func TestMasqueradeLongNetworkName(t *testing.T) {
+	e := newEnv(t)
+	name := strings.Repeat("long-network-name-", 8)[:130]
+	list := e.confList(netOpts{name: name, extra: map[string]any{"ipMasq": true}})
+	p := e.addPod(list, "long-name")
+	srv := newWorldServer(t, e.node.World)
+	c, err := dialFrom(p.NS, 0, nettest.WorldIP4, srv.port)
+	require.NoError(t, err)
+	c.Close()
+	require.Equal(t, map[netip.Addr]bool{addr(nettest.NodeIP4): true}, srv.sources("tcp"))
+
+	m, err := maps.OpenPinned(e.bpfRoot, maps.CniMapIpamNets)
+	require.NoError(t, err)
+	defer m[maps.CniMapIpamNets].Close()
+	var v maps.CniIpamNet
+	require.NoError(t, m[maps.CniMapIpamNets].Lookup(maps.NetID(name), &v))
+	require.Equal(t, maps.Fit(name, maps.CniNetNameLen), maps.GoString(v.Name[:]))
+	require.True(t, strings.HasPrefix(maps.GoString(v.Name[:]), "sha256:"))
+
+	require.NoError(t, e.cni.DelPod(list, p))
+	e.requireClean()
+}
+
 // TestMasqueradeSamePort: two pods use one source port to one server at
 // once, over TCP and UDP, IPv4 and IPv6: both get through, one keeps its
 // port and the other moves into the range above the node's ephemeral
