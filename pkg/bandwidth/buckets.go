@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // Flags are the endpoint flags (enum endpoint_flags) the limits need: the
@@ -54,20 +55,33 @@ func bucket(l Limit, edt bool) maps.CniBwBucket {
 var recoveryCredit = 500 * time.Millisecond
 
 // Table is the pinned bw_buckets map.
-type Table struct{ m *ebpf.Map }
+type Table struct {
+	m   *ebpf.Map
+	own bool
+}
 
-// OpenTable opens (creating on first use) the pinned bucket map.
+// OpenTable opens (creating on first use) the pinned bucket map, for
+// callers without a node handle; Close releases it.
 func OpenTable(bpfRoot string) (*Table, error) {
 	m, err := maps.OpenPinned(bpfRoot, maps.CniMapBwBuckets)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", maps.CniMapBwBuckets, err)
 	}
-	return &Table{m[maps.CniMapBwBuckets]}, nil
+	return &Table{m[maps.CniMapBwBuckets], true}, nil
 }
 
-// Close releases the handle.
+// TableOf is the bucket map of the call's node (which closes it).
+func TableOf(n *node.Node) (*Table, error) {
+	m, err := n.Map(maps.CniMapBwBuckets)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", maps.CniMapBwBuckets, err)
+	}
+	return &Table{m: m}, nil
+}
+
+// Close releases the handle OpenTable opened.
 func (t *Table) Close() {
-	if t != nil {
+	if t != nil && t.own {
 		t.m.Close()
 	}
 }

@@ -3,13 +3,15 @@ package bandwidth
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
 // Source pacing (bpf/sock_pacing.c): TCP sockets of the node and its pods
@@ -18,21 +20,42 @@ import (
 // are the node's (ifindex 0) and its pods' (their host veth's ifindex):
 // sockets anywhere else are left alone.
 
-// Netns is the pinned local_netns map.
-type Netns struct{ m *ebpf.Map }
+// PacingHooks are the sock_ops hook of the node's cgroup: TCP senders of
+// the node and its pods paced to the bandwidth limits (bpf/sock_pacing.c).
+// They attach with the first limited pod.
+var PacingHooks = []attach.Hook{attach.CgroupHook("bw_pacing", ebpf.AttachCGroupSockOps)}
 
-// OpenNetns opens (creating on first use) the local_netns map.
+// cgroupSet names the pacing hook's attachment set.
+const cgroupSet = "pacing"
+
+// Netns is the pinned local_netns map.
+type Netns struct {
+	m   *ebpf.Map
+	own bool
+}
+
+// OpenNetns opens (creating on first use) the local_netns map, for callers
+// without a node handle; Close releases it.
 func OpenNetns(bpfRoot string) (*Netns, error) {
 	m, err := maps.OpenPinned(bpfRoot, maps.CniMapLocalNetns)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", maps.CniMapLocalNetns, err)
 	}
-	return &Netns{m[maps.CniMapLocalNetns]}, nil
+	return &Netns{m[maps.CniMapLocalNetns], true}, nil
 }
 
-// Close releases the handle.
+// NetnsOf is the local_netns map of the call's node (which closes it).
+func NetnsOf(n *node.Node) (*Netns, error) {
+	m, err := n.Map(maps.CniMapLocalNetns)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", maps.CniMapLocalNetns, err)
+	}
+	return &Netns{m: m}, nil
+}
+
+// Close releases the handle OpenNetns opened.
 func (n *Netns) Close() {
-	if n != nil {
+	if n != nil && n.own {
 		n.m.Close()
 	}
 }
@@ -40,21 +63,21 @@ func (n *Netns) Close() {
 // Register records the caller's netns as the node's and podNS as the pod
 // behind host veth ifindex.
 func (n *Netns) Register(podNS ns.NetNS, ifindex int) error {
-	node, err := datapath.NetnsCookie()
+	self, err := node.NetnsCookie()
 	if err != nil {
 		return err
 	}
 	var pod uint64
 	if err := podNS.Do(func(ns.NetNS) error {
-		pod, err = datapath.NetnsCookie()
+		pod, err = node.NetnsCookie()
 		return err
 	}); err != nil {
 		return err
 	}
-	if err := n.m.Put(node, uint32(0)); err != nil {
+	if err := n.m.Put(self, uint32(0)); err != nil {
 		return fmt.Errorf("writing %s: %w", maps.CniMapLocalNetns, err)
 	}
-	if pod == node {
+	if pod == self {
 		return nil // a "pod" in the node's netns: its sockets are the node's
 	}
 	if err := n.m.Put(pod, uint32(ifindex)); err != nil {
@@ -118,34 +141,35 @@ func (n *Netns) Registered(ifindex int) (bool, error) {
 }
 
 // StartPacing attaches the sock_ops hook to the cgroup unless it is there.
-func StartPacing(bpfRoot, stateDir, cgroup string, progs *datapath.Programs) error {
-	l, err := datapath.FileLock(filepath.Join(stateDir, "pacing.lock"), true)
+func StartPacing(n *node.Node, cgroup string) error {
+	l, err := n.Lock("pacing")
 	if err != nil {
 		return err
 	}
 	defer l.Unlock()
-	if datapath.SockAttached(bpfRoot, progs, datapath.PacingHooks) {
-		return nil
-	}
-	return datapath.AttachSock(bpfRoot, cgroup, progs, datapath.PacingHooks)
+	return feature.AttachCgroup(n, cgroupSet, cgroup, PacingHooks)
 }
 
-// Pacing reports whether the sock_ops hook is attached.
-func Pacing(bpfRoot string, progs *datapath.Programs) bool {
-	return datapath.SockAttached(bpfRoot, progs, datapath.PacingHooks)
+// Pacing reports whether the sock_ops hook of this build is attached.
+func Pacing(n *node.Node) bool {
+	progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects())
+	if err != nil {
+		return false
+	}
+	defer progs.Close()
+	return feature.CgroupAttached(n, progs, PacingHooks)
 }
 
 // Teardown takes pacing off the node once it has no endpoint left: the
 // hook off the cgroup, local_netns empty. Idempotent.
-func Teardown(bpfRoot string) error {
-	errs := []error{datapath.DetachSock(bpfRoot, datapath.PacingHooks)}
-	if maps.CheckBPFFS(bpfRoot) != nil {
+func Teardown(n *node.Node) error {
+	errs := []error{feature.DetachCgroup(n, cgroupSet, PacingHooks)}
+	if n.CheckBPFFS() != nil {
 		return errors.Join(errs...)
 	}
-	n, err := OpenNetns(bpfRoot)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
+	m, err := n.PinnedMap(maps.CniMapLocalNetns)
+	if err == nil && m != nil {
+		err = maps.Clear(m)
 	}
-	defer n.Close()
-	return errors.Join(append(errs, maps.Clear(n.m))...)
+	return errors.Join(append(errs, err)...)
 }

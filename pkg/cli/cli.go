@@ -15,30 +15,29 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 )
 
 // Exit codes of the CLI.
 const (
-	ExitOK       = 0
-	ExitError    = 1 // the command failed; the message says what to do
-	ExitUsage    = 2 // unknown command or flag
-	ExitProblems = 3 // status found problems (listed in its output)
+	ExitOK       = view.ExitOK
+	ExitError    = view.ExitError    // the command failed; the message says what to do
+	ExitUsage    = view.ExitUsage    // unknown command or flag
+	ExitProblems = view.ExitProblems // status found problems (listed in its output)
 )
 
-// Command is one subcommand.
-type Command struct {
-	Name    string
-	Summary string // one line for the command list
-	Help    string // what it shows; printed by --help
-	// Flags declares the command's own flags, if any, and returns its run
-	// function; flag values live in the closure, fresh for every call.
-	Flags func(fs *flag.FlagSet) func(*Context) error
-}
+// Command is one subcommand (pkg/cli/view: the features write theirs).
+type Command = view.Command
+
+// Context is what a command runs with.
+type Context = view.Context
 
 var commands = map[string]*Command{}
 
-// register adds a command; each command's file calls it from init.
+// register adds a command; each command's file calls it from init, and
+// the features' commands come from the registry.
 func register(c *Command) {
 	if _, dup := commands[c.Name]; dup {
 		panic("cli: command registered twice: " + c.Name)
@@ -46,26 +45,14 @@ func register(c *Command) {
 	commands[c.Name] = c
 }
 
-// Context is what a command runs with.
-type Context struct {
-	BPFRoot  string
-	StateDir string
-	JSON     bool // -o json
-	Stdout   io.Writer
-	Stderr   io.Writer
+func init() {
+	for _, c := range features.Commands() {
+		register(c)
+	}
 }
-
-// exitError carries an exit code other than ExitError.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
 
 // errProblems makes status exit with ExitProblems after printing them.
-var errProblems = &exitError{code: ExitProblems, err: errors.New("problems found")}
+var errProblems = &view.Exit{Code: ExitProblems, Err: errors.New("problems found")}
 
 const intro = `ebpf-cni: the operator CLI of the ebpf-cni CNI plugin.
 
@@ -84,7 +71,7 @@ func usage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	t := &Table{}
+	t := &view.Table{}
 	for _, n := range names {
 		t.Row("  "+n, commands[n].Summary)
 	}
@@ -131,6 +118,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	ctx := &Context{Stdout: stdout, Stderr: stderr}
+	ctx.Endpoints = func() ([]view.EndpointRef, error) { return endpointRefs(ctx) }
 	var output string
 	fs := newFlagSet(c, ctx, &output)
 	run := c.Flags(fs)
@@ -155,12 +143,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	if err := run(ctx); err != nil {
-		var ee *exitError
+		var ee *view.Exit
 		if errors.As(err, &ee) {
 			if ee != errProblems {
-				fmt.Fprintf(stderr, "ebpf-cni %s: %v\n", name, ee.err)
+				fmt.Fprintf(stderr, "ebpf-cni %s: %v\n", name, ee.Err)
 			}
-			return ee.code
+			return ee.Code
 		}
 		fmt.Fprintf(stderr, "ebpf-cni %s: %v\n", name, err)
 		return ExitError
@@ -189,7 +177,7 @@ func newFlagSet(c *Command, ctx *Context, output *string) *flag.FlagSet {
 
 func commandHelp(w io.Writer, c *Command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: ebpf-cni %s [flags]\n\n%s\n\n%s\nFlags:\n", c.Name, c.Summary, strings.TrimSpace(c.Help)+"\n")
-	t := &Table{}
+	t := &view.Table{}
 	fs.VisitAll(func(f *flag.Flag) {
 		dash := "--"
 		if len(f.Name) == 1 {

@@ -7,7 +7,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -61,19 +62,19 @@ type countersOutput struct {
 // reasons lists the known reasons in enum order.
 func reasons() []maps.CniPktReason {
 	var out []maps.CniPktReason
-	for r := range datapath.ReasonKeys {
+	for r := range counters.ReasonKeys {
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
 
-func reasonCounters(by map[maps.CniPktReason]datapath.Counter) ReasonCounters {
+func reasonCounters(by map[maps.CniPktReason]counters.Counter) ReasonCounters {
 	rc := ReasonCounters{Reasons: map[string]CounterValue{}}
 	for _, r := range reasons() {
 		c := by[r]
-		rc.Reasons[datapath.ReasonKeys[r]] = CounterValue{c.Packets, c.Bytes}
-		if datapath.IsDrop(r) {
+		rc.Reasons[counters.ReasonKeys[r]] = CounterValue{c.Packets, c.Bytes}
+		if counters.IsDrop(r) {
 			rc.Dropped.Packets += c.Packets
 			rc.Dropped.Bytes += c.Bytes
 		}
@@ -91,15 +92,15 @@ func readCounters(ctx *Context) (*countersOutput, error) {
 		return nil, err
 	}
 	defer closeMaps()
-	total := map[maps.CniPktReason]datapath.Counter{}
+	total := map[maps.CniPktReason]counters.Counter{}
 	if m := ms[maps.CniMapPktCounters]; m != nil {
-		if total, err = datapath.SumCounters(m); err != nil {
+		if total, err = counters.SumCounters(m); err != nil {
 			return nil, err
 		}
 	}
-	devs := map[uint32]map[maps.CniPktReason]datapath.Counter{}
+	devs := map[uint32]map[maps.CniPktReason]counters.Counter{}
 	if m := ms[maps.CniMapEndpointCounters]; m != nil {
-		if devs, err = datapath.SumDeviceCounters(m); err != nil {
+		if devs, err = counters.SumDeviceCounters(m); err != nil {
 			return nil, err
 		}
 	}
@@ -135,15 +136,15 @@ func runCounters(ctx *Context) error {
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, out)
 	}
-	t := &Table{Header: []string{"ENDPOINT", "HOST VETH", "REASON", "PACKETS", "BYTES", "MEANING"}, Right: map[int]bool{3: true, 4: true}}
+	t := &view.Table{Header: []string{"ENDPOINT", "HOST VETH", "REASON", "PACKETS", "BYTES", "MEANING"}, Right: map[int]bool{3: true, 4: true}}
 	rows := func(first, veth string, rc ReasonCounters) {
 		any := false
 		for _, r := range reasons() {
-			c := rc.Reasons[datapath.ReasonKeys[r]]
+			c := rc.Reasons[counters.ReasonKeys[r]]
 			if c.Packets == 0 {
 				continue
 			}
-			t.Row(first, veth, datapath.ReasonKeys[r], HumanCount(c.Packets), HumanBytes(c.Bytes), datapath.ReasonNames[r])
+			t.Row(first, veth, counters.ReasonKeys[r], view.HumanCount(c.Packets), view.HumanBytes(c.Bytes), counters.ReasonNames[r])
 			first, veth, any = "", "", true
 		}
 		if !any {
@@ -151,7 +152,7 @@ func runCounters(ctx *Context) error {
 		}
 	}
 	for _, e := range out.Endpoints {
-		name := (&Endpoint{ContainerID: e.ContainerID, IfName: e.IfName}).Name()
+		name := view.Name(e.ContainerID, e.IfName)
 		if e.ContainerID == "" {
 			name = fmt.Sprintf("(ifindex %d)", e.HostIfIndex)
 		}

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 )
 
 func init() {
@@ -36,7 +38,7 @@ func runEndpoints(ctx *Context) error {
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, n.Endpoints)
 	}
-	t := &Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "STATE"}, Right: map[int]bool{2: true}}
+	t := &view.Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "STATE"}, Right: map[int]bool{2: true}}
 	var problems []string
 	for _, e := range n.Endpoints {
 		var progs []string

@@ -4,19 +4,25 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 func init() {
@@ -74,19 +80,21 @@ func runGC(ctx *Context, dryRun bool) error {
 	if err := checkRoot(ctx.BPFRoot); err != nil {
 		return err
 	}
-	if !dryRun {
-		lock, err := datapath.NodeLock(ctx.StateDir, true)
-		if err != nil {
-			return fmt.Errorf("taking the node lock (--state-dir): %w", err)
-		}
-		defer lock.Unlock()
+	mode := node.Exclusive
+	if dryRun {
+		mode = node.Unlocked
 	}
+	nd, err := node.Open(node.Options{BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir, Objects: features.Objects(), Lock: mode})
+	if err != nil {
+		return fmt.Errorf("taking the node lock (--state-dir): %w", err)
+	}
+	defer nd.Close()
 	n, err := loadNode(ctx)
 	if err != nil {
 		return err
 	}
 	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
-	kept := map[string]*datapath.Record{}
+	kept := map[string]*node.Record{}
 	var failed []error
 	for _, e := range n.Endpoints {
 		if e.rec == nil {
@@ -94,11 +102,19 @@ func runGC(ctx *Context, dryRun bool) error {
 			// entries are leftovers unless its veth lives, here or, seen
 			// through its tcx link, in another netns. DEL or the CNI GC of
 			// its network removes a live one.
-			host := datapath.HostVethName(e.ContainerID, e.IfName)
-			guess := &datapath.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
-			for _, h := range datapath.Hooks {
-				guess.Attachments = append(guess.Attachments, datapath.Attachment{Hook: h.Name, Mode: datapath.ModeTCX,
-					Pin: filepath.Join(datapath.LinkDir(ctx.BPFRoot, host), h.Name)})
+			host := veth.HostName(e.ContainerID, e.IfName)
+			guess := &node.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
+			for _, ip := range e.IPs {
+				// Its addresses keep its flows and published ports.
+				if a := net.ParseIP(ip); a != nil && a.To4() != nil {
+					guess.IPs = append(guess.IPs, ip+"/32")
+				} else if a != nil {
+					guess.IPs = append(guess.IPs, ip+"/128")
+				}
+			}
+			for _, h := range endpointHooks() {
+				guess.Attachments = append(guess.Attachments, attach.Attachment{Hook: h.Name, Mode: attach.ModeTCX,
+					Pin: filepath.Join(node.LinkDir(ctx.BPFRoot, host), h.Name)})
 			}
 			if dead, _ := gone(&Endpoint{VethPresent: e.VethPresent, rec: guess}); !dead {
 				kept[host] = guess
@@ -117,7 +133,7 @@ func runGC(ctx *Context, dryRun bool) error {
 			HostIfIndex: e.HostIfIndex, Reason: why, IPs: e.IPs, IPAMReleased: []string{}}
 		out.Endpoints = append(out.Endpoints, c)
 		if !dryRun {
-			if err := plugin.Teardown(ctx.BPFRoot, ctx.StateDir, e.rec.HostIfName); err != nil {
+			if err := plugin.Teardown(nd, e.rec.HostIfName); err != nil {
 				c.Error = err.Error()
 				failed = append(failed, err)
 				continue // its record stays, so the addresses stay accounted for
@@ -140,7 +156,7 @@ func runGC(ctx *Context, dryRun bool) error {
 	if _, err := os.Stat(filepath.Join(ctx.StateDir, "endpoints")); errors.Is(err, os.ErrNotExist) && len(n.Endpoints) > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("no endpoint records under %s: left the map entries alone; is --state-dir the plugin's stateDir?", ctx.StateDir))
 	} else if pinned(ctx.BPFRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs) {
-		left, err := plugin.Leftovers(ctx.BPFRoot, kept, dryRun)
+		left, err := plugin.Leftovers(nd, kept, dryRun)
 		out.Leftovers = append(out.Leftovers, left...)
 		if err != nil {
 			failed = append(failed, err)
@@ -178,7 +194,7 @@ func gone(e *Endpoint) (bool, string) {
 	// A tcx link knows its device from any netns; its ifindex turns 0 when
 	// the device is deleted.
 	for _, a := range e.rec.Attachments {
-		if a.Mode != datapath.ModeTCX || a.Pin == "" {
+		if a.Mode != attach.ModeTCX || a.Pin == "" {
 			continue
 		}
 		// Opening a pin only reads; links refuse BPF_F_RDONLY (EINVAL).
@@ -221,7 +237,7 @@ func isNetNS(path string) bool {
 // ebpf-ipam keeps the network's state under stateDir. Only addresses the
 // attachment still holds in the map are released, so an address already
 // handed to a live pod is never touched.
-func releaseIPAM(ctx *Context, rec *datapath.Record, dryRun bool) (released []string, note string, err error) {
+func releaseIPAM(ctx *Context, rec *node.Record, dryRun bool) (released []string, note string, err error) {
 	netName := rec.Network
 	if netName == "" || netName == "." || netName == ".." || strings.ContainsAny(netName, "/\\") {
 		return nil, "", nil
@@ -268,7 +284,7 @@ func printGC(ctx *Context, out *gcOutput) error {
 		fmt.Fprintf(w, "no endpoint to collect: every recorded pod is alive\n")
 	} else {
 		fmt.Fprintf(w, "%s %d endpoint(s):\n", verb, len(out.Endpoints))
-		t := &Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "NETWORK", "REASON", "IPS", "IPAM RELEASED", "ERROR"}}
+		t := &view.Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "NETWORK", "REASON", "IPS", "IPAM RELEASED", "ERROR"}}
 		for _, c := range out.Endpoints {
 			t.Row((&Endpoint{ContainerID: c.ContainerID, IfName: c.IfName}).Name(), orDash(c.HostVeth), orDash(c.Network), c.Reason,
 				orDash(strings.Join(c.IPs, ",")), orDash(strings.Join(c.IPAMReleased, ",")), c.Error)

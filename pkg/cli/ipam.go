@@ -8,6 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -128,13 +130,13 @@ func runIPAM(ctx *Context, only string) error {
 		fmt.Fprintln(ctx.Stdout, "no addresses allocated")
 		return nil
 	}
-	t := &Table{Header: []string{"NETWORK", "ADDRESS", "CONTAINER/IFNAME", "RANGE SET", "AGE"}, Right: map[int]bool{3: true, 4: true}}
+	t := &view.Table{Header: []string{"NETWORK", "ADDRESS", "CONTAINER/IFNAME", "RANGE SET", "AGE"}, Right: map[int]bool{3: true, 4: true}}
 	now := time.Now()
 	for _, na := range nets {
 		for _, a := range na.Allocations {
 			age := "-"
 			if a.Allocated != 0 {
-				age = HumanAge(now.Sub(time.Unix(int64(a.Allocated), 0)))
+				age = view.HumanAge(now.Sub(time.Unix(int64(a.Allocated), 0)))
 			}
 			t.Row(na.Network, a.Address, (&Endpoint{ContainerID: a.ContainerID, IfName: a.IfName}).Name(), fmt.Sprint(a.RangeSet), age)
 		}

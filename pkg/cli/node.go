@@ -13,8 +13,13 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // Endpoint is one attachment as the node holds it: its record under
@@ -43,7 +48,7 @@ type Endpoint struct {
 	// (EP_F_QDISC) and delivers to the pod through it.
 	ViaQdisc bool `json:"viaQdisc"`
 
-	rec *datapath.Record
+	rec *node.Record
 }
 
 // Attached is what runs at one hook of an endpoint's host veth.
@@ -57,19 +62,10 @@ type Attached struct {
 
 // Name is how tables name the endpoint: containerID/ifname (the ID cut to
 // 12 characters, as container runtimes show it).
-func (e *Endpoint) Name() string {
-	id := e.ContainerID
-	if len(id) > 12 {
-		id = id[:12]
-	}
-	if id == "" {
-		id = "?"
-	}
-	return id + "/" + orDash(e.IfName)
-}
+func (e *Endpoint) Name() string { return view.Name(e.ContainerID, e.IfName) }
 
-// node is a snapshot of the node's endpoints and programs.
-type node struct {
+// snapshot is the node's endpoints and programs.
+type snapshot struct {
 	Endpoints []*Endpoint
 	byIfIndex map[int]*Endpoint
 	Tags      []string                     // installed program tags
@@ -79,11 +75,11 @@ type node struct {
 // loadNode reads records, endpoint maps, pinned programs and the host veths
 // of this netns. It only reads: entries appearing or vanishing meanwhile
 // (an ADD or DEL running) show as the half they are.
-func loadNode(ctx *Context) (*node, error) {
+func loadNode(ctx *Context) (*snapshot, error) {
 	if err := checkRoot(ctx.BPFRoot); err != nil {
 		return nil, err
 	}
-	recs, err := datapath.Records(ctx.StateDir)
+	recs, err := node.Records(ctx.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("reading endpoint records (--state-dir): %w", err)
 	}
@@ -93,23 +89,25 @@ func loadNode(ctx *Context) (*node, error) {
 		return nil, err
 	}
 	if m != nil {
-		em := &datapath.EndpointMaps{Devs: m}
-		list, err := em.Devices()
+		var k uint32
+		var d maps.CniEndpointDev
+		it := m.Iterate()
+		for it.Next(&k, &d) {
+			devs[int(k)] = d
+		}
+		err := it.Err()
 		m.Close()
 		if err != nil {
-			return nil, err
-		}
-		for _, d := range list {
-			devs[d.IfIndex] = d.Dev
+			return nil, fmt.Errorf("iterating %s: %w", maps.CniMapEndpointDevs, err)
 		}
 	}
-	n := &node{byIfIndex: map[int]*Endpoint{}, programs: map[ebpf.ProgramID][2]string{}}
-	if n.Tags, err = datapath.InstalledTags(ctx.BPFRoot); err != nil {
+	n := &snapshot{byIfIndex: map[int]*Endpoint{}, programs: map[ebpf.ProgramID][2]string{}}
+	if n.Tags, err = programs.Installed(ctx.BPFRoot); err != nil {
 		return nil, err
 	}
 	sort.Strings(n.Tags)
 	for _, tag := range n.Tags {
-		p, err := datapath.OpenPrograms(ctx.BPFRoot, tag)
+		p, err := programs.Open(ctx.BPFRoot, tag, features.Objects())
 		if err != nil {
 			continue // being unpinned by an upgrade, or half pinned: status reports the tag
 		}
@@ -162,7 +160,7 @@ func loadNode(ctx *Context) (*node, error) {
 	return n, nil
 }
 
-func (n *node) add(e *Endpoint) {
+func (n *snapshot) add(e *Endpoint) {
 	n.Endpoints = append(n.Endpoints, e)
 	n.byIfIndex[e.HostIfIndex] = e
 }
@@ -183,24 +181,24 @@ func (e *Endpoint) fromDev(d *maps.CniEndpointDev) {
 
 // inspect finds the host veth and what is attached to it, and names every
 // problem with what to do about it.
-func (n *node) inspect(e *Endpoint, stateDir string) {
+func (n *snapshot) inspect(e *Endpoint, stateDir string) {
 	var l netlink.Link
 	if e.HostVeth != "" {
-		if got, err := netlinksafe.LinkByName(e.HostVeth); err == nil && datapath.IsOurs(got) {
+		if got, err := netlinksafe.LinkByName(e.HostVeth); err == nil && veth.IsOurs(got) {
 			l = got
 		}
-	} else if got, err := netlink.LinkByIndex(e.HostIfIndex); err == nil && datapath.IsOurs(got) {
+	} else if got, err := netlink.LinkByIndex(e.HostIfIndex); err == nil && veth.IsOurs(got) {
 		l = got
 		e.HostVeth = got.Attrs().Name
 	}
 	e.VethPresent = l != nil
-	recorded := map[string]datapath.Attachment{}
+	recorded := map[string]attach.Attachment{}
 	if e.rec != nil {
 		for _, a := range e.rec.Attachments {
 			recorded[a.Hook] = a
 		}
 	}
-	for _, h := range datapath.Hooks {
+	for _, h := range endpointHooks() {
 		a := Attached{Hook: h.Name, RecordedMode: string(recorded[h.Name].Mode), ProgramIDs: []uint32{}}
 		if l == nil {
 			a.Mode = a.RecordedMode
@@ -211,9 +209,9 @@ func (n *node) inspect(e *Endpoint, stateDir string) {
 			}
 			switch {
 			case len(tcx) > 0:
-				a.Mode = string(datapath.ModeTCX)
+				a.Mode = string(attach.ModeTCX)
 			case len(tc) > 0:
-				a.Mode = string(datapath.ModeTC)
+				a.Mode = string(attach.ModeTC)
 			}
 			for _, id := range append(tcx, tc...) {
 				a.ProgramIDs = append(a.ProgramIDs, uint32(id))
@@ -267,7 +265,7 @@ func otherQdisc(q netlink.Qdisc, attached []Attached) []string {
 	switch {
 	case q.Type() == "noqueue":
 		return nil
-	case q.Type() == "clsact" && slices.ContainsFunc(attached, func(x Attached) bool { return x.Mode == string(datapath.ModeTC) }):
+	case q.Type() == "clsact" && slices.ContainsFunc(attached, func(x Attached) bool { return x.Mode == string(attach.ModeTC) }):
 		return nil
 	case a.Parent == netlink.HANDLE_ROOT:
 		return []string{"root " + q.Type()}
@@ -289,14 +287,14 @@ func viaQdisc(m *ebpf.Map, e *Endpoint) bool {
 }
 
 // attachedByMode lists the programs at hook on l, by how they are attached.
-func attachedByMode(l netlink.Link, h datapath.Hook) (tcx, tc []ebpf.ProgramID, err error) {
+func attachedByMode(l netlink.Link, h attach.Hook) (tcx, tc []ebpf.ProgramID, err error) {
 	res, qerr := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: h.TCXAttach})
 	if qerr == nil {
 		for _, p := range res.Programs {
 			tcx = append(tcx, p.ID)
 		}
 	}
-	all, err := datapath.AttachedIDs(l, h)
+	all, err := attach.AttachedIDs(l, h)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -306,4 +304,21 @@ func attachedByMode(l netlink.Link, h datapath.Hook) (tcx, tc []ebpf.ProgramID, 
 		}
 	}
 	return tcx, tc, nil
+}
+
+// endpointHooks are the hooks of every endpoint's host veth, whichever
+// feature brings them.
+func endpointHooks() []attach.Hook { return programs.HooksAt(features.Objects(), attach.Endpoint) }
+
+// endpointRefs names the node's endpoints, for the features' commands.
+func endpointRefs(ctx *Context) ([]view.EndpointRef, error) {
+	n, err := loadNode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]view.EndpointRef, 0, len(n.Endpoints))
+	for _, e := range n.Endpoints {
+		out = append(out, view.EndpointRef{ContainerID: e.ContainerID, IfName: e.IfName, HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex})
+	}
+	return out, nil
 }

@@ -17,8 +17,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
 func init() {
@@ -108,7 +111,7 @@ func runStatus(ctx *Context) error {
 }
 
 func collectStatus(ctx *Context) *Status {
-	st := &Status{Version: buildinfo.Version, ProgramTag: datapath.Tag(), BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir,
+	st := &Status{Version: buildinfo.Version, ProgramTag: programs.Tag(features.Objects()), BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir,
 		Features: map[string]Feature{}, Programs: []ProgramSet{}, AttachModes: map[string]int{}, Problems: []string{}, Notes: []string{}}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -127,7 +130,7 @@ func collectStatus(ctx *Context) *Status {
 		note("no fq qdisc: bandwidth limits use token buckets in BPF without EDT; TCP sent by the node and its pods is still paced at its source (sock_ops), outside senders are policed")
 	}
 
-	dir, mounted, err := bpffsMount(ctx.BPFRoot)
+	dir, mounted, err := view.BPFFSMount(ctx.BPFRoot)
 	switch {
 	case err != nil:
 		st.Features["bpffs"] = Feature{false, err.Error()}
@@ -160,7 +163,7 @@ func collectStatus(ctx *Context) *Status {
 			for _, id := range a.ProgramIDs {
 				usedBy[id]++
 			}
-			if a.RecordedMode == string(datapath.ModeTCX) && !st.Features["tcx"].Available {
+			if a.RecordedMode == string(attach.ModeTCX) && !st.Features["tcx"].Available {
 				problem("%s: recorded with tcx, which this kernel lacks: use attachMode tc", e.Name())
 			}
 		}
@@ -184,13 +187,13 @@ func collectStatus(ctx *Context) *Status {
 			used += p.Endpoints
 		}
 		sort.Slice(ps.Programs, func(i, j int) bool { return ps.Programs[i].Hook < ps.Programs[j].Hook })
-		if len(ps.Programs) < len(datapath.Hooks) {
+		if len(ps.Programs) < len(programs.Hooks(features.Objects())) {
 			problem("programs of %s only partly pinned under %s: remove that directory; the next ADD loads them again",
-				tag, filepath.Join(datapath.ProgramsDir(ctx.BPFRoot), tag))
+				tag, filepath.Join(programs.Dir(ctx.BPFRoot), tag))
 		}
 		st.Programs = append(st.Programs, ps)
 		if len(n.Tags) > 1 && !ps.Current && used == 0 {
-			problem("stale programs of %s pinned, used by no endpoint: rm -r %s", tag, filepath.Join(datapath.ProgramsDir(ctx.BPFRoot), tag))
+			problem("stale programs of %s pinned, used by no endpoint: rm -r %s", tag, filepath.Join(programs.Dir(ctx.BPFRoot), tag))
 		}
 	}
 	if len(n.Tags) > 1 {
@@ -198,7 +201,7 @@ func collectStatus(ctx *Context) *Status {
 	}
 	switch {
 	case len(n.Tags) == 0 && st.Endpoints > 0:
-		problem("no programs pinned under %s, yet there are endpoints: the next ADD, or a CNI STATUS, loads them", datapath.ProgramsDir(ctx.BPFRoot))
+		problem("no programs pinned under %s, yet there are endpoints: the next ADD, or a CNI STATUS, loads them", programs.Dir(ctx.BPFRoot))
 	case len(n.Tags) > 0 && !cur:
 		note("the node runs programs of another build than this binary's (%s): the first ADD or CNI STATUS of ebpf-cni %s loads its own and moves every endpoint to them",
 			st.ProgramTag, st.Version)
@@ -289,7 +292,7 @@ func yesNo(b bool) string {
 func printStatus(ctx *Context, st *Status) error {
 	w := ctx.Stdout
 	fmt.Fprintf(w, "ebpf-cni %s (programs %s), kernel %s\nbpfRoot %s, stateDir %s\n\n", st.Version, st.ProgramTag, orDash(st.Kernel), st.BPFRoot, st.StateDir)
-	ft := &Table{Header: []string{"FEATURE", "AVAILABLE", "DETAIL"}}
+	ft := &view.Table{Header: []string{"FEATURE", "AVAILABLE", "DETAIL"}}
 	for _, name := range []string{"bpffs", "btf", "tcx", "fq"} {
 		if f, ok := st.Features[name]; ok {
 			ft.Row(name, yesNo(f.Available), f.Detail)
@@ -300,10 +303,10 @@ func printStatus(ctx *Context, st *Status) error {
 	}
 	if len(st.Programs) > 0 {
 		fmt.Fprintln(w)
-		pt := &Table{Header: []string{"PROGRAMS TAG", "VERSION", "THIS BINARY", "HOOK", "ID", "LOADED", "ENDPOINTS"}, Right: map[int]bool{4: true, 5: true, 6: true}}
+		pt := &view.Table{Header: []string{"PROGRAMS TAG", "VERSION", "THIS BINARY", "HOOK", "ID", "LOADED", "ENDPOINTS"}, Right: map[int]bool{4: true, 5: true, 6: true}}
 		for _, ps := range st.Programs {
 			for _, p := range ps.Programs {
-				pt.Row(ps.Tag, ps.Version, yesNo(ps.Current), p.Hook, fmt.Sprint(p.ID), HumanAge(time.Duration(p.LoadedSeconds)*time.Second)+" ago", HumanCount(uint64(p.Endpoints)))
+				pt.Row(ps.Tag, ps.Version, yesNo(ps.Current), p.Hook, fmt.Sprint(p.ID), view.HumanAge(time.Duration(p.LoadedSeconds)*time.Second)+" ago", view.HumanCount(uint64(p.Endpoints)))
 			}
 		}
 		if err := pt.Write(w); err != nil {
@@ -313,9 +316,9 @@ func printStatus(ctx *Context, st *Status) error {
 	fmt.Fprintf(w, "\nendpoints: %d\n", st.Endpoints)
 	if len(st.AttachModes) > 0 {
 		fmt.Fprintln(w)
-		mt := &Table{Header: []string{"ATTACH MODE", "ENDPOINTS"}, Right: map[int]bool{1: true}}
+		mt := &view.Table{Header: []string{"ATTACH MODE", "ENDPOINTS"}, Right: map[int]bool{1: true}}
 		for _, m := range sortedKeys(st.AttachModes) {
-			mt.Row(m, HumanCount(uint64(st.AttachModes[m])))
+			mt.Row(m, view.HumanCount(uint64(st.AttachModes[m])))
 		}
 		if err := mt.Write(w); err != nil {
 			return err

@@ -6,7 +6,8 @@ import (
 	"runtime"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
 func init() {
@@ -31,7 +32,7 @@ type versionInfo struct {
 }
 
 func runVersion(ctx *Context) error {
-	v := versionInfo{buildinfo.Version, datapath.Tag(), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
+	v := versionInfo{buildinfo.Version, programs.Tag(features.Objects()), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, v)
 	}

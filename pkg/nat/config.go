@@ -1,6 +1,7 @@
-// Package nat is the masquerade of ebpf-cni: its configuration, the maps
-// the uplink programs read (masq_nets, masq_skip, uplinks, nat_timeouts),
-// the programs on the uplinks, and the flows in the conntrack/NAT table.
+// Package nat is the masquerade feature of ebpf-cni: its configuration,
+// the maps the uplink programs read (masq_nets, masq_skip, nat_timeouts),
+// the flows in the conntrack/NAT table, and its CLI view. The uplinks and
+// their programs are pkg/uplink's.
 package nat
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
 // Config is the masquerade part of an ebpf-cni network configuration.
@@ -71,10 +73,8 @@ func (c *Config) Validate() (*Settings, error) {
 		}
 		s.MasqueradeIP = ip
 	}
-	for i, u := range c.Uplinks {
-		if u == "" || len(u) > 15 || strings.ContainsAny(u, "/ ") {
-			return nil, config.Invalid(fmt.Sprintf("uplinks[%d]", i), "%q is not an interface name", u)
-		}
+	if err := (&uplink.Config{Uplinks: c.Uplinks}).Validate(); err != nil {
+		return nil, err
 	}
 	if c.PortRange != "" {
 		lo, hi, err := parseRange(c.PortRange)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // enum nat_dir, nat_state and nat_flags (generated from bpf/include/types.h)
@@ -85,20 +86,38 @@ func lifetime(t *maps.CniNatLifetimes, proto, state uint8) time.Duration {
 type Table struct {
 	nat      *ebpf.Map
 	timeouts maps.CniNatLifetimes
+	own      bool
 }
 
-// OpenTable opens the pinned table, creating it on first use.
+// OpenTable opens the pinned table, creating it on first use, for callers
+// without a node handle; Close releases it.
 func OpenTable(bpfRoot string) (*Table, error) {
 	m, err := maps.OpenPinned(bpfRoot, maps.CniMapNat, maps.CniMapNatTimeouts)
 	if err != nil {
 		return nil, fmt.Errorf("opening the NAT table: %w", err)
 	}
 	defer m[maps.CniMapNatTimeouts].Close()
-	return NewTable(m[maps.CniMapNat], m[maps.CniMapNatTimeouts]), nil
+	t := NewTable(m[maps.CniMapNat], m[maps.CniMapNatTimeouts])
+	t.own = true
+	return t, nil
+}
+
+// TableOf is the call's node's table, nil when it is not pinned (no flow
+// was ever made); the node closes it.
+func TableOf(n *node.Node) (*Table, error) {
+	m, err := n.PinnedMap(maps.CniMapNat)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	timeouts, err := n.PinnedMap(maps.CniMapNatTimeouts)
+	if err != nil {
+		return nil, err
+	}
+	return NewTable(m, timeouts), nil
 }
 
 // NewTable reads flows from nat with the lifetimes in timeouts (nil: the
-// defaults); the Table owns nat, not timeouts.
+// defaults); the Table owns neither.
 func NewTable(natMap, timeouts *ebpf.Map) *Table {
 	t := &Table{nat: natMap, timeouts: defaultTimeouts}
 	var cur maps.CniNatLifetimes
@@ -108,8 +127,12 @@ func NewTable(natMap, timeouts *ebpf.Map) *Table {
 	return t
 }
 
-// Close releases the handle.
-func (t *Table) Close() { t.nat.Close() }
+// Close releases the handle OpenTable opened.
+func (t *Table) Close() {
+	if t.own {
+		t.nat.Close()
+	}
+}
 
 type entry struct {
 	k maps.CniNatKey

@@ -4,28 +4,26 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os"
+	"slices"
 	"strings"
 
-	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
-	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // CmdCheck verifies the attachment against prevResult and against what ADD
-// made (host veth, host routes, attached programs, map entries), then asks
+// made (host veth, host routes, then what each feature checks), then asks
 // the IPAM plugin. The error names every difference found.
 func CmdCheck(args *skel.CmdArgs) error {
 	c, err := ParseConfig(args.StdinData, args.Args, true)
@@ -48,15 +46,15 @@ func CmdCheck(args *skel.CmdArgs) error {
 	}
 	defer podNS.Close()
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
-		return cniError(ErrBPFFS, "invalid bpfRoot", err)
+		return cniError(node.ErrBPFFS, "invalid bpfRoot", err)
 	}
-	lock, err := datapath.NodeLock(c.StateDir, false)
+	n, err := openNode(c, node.Shared)
 	if err != nil {
-		return cniError(types.ErrIOFailure, "invalid stateDir", err)
+		return err
 	}
-	defer lock.Unlock()
+	defer n.Close()
 
-	hostName := datapath.HostVethName(args.ContainerID, args.IfName)
+	hostName := veth.HostName(args.ContainerID, args.IfName)
 	var problems []string
 	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
 
@@ -84,7 +82,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		}
 	}
 
-	rec, err := datapath.ReadRecord(c.StateDir, hostName)
+	rec, err := n.Record(hostName)
 	if err != nil {
 		bad("%v", err)
 	}
@@ -123,7 +121,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 			}
 		}
 		for _, r := range prev.Routes {
-			ok, err := datapath.RoutePresent(l, r)
+			ok, err := veth.RoutePresent(l, r)
 			if err != nil {
 				return err
 			}
@@ -137,12 +135,12 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return cniError(ErrCheckFailed, "inspecting the pod", err)
 	}
 
-	// Host side.
+	// Host side, then every feature.
 	host, err := netlinksafe.LinkByName(hostName)
 	if err != nil {
 		bad("host veth %s missing", hostName)
 	} else {
-		if !datapath.IsOurs(host) {
+		if !veth.IsOurs(host) {
 			bad("host veth %s was not made by ebpf-cni (alias %q)", hostName, host.Attrs().Alias)
 		}
 		if host.Attrs().Flags&net.FlagUp == 0 {
@@ -151,191 +149,50 @@ func CmdCheck(args *skel.CmdArgs) error {
 		if hostIf != nil && hostIf.Mac != "" && !strings.EqualFold(hostIf.Mac, host.Attrs().HardwareAddr.String()) {
 			bad("host veth %s has MAC %s, prevResult says %s", hostName, host.Attrs().HardwareAddr, hostIf.Mac)
 		}
-		for _, hr := range datapath.HostRoutes(host.Attrs().Index, ips) {
-			ok, err := datapath.RoutePresent(host, &types.Route{Dst: *hr.Dst})
+		for _, hr := range veth.HostRoutes(host.Attrs().Index, ips) {
+			ok, err := veth.RoutePresent(host, &types.Route{Dst: *hr.Dst})
 			if err == nil && !ok {
 				bad("host route %s dev %s missing", hr.Dst, hostName)
 			}
 		}
-		problems = append(problems, checkPrograms(c, host, rec)...)
-		if c.Masq.Enabled || (rec != nil && len(rec.HostPorts) > 0) {
-			problems = append(problems, checkMasquerade(c)...)
+		ep := checked(args, c, rec, host, contMAC, ips)
+		ep.PodNS = podNS
+		for i := range features.All {
+			for _, p := range c.Pods[i].Check(n, ep) {
+				// Features that share a part (the uplinks) report it alike.
+				if !slices.Contains(problems, p) {
+					problems = append(problems, p)
+				}
+			}
 		}
-		if rec != nil && len(rec.HostPorts) > 0 {
-			problems = append(problems, checkHostPorts(c, rec)...)
-		}
-		if rec != nil {
-			problems = append(problems, samePorts(c, rec, ips)...)
-		}
-		if contMAC != nil {
-			problems = append(problems, checkMaps(c, host, contMAC, ips, args)...)
-		}
-		problems = append(problems, checkBandwidth(c, host)...)
 	}
 
 	if len(problems) > 0 {
 		return types.NewError(ErrCheckFailed, fmt.Sprintf("check of %s/%s failed: %s", args.ContainerID, args.IfName, strings.Join(problems, "; ")), "")
 	}
-	if err := ipam.ExecCheck(c.IPAMType, c.IPAMConf); err != nil {
+	if err := Delegate.Check(c); err != nil {
 		return ipamError("CHECK", err)
 	}
 	return nil
 }
 
-// checkPrograms verifies that the pinned programs run on the host veth.
-func checkPrograms(c *Config, host netlink.Link, rec *datapath.Record) []string {
-	var problems []string
-	tags, err := datapath.InstalledTags(c.BPFRoot)
-	if err != nil || len(tags) == 0 {
-		return []string{fmt.Sprintf("no programs pinned under %s", datapath.ProgramsDir(c.BPFRoot))}
-	}
-	want := map[string]ebpf.ProgramID{}
-	for _, t := range tags {
-		p, err := datapath.OpenPrograms(c.BPFRoot, t)
-		if err != nil {
-			continue
-		}
-		for id, hook := range p.IDs() {
-			if _, ok := want[hook]; !ok || datapath.Tag() == t {
-				want[hook] = id
-			}
-		}
-		p.Close()
-	}
-	for _, h := range datapath.Hooks {
-		ids, err := datapath.AttachedIDs(host, h)
-		if err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		found := false
-		for _, id := range ids {
-			if id == want[h.Name] {
-				found = true
-			}
-		}
-		if !found {
-			problems = append(problems, fmt.Sprintf("program %s (id %d) not attached to %s (attached: %v)", h.Name, want[h.Name], host.Attrs().Name, ids))
-		}
-	}
+// checked is the endpoint the features check: what the runtime expects
+// (prevResult's addresses, the interfaces found), with the record's
+// attachments and feature state.
+func checked(args *skel.CmdArgs, c *Config, rec *node.Record, host netlink.Link, contMAC net.HardwareAddr, ips []*current.IPConfig) *feature.Endpoint {
+	r := &node.Record{}
 	if rec != nil {
-		for _, a := range rec.Attachments {
-			if a.Mode == datapath.ModeTCX {
-				if _, err := os.Stat(a.Pin); err != nil {
-					problems = append(problems, fmt.Sprintf("pinned link %s missing", a.Pin))
-				}
-			}
-		}
+		*r = *rec
 	}
-	return problems
-}
-
-// checkMasquerade verifies that the uplinks carry this binary's masquerade
-// programs.
-func checkMasquerade(c *Config) []string {
-	p, err := datapath.OpenPrograms(c.BPFRoot, datapath.Tag())
-	if err != nil {
-		return []string{err.Error()}
+	r.ContainerID, r.IfName, r.Network = args.ContainerID, args.IfName, c.Name
+	r.HostIfName, r.HostIfIndex, r.HostMAC = host.Attrs().Name, host.Attrs().Index, host.Attrs().HardwareAddr.String()
+	r.MAC = ""
+	if contMAC != nil {
+		r.MAC = contMAC.String()
 	}
-	defer p.Close()
-	return nat.UplinkProblems(c.StateDir, p)
-}
-
-// checkHostPorts verifies that the pod's ports are published and the
-// node serves them.
-func checkHostPorts(c *Config, rec *datapath.Record) []string {
-	p, err := datapath.OpenPrograms(c.BPFRoot, datapath.Tag())
-	if err != nil {
-		return []string{err.Error()}
-	}
-	defer p.Close()
-	return portmap.Problems(c.BPFRoot, rec.HostPorts, p)
-}
-
-// samePorts compares the port mappings of this call with those ADD
-// published.
-func samePorts(c *Config, rec *datapath.Record, ips []*current.IPConfig) []string {
-	var podIPs []net.IP
+	r.IPs = nil
 	for _, ipc := range ips {
-		podIPs = append(podIPs, ipc.Address.IP)
+		r.IPs = append(r.IPs, ipc.Address.String())
 	}
-	want, err := c.HostPorts.Ports(podIPs)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	have := map[datapath.HostPort]bool{}
-	for _, hp := range rec.HostPorts {
-		have[hp] = true
-	}
-	var out []string
-	for _, hp := range want {
-		if !have[hp] {
-			out = append(out, fmt.Sprintf("port mapping %s %d -> %s:%d was not published by ADD", hp.Proto, hp.HostPort, hp.PodIP, hp.ContainerPort))
-		}
-		delete(have, hp)
-	}
-	for hp := range have {
-		out = append(out, fmt.Sprintf("port mapping %s %d -> %s:%d is published but not asked for", hp.Proto, hp.HostPort, hp.PodIP, hp.ContainerPort))
-	}
-	return out
-}
-
-func checkMaps(c *Config, host netlink.Link, contMAC net.HardwareAddr, ips []*current.IPConfig, args *skel.CmdArgs) []string {
-	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	defer em.Close()
-	ep := &datapath.Endpoint{HostIfIndex: host.Attrs().Index, HostMAC: host.Attrs().HardwareAddr, MAC: contMAC, ContainerID: args.ContainerID, IfName: args.IfName}
-	for _, ipc := range ips {
-		ep.IPs = append(ep.IPs, ipc.Address.IP)
-	}
-	return em.Check(ep)
-}
-
-// checkBandwidth verifies the pod's buckets and the endpoint flags that
-// make the programs use them against the configured limits and, with
-// limits, the pod's netns entry and the pacing hook.
-func checkBandwidth(c *Config, host netlink.Link) []string {
-	t, err := bandwidth.OpenTable(c.BPFRoot)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	defer t.Close()
-	problems := t.Check(host.Attrs().Index, c.BW)
-	em, err := datapath.OpenEndpointMaps(c.BPFRoot)
-	if err != nil {
-		return append(problems, err.Error())
-	}
-	defer em.Close()
-	if c.BW.Any() {
-		// (A pod without limits that is missing there only sends its TCP
-		// to limited pods unpaced: policed, as before pacing existed.)
-		n, err := bandwidth.OpenNetns(c.BPFRoot)
-		if err != nil {
-			return append(problems, err.Error())
-		}
-		defer n.Close()
-		if ok, err := n.Registered(host.Attrs().Index); err != nil {
-			problems = append(problems, err.Error())
-		} else if !ok {
-			problems = append(problems, fmt.Sprintf("the pod's netns is not in %s: its TCP is not paced", maps.CniMapLocalNetns))
-		}
-		p, err := datapath.OpenPrograms(c.BPFRoot, datapath.Tag())
-		if err != nil {
-			return append(problems, err.Error())
-		}
-		defer p.Close()
-		if !bandwidth.Pacing(c.BPFRoot, p) {
-			problems = append(problems, "the pacing hook is not attached to the cgroup: TCP is policed, not paced")
-		}
-	}
-	var d maps.CniEndpointDev
-	if em.Devs.Lookup(uint32(host.Attrs().Index), &d) == nil {
-		const bw = uint32(maps.CniEndpointFlagsEP_F_BW_EGRESS | maps.CniEndpointFlagsEP_F_BW_INGRESS)
-		if got, want := uint32(d.Flags)&bw, c.BW.Flags(); got != want {
-			problems = append(problems, fmt.Sprintf("endpoint_devs[%d] has bandwidth flags %#x, want %#x", host.Attrs().Index, got, want))
-		}
-	}
-	return problems
+	return &feature.Endpoint{Record: r, Recorded: rec != nil, Mode: c.Mode, Host: host}
 }

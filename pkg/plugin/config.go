@@ -12,11 +12,10 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
-	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 )
 
 const (
@@ -25,25 +24,17 @@ const (
 	fallbackMTU = 1500
 )
 
-// NetConf is the network configuration ebpf-cni reads.
+// NetConf is the network configuration ebpf-cni reads for its core steps;
+// each feature reads its own keys (feature.Feature.Parse).
 type NetConf struct {
 	types.NetConf
 	MTU        int    `json:"mtu,omitempty"`
 	BPFRoot    string `json:"bpfRoot,omitempty"`
 	StateDir   string `json:"stateDir,omitempty"`
 	AttachMode string `json:"attachMode,omitempty"`
-	nat.Config
-	// CgroupPath: see portmap.Config.
-	CgroupPath string `json:"cgroupPath,omitempty"`
-	// The reference bandwidth plugin's keys at the top level: limits for
-	// every pod of the network (they win over runtimeConfig.bandwidth, as
-	// in the reference plugin).
-	bandwidth.Entry
 
 	RuntimeConfig struct {
-		MAC          string            `json:"mac,omitempty"`
-		PortMappings []portmap.Mapping `json:"portMappings,omitempty"`
-		Bandwidth    *bandwidth.Entry  `json:"bandwidth,omitempty"` // the bandwidth capability
+		MAC string `json:"mac,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 	Args *struct {
 		CNI *struct {
@@ -57,23 +48,21 @@ type NetConf struct {
 // Config is a validated configuration for one call.
 type Config struct {
 	*NetConf
-	Mode     datapath.Mode
+	Mode     attach.Mode
 	MAC      net.HardwareAddr
 	IPAMType string
-	// Masq is the validated masquerade configuration.
-	Masq *nat.Settings
-	// HostPorts are the validated port mappings (portMappings capability).
-	HostPorts *portmap.Settings
-	// BW are the pod's validated rate limits.
-	BW *bandwidth.Limits
 	// IPAMConf is the configuration handed to the IPAM plugin: stdin, with
 	// ebpf-ipam's bpfRoot and stateDir defaulted to ebpf-cni's.
 	IPAMConf []byte
+	// Pods are the registered features configured for the call (ADD,
+	// CHECK), in the order of features.All.
+	Pods []feature.Pod
 }
 
 // ParseConfig validates stdin and the CNI_ARGS of a call; every error names
-// the key that is wrong. full is false for DEL and GC, which must work with
-// the least configuration (a later config change must not strand state).
+// the key that is wrong. full is false for DEL, GC and STATUS, which must
+// work with the least configuration (a later config change must not strand
+// state): they read no feature's keys.
 func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	n := &NetConf{}
 	if err := json.Unmarshal(stdin, n); err != nil {
@@ -105,7 +94,7 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	if _, err := version.GreaterThanOrEqualTo(n.CNIVersion, "0.1.0"); err != nil {
 		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("invalid cniVersion %q", n.CNIVersion), err.Error())
 	}
-	if c.Mode, err = datapath.ParseMode(n.AttachMode); err != nil {
+	if c.Mode, err = attach.ParseMode(n.AttachMode); err != nil {
 		return nil, invalidConfig("attachMode", err.Error())
 	}
 	if n.MTU != 0 && (n.MTU < 68 || n.MTU > 65535) {
@@ -114,20 +103,12 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	if c.MAC, err = requestedMAC(n, envArgs); err != nil {
 		return nil, err
 	}
-	if c.Masq, err = n.Config.Validate(); err != nil {
-		return nil, natError(err)
-	}
-	if c.HostPorts, err = portmap.Validate(portmap.Config{CgroupPath: n.CgroupPath}, n.RuntimeConfig.PortMappings); err != nil {
-		return nil, hostPortError(err)
-	}
-	if c.BW, err = bandwidth.Validate(&n.Entry, n.RuntimeConfig.Bandwidth); err != nil {
-		return nil, bandwidthError(err)
-	}
-	if c.BW.Any() && c.HostPorts.Cgroup == "" {
-		// The pacing hook attaches where the hostPort hooks do.
-		if c.HostPorts.Cgroup, err = datapath.ResolveCgroup(n.CgroupPath); err != nil {
-			return nil, invalidConfig("cgroupPath", err.Error())
+	for _, f := range features.All {
+		p, err := f.Parse(stdin)
+		if err != nil {
+			return nil, feature.Fail(types.ErrInvalidNetworkConfig, "invalid "+f.Name()+" configuration", err)
 		}
+		c.Pods = append(c.Pods, p)
 	}
 	return c, nil
 }

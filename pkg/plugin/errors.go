@@ -6,77 +6,25 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
-	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
-// Plugin error codes of ebpf-cni. The CNI spec reserves 0-99; ebpf-ipam
-// uses 100-109. They are documented in README.md; keep the two in step.
+// Plugin error codes of ebpf-cni's core steps. The CNI spec reserves 0-99;
+// ebpf-ipam uses 100-109; the node's state and the features own theirs
+// (node.ErrBPFFS, endpoint.ErrConflict, nat.ErrMasquerade...):
+// docs/development.md lists them all, README.md documents them.
 const (
 	// ErrInterfaceExists: CNI_IFNAME already exists in the pod's netns, or
 	// the attachment's host veth already exists on the node.
 	ErrInterfaceExists uint = 110
-	// ErrBPFFS: bpfRoot is not on a mounted bpf filesystem or not usable.
-	ErrBPFFS uint = 111
-	// ErrProgramLoad: the datapath programs could not be loaded, verified
-	// or pinned.
-	ErrProgramLoad uint = 112
-	// ErrAttach: a program could not be attached to the host veth.
-	ErrAttach uint = 113
 	// ErrLinkSetup: creating or configuring the veth pair, its addresses,
 	// routes or sysctls failed.
 	ErrLinkSetup uint = 114
-	// ErrEndpointConflict: an address from IPAM is already mapped to
-	// another live endpoint of the node.
-	ErrEndpointConflict uint = 115
 	// ErrCheckFailed: CHECK found the attachment differs from prevResult or
 	// from what ADD made; the message names every difference.
 	ErrCheckFailed uint = 116
 	// ErrIPAM: the IPAM plugin failed (its own error is in details).
 	ErrIPAM uint = 117
-	// ErrMasquerade: masquerade could not be set up (uplink programs or
-	// maps); a bad masquerade key is code 7 instead.
-	ErrMasquerade uint = 118
-	// ErrBandwidth: the pod's rate limits could not be written (bucket
-	// map); a bad bandwidth key is code 7 instead.
-	ErrBandwidth uint = 119
-	// ErrHostPortConflict: a port mapping is held by another pod (the
-	// message names it); nothing of the ADD remains.
-	ErrHostPortConflict uint = 120
-	// ErrHostPort: port mappings could not be set up (maps, socket hooks,
-	// uplink programs); a bad mapping is code 7 instead.
-	ErrHostPort uint = 121
 )
-
-// hostPortError turns a hostPort error into a CNI error: a bad key is an
-// invalid configuration that names it, a taken port its own code.
-func hostPortError(err error) error {
-	if ce, ok := config.AsCNI(err); ok {
-		return ce
-	}
-	switch {
-	case errors.Is(err, portmap.ErrConflict):
-		return types.NewError(ErrHostPortConflict, err.Error(), "")
-	}
-	return cniError(ErrHostPort, "setting up port mappings", err)
-}
-
-// natError turns a masquerade error into a CNI error: a bad key is an
-// invalid configuration that names it.
-func natError(err error) error {
-	if ce, ok := config.AsCNI(err); ok {
-		return ce
-	}
-	return cniError(ErrMasquerade, "setting up masquerade", err)
-}
-
-// bandwidthError turns a bandwidth error into a CNI error: a bad key is an
-// invalid configuration that names it.
-func bandwidthError(err error) error {
-	if ce, ok := config.AsCNI(err); ok {
-		return ce
-	}
-	return cniError(ErrBandwidth, "setting up bandwidth limits", err)
-}
 
 func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }
 
@@ -87,4 +35,14 @@ func cniError(code uint, msg string, err error) error {
 		msg = msg + ": " + details
 	}
 	return types.NewError(code, msg, details)
+}
+
+// ipamError passes the IPAM plugin's own CNI error through (it names the
+// bad key), and wraps anything else.
+func ipamError(verb string, err error) error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	return cniError(ErrIPAM, "IPAM "+verb, err)
 }

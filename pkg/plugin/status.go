@@ -3,10 +3,10 @@ package plugin
 import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ipam"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // CmdStatus reports whether an ADD can succeed now: bpffs mounted, the
@@ -17,18 +17,22 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if _, err := datapath.ParseMode(c.AttachMode); err != nil {
+	if _, err := attach.ParseMode(c.AttachMode); err != nil {
 		return invalidConfig("attachMode", err.Error())
 	}
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
 		return cniError(types.ErrPluginNotAvailable, "bpfRoot unusable", err)
 	}
-	progs, _, err := datapath.EnsurePrograms(c.BPFRoot, c.StateDir)
+	// Unlocked: loading takes the node lock exclusively, for that moment.
+	n, err := openNode(c, node.Unlocked)
 	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if _, err := n.Programs(); err != nil {
 		return cniError(types.ErrPluginNotAvailable, "datapath programs unavailable", err)
 	}
-	progs.Close()
-	if err := ipam.ExecStatus(c.IPAMType, c.IPAMConf); err != nil {
+	if err := Delegate.Status(c); err != nil {
 		return ipamError("STATUS", err)
 	}
 	return nil

@@ -4,15 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sort"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
 // ErrConflict means a published port is held by another pod.
@@ -23,24 +25,26 @@ type tables struct {
 	ports, addrs, config *ebpf.Map
 }
 
-func openTables(bpfRoot string) (*tables, error) {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig)
-	if err != nil {
-		return nil, fmt.Errorf("opening the hostPort maps: %w", err)
+// tablesOf opens the maps through the call's node (which closes them).
+func tablesOf(n *node.Node) (*tables, error) {
+	t := &tables{}
+	for _, x := range []struct {
+		m    **ebpf.Map
+		name string
+	}{{&t.ports, maps.CniMapHostports}, {&t.addrs, maps.CniMapNodeAddrs}, {&t.config, maps.CniMapHostportConfig}} {
+		m, err := n.Map(x.name)
+		if err != nil {
+			return nil, fmt.Errorf("opening the hostPort maps: %w", err)
+		}
+		*x.m = m
 	}
-	return &tables{m[maps.CniMapHostports], m[maps.CniMapNodeAddrs], m[maps.CniMapHostportConfig]}, nil
-}
-
-func (t *tables) Close() {
-	for _, m := range []*ebpf.Map{t.ports, t.addrs, t.config} {
-		m.Close()
-	}
+	return t, nil
 }
 
 // lock serialises the read-modify-write of hostports entries between ADDs
 // and DELs (the node lock is shared among them).
-func lock(stateDir string) (func(), error) {
-	l, err := datapath.FileLock(filepath.Join(stateDir, "hostports.lock"), true)
+func lock(n *node.Node) (func(), error) {
+	l, err := n.Lock("hostports")
 	if err != nil {
 		return nil, err
 	}
@@ -49,11 +53,11 @@ func lock(stateDir string) (func(), error) {
 
 func be16(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as the map holds it
 
-func key(hp datapath.HostPort) maps.CniHostportKey {
+func key(hp HostPort) maps.CniHostportKey {
 	return maps.CniHostportKey{Family: maps.Family(net.ParseIP(hp.PodIP)), Proto: protocols[hp.Proto], Port: be16(hp.HostPort)}
 }
 
-func target(hp datapath.HostPort) maps.CniHostportTarget {
+func target(hp HostPort) maps.CniHostportTarget {
 	return maps.CniHostportTarget{Addr: maps.Addr16(net.ParseIP(hp.PodIP)), Port: be16(hp.ContainerPort)}
 }
 
@@ -61,7 +65,7 @@ func target(hp datapath.HostPort) maps.CniHostportTarget {
 type Owner func(podIP net.IP) string
 
 // claim adds hp to the entry e; the error says who holds the port.
-func claim(e *maps.CniHostportEntry, hp datapath.HostPort, owner Owner) error {
+func claim(e *maps.CniHostportEntry, hp HostPort, owner Owner) error {
 	t := target(hp)
 	held := func(i int) error {
 		if e.To[i].Addr == t.Addr {
@@ -106,7 +110,7 @@ func claim(e *maps.CniHostportEntry, hp datapath.HostPort, owner Owner) error {
 	return nil
 }
 
-func on(e *maps.CniHostportEntry, i int, hp datapath.HostPort) string {
+func on(e *maps.CniHostportEntry, i int, hp HostPort) string {
 	if e.Any == 1 {
 		return " (every node address)"
 	}
@@ -114,7 +118,7 @@ func on(e *maps.CniHostportEntry, i int, hp datapath.HostPort) string {
 }
 
 // release removes hp's target from e; it reports whether e is empty now.
-func release(e *maps.CniHostportEntry, hp datapath.HostPort) bool {
+func release(e *maps.CniHostportEntry, hp HostPort) bool {
 	t := target(hp)
 	var h [16]uint8
 	if hp.HostIP != "" {
@@ -138,18 +142,17 @@ func release(e *maps.CniHostportEntry, hp datapath.HostPort) bool {
 
 // Publish writes the pod's ports into hostports, refusing every port held
 // by another pod; all or nothing.
-func Publish(bpfRoot, stateDir string, ports []datapath.HostPort, owner Owner) error {
-	unlock, err := lock(stateDir)
+func Publish(n *node.Node, ports []HostPort, owner Owner) error {
+	unlock, err := lock(n)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	t, err := openTables(bpfRoot)
+	t, err := tablesOf(n)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
-	var done []datapath.HostPort
+	var done []HostPort
 	for _, hp := range ports {
 		k := key(hp)
 		var e maps.CniHostportEntry
@@ -170,24 +173,23 @@ func Publish(bpfRoot, stateDir string, ports []datapath.HostPort, owner Owner) e
 }
 
 // Unpublish removes the pod's ports from hostports; idempotent.
-func Unpublish(bpfRoot, stateDir string, ports []datapath.HostPort) error {
+func Unpublish(n *node.Node, ports []HostPort) error {
 	if len(ports) == 0 {
 		return nil
 	}
-	unlock, err := lock(stateDir)
+	unlock, err := lock(n)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	t, err := openTables(bpfRoot)
+	t, err := tablesOf(n)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
 	return unpublish(t, ports)
 }
 
-func unpublish(t *tables, ports []datapath.HostPort) error {
+func unpublish(t *tables, ports []HostPort) error {
 	var errs []error
 	for _, hp := range ports {
 		k := key(hp)
@@ -211,33 +213,29 @@ func unpublish(t *tables, ports []datapath.HostPort) error {
 
 // Ready makes the node serve published ports: its addresses and netns in
 // the maps, the socket hooks on the cgroup. The uplinks are the caller's
-// (nat.EnsureUplinks). Idempotent; every ADD with port mappings calls it,
-// so address changes apply.
-func Ready(bpfRoot, stateDir, cgroup string, progs *datapath.Programs) error {
-	t, err := openTables(bpfRoot)
+// (uplink.Ensure). Idempotent; every ADD with port mappings calls it, so
+// address changes apply.
+func Ready(n *node.Node, cgroup string) error {
+	t, err := tablesOf(n)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
 	if err := syncNodeAddrs(t.addrs); err != nil {
 		return err
 	}
-	cookie, err := datapath.NetnsCookie()
+	cookie, err := node.NetnsCookie()
 	if err != nil {
 		return err
 	}
 	if err := t.config.Put(uint32(0), &maps.CniHostportSettings{NetnsCookie: cookie, Active: 1}); err != nil {
 		return fmt.Errorf("writing hostport_config: %w", err)
 	}
-	unlock, err := lock(stateDir)
+	unlock, err := lock(n)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if datapath.SockAttached(bpfRoot, progs, datapath.SockHooks) {
-		return nil
-	}
-	return datapath.AttachSock(bpfRoot, cgroup, progs, datapath.SockHooks)
+	return feature.AttachCgroup(n, cgroupSet, cgroup, SockHooks)
 }
 
 // syncNodeAddrs makes node_addrs exactly the node's global addresses.
@@ -279,31 +277,35 @@ func syncNodeAddrs(m *ebpf.Map) error {
 }
 
 // Teardown takes hostPort off the node once it has no endpoint left: the
-// socket hooks off the cgroup, the maps empty. Idempotent.
-func Teardown(bpfRoot, stateDir string) error {
-	errs := []error{datapath.DetachSock(bpfRoot, datapath.SockHooks)}
-	if maps.CheckBPFFS(bpfRoot) != nil {
+// socket hooks off the cgroup, the maps empty, the uplinks released.
+// Idempotent.
+func Teardown(n *node.Node) error {
+	errs := []error{feature.DetachCgroup(n, cgroupSet, SockHooks), uplink.Release(n)}
+	if n.CheckBPFFS() != nil {
 		return errors.Join(errs...)
 	}
-	t, err := openTables(bpfRoot)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
+	if m, err := n.PinnedMap(maps.CniMapHostportConfig); err != nil || m != nil {
+		if err == nil {
+			err = m.Put(uint32(0), &maps.CniHostportSettings{})
+		}
+		errs = append(errs, err)
 	}
-	defer t.Close()
-	errs = append(errs, t.config.Put(uint32(0), &maps.CniHostportSettings{}))
-	for _, m := range []*ebpf.Map{t.ports, t.addrs} {
-		errs = append(errs, maps.Clear(m))
+	for _, name := range []string{maps.CniMapHostports, maps.CniMapNodeAddrs} {
+		m, err := n.PinnedMap(name)
+		if err == nil && m != nil {
+			err = maps.Clear(m)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
 // Problems names what is wrong with the pod's published ports, for CHECK.
-func Problems(bpfRoot string, ports []datapath.HostPort, progs *datapath.Programs) []string {
-	t, err := openTables(bpfRoot)
+func Problems(n *node.Node, ports []HostPort, progs *programs.Set) []string {
+	t, err := tablesOf(n)
 	if err != nil {
 		return []string{err.Error()}
 	}
-	defer t.Close()
 	var out []string
 	for _, hp := range ports {
 		k := key(hp)
@@ -320,13 +322,13 @@ func Problems(bpfRoot string, ports []datapath.HostPort, progs *datapath.Program
 	if err := t.config.Lookup(uint32(0), &c); err != nil || c.Active == 0 {
 		out = append(out, "hostPort is not active on the node (hostport_config)")
 	}
-	if !datapath.SockAttached(bpfRoot, progs, datapath.SockHooks) {
+	if !feature.CgroupAttached(n, progs, SockHooks) {
 		out = append(out, "the hostPort socket hooks are not attached to the cgroup: the node cannot reach published ports")
 	}
 	return out
 }
 
-func published(e *maps.CniHostportEntry, hp datapath.HostPort) bool {
+func published(e *maps.CniHostportEntry, hp HostPort) bool {
 	t := target(hp)
 	if hp.HostIP == "" {
 		return e.Any == 1 && e.To[0] == t
@@ -382,31 +384,40 @@ func List(m *ebpf.Map) ([]Published, error) {
 	return out, nil
 }
 
-// GC removes published ports whose pod address is not live.
-func GC(bpfRoot, stateDir string, live func(net.IP) bool) error {
-	unlock, err := lock(stateDir)
+// GC removes published ports whose pod address is not live; with dryRun
+// it only lists them.
+func GC(n *node.Node, live func(net.IP) bool, dryRun bool) ([]string, error) {
+	m, err := n.PinnedMap(maps.CniMapHostports)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	unlock, err := lock(n)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
-	t, err := openTables(bpfRoot)
+	t, err := tablesOf(n)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer t.Close()
 	all, err := List(t.ports)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var dead []datapath.HostPort
+	var dead []HostPort
+	var found []string
 	for _, p := range all {
 		if !live(net.ParseIP(p.PodIP)) {
-			hp := datapath.HostPort{Proto: p.Proto, HostPort: p.HostPort, PodIP: p.PodIP, ContainerPort: p.ContainerPort}
+			hp := HostPort{Proto: p.Proto, HostPort: p.HostPort, PodIP: p.PodIP, ContainerPort: p.ContainerPort}
 			if p.HostIP != "*" {
 				hp.HostIP = p.HostIP
 			}
 			dead = append(dead, hp)
+			found = append(found, fmt.Sprintf("%s[%s %s:%d] (pod %s:%d)", maps.CniMapHostports, p.Proto, p.HostIP, p.HostPort, p.PodIP, p.ContainerPort))
 		}
 	}
-	return unpublish(t, dead)
+	if dryRun {
+		return found, nil
+	}
+	return found, unpublish(t, dead)
 }

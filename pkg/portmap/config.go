@@ -1,5 +1,7 @@
-// Package portmap serves hostPort mappings (the portMappings capability)
-// from the hostports map: the programs translate, no iptables rule exists.
+// Package portmap is the hostPort feature (the portMappings capability):
+// published ports in the hostports map, which the uplink and host veth
+// programs translate (no iptables rule exists), the socket hooks that let
+// the node's own sockets reach them, and the CLI's ports view.
 package portmap
 
 import (
@@ -9,8 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
 // Mapping is one entry of runtimeConfig.portMappings, as runtimes send it.
@@ -21,18 +24,34 @@ type Mapping struct {
 	HostIP        string `json:"hostIP,omitempty"`
 }
 
-// Config is the plugin configuration's hostPort key.
+// Config is the plugin configuration's hostPort keys.
 type Config struct {
 	// CgroupPath is the cgroup v2 directory whose sockets reach hostPorts
 	// through the node's addresses and localhost; default the root of the
 	// unified hierarchy (every process of the node).
 	CgroupPath string `json:"cgroupPath,omitempty"`
+	// Uplinks are where outside clients arrive (shared with masquerade).
+	uplink.Config
+	RuntimeConfig struct {
+		PortMappings []Mapping `json:"portMappings,omitempty"`
+	} `json:"runtimeConfig,omitempty"`
+}
+
+// HostPort is one published port of an endpoint, for one address family:
+// the feature's state in the endpoint record.
+type HostPort struct {
+	Proto         string `json:"protocol"`         // tcp, udp or sctp
+	HostIP        string `json:"hostIP,omitempty"` // empty: every node address of PodIP's family
+	HostPort      uint16 `json:"hostPort"`
+	PodIP         string `json:"podIP"`
+	ContainerPort uint16 `json:"containerPort"`
 }
 
 // Settings are the validated port mappings of one ADD.
 type Settings struct {
 	Mappings []Mapping // normalised: protocol lower case, hostIP canonical
 	Cgroup   string
+	Uplinks  []string
 }
 
 var protocols = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP, "sctp": unix.IPPROTO_SCTP}
@@ -41,9 +60,12 @@ var protocols = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UD
 // key. Identical mappings are merged; two that publish the same port
 // differently clash.
 func Validate(c Config, ms []Mapping) (*Settings, error) {
-	s := &Settings{}
+	s := &Settings{Uplinks: c.Uplinks}
 	if len(ms) == 0 {
 		return s, nil
+	}
+	if err := c.Config.Validate(); err != nil {
+		return nil, err
 	}
 	seen := map[string]int{}
 	for i, m := range ms {
@@ -93,7 +115,7 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 		seen[id] = len(s.Mappings)
 		s.Mappings = append(s.Mappings, m)
 	}
-	cg, err := datapath.ResolveCgroup(c.CgroupPath)
+	cg, err := attach.ResolveCgroup(c.CgroupPath)
 	if err != nil {
 		return nil, config.Invalid("cgroupPath", "%s", err.Error())
 	}
@@ -104,7 +126,7 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 // Ports expands the mappings over the pod's addresses: a mapping without
 // hostIP is published for each family the pod has an address of, one with
 // hostIP for that address's family only.
-func (s *Settings) Ports(podIPs []net.IP) ([]datapath.HostPort, error) {
+func (s *Settings) Ports(podIPs []net.IP) ([]HostPort, error) {
 	var v4, v6 net.IP
 	for _, ip := range podIPs {
 		if ip.To4() != nil && v4 == nil {
@@ -113,9 +135,9 @@ func (s *Settings) Ports(podIPs []net.IP) ([]datapath.HostPort, error) {
 			v6 = ip
 		}
 	}
-	var out []datapath.HostPort
+	var out []HostPort
 	for i, m := range s.Mappings {
-		hp := datapath.HostPort{Proto: m.Protocol, HostPort: uint16(m.HostPort), ContainerPort: uint16(m.ContainerPort)}
+		hp := HostPort{Proto: m.Protocol, HostPort: uint16(m.HostPort), ContainerPort: uint16(m.ContainerPort)}
 		if m.HostIP == "" {
 			for _, ip := range []net.IP{v4, v6} {
 				if ip != nil {

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -52,7 +51,7 @@ func TestPorts(t *testing.T) {
 	}}
 	ps, err := s.Ports([]net.IP{net.ParseIP("10.0.0.2"), net.ParseIP("fd00::2")})
 	require.NoError(t, err)
-	require.Equal(t, []datapath.HostPort{
+	require.Equal(t, []HostPort{
 		{Proto: "tcp", HostPort: 80, PodIP: "10.0.0.2", ContainerPort: 8080},
 		{Proto: "tcp", HostPort: 80, PodIP: "fd00::2", ContainerPort: 8080},
 		{Proto: "udp", HostIP: "192.0.2.2", HostPort: 53, PodIP: "10.0.0.2", ContainerPort: 53},
@@ -66,8 +65,8 @@ func TestPorts(t *testing.T) {
 
 func TestClaimRelease(t *testing.T) {
 	owner := func(ip net.IP) string { return "pod " + ip.String() }
-	a := datapath.HostPort{Proto: "tcp", HostPort: 80, PodIP: "10.0.0.2", ContainerPort: 8080}
-	b := datapath.HostPort{Proto: "tcp", HostPort: 80, PodIP: "10.0.0.3", ContainerPort: 8080}
+	a := HostPort{Proto: "tcp", HostPort: 80, PodIP: "10.0.0.2", ContainerPort: 8080}
+	b := HostPort{Proto: "tcp", HostPort: 80, PodIP: "10.0.0.3", ContainerPort: 8080}
 	var e maps.CniHostportEntry
 	require.NoError(t, claim(&e, a, owner))
 	require.True(t, published(&e, a))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 )
 
 // TestCounters: pod-to-pod traffic grows the sender's redirect count, a
@@ -60,7 +60,7 @@ func TestCounters(t *testing.T) {
 	ifindex := after.of("sender").HostIfIndex
 	require.NotZero(t, ifindex)
 	require.NoError(t, e.cni.DelPod(list, a))
-	keys, err := datapath.DeviceCounterKeys(e.bpfRoot)
+	keys, err := counters.DeviceCounterKeys(e.bpfRoot)
 	require.NoError(t, err)
 	require.NotContains(t, keys, ifindex, "DEL left the endpoint's counters")
 	for _, ep := range e.counters().Endpoints {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 )
 
 // TestEndpointsAndStatus: after three pods are added, endpoints lists the
@@ -38,9 +38,9 @@ func TestEndpointsAndStatus(t *testing.T) {
 				require.Equal(t, p.Result.Interfaces[1].Mac, ep.MAC)
 				require.True(t, ep.Recorded && ep.InMaps && ep.VethPresent)
 				require.Empty(t, ep.Problems)
-				require.Len(t, ep.Attachments, len(datapath.Hooks))
+				require.Len(t, ep.Attachments, len(endpoint.Hooks))
 				for i, a := range ep.Attachments {
-					require.Equal(t, datapath.Hooks[i].Name, a.Hook)
+					require.Equal(t, endpoint.Hooks[i].Name, a.Hook)
 					require.Equal(t, mode, a.Mode)
 					require.Equal(t, mode, a.RecordedMode)
 					require.Len(t, a.ProgramIDs, 1)
@@ -64,7 +64,7 @@ func TestEndpointsAndStatus(t *testing.T) {
 
 			var st cli.Status
 			e.json(&st, cli.ExitOK, "status")
-			require.Equal(t, map[string]int{mode: 3 * len(datapath.Hooks)}, st.AttachModes, "one attachment per hook per pod")
+			require.Equal(t, map[string]int{mode: 3 * len(endpoint.Hooks)}, st.AttachModes, "one attachment per hook per pod")
 			require.Equal(t, 3, st.Endpoints)
 			require.Empty(t, st.Problems)
 			for _, f := range []string{"bpffs", "btf", "tcx"} {
@@ -83,7 +83,7 @@ func TestEndpointsAndStatus(t *testing.T) {
 			require.Equal(t, cli.ExitOK, r.code, "%s", r)
 			modeRow := rowOf(t, strings.Split(r.stdout, "\n"), "ATTACH MODE")
 			require.NotEmpty(t, modeRow)
-			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%d$`, mode, 3*len(datapath.Hooks)), r.stdout)
+			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%d$`, mode, 3*len(endpoint.Hooks)), r.stdout)
 			require.Contains(t, r.stdout, "problems: none")
 		})
 	}

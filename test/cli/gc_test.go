@@ -13,7 +13,8 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 type gcJSON struct {
@@ -100,9 +101,9 @@ func TestGC(t *testing.T) {
 			requireHeld(t, e, []string{pods[0].IP(4).String(), pods[1].IP(6).String()}, true)
 			_, err = os.Stat(filepath.Join(e.stateDir, "endpoints", deadVeth+".json"))
 			require.ErrorIs(t, err, os.ErrNotExist)
-			_, err = os.Stat(datapath.LinkDir(e.bpfRoot, deadVeth))
+			_, err = os.Stat(node.LinkDir(e.bpfRoot, deadVeth))
 			require.ErrorIs(t, err, os.ErrNotExist)
-			keys, err := datapath.DeviceCounterKeys(e.bpfRoot)
+			keys, err := counters.DeviceCounterKeys(e.bpfRoot)
 			require.NoError(t, err)
 			require.NotContains(t, keys, hostIfIndex(t, dry))
 			out, err := nettest.Ping(pods[0].NS, pods[1].IP(4), 2)

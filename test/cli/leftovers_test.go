@@ -11,7 +11,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 )
 
 // TestGCLeftovers: gc removes map entries no endpoint accounts for, but not
@@ -25,10 +25,10 @@ func TestGCLeftovers(t *testing.T) {
 	bVeth := b.Result.Interfaces[0].Name
 	require.NoError(t, os.Remove(filepath.Join(e.stateDir, "endpoints", bVeth+".json")), "pod-b loses its record")
 
-	em, err := datapath.OpenEndpointMaps(e.bpfRoot)
+	em, err := endpoint.OpenMaps(e.bpfRoot)
 	require.NoError(t, err)
 	defer em.Close()
-	require.NoError(t, em.Put(&datapath.Endpoint{HostIfIndex: 9999, HostMAC: net.HardwareAddr{0x0e, 0, 0, 0, 0x99, 0x99},
+	require.NoError(t, em.Put(&endpoint.Entry{HostIfIndex: 9999, HostMAC: net.HardwareAddr{0x0e, 0, 0, 0, 0x99, 0x99},
 		MAC: net.HardwareAddr{0x0e, 0, 0, 0, 0x99, 0x98}, IPs: []net.IP{net.ParseIP("10.244.1.199")}, ContainerID: "ghost", IfName: "eth0"}))
 
 	other, err := nettest.NewNetNS()

@@ -21,10 +21,15 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // routeWorldToPods lets the world reach the pod subnets through the node
@@ -332,7 +337,7 @@ func (e *env) hostIndex(p *nettest.Pod) int {
 	e.t.Helper()
 	idx := 0
 	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(datapath.HostVethName(p.RT.ContainerID, p.RT.IfName))
+		l, err := netlink.LinkByName(veth.HostName(p.RT.ContainerID, p.RT.IfName))
 		if err == nil {
 			idx = l.Attrs().Index
 		}
@@ -360,7 +365,7 @@ func TestBandwidthLifecycle(t *testing.T) {
 			require.Equal(t, uint64(10_000_000), b.Egress.Rate)
 			require.Equal(t, uint64(1_000_000), b.Egress.Burst)
 			require.Zero(t, b.Ingress.Rate, "no ingress limit")
-			em, err := datapath.OpenEndpointMaps(e.bpfRoot)
+			em, err := endpoint.OpenMaps(e.bpfRoot)
 			require.NoError(t, err)
 			defer em.Close()
 			var d maps.CniEndpointDev
@@ -407,7 +412,7 @@ func TestBandwidthLifecycle(t *testing.T) {
 				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "netns is not in local_netns")
 				require.NoError(t, nsm.Put(cookie, uint32(idx)))
-				require.NoError(t, datapath.DetachSock(e.bpfRoot, datapath.PacingHooks))
+				require.NoError(t, attach.DetachPinned(feature.CgroupDir(e.bpfRoot), bandwidth.PacingHooks))
 				err = e.cni.Check(list, p.RT)
 				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "pacing hook is not attached")
@@ -440,10 +445,10 @@ func TestBandwidthLifecycle(t *testing.T) {
 // pacing reports whether the pacing hook is attached.
 func (e *env) pacing() bool {
 	e.t.Helper()
-	p, err := datapath.OpenPrograms(e.bpfRoot, datapath.Tag())
+	n, err := node.Open(node.Options{BPFRoot: e.bpfRoot, StateDir: e.stateDir, Objects: features.Objects(), Lock: node.Unlocked})
 	require.NoError(e.t, err)
-	defer p.Close()
-	return bandwidth.Pacing(e.bpfRoot, p)
+	defer n.Close()
+	return bandwidth.Pacing(n)
 }
 
 // netnsMap opens the pinned local_netns map.

@@ -14,8 +14,9 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // TestChaining: ebpf-cni first in a list with Debian's tuning, portmap,
@@ -202,7 +203,7 @@ func TestChainedBandwidth(t *testing.T) {
 
 			// Without the qdiscs the pod is back on the fast path with its
 			// next packets.
-			host := datapath.HostVethName(p.RT.ContainerID, p.RT.IfName)
+			host := veth.HostName(p.RT.ContainerID, p.RT.IfName)
 			for _, parent := range []string{"root", "ingress"} {
 				_, err := nettest.Run(e.node.NS, "tc", "qdisc", "del", "dev", host, parent)
 				require.NoError(t, err)
@@ -225,7 +226,7 @@ func TestChainedBandwidth(t *testing.T) {
 // endpointFlags reads the endpoints entry of ip.
 func (e *env) endpointFlags(ip net.IP) uint32 {
 	e.t.Helper()
-	em, err := datapath.OpenEndpointMaps(e.bpfRoot)
+	em, err := endpoint.OpenMaps(e.bpfRoot)
 	require.NoError(e.t, err)
 	defer em.Close()
 	var v maps.CniEndpointInfo

@@ -18,8 +18,11 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // env is one simulated node with the plugins ready to run in it.
@@ -105,7 +108,7 @@ func (e *env) hostLinks() []netlink.Link {
 	var links []netlink.Link
 	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
 		var err error
-		links, err = datapath.HostLinks()
+		links, err = veth.HostLinks()
 		return err
 	}))
 	return links
@@ -142,7 +145,7 @@ func (e *env) pinnedLinks() []string {
 // endpointEntries counts entries of both endpoint maps.
 func (e *env) endpointEntries() (addrs, devs int) {
 	e.t.Helper()
-	em, err := datapath.OpenEndpointMaps(e.bpfRoot)
+	em, err := endpoint.OpenMaps(e.bpfRoot)
 	require.NoError(e.t, err)
 	defer em.Close()
 	a, err := em.Addresses()
@@ -154,7 +157,7 @@ func (e *env) endpointEntries() (addrs, devs int) {
 
 // records counts endpoint records.
 func (e *env) records() int {
-	recs, err := datapath.Records(e.stateDir)
+	recs, err := node.Records(e.stateDir)
 	require.NoError(e.t, err)
 	return len(recs)
 }
@@ -168,7 +171,7 @@ func (e *env) requireClean() {
 	require.Zero(e.t, a, "endpoint address entries left")
 	require.Zero(e.t, d, "endpoint device entries left")
 	require.Zero(e.t, e.records(), "endpoint records left")
-	ups, err := datapath.UplinkRecords(e.stateDir)
+	ups, err := node.AttachmentSets(e.stateDir, "uplinks")
 	require.NoError(e.t, err)
 	require.Empty(e.t, ups, "uplink records left")
 	require.Empty(e.t, e.netnsEntries(), "local_netns entries left")
@@ -190,12 +193,12 @@ func (e *env) attachedProgramIDs() map[ebpf.ProgramID]int {
 	e.t.Helper()
 	ids := map[ebpf.ProgramID]int{}
 	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
-		links, err := datapath.HostLinks()
+		links, err := veth.HostLinks()
 		if err != nil {
 			return err
 		}
 		for _, l := range links {
-			got, err := datapath.AttachedIDs(l, datapath.HookFromContainer)
+			got, err := attach.AttachedIDs(l, endpoint.HookFromContainer)
 			if err != nil {
 				return err
 			}

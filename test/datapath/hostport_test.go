@@ -19,7 +19,8 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
@@ -144,7 +145,7 @@ func testHostPort(t *testing.T, cg, version, mode string) {
 	a := e.addPodWith(list, "hp-a", mapping(8080, 80, "tcp"), mapping(8080, 80, "udp"))
 	b := e.addPodWith(list, "hp-b")
 	srv := newServer(t, a.NS, 80)
-	before, err := datapath.ReadCounters(e.bpfRoot)
+	before, err := counters.ReadCounters(e.bpfRoot)
 	require.NoError(t, err)
 
 	// From outside: the pod sees the client.
@@ -185,10 +186,10 @@ func testHostPort(t *testing.T, cg, version, mode string) {
 		require.NoError(t, udpFrom(a.NS, 0, fam.node, 8080), "hairpin UDP")
 	}
 
-	after, err := datapath.ReadCounters(e.bpfRoot)
+	after, err := counters.ReadCounters(e.bpfRoot)
 	require.NoError(t, err)
 	for _, r := range []maps.CniPktReason{maps.CniPktReasonREASON_DNAT, maps.CniPktReasonREASON_REV_DNAT} {
-		require.GreaterOrEqual(t, after[r].Packets-before[r].Packets, uint64(12), datapath.ReasonKeys[r])
+		require.GreaterOrEqual(t, after[r].Packets-before[r].Packets, uint64(12), counters.ReasonKeys[r])
 	}
 	require.Equal(t, rules, e.ruleset(), "ADD changed the netfilter ruleset")
 	if testutil.AtLeast(version, "0.4.0") {
@@ -232,7 +233,7 @@ func testHostPort(t *testing.T, cg, version, mode string) {
 
 	require.NoError(t, e.cni.DelPod(list, b))
 	e.requireClean()
-	_, err = os.Stat(datapath.SockDir(e.bpfRoot))
+	_, err = os.Stat(feature.CgroupDir(e.bpfRoot))
 	require.True(t, os.IsNotExist(err), "the socket hooks stay attached without pods")
 }
 
@@ -376,7 +377,7 @@ func TestHostPortChainedPortmap(t *testing.T) {
 			require.NoError(t, err, "TCP from another pod through the chained portmap")
 			c.Close()
 			require.True(t, srv.sources("tcp")[addr(nettest.WorldIP4)], "the outside client's address reached the pod")
-			cs, err := datapath.ReadCounters(e.bpfRoot)
+			cs, err := counters.ReadCounters(e.bpfRoot)
 			require.NoError(t, err)
 			require.Positive(t, cs[maps.CniPktReasonREASON_STACK_REPLY].Packets, "replies handed to the stack")
 			require.NoError(t, e.cni.DelPod(list, a))

@@ -15,8 +15,11 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 func cniCode(t *testing.T, err error) uint {
@@ -47,11 +50,11 @@ func TestCheckFails(t *testing.T) {
 			require.Contains(t, err.Error(), "route 0.0.0.0/0 via")
 
 			// Detach the program of the other pod.
-			host := datapath.HostVethName("check-prog", "eth0")
-			rec, err := datapath.ReadRecord(e.stateDir, host)
+			host := veth.HostName("check-prog", "eth0")
+			rec, err := node.ReadRecord(e.stateDir, host)
 			require.NoError(t, err)
 			require.NoError(t, e.node.NS.Do(func(ns.NetNS) error {
-				return datapath.Detach(rec.Attachments[0], rec.HostIfIndex)
+				return attach.Detach(rec.Attachments[0], rec.HostIfIndex, endpoint.Hooks[0])
 			}))
 			err = e.cni.Check(list, q.RT)
 			require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err))
@@ -132,7 +135,7 @@ func TestRollback(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = e.cni.DelPod(other, p) })
 		_, err = e.cni.AddPod(list, "clash", nil)
-		require.Equal(t, plugin.ErrEndpointConflict, cniCode(t, err))
+		require.Equal(t, endpoint.ErrConflict, cniCode(t, err))
 		require.Len(t, e.hostLinks(), 1)
 		require.Equal(t, 1, e.records())
 		require.Zero(t, allocs(), "the ebpf-ipam allocation of the failed ADD was not released")
@@ -159,7 +162,7 @@ func TestBadConfig(t *testing.T) {
 		{"mac", nil, map[string]any{"mac": "not-a-mac"}, types.ErrInvalidNetworkConfig, "runtimeConfig.mac"},
 		{"multicast mac", nil, map[string]any{"mac": "01:00:5e:00:00:01"}, types.ErrInvalidNetworkConfig, "runtimeConfig.mac"},
 		{"ipam missing", map[string]any{"ipam": nil}, nil, types.ErrInvalidNetworkConfig, "ipam"},
-		{"not bpffs", map[string]any{"bpfRoot": t.TempDir()}, nil, plugin.ErrBPFFS, "bpfRoot"},
+		{"not bpffs", map[string]any{"bpfRoot": t.TempDir()}, nil, node.ErrBPFFS, "bpfRoot"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -216,7 +219,7 @@ func TestGC(t *testing.T) {
 
 	// An orphan: a veth made by ebpf-cni whose record was lost.
 	orphan := e.addPod(list, "orphan")
-	require.NoError(t, datapath.RemoveRecord(e.stateDir, datapath.HostVethName("orphan", "eth0")))
+	require.NoError(t, node.RemoveRecord(e.stateDir, veth.HostName("orphan", "eth0")))
 
 	// libcni with an empty cache issues no DEL of its own: what goes is
 	// the plugin's GC.
@@ -225,12 +228,12 @@ func TestGC(t *testing.T) {
 
 	links := e.hostLinks()
 	require.Len(t, links, 1)
-	require.Equal(t, datapath.HostVethName("keep", "eth0"), links[0].Attrs().Name)
+	require.Equal(t, veth.HostName("keep", "eth0"), links[0].Attrs().Name)
 	require.Equal(t, 1, e.records())
 	a, d := e.endpointEntries()
 	require.Equal(t, 2, a)
 	require.Equal(t, 1, d)
-	require.Len(t, e.pinnedLinks(), len(datapath.Hooks), "one pinned link per hook of the pod that stays")
+	require.Len(t, e.pinnedLinks(), len(endpoint.Hooks), "one pinned link per hook of the pod that stays")
 	require.NoError(t, e.cni.Check(list, keep.RT))
 	mustConnect(t, []*nettest.Pod{keep})
 

@@ -24,9 +24,12 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
 // worldServer is a host outside the node: it echoes TCP and UDP on one
@@ -267,8 +270,8 @@ func (e *env) uplinkProgramIDs() int {
 		if err != nil {
 			return err
 		}
-		for _, h := range datapath.UplinkHooks {
-			ids, err := datapath.AttachedIDs(l, h)
+		for _, h := range uplink.Hooks {
+			ids, err := attach.AttachedIDs(l, h)
 			if err != nil {
 				return err
 			}
@@ -304,7 +307,7 @@ func testMasquerade(t *testing.T, version, mode string) {
 	require.Equal(t, 2, e.uplinkProgramIDs(), "from_netdev and to_netdev on the uplink")
 	srv := newWorldServer(t, e.node.World)
 	fwd := e.forwarded()
-	before, err := datapath.ReadCounters(e.bpfRoot)
+	before, err := counters.ReadCounters(e.bpfRoot)
 	require.NoError(t, err)
 
 	for _, p := range []*nettest.Pod{a, b} {
@@ -321,7 +324,7 @@ func testMasquerade(t *testing.T, version, mode string) {
 	for _, proto := range []string{"tcp", "udp", "icmp"} {
 		require.Equal(t, node, srv.sources(proto), "%s sources seen outside the node", proto)
 	}
-	after, err := datapath.ReadCounters(e.bpfRoot)
+	after, err := counters.ReadCounters(e.bpfRoot)
 	require.NoError(t, err)
 	rev := maps.CniPktReasonREASON_REV_SNAT
 	require.GreaterOrEqual(t, after[rev].Packets-before[rev].Packets, uint64(16), "replies translated on the uplink")
@@ -584,11 +587,11 @@ func TestMasqueradeExceptions(t *testing.T) {
 
 	require.NoError(t, e.cni.Check(list, p.RT))
 	require.NoError(t, e.node.NS.Do(func(ns.NetNS) error {
-		recs, err := datapath.UplinkRecords(e.stateDir)
+		recs, err := node.AttachmentSets(e.stateDir, "uplinks")
 		if err != nil || len(recs) != 1 {
 			return fmt.Errorf("uplink records: %v %v", recs, err)
 		}
-		return datapath.DetachNow(recs[0].Attachments[1], recs[0].IfIndex)
+		return attach.DetachNow(recs[0].Attachments[1], recs[0].IfIndex, uplink.Hooks[1])
 	}))
 	err = e.cni.Check(list, p.RT)
 	require.Error(t, err)

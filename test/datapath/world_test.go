@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
-	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -22,14 +22,14 @@ func TestToWorld(t *testing.T) {
 	_, err = nettest.Run(e.node.World, "ip", "-6", "route", "add", "fd00:244:1::/64", "via", nettest.NodeIP6.String())
 	require.NoError(t, err)
 
-	before, err := datapath.ReadCounters(e.bpfRoot)
+	before, err := counters.ReadCounters(e.bpfRoot)
 	require.NoError(t, err)
 	for _, ip := range []string{nettest.WorldIP4.String(), nettest.WorldIP6.String()} {
 		o, err := nettest.Run(p.NS, "ping", "-n", "-c", "3", "-i", "0.01", "-W", "2", ip)
 		require.NoError(t, err, o)
 	}
 	require.NoError(t, nettest.TCP(p.NS, e.node.World, nettest.WorldIP4))
-	after, err := datapath.ReadCounters(e.bpfRoot)
+	after, err := counters.ReadCounters(e.bpfRoot)
 	require.NoError(t, err)
 	fib := maps.CniPktReasonREASON_FIB_REDIRECT
 	require.GreaterOrEqual(t, after[fib].Packets-before[fib].Packets, uint64(6), "pod-to-world packets did not take the fib path")

@@ -1,0 +1,338 @@
+// Package attach puts programs where they run and takes them off again:
+// tcx links and legacy tc (clsact + cls_bpf) filters on devices, links on
+// cgroups. It knows no feature: a Hook says where a program goes, an
+// Attachment records where it went, so DEL, CHECK and upgrades find it
+// again.
+package attach
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Mode is how programs are attached to a device.
+type Mode string
+
+const (
+	// ModeAuto uses tcx where the kernel has it, else tc.
+	ModeAuto Mode = "auto"
+	// ModeTCX attaches with a tcx link (kernel >= 6.6), pinned under bpfRoot.
+	ModeTCX Mode = "tcx"
+	// ModeTC attaches a cls_bpf direct-action filter under a clsact qdisc.
+	ModeTC Mode = "tc"
+	// ModeCgroup is a cgroup link, pinned under bpfRoot (recorded, never
+	// configured: a cgroup hook has no other way to attach).
+	ModeCgroup Mode = "cgroup"
+)
+
+// DefaultMode is the attach mode when the configuration names none: auto,
+// that is tcx on this project's kernels. Measured on kernel 6.18
+// (BenchmarkAttach, BenchmarkAddDel): a tcx attach costs ~8.5 ms in the
+// kernel (an RCU grace period per attach and per detach) against ~0.4 ms for
+// a cls_bpf filter, which makes ADD p50 25 ms instead of 17 ms and DEL p50
+// 36 ms instead of 25 ms. tcx still wins the default: its links are pinned
+// and owned (a stray `tc qdisc del` cannot silently remove the datapath),
+// and it needs no qdisc, so chained plugins that add their own ingress qdisc
+// (the reference bandwidth plugin's egress shaping) keep working; with
+// clsact in place they fail with EEXIST. attachMode: tc is there for nodes
+// that churn pods fast and chain no such plugin.
+var DefaultMode = ModeAuto
+
+// ParseMode validates an attachMode value; "" is the default.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case "":
+		return DefaultMode, nil
+	case ModeAuto, ModeTCX, ModeTC:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("unknown attach mode %q (want auto, tcx or tc)", s)
+}
+
+// Target is the kind of place a hook's program runs at.
+type Target string
+
+const (
+	// Endpoint: the host end of every pod's veth (pkg/endpoint attaches).
+	Endpoint Target = "endpoint"
+	// Device: a device of the node a feature picks (an uplink, later an
+	// overlay device); the feature attaches and records it.
+	Device Target = "device"
+	// Cgroup: the node's cgroup (socket hooks).
+	Cgroup Target = "cgroup"
+)
+
+// Hook is one attach point of one program.
+type Hook struct {
+	Name      string          // program name, pin name
+	Target    Target          // where it runs
+	TCXAttach ebpf.AttachType // device hooks: the tcx attach type
+	TCParent  uint32          // device hooks: the clsact parent of the legacy filter
+	Cgroup    ebpf.AttachType // cgroup hooks: the attach type
+}
+
+// Ingress is a device hook on the device's ingress.
+func Ingress(name string, t Target) Hook {
+	return Hook{Name: name, Target: t, TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}
+}
+
+// Egress is a device hook on the device's egress.
+func Egress(name string, t Target) Hook {
+	return Hook{Name: name, Target: t, TCXAttach: ebpf.AttachTCXEgress, TCParent: netlink.HANDLE_MIN_EGRESS}
+}
+
+// CgroupHook is a hook of the node's cgroup.
+func CgroupHook(name string, t ebpf.AttachType) Hook {
+	return Hook{Name: name, Target: Cgroup, Cgroup: t}
+}
+
+// Attachment records one attached program.
+type Attachment struct {
+	Hook string `json:"hook"`
+	Mode Mode   `json:"mode"`
+	// Pin is the link's pin (ModeTCX, ModeCgroup); its file name is the
+	// hook's name, so pinned links can be found without their record.
+	Pin string `json:"pin,omitempty"`
+	// Priority and Handle locate the cls_bpf filter (ModeTC); a tc filter
+	// cannot be pinned, and it goes away with the device.
+	Priority uint16 `json:"priority,omitempty"`
+	Handle   uint32 `json:"handle,omitempty"`
+}
+
+const (
+	tcPriority = 1
+	tcHandle   = 1
+)
+
+// Attach attaches prog at hook on l; a tcx link is pinned in pinDir.
+// ModeAuto resolves to tcx, falling back to tc on kernels without it.
+func Attach(mode Mode, l netlink.Link, hook Hook, prog *ebpf.Program, pinDir string) (Attachment, error) {
+	switch mode {
+	case ModeTCX:
+		return attachTCX(l, hook, prog, pinDir)
+	case ModeTC:
+		return attachTC(l, hook, prog)
+	case ModeAuto:
+		a, err := attachTCX(l, hook, prog, pinDir)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return attachTC(l, hook, prog)
+		}
+		return a, err
+	}
+	return Attachment{}, fmt.Errorf("unknown attach mode %q", mode)
+}
+
+func attachTCX(l netlink.Link, hook Hook, prog *ebpf.Program, dir string) (Attachment, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Attachment{}, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	pin := filepath.Join(dir, hook.Name)
+	lk, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: hook.TCXAttach})
+	if err != nil {
+		return Attachment{}, fmt.Errorf("attaching %s to %s with tcx: %w", hook.Name, l.Attrs().Name, err)
+	}
+	defer lk.Close()
+	if err := lk.Pin(pin); err != nil {
+		return Attachment{}, fmt.Errorf("pinning tcx link %s: %w", pin, err)
+	}
+	return Attachment{Hook: hook.Name, Mode: ModeTCX, Pin: pin}, nil
+}
+
+func clsact(ifindex int) *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+}
+
+func tcFilter(ifindex int, hook Hook, prog *ebpf.Program) *netlink.BpfFilter {
+	return &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: ifindex,
+			Parent:    hook.TCParent,
+			Handle:    tcHandle,
+			Priority:  tcPriority,
+			Protocol:  unix.ETH_P_ALL,
+		},
+		Fd:           prog.FD(),
+		Name:         hook.Name,
+		DirectAction: true,
+	}
+}
+
+func attachTC(l netlink.Link, hook Hook, prog *ebpf.Program) (Attachment, error) {
+	idx := l.Attrs().Index
+	if err := netlink.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+		return Attachment{}, fmt.Errorf("adding clsact qdisc to %s: %w", l.Attrs().Name, err)
+	}
+	if err := netlink.FilterAdd(tcFilter(idx, hook, prog)); err != nil {
+		return Attachment{}, fmt.Errorf("adding tc filter %s to %s: %w", hook.Name, l.Attrs().Name, err)
+	}
+	return Attachment{Hook: hook.Name, Mode: ModeTC, Priority: tcPriority, Handle: tcHandle}, nil
+}
+
+// AttachCgroup attaches prog at hook to the cgroup v2 directory cgroup and
+// pins the link in pinDir.
+func AttachCgroup(cgroup string, hook Hook, prog *ebpf.Program, pinDir string) (Attachment, error) {
+	if err := os.MkdirAll(pinDir, 0o700); err != nil {
+		return Attachment{}, fmt.Errorf("creating %s: %w", pinDir, err)
+	}
+	pin := filepath.Join(pinDir, hook.Name)
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: hook.Cgroup, Program: prog})
+	if err != nil {
+		return Attachment{}, fmt.Errorf("attaching %s to cgroup %s: %w", hook.Name, cgroup, err)
+	}
+	defer l.Close()
+	if err := l.Pin(pin); err != nil {
+		_ = l.Unpin()
+		return Attachment{}, fmt.Errorf("pinning %s: %w", pin, err)
+	}
+	return Attachment{Hook: hook.Name, Mode: ModeCgroup, Pin: pin}, nil
+}
+
+// Replace swaps the program of an attachment atomically: link update or tc
+// filter replace; the device or cgroup never runs without a program.
+func Replace(a Attachment, ifindex int, hook Hook, prog *ebpf.Program) error {
+	switch a.Mode {
+	case ModeTCX, ModeCgroup:
+		return UpdatePinned(a.Pin, prog)
+	case ModeTC:
+		if err := netlink.FilterReplace(tcFilter(ifindex, hook, prog)); err != nil {
+			return fmt.Errorf("replacing tc filter %s on ifindex %d: %w", a.Hook, ifindex, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown attach mode %q", a.Mode)
+}
+
+// UpdatePinned points the pinned link at pin to prog.
+func UpdatePinned(pin string, prog *ebpf.Program) error {
+	lk, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return fmt.Errorf("loading pinned link %s: %w", pin, err)
+	}
+	defer lk.Close()
+	if err := lk.Update(prog); err != nil {
+		return fmt.Errorf("updating link %s: %w", pin, err)
+	}
+	return nil
+}
+
+// Detach removes an attachment. Removing the pin of a tcx link releases it
+// (the device lets go of the program); a tc filter is deleted if its device
+// is still there; a cgroup link is detached at once (the cgroup stays).
+// Idempotent.
+func Detach(a Attachment, ifindex int, hook Hook) error {
+	return detach(a, ifindex, hook, a.Mode == ModeCgroup)
+}
+
+// DetachNow is Detach that also takes a tcx program off its device before
+// returning. Unpinning alone leaves the link to a deferred release, which is
+// fine for a host veth about to be deleted, not for a device that stays.
+func DetachNow(a Attachment, ifindex int, hook Hook) error {
+	return detach(a, ifindex, hook, true)
+}
+
+func detach(a Attachment, ifindex int, hook Hook, now bool) error {
+	switch a.Mode {
+	case ModeTCX, ModeCgroup:
+		return unpin(a.Pin, now)
+	case ModeTC:
+		l, err := netlink.LinkByIndex(ifindex)
+		if err != nil {
+			return nil // the device took its filters with it
+		}
+		f := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: hook.TCParent, Handle: a.Handle, Priority: a.Priority, Protocol: unix.ETH_P_ALL}}
+		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("deleting tc filter %s on %s: %w", a.Hook, l.Attrs().Name, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// unpin removes a pinned link, detaching it first when now (an unpinned
+// link lingers while a handle is open somewhere).
+func unpin(pin string, now bool) error {
+	if now {
+		if lk, err := link.LoadPinnedLink(pin, nil); err == nil {
+			err = lk.Detach()
+			lk.Close()
+			if err != nil && !errors.Is(err, unix.ENOLINK) && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("detaching %s: %w", pin, err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("opening %s: %w", pin, err)
+		}
+	}
+	if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unpinning %s: %w", pin, err)
+	}
+	return nil
+}
+
+// DetachPinned detaches and unpins the links of hooks pinned in pinDir,
+// recorded or not (their pins are named by hook), and removes pinDir
+// when it is empty. Idempotent.
+func DetachPinned(pinDir string, hooks []Hook) error {
+	var errs []error
+	for _, h := range hooks {
+		errs = append(errs, unpin(filepath.Join(pinDir, h.Name), true))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// Another set of hooks may still be pinned there.
+	if err := os.Remove(pinDir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
+		return err
+	}
+	return nil
+}
+
+// PinnedProgram is the kernel ID of the program the link pinned at pin
+// runs; an error when there is no such link.
+func PinnedProgram(pin string) (ebpf.ProgramID, error) {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return 0, err
+	}
+	return info.Program, nil
+}
+
+// AttachedIDs lists the programs attached at hook on the device, in both
+// tcx and tc, so CHECK sees exactly what runs.
+func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
+	var ids []ebpf.ProgramID
+	res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.TCXAttach})
+	if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return nil, fmt.Errorf("querying tcx programs of %s: %w", l.Attrs().Name, err)
+	}
+	if res != nil {
+		for _, p := range res.Programs {
+			ids = append(ids, p.ID)
+		}
+	}
+	filters, err := netlinksafe.FilterList(l, hook.TCParent)
+	if err != nil {
+		return nil, fmt.Errorf("listing tc filters of %s: %w", l.Attrs().Name, err)
+	}
+	for _, f := range filters {
+		if bf, ok := f.(*netlink.BpfFilter); ok {
+			ids = append(ids, ebpf.ProgramID(bf.Id))
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,174 @@
+// Package view is what an operator CLI command is made of: its
+// declaration, the context it runs in, and how it prints (aligned tables
+// with human-sized numbers, or stable JSON). The CLI's own commands and
+// the features' commands (feature.Feature.Commands) are written with it;
+// pkg/cli runs them.
+package view
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// Exit codes of the CLI.
+const (
+	ExitOK       = 0
+	ExitError    = 1 // the command failed; the message says what to do
+	ExitUsage    = 2 // unknown command or flag
+	ExitProblems = 3 // status found problems (listed in its output)
+)
+
+// Command is one subcommand.
+type Command struct {
+	Name    string
+	Summary string // one line for the command list
+	Help    string // what it shows; printed by --help
+	// Flags declares the command's own flags, if any, and returns its run
+	// function; flag values live in the closure, fresh for every call.
+	Flags func(fs *flag.FlagSet) func(*Context) error
+}
+
+// EndpointRef names one endpoint of the node.
+type EndpointRef struct {
+	ContainerID, IfName, HostVeth string
+	HostIfIndex                   int
+}
+
+// Name is how tables name an endpoint: containerID/ifname (the ID cut to
+// 12 characters, as container runtimes show it).
+func Name(containerID, ifName string) string {
+	id := containerID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	if id == "" {
+		id = "?"
+	}
+	return id + "/" + OrDash(ifName)
+}
+
+// Context is what a command runs with.
+type Context struct {
+	BPFRoot  string
+	StateDir string
+	JSON     bool // -o json
+	Stdout   io.Writer
+	Stderr   io.Writer
+	// Endpoints lists the node's endpoints (their records joined with the
+	// endpoint maps), for commands that name them.
+	Endpoints func() ([]EndpointRef, error)
+}
+
+// Exit carries an exit code other than ExitError.
+type Exit struct {
+	Code int
+	Err  error
+}
+
+func (e *Exit) Error() string { return e.Err.Error() }
+func (e *Exit) Unwrap() error { return e.Err }
+
+// Usage is a bad argument: the command exits with ExitUsage.
+func Usage(format string, a ...any) error {
+	return &Exit{Code: ExitUsage, Err: fmt.Errorf(format, a...)}
+}
+
+// ErrNoMap means a map is not pinned (yet): no pod was ever added, or it
+// belongs to a feature an older build did not have. Commands show it empty.
+var ErrNoMap = errors.New("map not pinned")
+
+// BPFFSMount finds the directory whose file system holds path (path
+// itself or its nearest existing ancestor) and whether it is bpffs.
+func BPFFSMount(path string) (dir string, ok bool, err error) {
+	p := filepath.Clean(path)
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			return p, st.Type == unix.BPF_FS_MAGIC, nil
+		}
+		if !errors.Is(err, unix.ENOENT) || p == "/" {
+			return p, false, fmt.Errorf("statfs %s: %w", p, err)
+		}
+		p = filepath.Dir(p)
+	}
+}
+
+// CheckRoot says what to do when bpfRoot cannot hold the plugin's state:
+// bpffs not mounted, or nothing there yet.
+func (ctx *Context) CheckRoot() error {
+	dir, ok, err := BPFFSMount(ctx.BPFRoot)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("bpffs not mounted at %s: mount -t bpf bpf %s (or point --bpf-root at the plugin's bpfRoot)", dir, dir)
+	}
+	if dir != filepath.Clean(ctx.BPFRoot) {
+		return fmt.Errorf("no ebpf-cni state at %s: no pod was added on this node yet, or --bpf-root is not the plugin's bpfRoot", ctx.BPFRoot)
+	}
+	return nil
+}
+
+var (
+	specOnce sync.Once
+	spec     *ebpf.CollectionSpec
+	specErr  error
+)
+
+// OpenMap opens a pinned map read-only and checks its layout against this
+// binary's; ErrNoMap when it is not pinned. It never creates anything.
+func (ctx *Context) OpenMap(name string) (*ebpf.Map, error) {
+	path := filepath.Join(maps.Dir(ctx.BPFRoot), name)
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("%s: %w", path, ErrNoMap)
+	case errors.Is(err, os.ErrPermission):
+		return nil, fmt.Errorf("opening %s: %w (run as root)", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	specOnce.Do(func() { spec, specErr = maps.LoadCni() })
+	if specErr != nil {
+		m.Close()
+		return nil, fmt.Errorf("loading map specs: %w", specErr)
+	}
+	if ms, ok := spec.Maps[name]; ok && (m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize) {
+		m.Close()
+		return nil, fmt.Errorf("%s: %w (key %d, value %d bytes; this build expects %d, %d): use the CLI of the ebpf-cni version that made it",
+			path, maps.ErrIncompatible, m.KeySize(), m.ValueSize(), ms.KeySize, ms.ValueSize)
+	}
+	return m, nil
+}
+
+// OpenMaps opens several maps; missing ones are nil. close releases them.
+func (ctx *Context) OpenMaps(names ...string) (ms map[string]*ebpf.Map, close func(), err error) {
+	ms = map[string]*ebpf.Map{}
+	close = func() {
+		for _, m := range ms {
+			if m != nil {
+				m.Close()
+			}
+		}
+	}
+	for _, n := range names {
+		m, err := ctx.OpenMap(n)
+		if err != nil && !errors.Is(err, ErrNoMap) {
+			close()
+			return nil, func() {}, err
+		}
+		ms[n] = m
+	}
+	return ms, close, nil
+}

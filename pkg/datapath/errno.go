@@ -1,8 +1,0 @@
-package datapath
-
-import "golang.org/x/sys/unix"
-
-var (
-	errExist = unix.EEXIST
-	errNoDev = unix.ENODEV
-)

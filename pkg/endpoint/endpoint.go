@@ -1,0 +1,329 @@
+// Package endpoint is the feature every pod has: its entries in the
+// endpoint maps (endpoints, endpoint_devs: what the programs forward to and
+// what anti-spoofing allows), the programs on its host veth
+// (from_container, to_container) and their per-device counters.
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
+)
+
+// Plugin error codes of the endpoint feature (docs/development.md lists
+// every code and its owner).
+const (
+	// ErrAttach: a program could not be attached to the host veth.
+	ErrAttach uint = 113
+	// ErrConflict: an address from IPAM is already mapped to another live
+	// endpoint of the node.
+	ErrConflict uint = 115
+)
+
+// The hooks of every host veth.
+var (
+	// HookFromContainer is the host veth's ingress: packets leaving the pod.
+	HookFromContainer = attach.Ingress("from_container", attach.Endpoint)
+	// HookToContainer is the host veth's egress: packets the node's stack
+	// delivers to the pod (what the programs redirect skips it).
+	HookToContainer = attach.Egress("to_container", attach.Endpoint)
+	// Hooks is every hook an endpoint gets, in attach order.
+	Hooks = []attach.Hook{HookFromContainer, HookToContainer}
+)
+
+// Feature is the endpoint feature.
+type Feature struct{}
+
+var _ feature.Feature = Feature{}
+
+// Name is the feature's name.
+func (Feature) Name() string { return "endpoint" }
+
+// Programs are the host veth's programs.
+func (Feature) Programs() []programs.Object {
+	return []programs.Object{
+		{Name: "from_container", Bytes: _FromContainerBytes, Load: LoadFromContainer, Hooks: []attach.Hook{HookFromContainer}},
+		{Name: "to_container", Bytes: _ToContainerBytes, Load: LoadToContainer, Hooks: []attach.Hook{HookToContainer}},
+	}
+}
+
+// Parse: the endpoint has no keys of its own (attachMode is the call's).
+func (Feature) Parse([]byte) (feature.Pod, error) { return pod{}, nil }
+
+// Commands: the endpoints and counters commands are the CLI's own.
+func (Feature) Commands() []*view.Command { return nil }
+
+// Release: the endpoint maps stay (they are empty with no endpoint).
+func (Feature) Release(*node.Node) error { return nil }
+
+type pod struct{}
+
+func (pod) Flags() maps.CniEndpointFlags { return 0 }
+
+// Add writes the endpoint's entries (with the flags every feature asked
+// for) and attaches the programs to its host veth.
+func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
+	em, err := MapsOf(n)
+	if err != nil {
+		return feature.Fail(node.ErrBPFFS, "opening the endpoint maps", err)
+	}
+	e := entry(ep)
+	if ep.Mode == attach.ModeTC {
+		e.Flags |= uint32(maps.CniEndpointFlagsEP_F_CLSACT)
+	}
+	undo.Push(func() error { return em.Delete(e.HostIfIndex, e.HostMAC, e.IPs) })
+	if err := em.Put(e); err != nil {
+		if errors.Is(err, ErrEndpointConflict) {
+			return feature.Fail(ErrConflict, "adding the endpoint", err)
+		}
+		return feature.Fail(node.ErrBPFFS, "adding the endpoint", err)
+	}
+	progs, err := n.Programs()
+	if err != nil {
+		return feature.Fail(node.ErrProgramLoad, "loading the datapath programs", err)
+	}
+	dir := node.LinkDir(n.BPFRoot, ep.HostIfName)
+	undo.Push(func() error { return os.RemoveAll(dir) })
+	for _, h := range Hooks {
+		a, err := attach.Attach(ep.Mode, ep.Host, h, progs.ByHook[h.Name], dir)
+		if err != nil {
+			return feature.Fail(ErrAttach, "attaching the datapath", err)
+		}
+		ep.Attachments = append(ep.Attachments, a)
+		if a.Mode == attach.ModeTC && e.Flags&uint32(maps.CniEndpointFlagsEP_F_CLSACT) == 0 {
+			// attachMode auto fell back to tc: the clsact qdisc is ours.
+			e.Flags |= uint32(maps.CniEndpointFlagsEP_F_CLSACT)
+			if err := em.Put(e); err != nil {
+				return feature.Fail(node.ErrBPFFS, "updating the endpoint", err)
+			}
+		}
+	}
+	return nil
+}
+
+// entry is the endpoint as the maps hold it.
+func entry(ep *feature.Endpoint) *Entry {
+	hostMAC, _ := net.ParseMAC(ep.HostMAC)
+	mac, _ := net.ParseMAC(ep.MAC)
+	return &Entry{HostIfIndex: ep.HostIfIndex, HostMAC: hostMAC, MAC: mac, IPs: ep.Addrs(), ContainerID: ep.ContainerID,
+		IfName: ep.IfName, NetID: maps.NetID(ep.Network), Flags: uint32(ep.Flags)}
+}
+
+// Check verifies that the pinned programs run on the host veth and that
+// the maps hold the endpoint.
+func (pod) Check(n *node.Node, ep *feature.Endpoint) []string {
+	problems := checkPrograms(n, ep)
+	em, err := MapsOf(n)
+	if err != nil {
+		return append(problems, err.Error())
+	}
+	if ep.MAC == "" {
+		return problems // the pod's interface is gone: reported already
+	}
+	return append(problems, em.Check(entry(ep))...)
+}
+
+func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
+	var problems []string
+	tags, err := programs.Installed(n.BPFRoot)
+	if err != nil || len(tags) == 0 {
+		return []string{fmt.Sprintf("no programs pinned under %s", programs.Dir(n.BPFRoot))}
+	}
+	want := map[string]ebpf.ProgramID{}
+	for _, t := range tags {
+		p, err := programs.Open(n.BPFRoot, t, n.Objects())
+		if err != nil {
+			continue
+		}
+		for id, hook := range p.IDs() {
+			if _, ok := want[hook]; !ok || n.Tag() == t {
+				want[hook] = id
+			}
+		}
+		p.Close()
+	}
+	for _, h := range Hooks {
+		ids, err := attach.AttachedIDs(ep.Host, h)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		found := false
+		for _, id := range ids {
+			if id == want[h.Name] {
+				found = true
+			}
+		}
+		if !found {
+			problems = append(problems, fmt.Sprintf("program %s (id %d) not attached to %s (attached: %v)", h.Name, want[h.Name], ep.Host.Attrs().Name, ids))
+		}
+	}
+	for _, a := range ep.Attachments {
+		if a.Mode == attach.ModeTCX {
+			if _, err := os.Stat(a.Pin); err != nil {
+				problems = append(problems, fmt.Sprintf("pinned link %s missing", a.Pin))
+			}
+		}
+	}
+	return problems
+}
+
+func hookByName(name string) attach.Hook {
+	for _, h := range Hooks {
+		if h.Name == name {
+			return h
+		}
+	}
+	return attach.Hook{Name: name}
+}
+
+// Del removes the endpoint's entries, the programs from its host veth,
+// the host veth itself (the pair dies whole), and then its per-device
+// counters: no program counts on a device that is gone, so nothing
+// creates the entry again. Without a record it finds the endpoint through
+// its host veth and endpoint_devs, and fills in ep.HostIfIndex and ep.IPs
+// for the features DEL runs after it.
+func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
+	var errs []error
+	recorded := ep.Recorded
+	if !recorded {
+		if l, err := netlinksafe.LinkByName(ep.HostIfName); err == nil && veth.IsOurs(l) {
+			ep.HostIfIndex = l.Attrs().Index
+		}
+	}
+	bpffs := n.CheckBPFFS() == nil
+	if bpffs {
+		if err := deleteEntries(n, ep, recorded); err != nil {
+			errs = append(errs, err)
+		}
+		for _, a := range ep.Attachments {
+			if err := attach.Detach(a, ep.HostIfIndex, hookByName(a.Hook)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.RemoveAll(node.LinkDir(n.BPFRoot, ep.HostIfName)); err != nil {
+			errs = append(errs, fmt.Errorf("unpinning links of %s: %w", ep.HostIfName, err))
+		}
+	}
+	if err := veth.DeleteHost(ep.HostIfName); err != nil {
+		errs = append(errs, err)
+	}
+	if bpffs && ep.HostIfIndex != 0 {
+		m, err := n.PinnedMap(maps.CniMapEndpointCounters)
+		if err == nil && m != nil {
+			err = counters.DeleteDevices(m, ep.HostIfIndex)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteEntries removes the endpoint's map entries, found through its
+// record or, without one, through the host veth's device entry.
+func deleteEntries(n *node.Node, ep *feature.Endpoint, recorded bool) error {
+	em, err := MapsOf(n)
+	if err != nil {
+		return err
+	}
+	if recorded {
+		mac, _ := net.ParseMAC(ep.HostMAC)
+		return em.Delete(ep.HostIfIndex, mac, ep.Addrs())
+	}
+	l, err := netlinksafe.LinkByName(ep.HostIfName)
+	if err != nil || !veth.IsOurs(l) {
+		return nil
+	}
+	var d maps.CniEndpointDev
+	if em.Devs.Lookup(uint32(l.Attrs().Index), &d) != nil {
+		return nil
+	}
+	ips := maps.EndpointIPs(&d)
+	for _, ip := range ips {
+		bits := 8 * len(ip)
+		ep.IPs = append(ep.IPs, (&net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}).String())
+	}
+	return em.Delete(l.Attrs().Index, l.Attrs().HardwareAddr, ips)
+}
+
+// GC removes what no live endpoint accounts for: pinned links, endpoint
+// map entries, per-device counters.
+func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
+	pins, perr := gcPins(n.BPFRoot, live, dryRun)
+	entries, eerr := gcEntries(n, live, dryRun)
+	return append(pins, entries...), errors.Join(perr, eerr)
+}
+
+func gcPins(bpfRoot string, live *feature.Live, dryRun bool) ([]string, error) {
+	dir := filepath.Dir(node.LinkDir(bpfRoot, "x"))
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil
+	}
+	sw := &feature.Sweep{DryRun: dryRun}
+	for _, e := range ents {
+		if p := filepath.Join(dir, e.Name()); !live.Host(e.Name()) {
+			sw.Remove("pinned links "+p, func() error { return os.RemoveAll(p) })
+		}
+	}
+	return sw.Result()
+}
+
+func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
+	em, err := MapsOf(n)
+	if err != nil {
+		return nil, err
+	}
+	sw := &feature.Sweep{DryRun: dryRun}
+	devs, err := em.Devices()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range devs {
+		if !live.IfIndex(d.IfIndex) {
+			sw.Remove(fmt.Sprintf("%s[%d] (container %s)", maps.CniMapEndpointDevs, d.IfIndex, maps.GoString(d.Dev.ContainerId[:])), func() error {
+				return em.Delete(d.IfIndex, d.Dev.HostMac[:], maps.EndpointIPs(&d.Dev))
+			})
+		}
+	}
+	addrs, err := em.Addresses()
+	if err != nil {
+		return nil, err
+	}
+	for ip, v := range addrs {
+		if !live.IfIndex(int(v.Ifindex)) {
+			sw.Remove(fmt.Sprintf("%s[%s] (ifindex %d)", maps.CniMapEndpoints, ip, v.Ifindex), func() error {
+				return em.Delete(int(v.Ifindex), v.HostMac[:], []net.IP{net.ParseIP(ip)})
+			})
+		}
+	}
+	if m, err := n.PinnedMap(maps.CniMapEndpointCounters); err != nil {
+		return nil, err
+	} else if m != nil {
+		counted, err := counters.DeviceKeys(m)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range counted {
+			if !live.IfIndex(i) {
+				sw.Remove(fmt.Sprintf("%s[%d]", maps.CniMapEndpointCounters, i), func() error { return counters.DeleteDevices(m, i) })
+			}
+		}
+	}
+	return sw.Result()
+}

@@ -1,0 +1,239 @@
+package endpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+)
+
+// ErrEndpointConflict means an address is already mapped to another live
+// endpoint of the node.
+var ErrEndpointConflict = errors.New("address belongs to another endpoint")
+
+// Entry is a pod as the programs see it.
+type Entry struct {
+	HostIfIndex int
+	HostMAC     net.HardwareAddr
+	MAC         net.HardwareAddr
+	IPs         []net.IP
+	ContainerID string
+	IfName      string
+	// NetID is the network's key (maps.NetID): its masquerade settings.
+	NetID uint32
+	// Flags say which features the pod uses (enum endpoint_flags).
+	Flags uint32
+}
+
+// Maps are the pinned endpoint maps.
+type Maps struct {
+	Endpoints *ebpf.Map // endpoint_key -> endpoint_info
+	Devs      *ebpf.Map // host ifindex -> endpoint_dev
+	own       bool
+}
+
+// OpenMaps opens (creating on first use) the pinned endpoint maps under
+// bpfRoot, for callers without a node handle; Close releases them.
+func OpenMaps(bpfRoot string) (*Maps, error) {
+	m, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs)
+	if err != nil {
+		return nil, fmt.Errorf("opening endpoint maps: %w", err)
+	}
+	return &Maps{Endpoints: m[maps.CniMapEndpoints], Devs: m[maps.CniMapEndpointDevs], own: true}, nil
+}
+
+// MapsOf are the endpoint maps of the call's node (the node closes them).
+func MapsOf(n *node.Node) (*Maps, error) {
+	e, err := n.Map(maps.CniMapEndpoints)
+	if err != nil {
+		return nil, fmt.Errorf("opening endpoint maps: %w", err)
+	}
+	d, err := n.Map(maps.CniMapEndpointDevs)
+	if err != nil {
+		return nil, fmt.Errorf("opening endpoint maps: %w", err)
+	}
+	return &Maps{Endpoints: e, Devs: d}, nil
+}
+
+// Close releases the handles OpenMaps opened.
+func (m *Maps) Close() {
+	if m != nil && m.own {
+		m.Endpoints.Close()
+		m.Devs.Close()
+	}
+}
+
+func (e *Entry) info() maps.CniEndpointInfo {
+	v := maps.CniEndpointInfo{Ifindex: uint32(e.HostIfIndex), NetId: e.NetID, Flags: e.Flags}
+	copy(v.Mac[:], e.MAC)
+	copy(v.HostMac[:], e.HostMAC)
+	return v
+}
+
+func (e *Entry) dev() (maps.CniEndpointDev, error) {
+	d := maps.CniEndpointDev{Flags: uint16(e.Flags)}
+	copy(d.Mac[:], e.MAC)
+	copy(d.HostMac[:], e.HostMAC)
+	for _, ip := range e.IPs {
+		if v4 := ip.To4(); v4 != nil {
+			if int(d.N_ip4) == len(d.Ip4) {
+				return d, fmt.Errorf("more than %d IPv4 addresses", len(d.Ip4))
+			}
+			d.Ip4[d.N_ip4] = binary.NativeEndian.Uint32(v4) // stays in network byte order in memory
+			d.N_ip4++
+		} else {
+			if int(d.N_ip6) == len(d.Ip6) {
+				return d, fmt.Errorf("more than %d IPv6 addresses", len(d.Ip6))
+			}
+			copy(d.Ip6[d.N_ip6][:], ip.To16())
+			d.N_ip6++
+		}
+	}
+	maps.CString(d.ContainerId[:], e.ContainerID)
+	maps.CString(d.Ifname[:], e.IfName)
+	return d, nil
+}
+
+// Put adds the endpoint: its device entry first, then one entry per address,
+// so the program never finds an address whose device it cannot check. An
+// address held by another live endpoint is a conflict; a stale entry (its
+// device has no entry any more) is overwritten.
+func (m *Maps) Put(e *Entry) error {
+	d, err := e.dev()
+	if err != nil {
+		return fmt.Errorf("endpoint %s: %w", e.ContainerID, err)
+	}
+	for _, ip := range e.IPs {
+		var cur maps.CniEndpointInfo
+		k := maps.EndpointKey(ip)
+		if err := m.Endpoints.Lookup(&k, &cur); err == nil && int(cur.Ifindex) != e.HostIfIndex {
+			var other maps.CniEndpointDev
+			if m.Devs.Lookup(cur.Ifindex, &other) == nil {
+				return fmt.Errorf("%s is mapped to ifindex %d (container %s): %w", ip, cur.Ifindex, maps.GoString(other.ContainerId[:]), ErrEndpointConflict)
+			}
+		}
+	}
+	if err := m.Devs.Put(uint32(e.HostIfIndex), &d); err != nil {
+		return fmt.Errorf("writing endpoint_devs[%d]: %w", e.HostIfIndex, err)
+	}
+	v := e.info()
+	for _, ip := range e.IPs {
+		k := maps.EndpointKey(ip)
+		if err := m.Endpoints.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing endpoints[%s]: %w", ip, err)
+		}
+	}
+	return nil
+}
+
+// Delete removes what Put wrote, but only entries that still point at this
+// endpoint (ifindex and host MAC): after a first DEL the address may already
+// belong to a new pod. Idempotent.
+func (m *Maps) Delete(ifindex int, hostMAC net.HardwareAddr, ips []net.IP) error {
+	var errs []error
+	for _, ip := range ips {
+		var cur maps.CniEndpointInfo
+		k := maps.EndpointKey(ip)
+		if err := m.Endpoints.Lookup(&k, &cur); err != nil {
+			continue
+		}
+		if int(cur.Ifindex) != ifindex || !bytes.Equal(cur.HostMac[:], hostMAC) {
+			continue
+		}
+		if err := m.Endpoints.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting endpoints[%s]: %w", ip, err))
+		}
+	}
+	var d maps.CniEndpointDev
+	if err := m.Devs.Lookup(uint32(ifindex), &d); err == nil && bytes.Equal(d.HostMac[:], hostMAC) {
+		if err := m.Devs.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting endpoint_devs[%d]: %w", ifindex, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Check names every difference between the maps and e.
+func (m *Maps) Check(e *Entry) []string {
+	var problems []string
+	var d maps.CniEndpointDev
+	if err := m.Devs.Lookup(uint32(e.HostIfIndex), &d); err != nil {
+		problems = append(problems, fmt.Sprintf("no endpoint_devs entry for ifindex %d", e.HostIfIndex))
+	} else {
+		if !bytes.Equal(d.Mac[:], e.MAC) {
+			problems = append(problems, fmt.Sprintf("endpoint_devs[%d] has MAC %s, want %s", e.HostIfIndex, net.HardwareAddr(d.Mac[:]), e.MAC))
+		}
+		if !bytes.Equal(d.HostMac[:], e.HostMAC) {
+			problems = append(problems, fmt.Sprintf("endpoint_devs[%d] has host MAC %s, want %s", e.HostIfIndex, net.HardwareAddr(d.HostMac[:]), e.HostMAC))
+		}
+	}
+	for _, ip := range e.IPs {
+		var cur maps.CniEndpointInfo
+		k := maps.EndpointKey(ip)
+		if err := m.Endpoints.Lookup(&k, &cur); err != nil {
+			problems = append(problems, fmt.Sprintf("no endpoints entry for %s", ip))
+			continue
+		}
+		if int(cur.Ifindex) != e.HostIfIndex || !bytes.Equal(cur.Mac[:], e.MAC) {
+			problems = append(problems, fmt.Sprintf("endpoints[%s] points at ifindex %d MAC %s, want %d MAC %s", ip, cur.Ifindex, net.HardwareAddr(cur.Mac[:]), e.HostIfIndex, e.MAC))
+		}
+	}
+	return problems
+}
+
+// DevEntry is one device entry, for GC and dumps.
+type DevEntry struct {
+	IfIndex int
+	Dev     maps.CniEndpointDev
+}
+
+// Devices lists the device entries.
+func (m *Maps) Devices() ([]DevEntry, error) {
+	var out []DevEntry
+	var k uint32
+	var d maps.CniEndpointDev
+	it := m.Devs.Iterate()
+	for it.Next(&k, &d) {
+		out = append(out, DevEntry{IfIndex: int(k), Dev: d})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating endpoint_devs: %w", err)
+	}
+	return out, nil
+}
+
+// Addresses lists the address entries.
+func (m *Maps) Addresses() (map[string]maps.CniEndpointInfo, error) {
+	out := map[string]maps.CniEndpointInfo{}
+	var k maps.CniEndpointKey
+	var v maps.CniEndpointInfo
+	it := m.Endpoints.Iterate()
+	for it.Next(&k, &v) {
+		out[maps.IP(k.Family, k.Addr).String()] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating endpoints: %w", err)
+	}
+	return out, nil
+}
+
+// Owner names the pod behind a pod address ("container <id> <ifname>"),
+// for messages; "an unknown pod" when no endpoint has it.
+func (m *Maps) Owner(ip net.IP) string {
+	var info maps.CniEndpointInfo
+	k := maps.EndpointKey(ip)
+	if m.Endpoints.Lookup(&k, &info) != nil {
+		return "an unknown pod"
+	}
+	var d maps.CniEndpointDev
+	if m.Devs.Lookup(info.Ifindex, &d) != nil {
+		return "an unknown pod"
+	}
+	return fmt.Sprintf("container %s %s", maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:]))
+}

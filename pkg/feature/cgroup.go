@@ -1,0 +1,66 @@
+package feature
+
+import (
+	"errors"
+	"path/filepath"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+)
+
+// Cgroup hooks: what the features with hooks on the node's cgroup share.
+// Their links are pinned in one directory, one file per hook, and recorded
+// as the attachment set (cgroupOwner, set).
+
+const cgroupOwner = "cgroup"
+
+// CgroupDir is where the cgroup hooks' links are pinned.
+func CgroupDir(bpfRoot string) string { return filepath.Join(bpfRoot, "cgroup") }
+
+// CgroupAttached reports whether every hook of hooks runs this build's
+// program from its pinned link.
+func CgroupAttached(n *node.Node, progs *programs.Set, hooks []attach.Hook) bool {
+	ids := progs.IDs()
+	for _, h := range hooks {
+		id, err := attach.PinnedProgram(filepath.Join(CgroupDir(n.BPFRoot), h.Name))
+		if err != nil || ids[id] != h.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// AttachCgroup attaches hooks to the cgroup unless they run there already,
+// all or nothing: what an earlier attach of them left goes first. The
+// caller holds the feature's lock.
+func AttachCgroup(n *node.Node, set, cgroup string, hooks []attach.Hook) error {
+	progs, err := n.Programs()
+	if err != nil {
+		return err
+	}
+	if CgroupAttached(n, progs, hooks) {
+		return nil
+	}
+	if err := DetachCgroup(n, set, hooks); err != nil {
+		return err
+	}
+	s := &node.AttachmentSet{Owner: cgroupOwner, Name: set}
+	for _, h := range hooks {
+		a, err := attach.AttachCgroup(cgroup, h, progs.ByHook[h.Name], CgroupDir(n.BPFRoot))
+		if err != nil {
+			return errors.Join(err, DetachCgroup(n, set, hooks))
+		}
+		s.Attachments = append(s.Attachments, a)
+	}
+	return n.SaveAttachments(s)
+}
+
+// DetachCgroup takes hooks off the cgroup, recorded or not (a build before
+// attachment sets left them unrecorded); idempotent.
+func DetachCgroup(n *node.Node, set string, hooks []attach.Hook) error {
+	if err := attach.DetachPinned(CgroupDir(n.BPFRoot), hooks); err != nil {
+		return err
+	}
+	return n.RemoveAttachments(cgroupOwner, set)
+}

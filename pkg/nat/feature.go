@@ -1,0 +1,96 @@
+package nat
+
+import (
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+)
+
+// ErrMasquerade is the plugin error code of masquerade: it could not be
+// set up (uplink programs or maps); a bad masquerade key is code 7 instead.
+const ErrMasquerade uint = 118
+
+// Feature is masquerade (ipMasq).
+type Feature struct{}
+
+var _ feature.Feature = Feature{}
+
+// Name is the feature's name.
+func (Feature) Name() string { return "masquerade" }
+
+// Programs are the uplinks'.
+func (Feature) Programs() []programs.Object { return uplink.Objects() }
+
+// Parse reads ipMasq, nonMasqueradeCIDRs, masqueradeIP, uplinks,
+// masqueradePortRange and natTimeouts.
+func (Feature) Parse(conf []byte) (feature.Pod, error) {
+	var c Config
+	if err := feature.Decode(conf, &c); err != nil {
+		return nil, err
+	}
+	s, err := c.Validate()
+	if err != nil {
+		return nil, err
+	}
+	return pod{s}, nil
+}
+
+type pod struct{ s *Settings }
+
+func (pod) Flags() maps.CniEndpointFlags { return 0 }
+
+// Add makes masquerade ready for the pod's network: uplinks, settings.
+// Nothing of it is the pod's own: the node's last endpoint takes it away.
+func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
+	if !p.s.Enabled {
+		return nil
+	}
+	return feature.Fail(ErrMasquerade, "setting up masquerade", Apply(n, ep.Network, p.s, ep.Nets(), ep.Mode))
+}
+
+// Check verifies that the uplinks carry this build's programs.
+func (p pod) Check(n *node.Node, _ *feature.Endpoint) []string {
+	if !p.s.Enabled {
+		return nil
+	}
+	return uplink.Problems(n, "ipMasq")
+}
+
+// Del removes the pod's conntrack/NAT entries: a pod that gets the same
+// address later inherits no state.
+func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
+	if n.CheckBPFFS() != nil || len(ep.Addrs()) == 0 {
+		return nil
+	}
+	t, err := TableOf(n)
+	if err != nil || t == nil {
+		return err
+	}
+	_, err = t.FlushPod(ep.Addrs())
+	return err
+}
+
+// GC removes the flows of pods that are gone and expired flows, and the
+// settings of networks without endpoints.
+func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
+	if dryRun {
+		return nil, nil
+	}
+	t, err := TableOf(n)
+	if err == nil && t != nil {
+		_, err = t.GC(live.IP)
+	}
+	if ferr := ForgetNetworks(n, live.Network); err == nil {
+		err = ferr
+	}
+	return nil, err
+}
+
+// Release takes masquerade off the node.
+func (Feature) Release(n *node.Node) error { return Teardown(n) }
+
+// Commands: nat.
+func (Feature) Commands() []*view.Command { return []*view.Command{command} }

@@ -1,0 +1,139 @@
+package nat
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// command is the operator CLI's nat command.
+var command = &view.Command{
+	Name:    "nat",
+	Summary: "masquerade flows: conntrack/NAT entries with age and state",
+	Help: `Every flow in the pinned conntrack/NAT table (nat): protocol, the pod's
+address and port (ICMP echo: identifier), the remote, the address and port
+the remote sees, the state (syn-sent, established, closing; open for UDP
+and ICMP), whether the pod's own port was kept, whether a reply came, how
+long ago it started and was last used. Expired flows are still listed until
+GC deletes them; the programs already ignore them.
+
+JSON: a list of {"proto", "pod", "podPort", "remote", "remotePort", "nat",
+"natPort", "state", "kept", "replied", "ageSeconds", "idleSeconds",
+"expired"}, ordered by pod, protocol and remote.`,
+	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
+		pod := fs.String("pod", "", "show only the flows of the pod address `IP`")
+		return func(ctx *view.Context) error { return runNAT(ctx, *pod) }
+	},
+}
+
+// NATFlow is one flow as the CLI shows it.
+type NATFlow struct {
+	Proto       string  `json:"proto"`
+	Pod         string  `json:"pod"`
+	PodPort     uint16  `json:"podPort"`
+	Remote      string  `json:"remote"`
+	RemotePort  uint16  `json:"remotePort"`
+	NAT         string  `json:"nat"`
+	NATPort     uint16  `json:"natPort"`
+	State       string  `json:"state"`
+	Kept        bool    `json:"kept"`
+	Replied     bool    `json:"replied"`
+	AgeSeconds  float64 `json:"ageSeconds"`
+	IdleSeconds float64 `json:"idleSeconds"`
+	Expired     bool    `json:"expired"`
+
+	f Flow
+}
+
+var protoNames = map[uint8]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_ICMP: "icmp", unix.IPPROTO_ICMPV6: "icmpv6"}
+
+func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
+	if err := ctx.CheckRoot(); err != nil {
+		return nil, err
+	}
+	var only net.IP
+	if pod != "" {
+		if only = net.ParseIP(pod); only == nil {
+			return nil, view.Usage("--pod %q is not an IP address", pod)
+		}
+	}
+	ms, closeMaps, err := ctx.OpenMaps(maps.CniMapNat, maps.CniMapNatTimeouts)
+	if err != nil {
+		return nil, err
+	}
+	defer closeMaps()
+	out := []*NATFlow{}
+	if ms[maps.CniMapNat] == nil {
+		return out, nil
+	}
+	t := NewTable(ms[maps.CniMapNat], ms[maps.CniMapNatTimeouts])
+	flows, err := t.Flows()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range flows {
+		if only != nil && !f.Pod.Equal(only) {
+			continue
+		}
+		proto := protoNames[f.Proto]
+		if proto == "" {
+			proto = strconv.Itoa(int(f.Proto))
+		}
+		out = append(out, &NATFlow{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(), RemotePort: f.RemotePort,
+			NAT: f.NAT.String(), NATPort: f.NATPort, State: StateNames[f.State], Kept: f.Kept, Replied: f.Replied,
+			AgeSeconds: f.Age.Seconds(), IdleSeconds: f.Idle.Seconds(), Expired: f.Expired, f: f})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if c := bytes.Compare(a.f.Pod.To16(), b.f.Pod.To16()); c != 0 {
+			return c < 0
+		}
+		if a.Proto != b.Proto {
+			return a.Proto < b.Proto
+		}
+		if c := bytes.Compare(a.f.Remote.To16(), b.f.Remote.To16()); c != 0 {
+			return c < 0
+		}
+		return a.PodPort < b.PodPort
+	})
+	return out, nil
+}
+
+func runNAT(ctx *view.Context, pod string) error {
+	flows, err := readNAT(ctx, pod)
+	if err != nil {
+		return err
+	}
+	if ctx.JSON {
+		return view.WriteJSON(ctx.Stdout, flows)
+	}
+	if len(flows) == 0 {
+		fmt.Fprintln(ctx.Stdout, "no masqueraded flows")
+		return nil
+	}
+	t := &view.Table{Header: []string{"PROTO", "POD", "REMOTE", "SEEN AS", "STATE", "AGE", "IDLE"}, Right: map[int]bool{5: true, 6: true}}
+	for _, f := range flows {
+		state := f.State
+		if f.Kept {
+			state += ",kept"
+		}
+		if f.Expired {
+			state += ",expired"
+		}
+		t.Row(f.Proto, net.JoinHostPort(f.Pod, strconv.Itoa(int(f.PodPort))), net.JoinHostPort(f.Remote, strconv.Itoa(int(f.RemotePort))),
+			net.JoinHostPort(f.NAT, strconv.Itoa(int(f.NATPort))), state, view.HumanAge(f.f.Age), view.HumanAge(f.f.Idle))
+	}
+	if err := t.Write(ctx.Stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(ctx.Stdout, "\n%d flow(s)\n", len(flows))
+	return nil
+}

@@ -1,0 +1,258 @@
+// Package node is the handle of one call on this node: its state
+// locations, the node lock, the pinned maps (opened once per call), the
+// programs (loaded once per node and build, opened once per call), the
+// endpoint records and the records of every other attachment. Every verb
+// opens it once and hands it to every feature; it names no feature.
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+)
+
+// Plugin error codes of the node's state (the CNI spec reserves 0-99;
+// docs/development.md lists who owns which code).
+const (
+	// ErrBPFFS: bpfRoot is not on a mounted bpf filesystem or not usable.
+	ErrBPFFS uint = 111
+	// ErrProgramLoad: the datapath programs could not be loaded, verified
+	// or pinned.
+	ErrProgramLoad uint = 112
+)
+
+// LockMode is how a call holds the node lock.
+type LockMode int
+
+const (
+	// Shared: ADD, DEL, CHECK, STATUS.
+	Shared LockMode = iota
+	// Exclusive: GC and the operator's gc: no ADD is half-way.
+	Exclusive
+	// Unlocked: readers that change nothing (the operator CLI's views).
+	Unlocked
+)
+
+// Options open a node.
+type Options struct {
+	BPFRoot, StateDir string
+	// Objects are the program objects of every registered feature: the
+	// programs a call loads when no call did yet.
+	Objects []programs.Object
+	Lock    LockMode
+}
+
+// Node is the node as one call sees it. Not safe for concurrent use.
+type Node struct {
+	BPFRoot, StateDir string
+
+	objects   []programs.Object
+	lock      *Lock
+	exclusive bool
+	maps      map[string]*ebpf.Map
+	progs     *programs.Set
+	loaded    bool
+	tag       string
+
+	phase      string
+	phaseStart time.Time
+	phases     []Phase
+}
+
+// Open takes the node lock as o says and moves state an older build left
+// in an older layout.
+func Open(o Options) (*Node, error) {
+	n := &Node{BPFRoot: o.BPFRoot, StateDir: o.StateDir, objects: o.Objects, maps: map[string]*ebpf.Map{}}
+	if o.Lock != Unlocked {
+		l, err := NodeLock(o.StateDir, o.Lock == Exclusive)
+		if err != nil {
+			return nil, err
+		}
+		n.lock, n.exclusive = l, o.Lock == Exclusive
+		if err := migrate(o.StateDir); err != nil {
+			l.Unlock()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// Close releases the maps, the programs and the lock; nil-safe.
+func (n *Node) Close() {
+	if n == nil {
+		return
+	}
+	for _, m := range n.maps {
+		m.Close()
+	}
+	n.maps = nil
+	n.progs.Close()
+	n.progs = nil
+	n.lock.Unlock()
+}
+
+// CheckBPFFS verifies that bpfRoot lies on bpffs (creating nothing).
+func (n *Node) CheckBPFFS() error { return maps.CheckBPFFS(n.BPFRoot) }
+
+// Map is the pinned map name, created on first use; opened once per call.
+func (n *Node) Map(name string) (*ebpf.Map, error) {
+	if m, ok := n.maps[name]; ok {
+		return m, nil
+	}
+	ms, err := maps.OpenPinned(n.BPFRoot, name)
+	if err != nil {
+		return nil, err
+	}
+	n.maps[name] = ms[name]
+	return ms[name], nil
+}
+
+// PinnedMap is Map for callers that must not create it (DEL, teardown):
+// nil when it is not pinned.
+func (n *Node) PinnedMap(name string) (*ebpf.Map, error) {
+	if m, ok := n.maps[name]; ok {
+		return m, nil
+	}
+	if _, err := os.Stat(filepath.Join(maps.Dir(n.BPFRoot), name)); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return n.Map(name)
+}
+
+// Objects are the program objects of the registered features.
+func (n *Node) Objects() []programs.Object { return n.objects }
+
+// Tag is this build's program tag (a digest of every object: computed
+// once per call).
+func (n *Node) Tag() string {
+	if n.tag == "" {
+		n.tag = programs.Tag(n.objects)
+	}
+	return n.tag
+}
+
+// Programs are this build's programs. If no call loaded them yet, this one
+// loads, verifies and pins them under the exclusive node lock and moves
+// every recorded attachment to them (an upgrade); call it before making
+// anything, since a shared lock is dropped for that moment.
+func (n *Node) Programs() (*programs.Set, error) {
+	if n.progs != nil {
+		return n.progs, nil
+	}
+	tag := n.Tag()
+	p, err := programs.Open(n.BPFRoot, tag, n.objects)
+	if err == nil || !errors.Is(err, programs.ErrNotFound) {
+		n.progs = p
+		return p, err
+	}
+	switch {
+	case n.lock == nil:
+		l, err := NodeLock(n.StateDir, true)
+		if err != nil {
+			return nil, err
+		}
+		defer l.Unlock()
+	case !n.exclusive:
+		if err := n.lock.Upgrade(); err != nil {
+			return nil, fmt.Errorf("locking the node: %w", err)
+		}
+		defer func() { _ = n.lock.Downgrade() }()
+	}
+	if p, err := programs.Open(n.BPFRoot, tag, n.objects); err == nil || !errors.Is(err, programs.ErrNotFound) {
+		n.progs = p
+		return p, err // another call loaded them while we waited
+	}
+	if p, err = programs.Load(n.BPFRoot, tag, n.objects); err != nil {
+		return nil, err
+	}
+	if err := n.upgrade(p); err != nil {
+		p.Close()
+		return nil, err
+	}
+	n.progs, n.loaded = p, true
+	return p, nil
+}
+
+// Loaded reports whether this call loaded the programs.
+func (n *Node) Loaded() bool { return n.loaded }
+
+// Lock takes the feature lock name (stateDir/<name>.lock) exclusively: for
+// a read-modify-write that calls holding the node lock shared must not
+// interleave.
+func (n *Node) Lock(name string) (*Lock, error) {
+	return FileLock(filepath.Join(n.StateDir, name+".lock"), true)
+}
+
+// ReleaseIfEmpty runs release once the node has no endpoint left, and
+// reports whether it did. It takes the node lock exclusively first (and
+// keeps it), so no ADD is half-way, and checks again.
+func (n *Node) ReleaseIfEmpty(release func()) bool {
+	if has, err := HasEndpoints(n.StateDir); err != nil || has {
+		return false
+	}
+	if n.lock != nil && !n.exclusive {
+		if err := n.lock.Upgrade(); err != nil {
+			return false
+		}
+		n.exclusive = true
+	}
+	if has, err := HasEndpoints(n.StateDir); err != nil || has {
+		return false
+	}
+	release()
+	return true
+}
+
+// Records lists every endpoint record of the node.
+func (n *Node) Records() ([]*Record, error) { return Records(n.StateDir) }
+
+// Record loads the record of a host veth; ErrNotFound if there is none.
+func (n *Node) Record(hostIfName string) (*Record, error) { return ReadRecord(n.StateDir, hostIfName) }
+
+// WriteRecord stores an endpoint record.
+func (n *Node) WriteRecord(r *Record) error { return WriteRecord(n.StateDir, r) }
+
+// RemoveRecord deletes an endpoint record; a missing one is fine.
+func (n *Node) RemoveRecord(hostIfName string) error { return RemoveRecord(n.StateDir, hostIfName) }
+
+// AttachmentSets lists the attachment sets of owner ("" for all).
+func (n *Node) AttachmentSets(owner string) ([]*AttachmentSet, error) {
+	return AttachmentSets(n.StateDir, owner)
+}
+
+// SaveAttachments records an attachment set.
+func (n *Node) SaveAttachments(s *AttachmentSet) error { return SaveAttachments(n.StateDir, s) }
+
+// RemoveAttachments deletes an attachment set's record.
+func (n *Node) RemoveAttachments(owner, name string) error {
+	return RemoveAttachments(n.StateDir, owner, name)
+}
+
+// Phase is one timed step of a call.
+type Phase struct {
+	Name string
+	Took time.Duration
+}
+
+// Phase ends the running phase of the call and starts name: the verbs mark
+// their steps, so what a call spends is measurable per step.
+func (n *Node) Phase(name string) {
+	now := time.Now()
+	if n.phase != "" {
+		n.phases = append(n.phases, Phase{n.phase, now.Sub(n.phaseStart)})
+	}
+	n.phase, n.phaseStart = name, now
+}
+
+// Phases ends the running phase and returns every phase of the call.
+func (n *Node) Phases() []Phase {
+	n.Phase("")
+	return n.phases
+}

@@ -1,0 +1,129 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+)
+
+// upgrade points every attachment of the node at p's programs and unpins
+// the programs of other tags. Each swap is atomic (link update, tc filter
+// replace): traffic keeps flowing and the maps stay as they are. It knows
+// no feature: it re-points what the records hold (the endpoints' host veth
+// attachments, every attachment set), then any pinned link named after one
+// of p's hooks that no record accounts for (builds before attachment sets
+// kept their cgroup links without a record).
+func (n *Node) upgrade(p *programs.Set) error {
+	tags, err := programs.Installed(n.BPFRoot)
+	if err != nil {
+		return err
+	}
+	if len(tags) <= 1 {
+		return nil
+	}
+	done := map[string]bool{}
+	// repoint swaps the program of a. A device that is gone (a pod gone
+	// without DEL) has nothing to upgrade: DEL or GC removes its record.
+	// Anything else must not be half-done silently.
+	repoint := func(a attach.Attachment, ifindex int, device, what string) error {
+		h, ok := p.Hook(a.Hook)
+		if !ok {
+			return nil
+		}
+		err := attach.Replace(a, ifindex, h, p.ByHook[a.Hook])
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			if _, lerr := linkByIndexName(ifindex, device); ifindex != 0 && lerr != nil {
+				return nil
+			}
+			return fmt.Errorf("upgrading %s of %s: %w", a.Hook, what, err)
+		}
+		if a.Pin != "" {
+			done[a.Pin] = true
+		}
+		return nil
+	}
+	recs, err := Records(n.StateDir)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		for _, a := range r.Attachments {
+			if err := repoint(a, r.HostIfIndex, r.HostIfName, r.HostIfName); err != nil {
+				return err
+			}
+		}
+	}
+	sets, err := AttachmentSets(n.StateDir, "")
+	if err != nil {
+		return err
+	}
+	for _, s := range sets {
+		for _, a := range s.Attachments {
+			if err := repoint(a, s.IfIndex, s.Name, s.Owner+"/"+s.Name); err != nil {
+				return err
+			}
+		}
+	}
+	if err := n.upgradeUnrecorded(p, done); err != nil {
+		return err
+	}
+	for _, t := range tags {
+		if t != p.Tag {
+			if err := programs.Remove(n.BPFRoot, t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// upgradeUnrecorded re-points the pinned links under bpfRoot that done
+// does not hold, by their pin name.
+func (n *Node) upgradeUnrecorded(p *programs.Set, done map[string]bool) error {
+	skip := map[string]bool{programs.Dir(n.BPFRoot): true, maps.Dir(n.BPFRoot): true}
+	return filepath.WalkDir(n.BPFRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		if d.IsDir() {
+			if skip[path] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		prog, ok := p.ByHook[d.Name()]
+		if !ok || done[path] {
+			return nil
+		}
+		if _, err := attach.PinnedProgram(path); err != nil {
+			return nil // not a link
+		}
+		// ENOLINK: the link's device or cgroup is gone; GC unpins it.
+		if err := attach.UpdatePinned(path, prog); err != nil && !errors.Is(err, unix.ENOLINK) {
+			return fmt.Errorf("upgrading %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// linkByIndexName finds the link with ifindex, provided it still has the
+// recorded name (ifindexes are reused).
+func linkByIndexName(ifindex int, name string) (netlink.Link, error) {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("link %d: %w", ifindex, ErrNotFound)
+	}
+	if l.Attrs().Name != name {
+		return nil, fmt.Errorf("link %d is %s, not %s: %w", ifindex, l.Attrs().Name, name, ErrNotFound)
+	}
+	return l, nil
+}

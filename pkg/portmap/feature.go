@@ -1,0 +1,204 @@
+package portmap
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+)
+
+// Plugin error codes of hostPort (docs/development.md lists every code).
+const (
+	// ErrHostPortConflict: a port mapping is held by another pod (the
+	// message names it); nothing of the ADD remains.
+	ErrHostPortConflict uint = 120
+	// ErrHostPort: port mappings could not be set up (maps, socket hooks,
+	// uplink programs); a bad mapping is code 7 instead.
+	ErrHostPort uint = 121
+)
+
+// SockHooks are the socket-address hooks of the node's cgroup: hostPort
+// from the node's own sockets (bpf/sock_hostport.c).
+var SockHooks = []attach.Hook{
+	attach.CgroupHook("hostport_connect4", ebpf.AttachCGroupInet4Connect),
+	attach.CgroupHook("hostport_connect6", ebpf.AttachCGroupInet6Connect),
+	attach.CgroupHook("hostport_sendmsg4", ebpf.AttachCGroupUDP4Sendmsg),
+	attach.CgroupHook("hostport_sendmsg6", ebpf.AttachCGroupUDP6Sendmsg),
+	attach.CgroupHook("hostport_recvmsg4", ebpf.AttachCGroupUDP4Recvmsg),
+	attach.CgroupHook("hostport_recvmsg6", ebpf.AttachCGroupUDP6Recvmsg),
+	attach.CgroupHook("hostport_peername4", ebpf.AttachCgroupInet4GetPeername),
+	attach.CgroupHook("hostport_peername6", ebpf.AttachCgroupInet6GetPeername),
+}
+
+// cgroupSet names the socket hooks' attachment set.
+const cgroupSet = "hostport"
+
+// name keys the feature's state in endpoint records.
+const name = "hostPort"
+
+// legacyKey is where records of builds before feature state kept the ports.
+const legacyKey = "hostPorts"
+
+// Feature is hostPort.
+type Feature struct{}
+
+var _ feature.Feature = Feature{}
+
+// Name is the feature's name.
+func (Feature) Name() string { return name }
+
+// Programs are the socket hooks and the uplinks'.
+func (Feature) Programs() []programs.Object {
+	return append([]programs.Object{{Name: "sock_hostport", Bytes: _SockHostportBytes, Load: LoadSockHostport, Hooks: SockHooks}}, uplink.Objects()...)
+}
+
+// Parse reads runtimeConfig.portMappings, cgroupPath and uplinks.
+func (Feature) Parse(conf []byte) (feature.Pod, error) {
+	var c Config
+	if err := feature.Decode(conf, &c); err != nil {
+		return nil, err
+	}
+	s, err := Validate(c, c.RuntimeConfig.PortMappings)
+	if err != nil {
+		return nil, err
+	}
+	return pod{s}, nil
+}
+
+// Ports are the ports a record says its endpoint published.
+func Ports(r *node.Record) ([]HostPort, error) {
+	var ports []HostPort
+	ok, err := r.Feature(name, &ports)
+	if !ok && err == nil && r.Legacy[legacyKey] != nil {
+		err = json.Unmarshal(r.Legacy[legacyKey], &ports)
+	}
+	return ports, err
+}
+
+type pod struct{ s *Settings }
+
+func (p pod) Flags() maps.CniEndpointFlags {
+	if len(p.s.Mappings) > 0 {
+		return maps.CniEndpointFlagsEP_F_HOSTPORT
+	}
+	return 0
+}
+
+// fail turns an error of hostPort into a CNI error.
+func fail(err error) error {
+	if errors.Is(err, ErrConflict) {
+		return types.NewError(ErrHostPortConflict, err.Error(), "")
+	}
+	return feature.Fail(ErrHostPort, "setting up port mappings", err)
+}
+
+// Add serves the pod's port mappings: the uplinks and the socket hooks
+// ready, then the ports claimed (refused when another pod holds one).
+func (p pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
+	ports, err := p.s.Ports(ep.Addrs())
+	if err != nil || len(ports) == 0 {
+		return fail(err)
+	}
+	ups, err := uplink.Find(p.s.Uplinks)
+	if err != nil {
+		return fail(err)
+	}
+	if err := uplink.Ensure(n, ups, ep.Mode); err != nil {
+		return fail(err)
+	}
+	if err := Ready(n, p.s.Cgroup); err != nil {
+		return fail(err)
+	}
+	em, err := endpoint.MapsOf(n)
+	if err != nil {
+		return fail(err)
+	}
+	if err := Publish(n, ports, em.Owner); err != nil {
+		return fail(err)
+	}
+	undo.Push(func() error { return Unpublish(n, ports) })
+	return ep.SetFeature(name, ports)
+}
+
+// Check compares the mappings asked for with those ADD published, and
+// verifies that the node serves them.
+func (p pod) Check(n *node.Node, ep *feature.Endpoint) []string {
+	if !ep.Recorded {
+		return nil
+	}
+	ports, err := Ports(ep.Record)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	out := samePorts(p.s, ports, ep.Addrs())
+	if len(ports) == 0 {
+		return out
+	}
+	out = append(out, uplink.Problems(n, "hostPort")...)
+	progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects())
+	if err != nil {
+		return append(out, err.Error())
+	}
+	defer progs.Close()
+	return append(out, Problems(n, ports, progs)...)
+}
+
+// samePorts compares the port mappings of this call with those ADD
+// published.
+func samePorts(s *Settings, published []HostPort, podIPs []net.IP) []string {
+	want, err := s.Ports(podIPs)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	have := map[HostPort]bool{}
+	for _, hp := range published {
+		have[hp] = true
+	}
+	var out []string
+	for _, hp := range want {
+		if !have[hp] {
+			out = append(out, fmt.Sprintf("port mapping %s %d -> %s:%d was not published by ADD", hp.Proto, hp.HostPort, hp.PodIP, hp.ContainerPort))
+		}
+		delete(have, hp)
+	}
+	for hp := range have {
+		out = append(out, fmt.Sprintf("port mapping %s %d -> %s:%d is published but not asked for", hp.Proto, hp.HostPort, hp.PodIP, hp.ContainerPort))
+	}
+	return out
+}
+
+// Del unpublishes the pod's ports (DEL runs it before the endpoint's
+// entries go: no packet is sent to a pod that is no longer there).
+func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
+	if !ep.Recorded || n.CheckBPFFS() != nil {
+		return nil
+	}
+	ports, err := Ports(ep.Record)
+	if err != nil {
+		return err
+	}
+	return Unpublish(n, ports)
+}
+
+// GC removes published ports whose pod is gone.
+func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
+	return GC(n, live.IP, dryRun)
+}
+
+// Release takes hostPort off the node.
+func (Feature) Release(n *node.Node) error { return Teardown(n) }
+
+// Commands: ports.
+func (Feature) Commands() []*view.Command { return []*view.Command{command} }

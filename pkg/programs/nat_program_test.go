@@ -1,0 +1,124 @@
+package programs_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+)
+
+// l4sum is the one's-complement sum of an IPv4 pseudo-header and segment:
+// 0 when the segment's checksum is right.
+func l4sum(src, dst net.IP, proto byte, seg []byte) uint16 {
+	ph := append(append(append([]byte{}, src.To4()...), dst.To4()...), 0, proto)
+	ph = binary.BigEndian.AppendUint16(ph, uint16(len(seg)))
+	return csum(append(ph, seg...))
+}
+
+func ipv4(src, dst net.IP, proto byte, payload []byte) []byte {
+	ip := make([]byte, 20)
+	ip[0], ip[8], ip[9] = 0x45, 64, proto
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(payload)))
+	copy(ip[12:], src.To4())
+	copy(ip[16:], dst.To4())
+	binary.BigEndian.PutUint16(ip[10:], csum(ip))
+	return append(ip, payload...)
+}
+
+// tcp4 is an Ethernet + IPv4 + TCP segment with correct checksums.
+func tcp4(srcMAC net.HardwareAddr, src, dst net.IP, sport, dport uint16, flags byte) []byte {
+	seg := make([]byte, 20)
+	binary.BigEndian.PutUint16(seg[0:], sport)
+	binary.BigEndian.PutUint16(seg[2:], dport)
+	seg[12], seg[13] = 5<<4, flags
+	binary.BigEndian.PutUint16(seg[14:], 64240)
+	binary.BigEndian.PutUint16(seg[16:], l4sum(src, dst, 6, seg))
+	return append(ether(macWorld, srcMAC, 0x0800), ipv4(src, dst, 6, seg)...)
+}
+
+// TestNATPrograms runs to_netdev and from_netdev on crafted packets: the
+// translation both ways keeps every checksum right (veths do not verify
+// them, so the namespace tests would not notice), and an ICMP error about
+// the flow reaches the pod with its quoted header translated too.
+func TestNATPrograms(t *testing.T) {
+	e := newProgramEnv(t)
+	bpfRoot, p := e.bpfRoot, e.progs
+	var up netlink.Link
+	require.NoError(t, e.n.Do(func(ns.NetNS) error {
+		var err error
+		up, err = netlink.LinkByName("up")
+		return err
+	}))
+	m, err := maps.OpenPinned(bpfRoot, maps.CniMapMasqNets, maps.CniMapUplinks)
+	require.NoError(t, err)
+	defer m[maps.CniMapMasqNets].Close()
+	defer m[maps.CniMapUplinks].Close()
+	require.NoError(t, m[maps.CniMapMasqNets].Put(&maps.CniMasqNetKey{NetId: 0, Family: 4}, &maps.CniMasqNet{PortMin: 61000, PortMax: 65535}))
+	var ui maps.CniUplinkInfo
+	copy(ui.Ip4[:], uplink4)
+	ui.Has4 = 1
+	require.NoError(t, m[maps.CniMapUplinks].Put(uint32(up.Attrs().Index), &ui))
+
+	run := func(prog *ebpf.Program, pkt []byte) (uint32, []byte) {
+		var ret uint32
+		out := make([]byte, len(pkt)+256)
+		require.NoError(t, e.n.Do(func(ns.NetNS) error {
+			var err error
+			ret, err = prog.Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbCtx{Ifindex: uint32(up.Attrs().Index)}})
+			return err
+		}))
+		return ret, out[:len(pkt)]
+	}
+	toNetdev, fromNetdev := p.ByHook[uplink.HookToNetdev.Name], p.ByHook[uplink.HookFromNetdev.Name]
+
+	// Out: the pod's SYN leaves with the node's address, port kept.
+	before := e.count(t, maps.CniPktReasonREASON_SNAT)
+	ret, out := run(toNetdev, tcp4(macA, ipA4, world4, 40000, 80, 0x02))
+	require.Equal(t, uint32(tcActPass), ret)
+	require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_SNAT))
+	ip := out[14:34]
+	require.Equal(t, []byte(uplink4), ip[12:16], "source is the node's")
+	require.Zero(t, csum(ip), "IPv4 header checksum")
+	require.Equal(t, uint16(40000), binary.BigEndian.Uint16(out[34:]), "a free port is kept")
+	require.Zero(t, l4sum(uplink4, world4, 6, out[34:]), "TCP checksum after SNAT")
+
+	// In: the SYN-ACK goes to the pod, translated back.
+	ret, out = run(fromNetdev, tcp4(macWorld, world4, uplink4, 80, 40000, 0x12))
+	require.Equal(t, uint32(tcActRedirect), ret)
+	require.Equal(t, []byte(macA), out[0:6])
+	require.Equal(t, []byte(ipA4), out[14+16:14+20], "destination is the pod's")
+	require.Zero(t, csum(out[14:34]))
+	require.Zero(t, l4sum(world4, ipA4, 6, out[34:]), "TCP checksum after reverse SNAT")
+
+	// An ICMP fragmentation-needed about the flow, quoting what left.
+	quoted := ipv4(uplink4, world4, 6, []byte{0x9c, 0x40, 0, 80, 0, 0, 0, 1})
+	icmp := append([]byte{3, 4, 0, 0, 0, 0, 0x05, 0x00}, quoted...)
+	binary.BigEndian.PutUint16(icmp[2:], csum(icmp))
+	ret, out = run(fromNetdev, append(ether(macA, macWorld, 0x0800), ipv4(world4, uplink4, 1, icmp)...))
+	require.Equal(t, uint32(tcActRedirect), ret)
+	require.Equal(t, []byte(ipA4), out[30:34], "outer destination is the pod")
+	require.Zero(t, csum(out[14:34]))
+	inner := out[34+8:]
+	require.Equal(t, []byte(ipA4), inner[12:16], "quoted source is the pod")
+	require.Zero(t, csum(inner[:20]), "quoted header checksum")
+	require.Equal(t, uint16(40000), binary.BigEndian.Uint16(inner[20:]))
+	require.Zero(t, csum(out[34:]), "ICMP checksum")
+
+	// The node's own traffic passes both ways untouched.
+	pkt := tcp4(macWorld, uplink4, world4, 50000, 80, 0x02)
+	ret, out = run(toNetdev, bytes.Clone(pkt))
+	require.Equal(t, uint32(tcActPass), ret)
+	require.Equal(t, pkt, out)
+	pkt = tcp4(macWorld, world4, uplink4, 80, 50001, 0x12)
+	ret, out = run(fromNetdev, bytes.Clone(pkt))
+	require.Equal(t, uint32(tcActPass), ret)
+	require.Equal(t, pkt, out)
+}

@@ -1,0 +1,239 @@
+// Package programs loads, verifies and pins the datapath's programs once
+// per node and build, and opens them again: every later call attaches what
+// is pinned. Which programs exist is the features' business: each brings
+// its program objects (bpf2go output in its own package), and a set of
+// programs is always the objects of every registered feature together,
+// under one tag.
+package programs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// ErrNotFound means the programs of a tag are not (all) pinned.
+var ErrNotFound = errors.New("not found")
+
+// Object is one compiled program file (bpf/<hook>.c) and the hooks its
+// programs serve, as a feature declares it.
+type Object struct {
+	Name  string // the source, for messages: "from_container"
+	Bytes []byte // the bpf2go-embedded object
+	Load  func() (*ebpf.CollectionSpec, error)
+	Hooks []attach.Hook
+}
+
+// Hooks is every hook of objs, in order.
+func Hooks(objs []Object) []attach.Hook {
+	var out []attach.Hook
+	for _, o := range objs {
+		out = append(out, o.Hooks...)
+	}
+	return out
+}
+
+// HooksAt is the hooks of objs that run at target.
+func HooksAt(objs []Object, target attach.Target) []attach.Hook {
+	var out []attach.Hook
+	for _, h := range Hooks(objs) {
+		if h.Target == target {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+var unsafeTag = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// Tag names one build of the programs: the binary version and a digest of
+// the objects, so a rebuild with other programs, or a new release, is a new
+// tag and ADD upgrades the node to it.
+func Tag(objs []Object) string {
+	h := sha256.New()
+	for _, o := range objs {
+		h.Write(o.Bytes)
+	}
+	return unsafeTag.ReplaceAllString(buildinfo.Version, "_") + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// Set is the pinned programs of one tag, opened.
+type Set struct {
+	Tag    string
+	ByHook map[string]*ebpf.Program
+	hooks  map[string]attach.Hook
+}
+
+// Close releases the handles (the pins keep the programs loaded).
+func (s *Set) Close() {
+	if s == nil {
+		return
+	}
+	for _, prog := range s.ByHook {
+		prog.Close()
+	}
+}
+
+// Hook is the hook of a program of the set.
+func (s *Set) Hook(name string) (attach.Hook, bool) {
+	h, ok := s.hooks[name]
+	return h, ok
+}
+
+// IDs are the kernel IDs of the programs, to their hook names.
+func (s *Set) IDs() map[ebpf.ProgramID]string {
+	out := map[ebpf.ProgramID]string{}
+	for name, prog := range s.ByHook {
+		// One syscall; prog.Info() would also parse /proc/self/fdinfo.
+		if id, err := maps.ObjectID(prog.FD()); err == nil {
+			out[ebpf.ProgramID(id)] = name
+		}
+	}
+	return out
+}
+
+func newSet(tag string, objs []Object) *Set {
+	s := &Set{Tag: tag, ByHook: map[string]*ebpf.Program{}, hooks: map[string]attach.Hook{}}
+	for _, h := range Hooks(objs) {
+		s.hooks[h.Name] = h
+	}
+	return s
+}
+
+// Dir holds one directory per tag.
+func Dir(bpfRoot string) string { return filepath.Join(bpfRoot, "programs") }
+
+// Open opens the pinned programs of tag without loading anything;
+// ErrNotFound when they are not all pinned.
+func Open(bpfRoot, tag string, objs []Object) (*Set, error) {
+	dir := filepath.Join(Dir(bpfRoot), tag)
+	s := newSet(tag, objs)
+	for _, h := range Hooks(objs) {
+		prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, h.Name), nil)
+		if err != nil {
+			s.Close()
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("program %s of %s: %w", h.Name, tag, ErrNotFound)
+			}
+			return nil, fmt.Errorf("opening pinned program %s: %w", h.Name, err)
+		}
+		s.ByHook[h.Name] = prog
+	}
+	return s, nil
+}
+
+// Installed lists the tags pinned under bpfRoot.
+func Installed(bpfRoot string) ([]string, error) {
+	ents, err := os.ReadDir(Dir(bpfRoot))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", Dir(bpfRoot), err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// Remove unpins the programs of tag (running attachments keep them).
+func Remove(bpfRoot, tag string) error {
+	if err := os.RemoveAll(filepath.Join(Dir(bpfRoot), tag)); err != nil {
+		return fmt.Errorf("unpinning programs of %s: %w", tag, err)
+	}
+	return nil
+}
+
+// Load loads and verifies objs against the pinned maps (opening or
+// creating those the objects declare pinned) and pins their programs as
+// tag. The caller holds the node lock exclusively, so one call loads.
+func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
+	specs := make([]*ebpf.CollectionSpec, len(objs))
+	var names []string
+	seen := map[string]bool{}
+	for i, o := range objs {
+		spec, err := o.Load()
+		if err != nil {
+			return nil, fmt.Errorf("loading program spec of %s: %w", o.Name, err)
+		}
+		specs[i] = spec
+		for name, ms := range spec.Maps {
+			if ms.Pinning != ebpf.PinNone && !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+		}
+	}
+	shared, err := maps.OpenPinned(bpfRoot, names...)
+	if err != nil {
+		return nil, fmt.Errorf("opening pinned maps: %w", err)
+	}
+	defer func() {
+		for _, m := range shared {
+			m.Close()
+		}
+	}()
+	dir := filepath.Join(Dir(bpfRoot), tag)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	s := newSet(tag, objs)
+	for i, o := range objs {
+		if err := load(o, specs[i], shared, dir, s); err != nil {
+			s.Close()
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// load loads one program file against the shared pinned maps (its
+// unpinned maps, such as scratch space, are its own), pins its programs in
+// dir and adds them to s.
+func load(o Object, spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, dir string, s *Set) error {
+	repl := map[string]*ebpf.Map{}
+	for name, ms := range spec.Maps {
+		if ms.Pinning != ebpf.PinNone {
+			repl[name] = shared[name]
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("verifying %s: %+v", o.Name, ve)
+		}
+		return fmt.Errorf("loading %s: %w", o.Name, err)
+	}
+	defer coll.Close()
+	for _, h := range o.Hooks {
+		prog, ok := coll.Programs[h.Name]
+		if !ok {
+			return fmt.Errorf("no program %s in %s", h.Name, o.Name)
+		}
+		if err := prog.Pin(filepath.Join(dir, h.Name)); err != nil {
+			return fmt.Errorf("pinning %s: %w", h.Name, err)
+		}
+		clone, err := prog.Clone()
+		if err != nil {
+			return fmt.Errorf("cloning %s: %w", h.Name, err)
+		}
+		s.ByHook[h.Name] = clone
+	}
+	return nil
+}

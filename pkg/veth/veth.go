@@ -1,0 +1,152 @@
+// Package veth makes the veth pair of an attachment and configures both
+// ends: names and ownership, the pod's addresses and routes, the host's
+// routes to the pod, the sysctls forwarding needs. Netlink only: no
+// program, no map.
+package veth
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// HostPrefix starts the name of every host veth ebpf-cni creates.
+const HostPrefix = "ec"
+
+// aliasPrefix marks host veths as ours (ifalias), so GC never touches a
+// device someone else named alike.
+const aliasPrefix = "ebpf-cni:"
+
+// ErrInterfaceExists means the container interface name is taken in the
+// pod's netns, or the host veth name is already on the node.
+var ErrInterfaceExists = errors.New("interface already exists")
+
+// HostName is the deterministic host-side name of an attachment's veth:
+// "ec" + 12 hex digits of sha256(containerID, ifname), 14 characters.
+func HostName(containerID, ifName string) string {
+	sum := sha256.Sum256([]byte(containerID + "\x00" + ifName))
+	return HostPrefix + hex.EncodeToString(sum[:])[:12]
+}
+
+// Alias is the ifalias ebpf-cni gives a host veth.
+func Alias(containerID, ifName string) string {
+	a := aliasPrefix + containerID + "/" + ifName
+	if len(a) > 255 { // IFALIASZ - 1
+		a = a[:255]
+	}
+	return a
+}
+
+// IsOurs reports whether a host link was created by ebpf-cni.
+func IsOurs(l netlink.Link) bool {
+	return strings.HasPrefix(l.Attrs().Name, HostPrefix) && strings.HasPrefix(l.Attrs().Alias, aliasPrefix)
+}
+
+// Pair is a created pair: the host end in the current netns, the container
+// end in the pod's.
+type Pair struct {
+	Host      *netlink.Veth
+	Container netlink.Link
+}
+
+// Create creates the pair from the host netns, with the peer born
+// directly inside podNS as ifName (no rename or move, so nothing is ever
+// left half-made in the wrong namespace).
+func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.HardwareAddr, alias string) (*Pair, error) {
+	err := podNS.Do(func(ns.NetNS) error {
+		if _, err := netlinksafe.LinkByName(ifName); err == nil {
+			return fmt.Errorf("%s in %s: %w", ifName, podNS.Path(), ErrInterfaceExists)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := netlinksafe.LinkByName(hostName); err == nil {
+		return nil, fmt.Errorf("host veth %s: %w", hostName, ErrInterfaceExists)
+	}
+
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = hostName
+	attrs.MTU = mtu
+	v := &netlink.Veth{
+		LinkAttrs:        attrs,
+		PeerName:         ifName,
+		PeerHardwareAddr: mac,
+		PeerNamespace:    netlink.NsFd(int(podNS.Fd())),
+		PeerMTU:          uint32(mtu),
+	}
+	if err := netlink.LinkAdd(v); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("creating veth %s/%s: %w", hostName, ifName, ErrInterfaceExists)
+		}
+		return nil, fmt.Errorf("creating veth %s/%s: %w", hostName, ifName, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = netlink.LinkDel(v)
+		}
+	}()
+	if err := netlink.LinkSetAlias(v, alias); err != nil {
+		return nil, fmt.Errorf("setting alias of %s: %w", hostName, err)
+	}
+	host, err := netlinksafe.LinkByName(hostName)
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s: %w", hostName, err)
+	}
+	out := &Pair{Host: host.(*netlink.Veth)}
+	err = podNS.Do(func(ns.NetNS) error {
+		out.Container, err = netlinksafe.LinkByName(ifName)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s in %s: %w", ifName, podNS.Path(), err)
+	}
+	ok = true
+	return out, nil
+}
+
+// DeleteHost removes the host end (and with it the pair, its routes and
+// tc filters). A missing link is not an error; a link that is not ours is
+// left alone.
+func DeleteHost(name string) error {
+	l, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("looking up %s: %w", name, err)
+	}
+	if !IsOurs(l) {
+		return fmt.Errorf("refusing to delete %s: not created by ebpf-cni (alias %q)", name, l.Attrs().Alias)
+	}
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
+}
+
+// HostLinks lists the host veths ebpf-cni created in the current netns.
+func HostLinks() ([]netlink.Link, error) {
+	all, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	var out []netlink.Link
+	for _, l := range all {
+		if IsOurs(l) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
