@@ -219,20 +219,6 @@ func (o *Output) Must(t testing.TB) *Output {
 	return o
 }
 
-// ConfList is the configuration list of the given plugins, named name.
-func ConfList(t testing.TB, version, name string, plugins []any) *libcni.NetworkConfigList {
-	t.Helper()
-	b, err := json.Marshal(map[string]any{"cniVersion": version, "name": name, "plugins": plugins})
-	if err != nil {
-		t.Fatal(err)
-	}
-	list, err := libcni.ConfListFromBytes(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return list
-}
-
 // AddPod attaches a new pod through c and deletes it at cleanup (DEL is
 // idempotent, so a test that already deleted it loses nothing).
 func AddPod(t testing.TB, c *nettest.CNI, list *libcni.NetworkConfigList, id string) *nettest.Pod {

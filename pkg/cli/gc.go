@@ -9,14 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
-
 	"github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"

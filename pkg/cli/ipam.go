@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
-
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 

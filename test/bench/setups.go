@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 )
 
@@ -73,24 +74,20 @@ func refList(tmp string) ([]byte, error) {
 // ebpfList is ebpf-cni + ebpf-ipam with the default attach mode and the
 // features of ebpfFeatures switched on with the keys they are specified with.
 func ebpfList(bpfRoot, stateDir, cgroup string, features map[string]bool) ([]byte, error) {
-	p := map[string]any{"type": "ebpf-cni", "bpfRoot": bpfRoot, "stateDir": stateDir,
-		"ipam": map[string]any{"type": "ebpf-ipam", "ranges": []any{[]any{map[string]any{"subnet": ebpfSubnet}}}}}
-	caps := map[string]any{}
+	o := conflisttest.Options{Name: "ebpf", Version: "1.0.0", BPFRoot: bpfRoot, StateDir: stateDir,
+		Subnets: []string{ebpfSubnet}, Keys: map[string]any{}}
 	if features["masq"] {
-		p["ipMasq"] = true
+		o.Keys["ipMasq"] = true
 	}
 	if features["hostport"] {
-		caps["portMappings"] = true
-		p["cgroupPath"] = cgroup
+		o.Capabilities = append(o.Capabilities, "portMappings")
+		o.Keys["cgroupPath"] = cgroup
 	}
 	if features["bandwidth"] {
-		caps["bandwidth"] = true
-		p["cgroupPath"] = cgroup
+		o.Capabilities = append(o.Capabilities, "bandwidth")
+		o.Keys["cgroupPath"] = cgroup
 	}
-	if len(caps) > 0 {
-		p["capabilities"] = caps
-	}
-	return json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "ebpf", "plugins": []any{p}})
+	return conflisttest.Bytes(o)
 }
 
 // newSetups builds REF and EBPF, each on its own node, and RAW's node (for

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
@@ -34,26 +35,14 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	testutil.RequireRoot(t)
-	dir := testutil.PluginDir(t)
-	e := &env{t: t, bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir(), bin: filepath.Join(dir, "ebpf-cni")}
-	node, err := nettest.NewNode()
-	require.NoError(t, err)
-	t.Cleanup(node.Close)
-	e.node = node
-	e.cni = nettest.NewCNI(node, []string{dir}, t.TempDir())
-	return e
+	n := testutil.NewNode(t, false)
+	return &env{t: t, node: n.Node, cni: n.CNI, bpfRoot: n.BPFRoot, stateDir: n.StateDir, bin: filepath.Join(n.Paths[0], "ebpf-cni")}
 }
 
 // confList is a dual-stack network of ebpf-cni with ebpf-ipam.
 func (e *env) confList(mode string) *libcni.NetworkConfigList {
 	e.t.Helper()
-	p := map[string]any{"type": "ebpf-cni", "bpfRoot": e.bpfRoot, "stateDir": e.stateDir, "attachMode": mode,
-		"ipam": map[string]any{"type": "ebpf-ipam", "ranges": []any{
-			[]any{map[string]any{"subnet": "10.244.1.0/24"}},
-			[]any{map[string]any{"subnet": "fd00:244:1::/64"}},
-		}}}
-	return testutil.ConfList(e.t, "1.1.0", "clinet", []any{p})
+	return conflisttest.List(e.t, conflisttest.Options{Name: "clinet", BPFRoot: e.bpfRoot, StateDir: e.stateDir, AttachMode: mode})
 }
 
 // addPod attaches a pod, deleted at cleanup.

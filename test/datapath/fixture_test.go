@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
@@ -42,15 +43,8 @@ func newEnv(t *testing.T) *env { return newBenchEnv(t) }
 // newBenchEnv is newEnv for tests and benchmarks alike.
 func newBenchEnv(t testing.TB) *env {
 	t.Helper()
-	testutil.RequireRoot(t)
-	e := &env{t: t, bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir(), cacheDir: t.TempDir()}
-	e.paths = []string{testutil.PluginDir(t), testutil.RefPluginDir(t)}
-	node, err := nettest.NewNode()
-	require.NoError(t, err)
-	t.Cleanup(node.Close)
-	e.node = node
-	e.cni = nettest.NewCNI(node, e.paths, e.cacheDir)
-	return e
+	n := testutil.NewNode(t, true)
+	return &env{t: t, node: n.Node, cni: n.CNI, bpfRoot: n.BPFRoot, stateDir: n.StateDir, cacheDir: n.CacheDir, paths: n.Paths}
 }
 
 // netOpts shape the network configuration.
@@ -63,37 +57,10 @@ type netOpts struct {
 	extra      map[string]any // more keys of the ebpf-cni plugin config
 }
 
-func (e *env) ipamEBPF() map[string]any {
-	return map[string]any{"type": "ebpf-ipam", "ranges": []any{
-		[]any{map[string]any{"subnet": "10.244.1.0/24"}},
-		[]any{map[string]any{"subnet": "fd00:244:1::/64"}},
-	}}
-}
-
 func (e *env) confList(o netOpts) *libcni.NetworkConfigList {
 	e.t.Helper()
-	if o.version == "" {
-		o.version = "1.1.0"
-	}
-	if o.ipam == nil {
-		o.ipam = e.ipamEBPF()
-	}
-	p := map[string]any{"type": "ebpf-cni", "bpfRoot": e.bpfRoot, "stateDir": e.stateDir, "ipam": o.ipam,
-		"capabilities": map[string]any{"mac": true}}
-	if o.attachMode != "" {
-		p["attachMode"] = o.attachMode
-	}
-	for k, v := range o.extra {
-		p[k] = v
-	}
-	plugins := []any{p}
-	for _, c := range o.chained {
-		plugins = append(plugins, c)
-	}
-	if o.name == "" {
-		o.name = "ebpfnet"
-	}
-	return testutil.ConfList(e.t, o.version, o.name, plugins)
+	return conflisttest.List(e.t, conflisttest.Options{Name: o.name, Version: o.version, BPFRoot: e.bpfRoot, StateDir: e.stateDir,
+		AttachMode: o.attachMode, IPAM: o.ipam, Capabilities: []string{"mac"}, Keys: o.extra, Chained: o.chained})
 }
 
 // addPod attaches a new pod and deletes it at cleanup.
