@@ -89,22 +89,8 @@ func syncSkip(m *ebpf.Map, netID uint32, want []*net.IPNet) error {
 			return fmt.Errorf("writing masq_skip %s: %w", n, err)
 		}
 	}
-	var stale []maps.CniMasqSkipKey
-	var k maps.CniMasqSkipKey
-	var v uint32
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if k.NetId == netID && !keep[k] {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading masq_skip: %w", err)
-	}
-	for _, k := range stale {
-		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting from masq_skip: %w", err)
-		}
+	if err := maps.DeleteWhere[maps.CniMasqSkipKey, uint32](m, func(k maps.CniMasqSkipKey) bool { return k.NetId == netID && !keep[k] }); err != nil {
+		return fmt.Errorf("deleting stale masq_skip entries: %w", err)
 	}
 	return nil
 }
@@ -129,46 +115,15 @@ func Teardown(n *node.Node) error {
 // ForgetNetworks removes the settings of networks without a live endpoint.
 func ForgetNetworks(n *node.Node, live func(netID uint32) bool) error {
 	var errs []error
-	if m, err := n.PinnedMap(maps.CniMapMasqNets); err != nil {
+	if m, err := n.PinnedMap(maps.CniMapMasqNets); err != nil || m == nil {
 		errs = append(errs, err)
-	} else if m != nil {
-		var k maps.CniMasqNetKey
-		var v maps.CniMasqNet
-		var dead []maps.CniMasqNetKey
-		it := m.Iterate()
-		for it.Next(&k, &v) {
-			if !live(k.NetId) {
-				dead = append(dead, k)
-			}
-		}
-		errs = append(errs, it.Err())
-		for _, k := range dead {
-			errs = append(errs, ignoreMissing(m.Delete(&k)))
-		}
+	} else {
+		errs = append(errs, maps.DeleteWhere[maps.CniMasqNetKey, maps.CniMasqNet](m, func(k maps.CniMasqNetKey) bool { return !live(k.NetId) }))
 	}
-	if m, err := n.PinnedMap(maps.CniMapMasqSkip); err != nil {
+	if m, err := n.PinnedMap(maps.CniMapMasqSkip); err != nil || m == nil {
 		errs = append(errs, err)
-	} else if m != nil {
-		var k maps.CniMasqSkipKey
-		var v uint32
-		var dead []maps.CniMasqSkipKey
-		it := m.Iterate()
-		for it.Next(&k, &v) {
-			if !live(k.NetId) {
-				dead = append(dead, k)
-			}
-		}
-		errs = append(errs, it.Err())
-		for _, k := range dead {
-			errs = append(errs, ignoreMissing(m.Delete(&k)))
-		}
+	} else {
+		errs = append(errs, maps.DeleteWhere[maps.CniMasqSkipKey, uint32](m, func(k maps.CniMasqSkipKey) bool { return !live(k.NetId) }))
 	}
 	return errors.Join(errs...)
-}
-
-func ignoreMissing(err error) error {
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return nil
-	}
-	return err
 }

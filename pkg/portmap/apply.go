@@ -256,22 +256,8 @@ func syncNodeAddrs(m *ebpf.Map) error {
 			return fmt.Errorf("writing node_addrs: %w", err)
 		}
 	}
-	var stale []maps.CniEndpointKey
-	var k maps.CniEndpointKey
-	var v uint32
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if _, ok := want[k]; !ok {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading node_addrs: %w", err)
-	}
-	for _, k := range stale {
-		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
+	if err := maps.DeleteWhere[maps.CniEndpointKey, uint32](m, func(k maps.CniEndpointKey) bool { _, ok := want[k]; return !ok }); err != nil {
+		return fmt.Errorf("deleting stale node_addrs: %w", err)
 	}
 	return nil
 }
