@@ -57,6 +57,25 @@ func openNode(c *Config, mode node.LockMode) (*node.Node, error) {
 	return n, nil
 }
 
+// openPod opens the pod's netns and the node (lock shared) for ADD and
+// CHECK, which need a usable bpffs.
+func openPod(c *Config, netns string) (ns.NetNS, *node.Node, error) {
+	podNS, err := openNetNS(netns)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
+		podNS.Close()
+		return nil, nil, cniError(node.ErrBPFFS, "invalid bpfRoot", err)
+	}
+	n, err := openNode(c, node.Shared)
+	if err != nil {
+		podNS.Close()
+		return nil, nil, err
+	}
+	return podNS, n, nil
+}
+
 // release takes every feature's node-wide state away: the node has no
 // endpoint left. Best effort: GC retries what fails.
 func release(n *node.Node) error {
@@ -78,18 +97,11 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if err := checkIfName(args.IfName); err != nil {
 		return err
 	}
-	podNS, err := openNetNS(args.Netns)
+	podNS, n, err := openPod(c, args.Netns)
 	if err != nil {
 		return err
 	}
 	defer podNS.Close()
-	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
-		return cniError(node.ErrBPFFS, "invalid bpfRoot", err)
-	}
-	n, err := openNode(c, node.Shared)
-	if err != nil {
-		return err
-	}
 	defer n.Close()
 	n.Phase("programs")
 	if _, err := n.Programs(); err != nil {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
-	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -40,18 +39,11 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
 	}
-	podNS, err := openNetNS(args.Netns)
+	podNS, n, err := openPod(c, args.Netns)
 	if err != nil {
 		return err
 	}
 	defer podNS.Close()
-	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
-		return cniError(node.ErrBPFFS, "invalid bpfRoot", err)
-	}
-	n, err := openNode(c, node.Shared)
-	if err != nil {
-		return err
-	}
 	defer n.Close()
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
