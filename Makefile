@@ -29,7 +29,7 @@ generate: ## compile bpf/*.c with bpf2go into pkg/ (reproducible; commit the out
 check-generated: ## fail if the committed bpf2go output differs from a fresh generate
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	cp -a go.mod go.sum bpf pkg $$tmp/ && (cd $$tmp && $(GO) generate ./pkg/... >/dev/null) && \
-	for f in $$(cd $$tmp && ls pkg/*/*_bpfel.go pkg/*/*_bpfel.o); do \
+	for f in $$(cd $$tmp && ls pkg/*/*_bpfel.go pkg/*/*_bpfel.o pkg/*/*_gen.go); do \
 		cmp -s $$f $$tmp/$$f || { echo "stale generated file: $$f (run make generate and commit)"; exit 1; }; \
 	done; echo "generated objects are current"
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -37,32 +36,10 @@ func CheckBPFFS(path string) error {
 	}
 }
 
-// layouts are the key and value sizes of every map, from the generated
-// types. Opening an existing pin checks them instead of parsing the
-// embedded object, which would cost more than the rest of an IPAM call
-// (and a millisecond or more of every ADD and DEL).
-var layouts = map[string][2]uintptr{
-	CniMapIpamAllocs:       {unsafe.Sizeof(CniIpamKey{}), unsafe.Sizeof(CniIpamOwner{})},
-	CniMapIpamCursors:      {unsafe.Sizeof(CniIpamCursorKey{}), unsafe.Sizeof(CniIpamCursor{})},
-	CniMapIpamNets:         {4, unsafe.Sizeof(CniIpamNet{})},
-	CniMapEndpoints:        {unsafe.Sizeof(CniEndpointKey{}), unsafe.Sizeof(CniEndpointInfo{})},
-	CniMapEndpointDevs:     {4, unsafe.Sizeof(CniEndpointDev{})},
-	CniMapPktCounters:      {4, unsafe.Sizeof(CniPktCounter{})},
-	CniMapEndpointCounters: {4, unsafe.Sizeof(CniDevCounters{})},
-	CniMapNat:              {unsafe.Sizeof(CniNatKey{}), unsafe.Sizeof(CniNatEntry{})},
-	CniMapNatTimeouts:      {4, unsafe.Sizeof(CniNatLifetimes{})},
-	CniMapMasqNets:         {unsafe.Sizeof(CniMasqNetKey{}), unsafe.Sizeof(CniMasqNet{})},
-	CniMapMasqSkip:         {unsafe.Sizeof(CniMasqSkipKey{}), 4},
-	CniMapUplinks:          {4, unsafe.Sizeof(CniUplinkInfo{})},
-	CniMapBwBuckets:        {4, unsafe.Sizeof(CniBwState{})},
-	CniMapHostports:        {unsafe.Sizeof(CniHostportKey{}), unsafe.Sizeof(CniHostportEntry{})},
-	CniMapNodeAddrs:        {unsafe.Sizeof(CniEndpointKey{}), 4},
-	CniMapHostportConfig:   {4, unsafe.Sizeof(CniHostportSettings{})},
-	CniMapSockRevnat:       {unsafe.Sizeof(CniSockRevKey{}), unsafe.Sizeof(CniSockRev{})},
-	CniMapLocalNetns:       {8, 4},
-	// Never created: it only puts the enums into BTF (bpf/maps.c).
-	CniMapGoEnums: {4, unsafe.Sizeof(CniGoEnumList{})},
-}
+// layouts (layouts_gen.go, generated from the object) are the key and
+// value sizes of every map. Opening an existing pin checks them instead of
+// parsing the embedded object, which would cost more than the rest of an
+// IPAM call (and a millisecond or more of every ADD and DEL).
 
 // ErrIncompatible means a pinned map does not have the layout this binary
 // expects (left by another version of ebpf-cni).
