@@ -87,3 +87,11 @@ func TestFail(t *testing.T) {
 	}{}), &te)
 	require.Equal(t, uint(types.ErrDecodingFailure), te.Code)
 }
+
+// minimal is a feature with only a name and keys: Base gives the rest.
+type minimal struct{ Base }
+
+func (minimal) Name() string              { return "minimal" }
+func (minimal) Parse([]byte) (Pod, error) { return nil, nil }
+
+var _ Feature = minimal{}
