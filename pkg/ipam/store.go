@@ -26,7 +26,8 @@ var LockTimeout = 60 * time.Second
 // Two indexes, each authoritative for one question and each able to rebuild
 // the other:
 //   - the pinned BPF map ipam_allocs answers "who holds this address?" in
-//     O(1), for this plugin and for the datapath programs;
+//     O(1), for this plugin and the operator CLI (no program reads it: the
+//     datapath checks a pod's addresses in endpoint_devs);
 //   - one small file per attachment under stateDir/ipam/<network>/owners
 //     answers "what does this attachment hold?" in O(1) (DEL, CHECK).
 //

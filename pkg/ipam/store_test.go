@@ -34,8 +34,9 @@ func TestGeneratedLayouts(t *testing.T) {
 	require.Equal(t, 16, maps.CniIfNameLen)
 }
 
-// A tc program can look an address up in the pinned allocation map: this is
-// what the datapath's anti-spoofing reads. The program builds the key of
+// A tc program can look an address up in the pinned allocation map (none
+// of the datapath's does today: anti-spoofing reads endpoint_devs; the map
+// stays usable by programs). The program builds the key of
 // 10.9.0.7 in network NetID("n") on its stack, looks it up, and returns the
 // range set of the owner (or 0xff when the address is free).
 func TestAllocationMapReadableFromBPF(t *testing.T) {
