@@ -69,7 +69,9 @@ type pod struct {
 	cgroup string
 }
 
-func (p pod) Flags() maps.CniEndpointFlags { return maps.CniEndpointFlags(p.limits.Flags()) }
+func (p pod) Needs() feature.Needs {
+	return feature.Needs{Flags: maps.CniEndpointFlags(p.limits.Flags())}
+}
 
 func fail(err error) error { return feature.Fail(ErrBandwidth, "setting up bandwidth limits", err) }
 

@@ -72,7 +72,7 @@ func (Feature) Release(*node.Node) error { return nil }
 
 type pod struct{}
 
-func (pod) Flags() maps.CniEndpointFlags { return 0 }
+func (pod) Needs() feature.Needs { return feature.Needs{} }
 
 // Add writes the endpoint's entries (with the flags every feature asked
 // for) and attaches the programs to its host veth.
@@ -221,6 +221,8 @@ func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 	}
 	if err := veth.DeleteHost(ep.HostIfName); err != nil {
 		errs = append(errs, err)
+	} else {
+		ep.HostDeleted = true
 	}
 	if bpffs && ep.HostIfIndex != 0 {
 		m, err := n.PinnedMap(maps.CniMapEndpointCounters)

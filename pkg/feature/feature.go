@@ -57,9 +57,9 @@ type Feature interface {
 
 // Pod is a feature configured for one call.
 type Pod interface {
-	// Flags are the endpoint flags (enum endpoint_flags) the programs must
-	// see for this pod; they are in ep.Flags before any feature's Add runs.
-	Flags() maps.CniEndpointFlags
+	// Needs is what the feature needs of the core's part of the endpoint,
+	// known before anything is made.
+	Needs() Needs
 	// Add sets the feature up for the endpoint: per-endpoint state, and
 	// node-wide state it needs (idempotently). Every step it takes goes on
 	// undo, which runs, last first, if the ADD fails later. Its state for
@@ -68,6 +68,18 @@ type Pod interface {
 	// Check names every difference between what the configuration asks and
 	// what the node has for the endpoint.
 	Check(n *node.Node, ep *Endpoint) []string
+}
+
+// Needs are a feature's demands on the core steps of an ADD, gathered
+// from every feature before the veth is made.
+type Needs struct {
+	// Flags are endpoint flags (enum endpoint_flags) the programs must see
+	// for the pod; the endpoint feature writes them with its entries (in
+	// ep.Flags before any Add runs).
+	Flags maps.CniEndpointFlags
+	// Overhead is what the feature's encapsulation takes off the pod's MTU
+	// when the configuration names none (the largest of all applies).
+	Overhead int
 }
 
 // Endpoint is the attachment a call is about, as the features see it.
@@ -86,8 +98,12 @@ type Endpoint struct {
 	PodNS ns.NetNS
 	// Host is the host veth (ADD, CHECK; nil when it is gone).
 	Host netlink.Link
-	// Flags are the endpoint flags every feature's Pod asks for (ADD).
+	// Flags are the endpoint flags every feature's Pod needs (ADD).
 	Flags maps.CniEndpointFlags
+	// HostDeleted: a feature's Del deleted the host veth already (DEL), so
+	// the core does not look it up again (a lookup waits for the RTNL lock
+	// that concurrent ADDs hold).
+	HostDeleted bool
 }
 
 // Base gives a feature the methods it does not need, doing nothing.

@@ -3,7 +3,6 @@ package nat
 import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
-	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
@@ -40,7 +39,7 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 
 type pod struct{ s *Settings }
 
-func (pod) Flags() maps.CniEndpointFlags { return 0 }
+func (pod) Needs() feature.Needs { return feature.Needs{} }
 
 // Add makes masquerade ready for the pod's network: uplinks, settings.
 // Nothing of it is the pod's own: the node's last endpoint takes it away.

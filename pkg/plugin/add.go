@@ -151,9 +151,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	routes := veth.PodRoutes(res.IPs, res.Routes)
 
 	n.Phase("veth")
+	needs := gather(c.Pods)
 	mtu := c.MTU
 	if mtu == 0 {
-		mtu = defaultMTU()
+		mtu = defaultMTU() - needs.Overhead
 	}
 	pair, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName))
 	if err != nil {
@@ -183,10 +184,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	for _, ipc := range res.IPs {
 		rec.IPs = append(rec.IPs, ipc.Address.String())
 	}
-	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, PodNS: podNS, Host: pair.Host}
-	for _, p := range c.Pods {
-		ep.Flags |= p.Flags()
-	}
+	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, PodNS: podNS, Host: pair.Host, Flags: needs.Flags}
 	for i, f := range features.All {
 		n.Phase(f.Name())
 		if err := c.Pods[i].Add(n, ep, &undo); err != nil {
@@ -217,4 +215,16 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		out.DNS = c.DNS
 	}
 	return types.PrintResult(out, c.CNIVersion)
+}
+
+// gather is what every feature needs of the core steps: the endpoint flags
+// of all, the largest MTU overhead.
+func gather(pods []feature.Pod) feature.Needs {
+	var out feature.Needs
+	for _, p := range pods {
+		n := p.Needs()
+		out.Flags |= n.Flags
+		out.Overhead = max(out.Overhead, n.Overhead)
+	}
+	return out
 }

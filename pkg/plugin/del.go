@@ -47,7 +47,8 @@ func CmdDel(args *skel.CmdArgs) error {
 // Teardown removes the state of the endpoint whose host veth is hostName,
 // as DEL does, without calling IPAM (the operator CLI's gc calls it, with
 // the node lock held exclusively): each feature in reverse order, then the
-// host veth and the record. Every step runs even if one fails; the record
+// host veth (unless a feature deleted it: pkg/endpoint does, to clear its
+// per-device counters after it) and the record. Every step runs even if one fails; the record
 // goes only when all succeeded, so a retry finds what is left.
 func Teardown(n *node.Node, hostName string) error {
 	var errs []error
@@ -64,8 +65,10 @@ func Teardown(n *node.Node, hostName string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", features.All[i].Name(), err))
 		}
 	}
-	if err := veth.DeleteHost(hostName); err != nil {
-		errs = append(errs, err)
+	if !ep.HostDeleted {
+		if err := veth.DeleteHost(hostName); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) == 0 {
 		if err := n.RemoveRecord(hostName); err != nil {

@@ -89,11 +89,11 @@ func Ports(r *node.Record) ([]HostPort, error) {
 
 type pod struct{ s *Settings }
 
-func (p pod) Flags() maps.CniEndpointFlags {
+func (p pod) Needs() feature.Needs {
 	if len(p.s.Mappings) > 0 {
-		return maps.CniEndpointFlagsEP_F_HOSTPORT
+		return feature.Needs{Flags: maps.CniEndpointFlagsEP_F_HOSTPORT}
 	}
-	return 0
+	return feature.Needs{}
 }
 
 // fail turns an error of hostPort into a CNI error.
