@@ -18,8 +18,9 @@ help: ## list the targets
 deps: ## install the Debian packages and Go modules the project needs (idempotent)
 	@missing=""; for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
+		echo "deps: installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "deps: Debian packages present: $(DEB_PKGS)"; \
 	fi
 	@$(GO) mod download
 
@@ -56,5 +57,5 @@ bench: build ## REF, EBPF and RAW side by side into test/bench/results (full: ~1
 	$(GO) run ./test/bench/ipam -n $(if $(filter quick,$(BENCH)),200,1000) -bin $(BIN)
 
 .PHONY: demo
-demo: build ## the main job on a simulated node: three pods through ebpf-cni, ping/TCP, counters; as root
+demo: deps build ## the product in under a minute on a simulated node: pods, masquerade, hostPort, bandwidth, vs bridge+iptables, the CLI; as root
 	$(GO) run ./test/demo -bin $(BIN)
