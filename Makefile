@@ -7,8 +7,9 @@ LDFLAGS := -s -w -X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version=$(VERSION
 DESTDIR ?=
 CNI_BIN_DIR ?= /opt/cni/bin
 
-# Debian packages the build, tests, demo and benchmarks need.
-DEB_PKGS := clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins
+# Debian packages the build, tests, demo and benchmarks need (ca-certificates:
+# go mod download over TLS; a minimal Debian 12 has none).
+DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins
 
 .PHONY: help deps generate check-generated build test install clean bench
 
