@@ -147,4 +147,3 @@ func TestBandwidthUnsetBurst(t *testing.T) {
 		}
 	})
 }
-

@@ -70,4 +70,3 @@ func TestCNIArgsOfRealRuntimes(t *testing.T) {
 		})
 	}
 }
-

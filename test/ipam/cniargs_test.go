@@ -81,4 +81,3 @@ func TestArgsIPsWinOverCNIArgsIP(t *testing.T) {
 	// Without args.cni.ips, CNI_ARGS IP is honoured.
 	require.Equal(t, []string{"10.172.0.10"}, ipsOf(e.add("c", e.conf("1.0.0", `"subnet":"10.172.0.0/24"`), "IP=10.172.0.10")))
 }
-
