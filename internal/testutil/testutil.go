@@ -18,7 +18,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
@@ -58,7 +57,7 @@ func BPFFS(t testing.TB) string {
 func NetNS(t testing.TB) ns.NetNS {
 	t.Helper()
 	RequireRoot(t)
-	n, err := testutils.NewNS()
+	n, err := nettest.NewNetNS()
 	if err != nil {
 		t.Fatalf("creating netns: %v", err)
 	}
@@ -78,12 +77,25 @@ var (
 	buildErr  error
 )
 
-// Main runs a package's tests and then removes what PluginDir built. Every
-// test package that calls PluginDir uses it: func TestMain(m *testing.M) { testutil.Main(m) }.
+// Main runs a package's tests, removes what PluginDir built, and fails the
+// run when its tests left anything behind: a network namespace, a mount
+// (bpffs...), a cgroup, a process (see run.leftovers). Every test package
+// that makes any of them uses it: func TestMain(m *testing.M) { testutil.Main(m) }.
 func Main(m *testing.M) {
+	r, err := startRun()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testutil: preparing the run: %v\n", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
+	}
+	if err := r.finish(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
@@ -167,7 +179,7 @@ func (o *Output) Error(t testing.TB) CNIError {
 func Run(t testing.TB, binary string, c Call) *Output {
 	t.Helper()
 	cmd := exec.Command(binary)
-	env := []string{"PATH=" + os.Getenv("PATH")}
+	env := []string{"PATH=" + os.Getenv("PATH"), runMarker + "=" + os.Getenv(runMarker)}
 	add := func(k, v string) {
 		if v != "" {
 			env = append(env, k+"="+v)
@@ -255,7 +267,7 @@ func Cgroup(t testing.TB) string {
 	if err != nil {
 		t.Skipf("no cgroup v2: %v", err)
 	}
-	dir, err := os.MkdirTemp(root, "ebpf-cni-test-")
+	dir, err := os.MkdirTemp(root, cgroupPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

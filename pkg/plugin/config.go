@@ -118,7 +118,7 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	if c.Masq, err = n.Config.Validate(); err != nil {
 		return nil, natError(err)
 	}
-	if c.HostPorts, err = portmap.Validate(portmap.Config{CgroupPath: n.CgroupPath}, n.RuntimeConfig.PortMappings); err != nil {
+	if c.HostPorts, err = portmap.Validate(portmap.Config{CgroupPath: n.CgroupPath, StateDir: n.StateDir}, n.RuntimeConfig.PortMappings); err != nil {
 		return nil, hostPortError(err)
 	}
 	if c.BW, err = bandwidth.Validate(&n.Entry, n.RuntimeConfig.Bandwidth); err != nil {
@@ -126,8 +126,10 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	if c.BW.Any() && c.HostPorts.Cgroup == "" {
 		// The pacing hook attaches where the hostPort hooks do.
-		if c.HostPorts.Cgroup, err = datapath.ResolveCgroup(n.CgroupPath); err != nil {
+		if c.HostPorts.Cgroup, err = datapath.ResolveCgroup(n.CgroupPath, n.StateDir); err != nil && n.CgroupPath != "" {
 			return nil, invalidConfig("cgroupPath", err.Error())
+		} else if err != nil {
+			return nil, bandwidthError(fmt.Errorf("finding the cgroup v2 hierarchy for the pacing hook: %w", err))
 		}
 	}
 	return c, nil

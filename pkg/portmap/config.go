@@ -26,6 +26,8 @@ type Config struct {
 	// through the node's addresses and localhost; default the root of the
 	// unified hierarchy (every process of the node).
 	CgroupPath string `json:"cgroupPath,omitempty"`
+	// StateDir holds the private cgroup2 mount where none is visible.
+	StateDir string `json:"-"`
 }
 
 // ConfigError names the key that is wrong.
@@ -97,9 +99,12 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 		seen[id] = len(s.Mappings)
 		s.Mappings = append(s.Mappings, m)
 	}
-	cg, err := datapath.ResolveCgroup(c.CgroupPath)
-	if err != nil {
+	cg, err := datapath.ResolveCgroup(c.CgroupPath, c.StateDir)
+	if err != nil && c.CgroupPath != "" {
 		return nil, &ConfigError{"cgroupPath", err.Error()}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finding the cgroup v2 hierarchy for the hostPort socket hooks: %w", err)
 	}
 	s.Cgroup = cg
 	return s, nil

@@ -70,7 +70,7 @@ func TestUpgrade(t *testing.T) {
 				ping.Stdout = &out
 				return ping.Start()
 			}))
-			t.Cleanup(func() { _ = ping.Process.Kill() })
+			t.Cleanup(func() { _ = ping.Process.Kill(); _ = ping.Wait() }) // a failure before the Wait below leaves no process
 			time.Sleep(300 * time.Millisecond)
 
 			c, err := newer.AddPod(list, "new-c", nil)
