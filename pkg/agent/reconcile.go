@@ -36,8 +36,8 @@ type Reconciler struct {
 
 	mu       sync.Mutex // guards what Status reads
 	problems map[string]string
-	entries  int  // entries installed
-	peers    int  // nodes with entries
+	entries  int   // entries installed
+	peers    int   // nodes with entries
 	synced   bool  // a SyncAll ran
 	syncErr  error // what the last SyncAll could not do
 }
