@@ -51,10 +51,11 @@ check-generated: ## fail if the committed bpf2go output differs from a fresh gen
 
 # Static binaries: a plugin is exec'd for every call, and ld.so plus libc
 # initialisation cost more than the IPAM work itself.
-build: ## build bin/ebpf-cni and bin/ebpf-ipam
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam
+build: ## build bin/ebpf-cni, bin/ebpf-ipam and bin/ebpf-cni-agent (static)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam ./cmd/ebpf-cni-agent
 
-plugins: build ## bin/ebpf-cni and bin/ebpf-ipam (what make install needs)
+plugins: ## build bin/ebpf-cni and bin/ebpf-ipam only (what make install needs)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam
 
 test: deps build check-generated ## run every test (unit, integration in namespaces); as root
 	$(GO) vet ./...
