@@ -23,10 +23,11 @@ $(error POD_CIDR is required: this node's pod range, e.g. make install POD_CIDR=
 endif
 endif
 
-# Debian packages the build, tests, demo and benchmarks need.
-DEB_PKGS := clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins
+# Debian packages the build, tests, demo and benchmarks need (podman: make
+# image and its test).
+DEB_PKGS := clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman
 
-.PHONY: help deps generate check-generated build plugins test install uninstall clean bench
+.PHONY: help deps generate check-generated build plugins test install uninstall image manifest clean bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,6 +69,18 @@ install: plugins ## plugins into $(DESTDIR)$(CNI_BIN_DIR), a conflist for POD_CI
 
 uninstall: ## remove exactly what make install wrote (same DESTDIR and CNI_BIN_DIR); as root
 	@DESTDIR='$(DESTDIR)' CNI_BIN_DIR='$(CNI_BIN_DIR)' bash deploy/install.sh uninstall
+
+# The DaemonSet's image, tagged with the build version.
+IMAGE ?= localhost/ebpf-cni:$(VERSION)
+
+image: build ## container image $(IMAGE) of the static binaries (FROM scratch; offline, with Debian's podman)
+	@command -v podman >/dev/null || { echo "make image: podman is missing (make deps installs it)" >&2; exit 2; }
+	podman build --pull=never --network=none -f deploy/Containerfile \
+		--label org.opencontainers.image.title=ebpf-cni --label org.opencontainers.image.version=$(VERSION) \
+		-t $(IMAGE) $(BIN)
+
+manifest: ## print deploy/kubernetes/ebpf-cni.yaml with the image set to $(IMAGE) (kubectl apply -f -)
+	@sed 's|image: localhost/ebpf-cni:latest|image: $(IMAGE)|' deploy/kubernetes/ebpf-cni.yaml
 
 clean: ## remove build output
 	rm -rf $(BIN)

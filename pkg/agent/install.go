@@ -102,9 +102,16 @@ func (cfg *InstallConfig) check() error {
 	if cfg.NodeName == "" {
 		return errors.New("no node name: set NODE_NAME (the DaemonSet passes spec.nodeName) or -node")
 	}
+	// A stand-in for the node's range: one inside the cluster's ranges
+	// (so the Service ranges are checked against those), else any.
 	probe := cfg.Conf
 	probe.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
-	probe.ServiceCIDRs = nil
+	if len(probe.ClusterCIDRs) > 0 {
+		c := probe.ClusterCIDRs[0]
+		probe.PodCIDRs = []netip.Prefix{netip.PrefixFrom(c.Addr(), max(c.Bits(), c.Addr().BitLen()-8))}
+	} else {
+		probe.ServiceCIDRs = nil
+	}
 	_, err := conflist.Build(probe)
 	return err
 }

@@ -37,6 +37,31 @@ Node (NODE_NAME) and the ebpf-cni ConfigMap (EBPF_CNI_*).
 Run 'ebpf-cni-agent <command> -h' for a command's flags.
 `
 
+// Where the DaemonSet's image and mounts put things (deploy/kubernetes).
+const (
+	DefaultSrcDir     = "/opt/ebpf-cni/bin"
+	DefaultCNIBinDir  = "/host/opt/cni/bin"
+	DefaultCNIConfDir = "/host/etc/cni/net.d"
+)
+
+// The environment variables the agent reads (the DaemonSet sets them from
+// the Node and the ebpf-cni ConfigMap).
+const (
+	EnvNodeName     = "NODE_NAME"
+	EnvKubeconfig   = "KUBECONFIG"
+	EnvMode         = "EBPF_CNI_MODE"
+	EnvHealthAddr   = "EBPF_CNI_HEALTH_ADDR"
+	EnvNetworkName  = "EBPF_CNI_NETWORK_NAME"
+	EnvCNIVersion   = "EBPF_CNI_CNI_VERSION"
+	EnvClusterCIDRs = "EBPF_CNI_CLUSTER_CIDRS"
+	EnvServiceCIDRs = "EBPF_CNI_SERVICE_CIDRS"
+	EnvMasquerade   = "EBPF_CNI_MASQUERADE"
+	EnvMTU          = "EBPF_CNI_MTU"
+)
+
+// EnvVars are all of them.
+var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU}
+
 // env is an environment variable or def.
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok && v != "" {
@@ -45,12 +70,15 @@ func env(name, def string) string {
 	return def
 }
 
-func envBool(name string, def bool) bool {
-	b, err := strconv.ParseBool(env(name, strconv.FormatBool(def)))
+// envBool is a boolean environment variable or def; a value that is not
+// one is an error naming the variable (a ConfigMap typo must not flip it).
+func envBool(name string, def bool) (bool, error) {
+	v := env(name, strconv.FormatBool(def))
+	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return def
+		return def, &usageError{fmt.Errorf("%s: %q is not true or false", name, v)}
 	}
-	return b
+	return b, nil
 }
 
 // Main runs the agent's command line and returns the exit code.
@@ -97,8 +125,8 @@ type common struct {
 }
 
 func (c *common) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.node, "node", env("NODE_NAME", ""), "this node's `NAME` (NODE_NAME)")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig `FILE` (KUBECONFIG); empty: the in-cluster service account")
+	fs.StringVar(&c.node, "node", env(EnvNodeName, ""), "this node's `NAME` (NODE_NAME)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", env(EnvKubeconfig, ""), "kubeconfig `FILE` (KUBECONFIG); empty: the in-cluster service account")
 }
 
 func (c *common) client() (kubernetes.Interface, error) {
@@ -128,14 +156,20 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logger) error {
 	fs := flag.NewFlagSet("ebpf-cni-agent run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c common
 	c.flags(fs)
-	mode := fs.String("mode", env("EBPF_CNI_MODE", string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
+	mode := fs.String("mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
 	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes")
-	health := fs.String("health-addr", env("EBPF_CNI_HEALTH_ADDR", DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
+	health := fs.String("health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
 	resync := fs.Duration("resync", time.Minute, "how often everything is compared with the Node objects")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -184,16 +218,17 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 	c.flags(fs)
 	cfg := InstallConfig{Logger: log}
 	var cluster, service, mode string
-	fs.StringVar(&cfg.SrcDir, "src", "/opt/ebpf-cni/bin", "`DIR` holding the plugin binaries to install")
-	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/host/opt/cni/bin", "the node's CNI plugin `DIR` as mounted here")
-	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/host/etc/cni/net.d", "the node's CNI configuration `DIR` as mounted here")
+	fs.StringVar(&cfg.SrcDir, "src", DefaultSrcDir, "`DIR` holding the plugin binaries to install")
+	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", DefaultCNIBinDir, "the node's CNI plugin `DIR` as mounted here")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", DefaultCNIConfDir, "the node's CNI configuration `DIR` as mounted here")
 	fs.StringVar(&cfg.ConfFile, "conf-file", conflist.DefaultFile, "conflist file `NAME`")
-	fs.StringVar(&cfg.Conf.Name, "name", env("EBPF_CNI_NETWORK_NAME", conflist.DefaultName), "network `NAME` (EBPF_CNI_NETWORK_NAME)")
-	fs.StringVar(&cfg.Conf.CNIVersion, "cni-version", env("EBPF_CNI_CNI_VERSION", conflist.DefaultVersion), "cniVersion `V` of the conflist (EBPF_CNI_CNI_VERSION)")
-	fs.StringVar(&cluster, "cluster-cidrs", env("EBPF_CNI_CLUSTER_CIDRS", ""), "every node's pod `RANGES`, not masqueraded (EBPF_CNI_CLUSTER_CIDRS)")
-	fs.StringVar(&service, "service-cidrs", env("EBPF_CNI_SERVICE_CIDRS", ""), "the Service `RANGES` (EBPF_CNI_SERVICE_CIDRS)")
-	fs.BoolVar(&cfg.Conf.Masquerade, "masquerade", envBool("EBPF_CNI_MASQUERADE", true), "masquerade pod traffic leaving the cluster (EBPF_CNI_MASQUERADE)")
-	fs.StringVar(&mode, "mode", env("EBPF_CNI_MODE", string(conflist.ModeDirect)), "`direct|vxlan` (EBPF_CNI_MODE)")
+	fs.StringVar(&cfg.Conf.Name, "name", env(EnvNetworkName, conflist.DefaultName), "network `NAME` (EBPF_CNI_NETWORK_NAME)")
+	fs.StringVar(&cfg.Conf.CNIVersion, "cni-version", env(EnvCNIVersion, conflist.DefaultVersion), "cniVersion `V` of the conflist (EBPF_CNI_CNI_VERSION)")
+	fs.StringVar(&cluster, "cluster-cidrs", env(EnvClusterCIDRs, ""), "every node's pod `RANGES`, not masqueraded (EBPF_CNI_CLUSTER_CIDRS)")
+	fs.StringVar(&service, "service-cidrs", env(EnvServiceCIDRs, ""), "the Service `RANGES` (EBPF_CNI_SERVICE_CIDRS)")
+	masq, masqErr := envBool(EnvMasquerade, true)
+	fs.BoolVar(&cfg.Conf.Masquerade, "masquerade", masq, "masquerade pod traffic leaving the cluster (EBPF_CNI_MASQUERADE)")
+	fs.StringVar(&mode, "mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan` (EBPF_CNI_MODE)")
 	fs.IntVar(&cfg.Conf.MTU, "mtu", 0, "pod `MTU` (default: the uplink's)")
 	fs.StringVar(&cfg.Conf.BPFRoot, "bpf-root", "", "the plugin's bpfRoot `DIR` (default: the plugin's)")
 	fs.StringVar(&cfg.Conf.StateDir, "state-dir", "", "the plugin's stateDir `DIR` (default: the plugin's)")
@@ -201,7 +236,10 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if v := env("EBPF_CNI_MTU", ""); v != "" && cfg.Conf.MTU == 0 {
+	if masqErr != nil && !flagSet(fs, "masquerade") {
+		return masqErr
+	}
+	if v := env(EnvMTU, ""); v != "" && cfg.Conf.MTU == 0 {
 		mtu, err := strconv.Atoi(v)
 		if err != nil {
 			return &usageError{fmt.Errorf("EBPF_CNI_MTU: %q is not a number", v)}
