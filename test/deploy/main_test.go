@@ -1,7 +1,9 @@
 // Package deploy_test checks what an operator installs: make install and
 // uninstall into a DESTDIR, the conflist they write under libcni, the
-// plugin's STATUS on a node without a pod range, and the node agent on two
-// simulated nodes (network namespaces on one L2 segment) with real packets.
+// plugin's STATUS on a node without a pod range, the Kubernetes manifest
+// (strict decoding, mounts, privileges), the image, and the node agent on
+// two simulated nodes (network namespaces on one L2 segment) with real
+// packets.
 package deploy_test
 
 import (
