@@ -232,20 +232,28 @@ func TestAgentTwoNodes(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// lonelyNode is one simulated node alone on a segment, with a netlink
+// handle in its network namespace (removed at cleanup).
+func lonelyNode(tb testing.TB, ip4, ip6 string) (*nettest.Node, netlinksafe.Handle) {
+	tb.Helper()
+	testutil.RequireRoot(tb)
+	seg, err := nettest.NewSegment()
+	require.NoError(tb, err)
+	tb.Cleanup(seg.Close)
+	node, err := seg.AddNode(net.ParseIP(ip4), net.ParseIP(ip6))
+	require.NoError(tb, err)
+	h, err := netlinksafe.NewHandleAt(netns.NsHandle(int(node.NS.Fd())))
+	require.NoError(tb, err)
+	tb.Cleanup(h.Close)
+	return node, h
+}
+
 // BenchmarkNodeToRoute measures the time from a Node object's creation on
 // the API server to its routes in the node's table, and from its deletion
 // to their removal (one op = both), with a real agent, client-go over HTTP
 // and netlink.
 func BenchmarkNodeToRoute(b *testing.B) {
-	testutil.RequireRoot(b)
-	seg, err := nettest.NewSegment()
-	require.NoError(b, err)
-	b.Cleanup(seg.Close)
-	node, err := seg.AddNode(net.ParseIP("192.0.2.11"), net.ParseIP("2001:db8:ffff::11"))
-	require.NoError(b, err)
-	h, err := netlinksafe.NewHandleAt(netns.NsHandle(int(node.NS.Fd())))
-	require.NoError(b, err)
-	b.Cleanup(h.Close)
+	_, h := lonelyNode(b, "192.0.2.11", "2001:db8:ffff::11")
 	api, err := kubetest.New()
 	require.NoError(b, err)
 	b.Cleanup(api.Close)

@@ -5,14 +5,10 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
-	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 )
 
@@ -22,15 +18,7 @@ import (
 // the same range via another node; a next hop off the node's networks is
 // refused with what to do.
 func TestDirectRoutesOnlyItsOwn(t *testing.T) {
-	testutil.RequireRoot(t)
-	seg, err := nettest.NewSegment()
-	require.NoError(t, err)
-	t.Cleanup(seg.Close)
-	node, err := seg.AddNode(net.ParseIP("192.0.2.11"), net.ParseIP("2001:db8:ffff::11"))
-	require.NoError(t, err)
-	h, err := netlinksafe.NewHandleAt(netns.NsHandle(int(node.NS.Fd())))
-	require.NoError(t, err)
-	t.Cleanup(h.Close)
+	_, h := lonelyNode(t, "192.0.2.11", "2001:db8:ffff::11")
 	d, err := agent.NewDirect(h, agent.DefaultRouteProtocol)
 	require.NoError(t, err)
 	_, err = agent.NewDirect(h, unix.RTPROT_KERNEL)

@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,18 +55,7 @@ func TestMakeImage(t *testing.T) {
 
 	root := podman(t, "image", "mount", image)
 	t.Cleanup(func() { _ = exec.Command("podman", "image", "unmount", image).Run() })
-	var files []string
-	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == root {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			rel += "/"
-		}
-		files = append(files, rel)
-		return nil
-	}))
+	files := tree(t, root)
 	src := strings.TrimPrefix(agent.DefaultSrcDir, "/")
 	require.ElementsMatch(t, []string{"ebpf-cni-agent", "opt/", "opt/ebpf-cni/", src + "/", src + "/ebpf-cni", src + "/ebpf-ipam"}, files)
 	for _, b := range []string{"ebpf-cni-agent", src + "/ebpf-cni", src + "/ebpf-ipam"} {

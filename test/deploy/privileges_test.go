@@ -13,15 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/kubetest"
-	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 )
@@ -145,14 +142,7 @@ func TestManifestPrivileges(t *testing.T) {
 
 	// The agent, in a node's network namespace on a segment, the API
 	// server in that namespace's loopback.
-	seg, err := nettest.NewSegment()
-	require.NoError(t, err)
-	t.Cleanup(seg.Close)
-	node, err := seg.AddNode(a.ip4, a.ip6)
-	require.NoError(t, err)
-	h, err := netlinksafe.NewHandleAt(netns.NsHandle(int(node.NS.Fd())))
-	require.NoError(t, err)
-	t.Cleanup(h.Close)
+	node, h := lonelyNode(t, a.ip4.String(), a.ip6.String())
 	var local *kubetest.Server
 	require.NoError(t, node.NS.Do(func(ns.NetNS) error { local, err = kubetest.New(); return err }))
 	t.Cleanup(local.Close)
