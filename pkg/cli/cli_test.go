@@ -54,3 +54,20 @@ func TestVersionJSON(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 	require.Regexp(t, `^\{\n  "version": ".+",\n  "programTag": ".+-[0-9a-f]{12}",\n  "go": ".+",\n  "platform": ".+"\n\}\n$`, out)
 }
+
+func TestConflist(t *testing.T) {
+	out, errOut, code := run("conflist", "--pod-cidr", "10.244.1.0/24,fd00:10:244:1::/64", "--state-dir", "/run/x")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, `"cniVersion": "1.0.0"`)
+	require.Contains(t, out, `"stateDir": "/run/x"`)
+	require.NotContains(t, out, `"bpfRoot"`)
+	require.Contains(t, out, `"subnet": "fd00:10:244:1::/64"`)
+
+	_, errOut, code = run("conflist")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, "invalid --pod-cidr: no pod range given")
+
+	_, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--mode", "vxlan")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, "invalid --mode: vxlan mode needs")
+}
