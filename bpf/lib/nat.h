@@ -17,6 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
+#include "skb.h"
 
 #define NAT_MAX_ENTRIES 131072 /* both directions: 65536 flows */
 #define NAT_PORT_TRIES 32      /* random probes into the range before giving up */
@@ -97,7 +98,8 @@ struct nat_pkt {
 	__u8 later_frag; /* an IPv4 fragment other than the first: no L4 header */
 	__u8 tcp_flags;
 	__u8 icmp_type;
-	__u8 pad[3];
+	__u8 frag;       /* an IPv4 fragment, the first included */
+	__u8 pad[2];
 	__u32 l3off;
 	__u32 l4off;
 	__be16 sport; /* TCP/UDP ports; ICMP echo: the identifier in both */
@@ -119,6 +121,8 @@ struct nat_scratch {
 	struct nat_entry res;
 	struct nat_entry iv;
 	struct bpf_sock_tuple tuple;
+	struct flow_key fk;
+	struct flow_entry fe;
 	__u8 addr[16];
 	__u8 from[16];
 	__u8 to[16];
@@ -148,8 +152,8 @@ static __always_inline int is_icmp(__u8 proto)
  * TCP, UDP, SCTP and ICMP leave the ports zero. */
 static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 
 	if ((void *)(eth + 1) > data_end)
@@ -167,6 +171,7 @@ static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 		__builtin_memcpy(p->saddr, &ip->saddr, 4);
 		__builtin_memcpy(p->daddr, &ip->daddr, 4);
 		frag = bpf_ntohs(ip->frag_off);
+		p->frag = (frag & 0x3FFF) != 0; /* more fragments, or an offset */
 		if (frag & 0x1FFF) {
 			p->later_frag = 1;
 			return 0;

@@ -63,8 +63,15 @@ var HookToNetdev = Hook{Name: "to_netdev", TCXAttach: ebpf.AttachTCXEgress, TCPa
 // UplinkHooks is every hook an uplink gets (with ipMasq), in attach order.
 var UplinkHooks = []Hook{HookFromNetdev, HookToNetdev}
 
+// HookFromTunnel is the ingress of the node's VXLAN device: what the
+// overlay decapsulated, for the node's pods.
+var HookFromTunnel = Hook{Name: "from_tunnel", TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}
+
+// TunnelHooks is every hook the overlay's device gets.
+var TunnelHooks = []Hook{HookFromTunnel}
+
 func allHooks() []Hook {
-	return append(append(append([]Hook{}, Hooks...), UplinkHooks...), cgroupHooks()...)
+	return append(append(append(append([]Hook{}, Hooks...), UplinkHooks...), TunnelHooks...), cgroupHooks()...)
 }
 
 func hookByName(name string) (Hook, bool) {

@@ -174,7 +174,7 @@ func Apply(bpfRoot, stateDir, netName string, s *Settings, podNets []*net.IPNet,
 	if skip == nil {
 		skip = podNets
 	}
-	return syncSkip(t.skip, netID, skip)
+	return syncSkip(t.skip, netID, append(append([]*net.IPNet{}, skip...), s.Cluster...))
 }
 
 // EnsureUplinks gives the uplinks (the named devices, or those of the

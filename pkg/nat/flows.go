@@ -15,10 +15,9 @@ import (
 
 // Values of enum nat_dir, nat_state and nat_flags (bpf/include/types.h).
 const (
-	dirOut   = 0
-	dirIn    = 1
-	dirDNAT  = 2 // hostPort replies, keyed by the pod's tuple
-	dirStack = 3 // flows the stack delivered, keyed by the pod's tuple
+	dirOut  = 0
+	dirIn   = 1
+	dirDNAT = 2 // hostPort replies, keyed by the pod's tuple
 
 	StateSynSent     = 1
 	StateEstablished = 2
@@ -118,50 +117,14 @@ func NewTable(natMap, timeouts *ebpf.Map) *Table {
 // Close releases the handle.
 func (t *Table) Close() { t.nat.Close() }
 
-type entry struct {
-	k maps.CniNatKey
-	v maps.CniNatEntry
-}
-
-// batchSize is how many entries one BPF_MAP_LOOKUP_BATCH call reads: a
-// full table (131,072 entries) in 32 calls instead of two per entry, which
-// is what keeps DEL's flush fast however many flows the node has.
-const batchSize = 4096
+type entry = maps.Entry[maps.CniNatKey, maps.CniNatEntry]
 
 func (t *Table) entries() ([]entry, error) {
-	var out []entry
-	var cursor ebpf.MapBatchCursor
-	keys := make([]maps.CniNatKey, batchSize)
-	vals := make([]maps.CniNatEntry, batchSize)
-	for {
-		n, err := t.nat.BatchLookup(&cursor, keys, vals, nil)
-		for i := 0; i < n; i++ {
-			out = append(out, entry{keys[i], vals[i]})
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
-		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return t.iterate()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the NAT table: %w", err)
-		}
-	}
-}
-
-// iterate reads the table one entry at a time (kernels without batches).
-func (t *Table) iterate() ([]entry, error) {
-	var out []entry
-	var e entry
-	it := t.nat.Iterate()
-	for it.Next(&e.k, &e.v) {
-		out = append(out, e)
-	}
-	if err := it.Err(); err != nil {
+	es, err := maps.Entries[maps.CniNatKey, maps.CniNatEntry](t.nat)
+	if err != nil {
 		return nil, fmt.Errorf("reading the NAT table: %w", err)
 	}
-	return out, nil
+	return es, nil
 }
 
 // Flows lists the flows (their OUT entries).
@@ -173,20 +136,20 @@ func (t *Table) Flows() ([]Flow, error) {
 	now := monotonic()
 	var out []Flow
 	for _, e := range es {
-		if e.k.Dir != dirOut {
+		if e.Key.Dir != dirOut {
 			continue
 		}
 		f := Flow{
-			Proto: e.k.Proto, Pod: keyIP(e.k.Family, e.k.Saddr), PodPort: port(e.k.Sport),
-			Remote: keyIP(e.k.Family, e.k.Daddr), RemotePort: port(e.k.Dport),
-			NAT: keyIP(e.k.Family, e.v.Addr), NATPort: port(e.v.Port),
-			State: e.v.State, Kept: e.v.Flags&flagKept != 0, Replied: e.v.Flags&flagReplied != 0,
+			Proto: e.Key.Proto, Pod: keyIP(e.Key.Family, e.Key.Saddr), PodPort: port(e.Key.Sport),
+			Remote: keyIP(e.Key.Family, e.Key.Daddr), RemotePort: port(e.Key.Dport),
+			NAT: keyIP(e.Key.Family, e.Value.Addr), NATPort: port(e.Value.Port),
+			State: e.Value.State, Kept: e.Value.Flags&flagKept != 0, Replied: e.Value.Flags&flagReplied != 0,
 		}
-		if now > e.v.Created {
-			f.Age = time.Duration(now - e.v.Created)
+		if now > e.Value.Created {
+			f.Age = time.Duration(now - e.Value.Created)
 		}
-		if now > e.v.LastSeen {
-			f.Idle = time.Duration(now - e.v.LastSeen)
+		if now > e.Value.LastSeen {
+			f.Idle = time.Duration(now - e.Value.LastSeen)
 		}
 		f.Expired = f.Idle > lifetime(&t.timeouts, f.Proto, f.State)
 		out = append(out, f)
@@ -197,10 +160,10 @@ func (t *Table) Flows() ([]Flow, error) {
 // podAddr is the pod's address of an entry: the IN entry's value, or the
 // source of the other keys (the pod's tuple).
 func podAddr(e *entry) net.IP {
-	if e.k.Dir == dirIn {
-		return keyIP(e.k.Family, e.v.Addr)
+	if e.Key.Dir == dirIn {
+		return keyIP(e.Key.Family, e.Value.Addr)
 	}
-	return keyIP(e.k.Family, e.k.Saddr)
+	return keyIP(e.Key.Family, e.Key.Saddr)
 }
 
 // delete removes the entries for which drop says so; it returns how many.
@@ -215,7 +178,7 @@ func (t *Table) delete(drop func(e *entry) bool) (int, error) {
 		if !drop(&es[i]) {
 			continue
 		}
-		if err := t.nat.Delete(&es[i].k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := t.nat.Delete(&es[i].Key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 			continue
 		}
@@ -249,23 +212,21 @@ func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
 	}
 	expired := map[maps.CniNatKey]bool{}
 	for _, e := range es {
-		if (e.k.Dir == dirOut || e.k.Dir == dirDNAT) && now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State) {
-			expired[e.k] = true
+		if (e.Key.Dir == dirOut || e.Key.Dir == dirDNAT) && now > e.Value.LastSeen && time.Duration(now-e.Value.LastSeen) > lifetime(&t.timeouts, e.Key.Proto, e.Value.State) {
+			expired[e.Key] = true
 		}
 	}
 	return t.delete(func(e *entry) bool {
 		if !live(podAddr(e)) {
 			return true
 		}
-		switch e.k.Dir {
+		switch e.Key.Dir {
 		case dirOut, dirDNAT:
-			return expired[e.k]
-		case dirStack:
-			return false // the LRU ages them out
+			return expired[e.Key]
 		}
-		out := maps.CniNatKey{Family: e.k.Family, Proto: e.k.Proto, Dir: dirOut, Sport: e.v.Port, Saddr: e.v.Addr, Daddr: e.k.Saddr}
-		if e.k.Proto == unix.IPPROTO_TCP || e.k.Proto == unix.IPPROTO_UDP {
-			out.Dport = e.k.Sport
+		out := maps.CniNatKey{Family: e.Key.Family, Proto: e.Key.Proto, Dir: dirOut, Sport: e.Value.Port, Saddr: e.Value.Addr, Daddr: e.Key.Saddr}
+		if e.Key.Proto == unix.IPPROTO_TCP || e.Key.Proto == unix.IPPROTO_UDP {
+			out.Dport = e.Key.Sport
 		}
 		var ov maps.CniNatEntry
 		if err := t.nat.Lookup(&out, &ov); err != nil {
@@ -287,7 +248,7 @@ func (t *Table) Count(f func(dir uint8, pod net.IP) bool) (int, error) {
 	}
 	n := 0
 	for i := range es {
-		if f(es[i].k.Dir, podAddr(&es[i])) {
+		if f(es[i].Key.Dir, podAddr(&es[i])) {
 			n++
 		}
 	}
@@ -304,10 +265,10 @@ func (t *Table) LiveDNAT() (map[string]int, error) {
 	now := monotonic()
 	out := map[string]int{}
 	for _, e := range es {
-		if e.k.Dir != dirDNAT || (now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State)) {
+		if e.Key.Dir != dirDNAT || (now > e.Value.LastSeen && time.Duration(now-e.Value.LastSeen) > lifetime(&t.timeouts, e.Key.Proto, e.Value.State)) {
 			continue
 		}
-		out[net.JoinHostPort(keyIP(e.k.Family, e.k.Saddr).String(), fmt.Sprint(port(e.k.Sport)))]++
+		out[net.JoinHostPort(keyIP(e.Key.Family, e.Key.Saddr).String(), fmt.Sprint(port(e.Key.Sport)))]++
 	}
 	return out, nil
 }

@@ -1,0 +1,85 @@
+/* Cluster routing: the cluster's pod ranges and the overlay.
+ *
+ * cluster_routes answers in one LPM lookup whether a destination is a pod
+ * of the cluster (never masqueraded, never a Service: no flow tracking) and,
+ * for another node's pod range behind the overlay, that node's underlay
+ * address. Those pods are reached by encapsulation: the tunnel key set on
+ * the packet and a redirect to the node's flow-based (collect_md) VXLAN
+ * device, which adds the outer headers; from_tunnel on that device's
+ * ingress delivers what it decapsulates. Pod ranges reached by direct
+ * routing have no tunnel: the FIB (routes installed by the node agent or
+ * the infrastructure) forwards them. */
+#ifndef EBPF_CNI_LIB_CLUSTER_H
+#define EBPF_CNI_LIB_CLUSTER_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "../include/types.h"
+#include "verdict.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct cluster_key);
+	__type(value, struct cluster_route);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cluster_routes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cluster_settings);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cluster_config SEC(".maps");
+
+#define VXLAN_TTL 64
+
+/* cluster_lookup finds the cluster route of a destination (addr: 4 or 16
+ * bytes as in the IP header). */
+static __always_inline struct cluster_route *cluster_lookup(__u8 family, const void *addr)
+{
+	struct cluster_key k = { .family = family };
+
+	if (family == ADDR_FAMILY_V4) {
+		k.prefixlen = 32 + 32;
+		__builtin_memcpy(k.addr, addr, 4);
+	} else {
+		k.prefixlen = 32 + 128;
+		__builtin_memcpy(k.addr, addr, 16);
+	}
+	return bpf_map_lookup_elem(&cluster_routes, &k);
+}
+
+/* cluster_encap sends the packet into the overlay toward the node of r. */
+static __always_inline int cluster_encap(struct __sk_buff *skb, const struct cluster_route *r, enum pkt_reason *why)
+{
+	struct bpf_tunnel_key key = {};
+	struct cluster_settings *cs;
+	__u32 zero = 0;
+	__u64 flags;
+
+	cs = bpf_map_lookup_elem(&cluster_config, &zero);
+	if (!cs || !cs->vxlan_ifindex)
+		return DROP(REASON_DROP_TUNNEL);
+	key.tunnel_id = cs->vni;
+	key.tunnel_ttl = VXLAN_TTL;
+	if (r->node_family == ADDR_FAMILY_V4) {
+		__u32 a;
+
+		__builtin_memcpy(&a, r->node, 4);
+		key.remote_ipv4 = bpf_ntohl(a); /* host byte order, as the helper wants */
+		flags = BPF_F_ZERO_CSUM_TX;     /* VXLAN over IPv4 may leave the UDP checksum out */
+	} else {
+		__builtin_memcpy(key.remote_ipv6, r->node, 16);
+		flags = BPF_F_TUNINFO_IPV6;
+	}
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags))
+		return DROP(REASON_DROP_TUNNEL);
+	*why = REASON_TUNNEL_ENCAP;
+	return bpf_redirect(cs->vxlan_ifindex, 0);
+}
+
+#endif
