@@ -133,7 +133,12 @@ static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoi
 	return bpf_redirect(skb->ifindex, 0);
 }
 
-/* Forward through the FIB when the destination is not a pod of this node. */
+/* Forward through the FIB when the destination is not a pod of this node.
+ * The lookup gets no tot_len: the kernel then checks the skb itself against
+ * the egress device's MTU, segment by segment for a GSO packet. With
+ * tot_len, a GSO packet's IP length (up to 64 KB) always looked too big and
+ * went to the stack: bulk TCP to the world took the slow path, and with
+ * kube-proxy's rules its conntrack saw one direction only (INVALID). */
 static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_lookup *p,
 				       enum pkt_reason *why)
 {
@@ -353,7 +358,6 @@ static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *d
 	p.family = AF_INET;
 	p.tos = ip->tos;
 	p.l4_protocol = ip->protocol;
-	p.tot_len = bpf_ntohs(ip->tot_len);
 	p.ifindex = skb->ifindex;
 	p.ipv4_src = ip->saddr;
 	p.ipv4_dst = ip->daddr;
@@ -378,7 +382,6 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 	p.family = AF_INET6;
 	p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
 	p.l4_protocol = ip6->nexthdr;
-	p.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
 	p.ifindex = skb->ifindex;
 	__builtin_memcpy(p.ipv6_src, &ip6->saddr, 16);
 	__builtin_memcpy(p.ipv6_dst, &ip6->daddr, 16);
