@@ -270,4 +270,3 @@ func (n *ClusterNode) Addr(family int) net.IP {
 	}
 	return n.IP6
 }
-

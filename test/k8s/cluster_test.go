@@ -1,7 +1,6 @@
 package k8s_test
 
 import (
-	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -28,9 +27,9 @@ type cl struct {
 
 type node struct {
 	*nettest.ClusterNode
-	t                  *testing.T
-	cni                *nettest.CNI
-	bpfRoot, stateDir  string
+	t                 *testing.T
+	cni               *nettest.CNI
+	bpfRoot, stateDir string
 }
 
 func newCluster(t *testing.T, lan int, far bool) *cl {
@@ -140,4 +139,3 @@ func mustSee(t *testing.T, from ns.NetNS, ip net.IP, port int, server string, wa
 	require.True(t, want.Equal(w.SeenIP()), "%s: UDP client seen as %s, want %s", what, w.Seen, want)
 }
 
-var _ = fmt.Sprint
