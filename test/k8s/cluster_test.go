@@ -138,4 +138,3 @@ func mustSee(t *testing.T, from ns.NetNS, ip net.IP, port int, server string, wa
 	require.Equal(t, server, w.Name, "%s: UDP answered by", what)
 	require.True(t, want.Equal(w.SeenIP()), "%s: UDP client seen as %s, want %s", what, w.Seen, want)
 }
-
