@@ -5,10 +5,13 @@ import (
 	"net"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -91,4 +94,37 @@ func TestInboundHostPort(t *testing.T) {
 	mustSee(t, c.c.World, n1.IP4, 18080, "own", world(4), "the world to ebpf-cni's hostPort")
 	mustSee(t, c.c.World, n1.IP4, 19080, "chained", world(4), "the world to the chained portmap's hostPort")
 	mustSee(t, c.c.World, n1.IP6, 18080, "own", world(6), "the world to ebpf-cni's hostPort, IPv6")
+}
+
+// TestClusterConfig: a bad cluster key is refused with code 7 naming it and
+// leaves nothing behind; CHECK names what is missing of the cluster's
+// state (the overlay's device, the ranges).
+func TestClusterConfig(t *testing.T) {
+	c := newCluster(t, 1, false)
+	n1 := c.nodes[0]
+	for key, extra := range map[string]map[string]any{
+		"clusterCIDRs[1]": {"clusterCIDRs": []string{"10.244.0.0/16", "not-a-cidr"}},
+		"overlay":         {"overlay": "geneve"},
+		"vxlanVNI":        {"overlay": "vxlan", "vxlanVNI": 1 << 24},
+	} {
+		_, err := n1.cni.AddPod(n1.list("1.1.0", extra), "bad", nil)
+		var te *types.Error
+		require.ErrorAs(t, err, &te, key)
+		require.EqualValues(t, types.ErrInvalidNetworkConfig, te.Code, te.Msg)
+		require.Contains(t, te.Msg, key)
+		recs, err := datapath.Records(n1.stateDir)
+		require.NoError(t, err)
+		require.Empty(t, recs)
+	}
+
+	list := n1.list("1.1.0", map[string]any{"overlay": "vxlan"})
+	p := n1.addPod(list, "p")
+	require.NoError(t, n1.cni.Check(list, p.RT))
+	_, err := nettest.Run(n1.NS, "ip", "link", "del", cluster.Device)
+	require.NoError(t, err)
+	err = n1.cni.Check(list, p.RT)
+	require.ErrorContains(t, err, "overlay device "+cluster.Device+" missing")
+	// The next ADD makes it again.
+	n1.addPod(list, "q")
+	require.NoError(t, n1.cni.Check(list, p.RT))
 }
