@@ -6,7 +6,10 @@
  * address. Those pods are reached by encapsulation: the tunnel key set on
  * the packet and a redirect to the node's flow-based (collect_md) VXLAN
  * device, which adds the outer headers; from_tunnel on that device's
- * ingress delivers what it decapsulates. Pod ranges reached by direct
+ * ingress delivers what it decapsulates. What the node's stack forwards into
+ * the overlay (a Service's backend behind it, after kube-proxy's DNAT) takes
+ * the route of the cluster's ranges through the device, whose egress
+ * (to_tunnel) sets the tunnel key the same way. Pod ranges reached by direct
  * routing have no tunnel: the FIB (routes installed by the node agent or
  * the infrastructure) forwards them. */
 #ifndef EBPF_CNI_LIB_CLUSTER_H
@@ -53,17 +56,21 @@ static __always_inline struct cluster_route *cluster_lookup(__u8 family, const v
 	return bpf_map_lookup_elem(&cluster_routes, &k);
 }
 
-/* cluster_encap sends the packet into the overlay toward the node of r. */
-static __always_inline int cluster_encap(struct __sk_buff *skb, const struct cluster_route *r, enum pkt_reason *why)
+static __always_inline struct cluster_settings *cluster_settings(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cluster_config, &zero);
+}
+
+/* cluster_set_key gives the packet the overlay's tunnel key toward the node
+ * of r; the VXLAN device adds the outer headers from it. */
+static __always_inline int cluster_set_key(struct __sk_buff *skb, const struct cluster_settings *cs,
+					   const struct cluster_route *r)
 {
 	struct bpf_tunnel_key key = {};
-	struct cluster_settings *cs;
-	__u32 zero = 0;
 	__u64 flags;
 
-	cs = bpf_map_lookup_elem(&cluster_config, &zero);
-	if (!cs || !cs->vxlan_ifindex)
-		return DROP(REASON_DROP_TUNNEL);
 	key.tunnel_id = cs->vni;
 	key.tunnel_ttl = VXLAN_TTL;
 	if (r->node_family == ADDR_FAMILY_V4) {
@@ -76,7 +83,15 @@ static __always_inline int cluster_encap(struct __sk_buff *skb, const struct clu
 		__builtin_memcpy(key.remote_ipv6, r->node, 16);
 		flags = BPF_F_TUNINFO_IPV6;
 	}
-	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags))
+	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags);
+}
+
+/* cluster_encap sends the packet into the overlay toward the node of r. */
+static __always_inline int cluster_encap(struct __sk_buff *skb, const struct cluster_route *r, enum pkt_reason *why)
+{
+	struct cluster_settings *cs = cluster_settings();
+
+	if (!cs || !cs->vxlan_ifindex || cluster_set_key(skb, cs, r))
 		return DROP(REASON_DROP_TUNNEL);
 	*why = REASON_TUNNEL_ENCAP;
 	return bpf_redirect(cs->vxlan_ifindex, 0);

@@ -64,6 +64,9 @@ func EnsureOverlay(bpfRoot, stateDir string, s *Settings, mode datapath.Mode, pr
 	if err != nil {
 		return err
 	}
+	if err := ensureRoutes(l, s.Ranges); err != nil {
+		return err
+	}
 	if !attached(l, progs) {
 		if err := detachOverlay(bpfRoot, stateDir); err != nil {
 			return err
@@ -127,10 +130,37 @@ func ensureDevice(s *Settings) (netlink.Link, error) {
 	if err := netlink.LinkSetAlias(l, deviceAlias); err != nil {
 		return nil, fmt.Errorf("setting the alias of %s: %w", Device, err)
 	}
+	// Nobody answers ARP or NDP in the overlay: to_tunnel sets the key and
+	// from_tunnel on the other node rewrites the inner frame's addresses.
+	if err := netlink.LinkSetARPOff(l); err != nil {
+		return nil, fmt.Errorf("setting %s noarp: %w", Device, err)
+	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		return nil, fmt.Errorf("setting %s up: %w", Device, err)
 	}
 	return l, nil
+}
+
+// overlayRoutes are the node's routes of the cluster's ranges through the
+// overlay's device: what the node's stack forwards to another node's pod
+// (kube-proxy's DNAT to a backend there) reaches to_tunnel. The node's own
+// pods (host routes) and other nodes' ranges routed directly (the node
+// agent's routes) are more specific.
+func overlayRoutes(l netlink.Link, ranges []*net.IPNet) []*netlink.Route {
+	var out []*netlink.Route
+	for _, n := range ranges {
+		out = append(out, &netlink.Route{LinkIndex: l.Attrs().Index, Dst: n, Scope: netlink.SCOPE_LINK})
+	}
+	return out
+}
+
+func ensureRoutes(l netlink.Link, ranges []*net.IPNet) error {
+	for _, r := range overlayRoutes(l, ranges) {
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("routing %s through %s: %w", r.Dst, Device, err)
+		}
+	}
+	return nil
 }
 
 // attached reports whether every overlay program of progs runs on l.
@@ -213,7 +243,17 @@ func OverlayProblems(bpfRoot string, s *Settings, progs *datapath.Programs) []st
 		out = append(out, fmt.Sprintf("overlay device %s is down", Device))
 	}
 	if !attached(l, progs) {
-		out = append(out, fmt.Sprintf("from_tunnel is not attached to %s", Device))
+		out = append(out, fmt.Sprintf("the overlay programs are not attached to %s", Device))
+	}
+	for _, r := range overlayRoutes(l, s.Ranges) {
+		fam := netlink.FAMILY_V4
+		if r.Dst.IP.To4() == nil {
+			fam = netlink.FAMILY_V6
+		}
+		routes, err := netlinksafe.RouteListFiltered(fam, r, netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
+		if err != nil || len(routes) == 0 {
+			out = append(out, fmt.Sprintf("route %s dev %s missing", r.Dst, Device))
+		}
 	}
 	m, err := maps.OpenPinned(bpfRoot, maps.CniMapClusterConfig)
 	if err != nil {

@@ -67,8 +67,12 @@ var UplinkHooks = []Hook{HookFromNetdev, HookToNetdev}
 // overlay decapsulated, for the node's pods.
 var HookFromTunnel = Hook{Name: "from_tunnel", TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}
 
+// HookToTunnel is the egress of the node's VXLAN device: the tunnel key of
+// what the node's stack forwards into the overlay.
+var HookToTunnel = Hook{Name: "to_tunnel", TCXAttach: ebpf.AttachTCXEgress, TCParent: netlink.HANDLE_MIN_EGRESS}
+
 // TunnelHooks is every hook the overlay's device gets.
-var TunnelHooks = []Hook{HookFromTunnel}
+var TunnelHooks = []Hook{HookFromTunnel, HookToTunnel}
 
 func allHooks() []Hook {
 	return append(append(append(append([]Hook{}, Hooks...), UplinkHooks...), TunnelHooks...), cgroupHooks()...)

@@ -211,3 +211,57 @@ func (n *node) flows() []cli.FlowEntry {
 	require.NoError(n.t, json.Unmarshal([]byte(out), &fs), out)
 	return fs
 }
+
+// TestServicesOverlay: Services whose backends are pods behind the VXLAN
+// overlay. The first packet of a connection to the ClusterIP crosses the
+// node's stack, whose DNAT sends it to the other node's pod range: the
+// cluster's route through the overlay's device takes it there, and
+// to_tunnel gives it its tunnel key. Clients on both nodes reach both
+// backends, the world reaches a NodePort, IPv4 and IPv6 over an IPv4
+// underlay, in both kube-proxy modes.
+func TestServicesOverlay(t *testing.T) {
+	for _, mode := range []nettest.ProxyMode{nettest.ModeIPTables, nettest.ModeNFTables} {
+		t.Run(string(mode), func(t *testing.T) {
+			c := newCluster(t, 1, true)
+			n1, n2 := c.nodes[0], c.nodes[1]
+			vxlan := map[string]any{"overlay": "vxlan"}
+			l1, l2 := n1.list("1.1.0", vxlan), n2.list("1.1.0", vxlan)
+			n1.tunnels(4, n2)
+			n2.tunnels(4, n1)
+			a, b1 := n1.addPod(l1, "a"), n1.addPod(l1, "b1")
+			b2, z := n2.addPod(l2, "b2"), n2.addPod(l2, "z")
+			serve(t, b1.NS, "b1", backendPort)
+			serve(t, b2.NS, "b2", backendPort)
+			for _, fam := range []int{4, 6} {
+				for _, n := range []*node{n1, n2} {
+					require.NoError(t, kubeProxy(n, fam, b1, b2, b1).Install(n.NS, mode))
+				}
+			}
+			before := n1.counters()
+			for _, fam := range []int{4, 6} {
+				for _, client := range []*nettest.Pod{a, z} {
+					seen := map[string]int{}
+					for i := 0; i < 12; i++ {
+						w, err := nettest.AskWho(client.NS, hp(pick(fam, webIP4, webIP6), servicePort), 0)
+						require.NoError(t, err, "IPv%d connection %d to the ClusterIP", fam, i)
+						require.True(t, client.IP(fam).Equal(w.SeenIP()), "%s saw %s", w.Name, w.Seen)
+						seen[w.Name]++
+					}
+					require.Len(t, seen, 2, "IPv%d: both backends answer over 12 connections: %v", fam, seen)
+				}
+				w, err := nettest.AskWho(c.c.World, hp(n2.Addr(fam), nodePort), 0)
+				require.NoError(t, err, "the world to NodePort on the far node, IPv%d", fam)
+				require.True(t, n2.Addr(fam).Equal(w.SeenIP()))
+			}
+			require.Positive(t, n1.delta(before, maps.CniPktReasonREASON_TUNNEL_ENCAP), "to_tunnel keyed the stack's packets")
+			if mode == nettest.ModeIPTables {
+				for _, n := range []*node{n1, n2} {
+					out, err := nettest.Run(n.NS, "iptables", "-t", "filter", "-L", "KUBE-FORWARD", "-v", "-x", "-n")
+					require.NoError(t, err, out)
+					require.Equal(t, "0", invalidDrops(out), "%s: INVALID drops:\n%s", n.Name, out)
+				}
+			}
+			require.NoError(t, n1.cni.Check(l1, a.RT))
+		})
+	}
+}
