@@ -66,7 +66,7 @@ func TestRoutes(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ts.Add(cidr("10.244.2.0/24"), net.ParseIP("192.0.2.12")))
 	require.NoError(t, ts.Add(cidr("10.245.0.0/16"), net.ParseIP("2001:db8::13"))) // the same prefix as a range
-	require.NoError(t, ts.Add(cidr("10.244.2.0/24"), net.ParseIP("192.0.2.22")))  // moved
+	require.NoError(t, ts.Add(cidr("10.244.2.0/24"), net.ParseIP("192.0.2.22")))   // moved
 	require.Error(t, ts.Add(cidr("10.244.3.0/24"), net.IPv4zero))
 	list, err := ts.List()
 	require.NoError(t, err)
