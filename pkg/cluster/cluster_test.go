@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"net"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,7 +59,7 @@ func cidr(s string) *net.IPNet {
 // and one prefix without undoing each other: releasing the ranges keeps the
 // tunnels, Sync keeps the ranges.
 func TestRoutes(t *testing.T) {
-	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
+	bpfRoot, stateDir := testutil.BPFFS(t), filepath.Join(t.TempDir(), "not-yet") // the agent may come first
 	require.NoError(t, AddRanges(bpfRoot, stateDir, []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}))
 	require.Empty(t, MissingRanges(bpfRoot, []*net.IPNet{cidr("10.244.0.0/16")}))
 

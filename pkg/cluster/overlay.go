@@ -55,7 +55,7 @@ func tunnelDir(bpfRoot string) string { return filepath.Join(bpfRoot, "tunnels",
 // with overlay vxlan makes it, the node's last endpoint removes it
 // (Release).
 func EnsureOverlay(bpfRoot, stateDir string, s *Settings, mode datapath.Mode, progs *datapath.Programs) error {
-	lock, err := datapath.FileLock(lockPath(stateDir), true)
+	lock, err := clusterLock(stateDir)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func detachOverlay(bpfRoot, stateDir string) error {
 
 // teardownOverlay removes the overlay's programs, device and settings.
 func teardownOverlay(bpfRoot, stateDir string) error {
-	lock, err := datapath.FileLock(lockPath(stateDir), true)
+	lock, err := clusterLock(stateDir)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sort"
 
@@ -22,12 +23,18 @@ type table struct {
 	lock *datapath.Lock
 }
 
-// lockPath serialises every writer of cluster_routes, cluster_config and
-// the overlay's device on the node.
-func lockPath(stateDir string) string { return filepath.Join(stateDir, "cluster.lock") }
+// clusterLock serialises every writer of cluster_routes, cluster_config and the
+// overlay's device on the node. The node agent may come before any pod:
+// the state directory may not exist yet.
+func clusterLock(stateDir string) (*datapath.Lock, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir %s: %w", stateDir, err)
+	}
+	return datapath.FileLock(filepath.Join(stateDir, "cluster.lock"), true)
+}
 
 func openTable(bpfRoot, stateDir string) (*table, error) {
-	lock, err := datapath.FileLock(lockPath(stateDir), true)
+	lock, err := clusterLock(stateDir)
 	if err != nil {
 		return nil, err
 	}
