@@ -269,27 +269,8 @@ enum pod_path {
 static __always_inline int pod_path(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_dev *dev,
 				    int to_pod, int *parsed, struct cluster_route **cr, enum pkt_reason *why)
 {
-	void *data = skb_data(skb);
-	void *data_end = skb_data_end(skb);
-	struct ethhdr *eth = data;
-
-	if (!to_pod) {
-		if ((void *)(eth + 1) > data_end)
-			return DROP(REASON_DROP_MALFORMED);
-		if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-			struct iphdr *ip = (void *)(eth + 1);
-
-			if ((void *)(ip + 1) > data_end)
-				return DROP(REASON_DROP_MALFORMED);
-			*cr = cluster_lookup(ADDR_FAMILY_V4, &ip->daddr);
-		} else {
-			struct ipv6hdr *ip6 = (void *)(eth + 1);
-
-			if ((void *)(ip6 + 1) > data_end)
-				return DROP(REASON_DROP_MALFORMED);
-			*cr = cluster_lookup(ADDR_FAMILY_V6, &ip6->daddr);
-		}
-	}
+	if (!to_pod && cluster_route_of(skb, cr) < 0)
+		return DROP(REASON_DROP_MALFORMED);
 	/* Ints, not pointers: clang would OR the pointers, which the
 	 * verifier refuses. */
 	int cluster = *cr != NULL, path = PATH_ROUTE;

@@ -11,46 +11,25 @@
  * Without one the packet cannot leave: dropped and counted. */
 
 #include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/ip.h>
-#include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
 
 #include "include/types.h"
-#include "lib/skb.h"
 #include "lib/cluster.h"
 #include "lib/counters.h"
 #include "lib/verdict.h"
 
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 {
-	void *data = skb_data(skb);
-	void *data_end = skb_data_end(skb);
-	struct ethhdr *eth = data;
 	struct bpf_tunnel_key key;
 	struct cluster_settings *cs;
-	struct cluster_route *r = NULL;
+	struct cluster_route *r;
 
 	*why = REASON_REDIRECT;
 	if (!bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0))
 		return TC_ACT_OK; /* from_container's, keyed already */
-	if ((void *)(eth + 1) > data_end)
+	if (cluster_route_of(skb, &r) < 0)
 		return DROP(REASON_DROP_MALFORMED);
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-
-		if ((void *)(ip + 1) > data_end)
-			return DROP(REASON_DROP_MALFORMED);
-		r = cluster_lookup(ADDR_FAMILY_V4, &ip->daddr);
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-
-		if ((void *)(ip6 + 1) > data_end)
-			return DROP(REASON_DROP_MALFORMED);
-		r = cluster_lookup(ADDR_FAMILY_V6, &ip6->daddr);
-	}
 	cs = cluster_settings();
 	if (!r || !(r->flags & CLUSTER_F_TUNNEL) || !cs || cluster_set_key(skb, cs, r))
 		return DROP(REASON_DROP_TUNNEL);

@@ -16,9 +16,13 @@
 #define EBPF_CNI_LIB_CLUSTER_H
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
+#include "skb.h"
 #include "verdict.h"
 
 struct {
@@ -84,6 +88,33 @@ static __always_inline int cluster_set_key(struct __sk_buff *skb, const struct c
 		flags = BPF_F_TUNINFO_IPV6;
 	}
 	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags);
+}
+
+/* cluster_route_of finds the cluster route of the packet's destination
+ * (*r NULL: none, or not IP); < 0 when its headers are cut short. */
+static __always_inline int cluster_route_of(struct __sk_buff *skb, struct cluster_route **r)
+{
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
+	struct ethhdr *eth = data;
+
+	*r = NULL;
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > data_end)
+			return -1;
+		*r = cluster_lookup(ADDR_FAMILY_V4, &ip->daddr);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return -1;
+		*r = cluster_lookup(ADDR_FAMILY_V6, &ip6->daddr);
+	}
+	return 0;
 }
 
 /* cluster_encap sends the packet into the overlay toward the node of r. */

@@ -108,20 +108,7 @@ static __always_inline int flow_ct(struct __sk_buff *skb, const struct nat_pkt *
 	if (!have_conntrack)
 		return FLOW_CT_NONE;
 	opts.l4proto = p->proto;
-	__builtin_memset(t, 0, sizeof(*t));
-	if (p->family == ADDR_FAMILY_V4) {
-		__builtin_memcpy(&t->ipv4.saddr, p->saddr, 4);
-		__builtin_memcpy(&t->ipv4.daddr, p->daddr, 4);
-		t->ipv4.sport = p->sport;
-		t->ipv4.dport = p->dport;
-		size = sizeof(t->ipv4);
-	} else {
-		__builtin_memcpy(t->ipv6.saddr, p->saddr, 16);
-		__builtin_memcpy(t->ipv6.daddr, p->daddr, 16);
-		t->ipv6.sport = p->sport;
-		t->ipv6.dport = p->dport;
-		size = sizeof(t->ipv6);
-	}
+	size = sock_tuple(t, p->family, p->saddr, p->daddr, p->sport, p->dport);
 	ct = bpf_skb_ct_lookup(skb, t, size, &opts, ct_opts_size);
 	if (!ct)
 		return FLOW_CT_NONE;
@@ -199,30 +186,53 @@ static __always_inline void flow_put(const struct flow_key *k, struct flow_entry
 	bpf_map_update_elem(&flows, k, v, BPF_ANY);
 }
 
+/* The verdict of a flow from what flow_ct found. */
+static __always_inline __u8 flow_verdict_of(int ct)
+{
+	return ct != FLOW_CT_NONE && (ct & FLOW_CT_NAT) ? FLOW_STACK : FLOW_FAST;
+}
+
+/* Outcomes of flow_find. */
+#define FLOW_FIND_STACK 1 /* untracked, to the stack */
+#define FLOW_FIND_FAST 2  /* untracked, the fast path */
+#define FLOW_FIND_DONE 3  /* tracked: *e is the flow's entry, or NULL */
+
+/* flow_find looks up the flow of s->p, as the pod sends it (from_pod) or
+ * as it comes to the pod. */
+static __always_inline int flow_find(struct nat_scratch *s, int from_pod, struct flow_entry **e, __u64 *now)
+{
+	if (flow_untracked_stack(&s->p))
+		return FLOW_FIND_STACK;
+	if (!flow_tracked(s->p.proto))
+		return FLOW_FIND_FAST;
+	*now = bpf_ktime_get_ns();
+	flow_key_of(&s->fk, &s->p, from_pod);
+	*e = flow_get(&s->fk, &s->p, *now);
+	return FLOW_FIND_DONE;
+}
+
 /* flow_egress decides for a pod's packet s->p to a destination netfilter
  * may translate (not a pod of this node, not in the cluster's ranges):
  * 1 hands it to the stack (*why says why), 0 keeps the fast path. */
 static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch *s, enum pkt_reason *why)
 {
 	struct nat_pkt *p = &s->p;
-	struct flow_entry *e;
-	__u64 now;
-	int ct;
+	struct flow_entry *e = NULL;
+	__u64 now = 0;
+	int ct, found;
 
 	*why = REASON_STACK_REPLY;
-	if (flow_untracked_stack(p))
-		return 1;
-	if (!flow_tracked(p->proto))
-		return 0;
-	now = bpf_ktime_get_ns();
-	flow_key_of(&s->fk, p, 1);
-	e = flow_get(&s->fk, p, now);
+	found = flow_find(s, 1, &e, &now);
+	if (found != FLOW_FIND_DONE)
+		return found == FLOW_FIND_STACK;
 	if (!e) {
 		if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_FLAG_SYN)) {
 			/* Mid-stream (its entry was evicted, or it predates us):
-			 * there is no first packet to wait for. */
+			 * there is no first packet to wait for. A packet in the
+			 * entry's reply direction answers a flow opened toward
+			 * the pod. */
 			ct = flow_ct(skb, p, &s->tuple);
-			flow_put(&s->fk, &s->fe, ct != FLOW_CT_NONE && (ct & FLOW_CT_NAT) ? FLOW_STACK : FLOW_FAST,
+			flow_put(&s->fk, &s->fe, flow_verdict_of(ct),
 				 ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY) ? FLOW_F_INBOUND : 0, now);
 			return s->fe.verdict == FLOW_STACK;
 		}
@@ -233,7 +243,7 @@ static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch
 	if (e->verdict == FLOW_PENDING) {
 		ct = flow_ct(skb, p, &s->tuple);
 		if (ct != FLOW_CT_NONE) {
-			e->verdict = (ct & FLOW_CT_NAT) ? FLOW_STACK : FLOW_FAST;
+			e->verdict = flow_verdict_of(ct);
 		} else if (e->pending < FLOW_PENDING_MAX) {
 			e->pending++;
 			*why = REASON_FLOW_NEW;
@@ -251,29 +261,25 @@ static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch
 static __always_inline int flow_ingress(struct __sk_buff *skb, struct nat_scratch *s)
 {
 	struct nat_pkt *p = &s->p;
-	struct flow_entry *e;
-	__u64 now;
-	int ct;
+	struct flow_entry *e = NULL;
+	__u64 now = 0;
+	int ct, found;
 
-	if (flow_untracked_stack(p))
-		return 1;
-	if (!flow_tracked(p->proto))
-		return 0;
-	now = bpf_ktime_get_ns();
-	flow_key_of(&s->fk, p, 0);
-	e = flow_get(&s->fk, p, now);
-	if (e) {
-		if (e->verdict == FLOW_PENDING) {
-			/* A reply: the first packet passed netfilter already. */
-			ct = flow_ct(skb, p, &s->tuple);
-			e->verdict = ct != FLOW_CT_NONE && (ct & FLOW_CT_NAT) ? FLOW_STACK : FLOW_FAST;
-		}
-		return e->verdict == FLOW_STACK;
+	found = flow_find(s, 0, &e, &now);
+	if (found != FLOW_FIND_DONE)
+		return found == FLOW_FIND_STACK;
+	/* A reply settles a pending flow (its first packet passed netfilter
+	 * already); an unknown flow is settled here, inbound unless conntrack
+	 * saw the pod open it. */
+	ct = (!e || e->verdict == FLOW_PENDING) ? flow_ct(skb, p, &s->tuple) : FLOW_CT_NONE;
+	if (!e) {
+		flow_put(&s->fk, &s->fe, flow_verdict_of(ct),
+			 ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY) ? 0 : FLOW_F_INBOUND, now);
+		return s->fe.verdict == FLOW_STACK;
 	}
-	ct = flow_ct(skb, p, &s->tuple);
-	flow_put(&s->fk, &s->fe, ct != FLOW_CT_NONE && (ct & FLOW_CT_NAT) ? FLOW_STACK : FLOW_FAST,
-		 ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY) ? 0 : FLOW_F_INBOUND, now);
-	return s->fe.verdict == FLOW_STACK;
+	if (e->verdict == FLOW_PENDING)
+		e->verdict = flow_verdict_of(ct);
+	return e->verdict == FLOW_STACK;
 }
 
 /* flow_via_stack notes that s->p's flow goes through the stack in both

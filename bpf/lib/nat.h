@@ -395,6 +395,26 @@ static __always_inline void nat_out_key(struct nat_key *out, const struct nat_ke
 	__builtin_memcpy(out->daddr, in->saddr, 16);
 }
 
+/* sock_tuple fills tp with a tuple of family (addresses of 16 bytes, IPv4
+ * in the first 4) for the socket and conntrack lookups; returns its size. */
+static __always_inline __u32 sock_tuple(struct bpf_sock_tuple *tp, __u8 family, const __u8 *saddr, const __u8 *daddr,
+					__be16 sport, __be16 dport)
+{
+	__builtin_memset(tp, 0, sizeof(*tp));
+	if (family == ADDR_FAMILY_V4) {
+		__builtin_memcpy(&tp->ipv4.saddr, saddr, 4);
+		__builtin_memcpy(&tp->ipv4.daddr, daddr, 4);
+		tp->ipv4.sport = sport;
+		tp->ipv4.dport = dport;
+		return sizeof(tp->ipv4);
+	}
+	__builtin_memcpy(tp->ipv6.saddr, saddr, 16);
+	__builtin_memcpy(tp->ipv6.daddr, daddr, 16);
+	tp->ipv6.sport = sport;
+	tp->ipv6.dport = dport;
+	return sizeof(tp->ipv6);
+}
+
 /* A socket of the node that a packet with the given IN tuple would reach:
  * listening (any != 0) or only connected/established ones. */
 static __always_inline int node_socket(struct __sk_buff *skb, const struct nat_key *in, int any,
@@ -406,20 +426,7 @@ static __always_inline int node_socket(struct __sk_buff *skb, const struct nat_k
 
 	if (in->proto != IPPROTO_TCP && in->proto != IPPROTO_UDP)
 		return 0;
-	__builtin_memset(tp, 0, sizeof(*tp));
-	if (in->family == ADDR_FAMILY_V4) {
-		__builtin_memcpy(&tp->ipv4.saddr, in->saddr, 4);
-		__builtin_memcpy(&tp->ipv4.daddr, in->daddr, 4);
-		tp->ipv4.sport = in->sport;
-		tp->ipv4.dport = in->dport;
-		size = sizeof(tp->ipv4);
-	} else {
-		__builtin_memcpy(tp->ipv6.saddr, in->saddr, 16);
-		__builtin_memcpy(tp->ipv6.daddr, in->daddr, 16);
-		tp->ipv6.sport = in->sport;
-		tp->ipv6.dport = in->dport;
-		size = sizeof(tp->ipv6);
-	}
+	size = sock_tuple(tp, in->family, in->saddr, in->daddr, in->sport, in->dport);
 	if (in->proto == IPPROTO_TCP) {
 		sk = bpf_skc_lookup_tcp(skb, tp, size, BPF_F_CURRENT_NETNS, 0);
 		if (!sk)

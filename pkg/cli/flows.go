@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"net"
@@ -82,16 +81,7 @@ func runFlows(ctx *Context, pod string) error {
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if c := bytes.Compare(a.f.Pod.To16(), b.f.Pod.To16()); c != 0 {
-			return c < 0
-		}
-		if a.Proto != b.Proto {
-			return a.Proto < b.Proto
-		}
-		if c := bytes.Compare(a.f.Remote.To16(), b.f.Remote.To16()); c != 0 {
-			return c < 0
-		}
-		return a.PodPort < b.PodPort
+		return flowLess(a.f.Pod, b.f.Pod, a.Proto, b.Proto, a.f.Remote, b.f.Remote, a.PodPort, b.PodPort)
 	})
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, out)

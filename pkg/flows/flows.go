@@ -5,14 +5,11 @@
 package flows
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
@@ -61,22 +58,6 @@ func (t *Table) entries() ([]entry, error) {
 	return es, nil
 }
 
-func ip(fam uint8, a [16]uint8) net.IP {
-	if fam == 4 {
-		return net.IP(bytes.Clone(a[:4]))
-	}
-	return net.IP(bytes.Clone(a[:]))
-}
-
-func port(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as bpf2go reads it
-
-// monotonic is bpf_ktime_get_ns's clock.
-func monotonic() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
-}
-
 // List returns every flow.
 func (t *Table) List() ([]Flow, error) { return List(t.m) }
 
@@ -86,11 +67,11 @@ func List(m *ebpf.Map) ([]Flow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the flow table: %w", err)
 	}
-	now := monotonic()
+	now := maps.Monotonic()
 	out := make([]Flow, 0, len(es))
 	for _, e := range es {
-		f := Flow{Proto: e.Key.Proto, Pod: ip(e.Key.Family, e.Key.Saddr), PodPort: port(e.Key.Sport),
-			Remote: ip(e.Key.Family, e.Key.Daddr), RemotePort: port(e.Key.Dport),
+		f := Flow{Proto: e.Key.Proto, Pod: maps.IP(e.Key.Family, e.Key.Saddr), PodPort: maps.Port(e.Key.Sport),
+			Remote: maps.IP(e.Key.Family, e.Key.Daddr), RemotePort: maps.Port(e.Key.Dport),
 			Verdict: e.Value.Verdict, Inbound: e.Value.Flags&maps.CniFlowFlagsFLOW_F_INBOUND != 0}
 		if now > e.Value.LastSeen {
 			f.Idle = time.Duration(now - e.Value.LastSeen)
@@ -106,19 +87,7 @@ func (t *Table) prune(drop func(pod net.IP) bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	var errs []error
-	for i := range es {
-		if !drop(ip(es[i].Key.Family, es[i].Key.Saddr)) {
-			continue
-		}
-		if err := t.m.Delete(&es[i].Key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
+	return maps.DeleteEntries(t.m, es, func(e *entry) bool { return drop(maps.IP(e.Key.Family, e.Key.Saddr)) })
 }
 
 // FlushPod deletes the flows of the pod's addresses: a pod that gets one

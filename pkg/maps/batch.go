@@ -41,6 +41,24 @@ func Entries[K, V any](m *ebpf.Map) ([]Entry[K, V], error) {
 	}
 }
 
+// DeleteEntries deletes from m the entries of es for which drop holds (an
+// entry already gone is no error); it returns how many it deleted.
+func DeleteEntries[K, V any](m *ebpf.Map, es []Entry[K, V], drop func(*Entry[K, V]) bool) (int, error) {
+	n := 0
+	var errs []error
+	for i := range es {
+		if !drop(&es[i]) {
+			continue
+		}
+		if err := m.Delete(&es[i].Key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
 // iterate reads m one entry at a time (kernels without batches).
 func iterate[K, V any](m *ebpf.Map) ([]Entry[K, V], error) {
 	var out []Entry[K, V]

@@ -1,8 +1,6 @@
 package nat
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -46,22 +44,6 @@ type Flow struct {
 	Replied    bool
 	Age, Idle  time.Duration
 	Expired    bool // still in the table, but the programs ignore it
-}
-
-func keyIP(fam uint8, a [16]uint8) net.IP {
-	if fam == 4 {
-		return net.IP(bytes.Clone(a[:4]))
-	}
-	return net.IP(bytes.Clone(a[:]))
-}
-
-func port(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as bpf2go reads it
-
-// monotonic is bpf_ktime_get_ns's clock.
-func monotonic() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
 }
 
 // lifetime mirrors nat_lifetime of bpf/lib/nat.h.
@@ -133,16 +115,16 @@ func (t *Table) Flows() ([]Flow, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := monotonic()
+	now := maps.Monotonic()
 	var out []Flow
 	for _, e := range es {
 		if e.Key.Dir != dirOut {
 			continue
 		}
 		f := Flow{
-			Proto: e.Key.Proto, Pod: keyIP(e.Key.Family, e.Key.Saddr), PodPort: port(e.Key.Sport),
-			Remote: keyIP(e.Key.Family, e.Key.Daddr), RemotePort: port(e.Key.Dport),
-			NAT: keyIP(e.Key.Family, e.Value.Addr), NATPort: port(e.Value.Port),
+			Proto: e.Key.Proto, Pod: maps.IP(e.Key.Family, e.Key.Saddr), PodPort: maps.Port(e.Key.Sport),
+			Remote: maps.IP(e.Key.Family, e.Key.Daddr), RemotePort: maps.Port(e.Key.Dport),
+			NAT: maps.IP(e.Key.Family, e.Value.Addr), NATPort: maps.Port(e.Value.Port),
 			State: e.Value.State, Kept: e.Value.Flags&flagKept != 0, Replied: e.Value.Flags&flagReplied != 0,
 		}
 		if now > e.Value.Created {
@@ -161,9 +143,9 @@ func (t *Table) Flows() ([]Flow, error) {
 // source of the other keys (the pod's tuple).
 func podAddr(e *entry) net.IP {
 	if e.Key.Dir == dirIn {
-		return keyIP(e.Key.Family, e.Value.Addr)
+		return maps.IP(e.Key.Family, e.Value.Addr)
 	}
-	return keyIP(e.Key.Family, e.Key.Saddr)
+	return maps.IP(e.Key.Family, e.Key.Saddr)
 }
 
 // delete removes the entries for which drop says so; it returns how many.
@@ -172,19 +154,7 @@ func (t *Table) delete(drop func(e *entry) bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	var errs []error
-	for i := range es {
-		if !drop(&es[i]) {
-			continue
-		}
-		if err := t.nat.Delete(&es[i].Key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
+	return maps.DeleteEntries(t.nat, es, drop)
 }
 
 // FlushPod removes every entry of the pod's addresses: a new pod that gets
@@ -203,7 +173,7 @@ func (t *Table) FlushPod(ips []net.IP) (int, error) {
 
 // GC removes the entries of pods that are not live, and expired ones.
 func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
-	now := monotonic()
+	now := maps.Monotonic()
 	// An IN entry lives as long as its OUT entry: find the OUT entries' fate
 	// first.
 	es, err := t.entries()
@@ -262,13 +232,13 @@ func (t *Table) LiveDNAT() (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := monotonic()
+	now := maps.Monotonic()
 	out := map[string]int{}
 	for _, e := range es {
 		if e.Key.Dir != dirDNAT || (now > e.Value.LastSeen && time.Duration(now-e.Value.LastSeen) > lifetime(&t.timeouts, e.Key.Proto, e.Value.State)) {
 			continue
 		}
-		out[net.JoinHostPort(keyIP(e.Key.Family, e.Key.Saddr).String(), fmt.Sprint(port(e.Key.Sport)))]++
+		out[net.JoinHostPort(maps.IP(e.Key.Family, e.Key.Saddr).String(), fmt.Sprint(maps.Port(e.Key.Sport)))]++
 	}
 	return out, nil
 }
