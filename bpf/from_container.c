@@ -377,9 +377,20 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 {
 	enum pkt_reason xlat = REASON_PASS;
 	struct cluster_route *cr = NULL;
-	struct nat_scratch *s = scratch_get();
+	struct nat_scratch *s;
 	int parsed = 0, ret, path;
 
+	if (dst && !(dev->flags & (EP_F_HOSTPORT | EP_F_STACK))) {
+		/* A pod of this node, and nothing of the sender's to look up:
+		 * the shortest path (a chained plugin's qdisc aside; the stack
+		 * then delivers it, and to_container notes its flow). */
+		if (q & QDISC_INGRESS) {
+			*why = REASON_TO_QDISC;
+			return TC_ACT_OK;
+		}
+		return v6 ? route6(skb, dst, 0, why) : route4(skb, dst, 0, why);
+	}
+	s = scratch_get();
 	if (!s)
 		return DROP(REASON_DROP_MALFORMED);
 	ret = pod_translate(skb, s, dev, dst != NULL, &parsed, &xlat);
@@ -403,11 +414,11 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 		/* Another plugin's filters want the pod's packets (a chained
 		 * bandwidth plugin's ifb): the stack forwards them after, so
 		 * the flow's replies must meet the stack's conntrack too. */
-		if (!parsed) {
+		if (!dst && !parsed) {
 			__builtin_memset(&s->p, 0, sizeof(s->p));
 			parsed = !nat_parse(skb, &s->p);
 		}
-		if (parsed && flow_tracked(s->p.proto) && !s->p.later_frag)
+		if (!dst && parsed && flow_tracked(s->p.proto) && !s->p.later_frag)
 			flow_via_stack(s, 1, bpf_ktime_get_ns());
 		*why = REASON_TO_QDISC;
 		return TC_ACT_OK;
