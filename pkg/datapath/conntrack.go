@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf/btf"
+	"github.com/vishvananda/netlink"
 )
 
 // Conntrack says whether the kernel offers netfilter's conntrack to BPF
@@ -44,9 +45,17 @@ func probeConntrack() Conntrack {
 	where := "built in"
 	if _, err := vmlinux.AnyTypeByName("bpf_skb_ct_lookup"); err != nil {
 		mod, merr := btf.LoadKernelModuleSpec("nf_conntrack")
+		if errors.Is(merr, btf.ErrNotFound) {
+			// Not loaded yet (kube-proxy loads it when it starts, maybe
+			// after the node's first pod). A conntrack dump over netlink
+			// makes the kernel load it, as the conntrack tool does; with
+			// the module absent there is nothing to dump.
+			_, _ = netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+			mod, merr = btf.LoadKernelModuleSpec("nf_conntrack")
+		}
 		if merr != nil {
 			if errors.Is(merr, btf.ErrNotFound) {
-				return Conntrack{Detail: "no bpf_skb_ct_lookup: nf_conntrack is neither built in nor loaded (load it before the node's first pod: the programs are loaded once per node)"}
+				return Conntrack{Detail: "no bpf_skb_ct_lookup: nf_conntrack is neither built in nor loadable (load it before the node's first pod: the programs are loaded once per node)"}
 			}
 			return Conntrack{Detail: fmt.Sprintf("reading nf_conntrack's BTF: %v", merr)}
 		}
