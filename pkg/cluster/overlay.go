@@ -165,23 +165,7 @@ func ensureRoutes(l netlink.Link, ranges []*net.IPNet) error {
 
 // attached reports whether every overlay program of progs runs on l.
 func attached(l netlink.Link, progs *datapath.Programs) bool {
-	ids := progs.IDs()
-	for _, h := range datapath.TunnelHooks {
-		got, err := datapath.AttachedIDs(l, h)
-		if err != nil {
-			return false
-		}
-		found := false
-		for _, id := range got {
-			if ids[id] == h.Name {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+	return datapath.HooksAttached(l, datapath.TunnelHooks, progs)
 }
 
 // detachOverlay removes what a record says was attached; idempotent.

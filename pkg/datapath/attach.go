@@ -283,6 +283,28 @@ func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 	return ids, nil
 }
 
+// HooksAttached reports whether every one of hooks runs progs' program on
+// l (tcx or tc).
+func HooksAttached(l netlink.Link, hooks []Hook, progs *Programs) bool {
+	ids := progs.IDs()
+	for _, h := range hooks {
+		attached, err := AttachedIDs(l, h)
+		if err != nil {
+			return false
+		}
+		found := false
+		for _, id := range attached {
+			if ids[id] == h.Name {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // DefaultMode is the attach mode when the configuration names none: auto,
 // that is tcx on this project's kernels. Measured on kernel 6.18
 // (BenchmarkAttach, BenchmarkAddDel): a tcx attach costs ~8.5 ms in the
