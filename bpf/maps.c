@@ -7,6 +7,7 @@
  * without loading (and verifying) any program. The programs declare the same
  * maps through the same headers and find them pinned by name. */
 
+#define EBPF_CNI_MAPS_ONLY
 #include "include/types.h"
 #include "lib/counters.h"
 #include "lib/ipam.h"
@@ -15,5 +16,7 @@
 #include "lib/nat.h"
 #include "lib/hostport.h"
 #include "lib/pacing.h"
+#include "lib/flow.h"
+#include "lib/cluster.h"
 
 char __license[] SEC("license") = "GPL";

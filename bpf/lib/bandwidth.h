@@ -39,6 +39,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
+#include "skb.h"
 
 /* ns_per_byte is fixed point with this many fraction bits: exact to 0.01%
  * up to 1 Tbit/s, and bytes * ns_per_byte fits 64 bits down to 1 kbit/s
@@ -73,8 +74,8 @@ struct {
  * (as tbf charges a GSO packet its segments' headers). */
 static __always_inline __u64 bw_bytes(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	__u64 len = skb->len > ETH_HLEN ? skb->len - ETH_HLEN : skb->len;
 	__u32 segs = skb->gso_segs;

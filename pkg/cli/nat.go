@@ -94,18 +94,23 @@ func readNAT(ctx *Context, pod string) ([]*NATFlow, error) {
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if c := bytes.Compare(a.f.Pod.To16(), b.f.Pod.To16()); c != 0 {
-			return c < 0
-		}
-		if a.Proto != b.Proto {
-			return a.Proto < b.Proto
-		}
-		if c := bytes.Compare(a.f.Remote.To16(), b.f.Remote.To16()); c != 0 {
-			return c < 0
-		}
-		return a.PodPort < b.PodPort
+		return flowLess(a.f.Pod, b.f.Pod, a.Proto, b.Proto, a.f.Remote, b.f.Remote, a.PodPort, b.PodPort)
 	})
 	return out, nil
+}
+
+// flowLess orders flows by pod, protocol, remote and the pod's port.
+func flowLess(podA, podB net.IP, protoA, protoB string, remoteA, remoteB net.IP, portA, portB uint16) bool {
+	if c := bytes.Compare(podA.To16(), podB.To16()); c != 0 {
+		return c < 0
+	}
+	if protoA != protoB {
+		return protoA < protoB
+	}
+	if c := bytes.Compare(remoteA.To16(), remoteB.To16()); c != 0 {
+		return c < 0
+	}
+	return portA < portB
 }
 
 func runNAT(ctx *Context, pod string) error {

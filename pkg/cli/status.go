@@ -25,9 +25,10 @@ func init() {
 	register(&Command{
 		Name:    "status",
 		Summary: "kernel features, programs loaded and their versions, attach modes in use, and what is wrong",
-		Help: `Kernel features ebpf-cni uses: bpffs at --bpf-root, BTF, tcx links, and the
+		Help: `Kernel features ebpf-cni uses: bpffs at --bpf-root, BTF, tcx links, the
 fq qdisc (probed in a throwaway network namespace of its own, on its
-loopback: no real interface is touched). The programs pinned under
+loopback: no real interface is touched), and netfilter's conntrack kfuncs
+(without them Services through kube-proxy do not work from pods). The programs pinned under
 <bpfRoot>/programs/<tag> with their build version, kernel ID, age and how
 many endpoints run them, and whether they are this binary's. The attach
 modes (tcx, tc) the endpoints use. Then every problem found, each saying
@@ -39,7 +40,7 @@ an ADD or DEL in progress is not one. Exit status 3 when there are
 problems, 0 when there are none.
 
 JSON: version, programTag (this binary's), kernel, bpfRoot, stateDir,
-features {bpffs, btf, tcx, fq: {available, detail}}, programs [{tag,
+features {bpffs, btf, tcx, fq, conntrack: {available, detail}}, programs [{tag,
 version, current, programs [{hook, id, name, loadedSeconds, endpoints}]}],
 attachModes {mode: endpoints}, endpoints, problems [], notes [].`,
 		Flags: func(*flag.FlagSet) func(*Context) error { return runStatus },
@@ -118,6 +119,11 @@ func collectStatus(ctx *Context) *Status {
 	note := func(f string, a ...any) { st.Notes = append(st.Notes, fmt.Sprintf(f, a...)) }
 
 	st.Features["btf"] = probeBTF()
+	if ct := datapath.ProbeConntrack(); ct.Available {
+		st.Features["conntrack"] = Feature{Available: true, Detail: ct.Detail}
+	} else {
+		st.Features["conntrack"] = Feature{Detail: ct.Detail + ": Services through netfilter (kube-proxy) do not work from pods"}
+	}
 	st.Features["tcx"] = probeTCX()
 	st.Features["fq"] = probeFQ()
 	if !st.Features["btf"].Available {

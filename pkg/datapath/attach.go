@@ -63,8 +63,19 @@ var HookToNetdev = Hook{Name: "to_netdev", TCXAttach: ebpf.AttachTCXEgress, TCPa
 // UplinkHooks is every hook an uplink gets (with ipMasq), in attach order.
 var UplinkHooks = []Hook{HookFromNetdev, HookToNetdev}
 
+// HookFromTunnel is the ingress of the node's VXLAN device: what the
+// overlay decapsulated, for the node's pods.
+var HookFromTunnel = Hook{Name: "from_tunnel", TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}
+
+// HookToTunnel is the egress of the node's VXLAN device: the tunnel key of
+// what the node's stack forwards into the overlay.
+var HookToTunnel = Hook{Name: "to_tunnel", TCXAttach: ebpf.AttachTCXEgress, TCParent: netlink.HANDLE_MIN_EGRESS}
+
+// TunnelHooks is every hook the overlay's device gets.
+var TunnelHooks = []Hook{HookFromTunnel, HookToTunnel}
+
 func allHooks() []Hook {
-	return append(append(append([]Hook{}, Hooks...), UplinkHooks...), cgroupHooks()...)
+	return append(append(append(append([]Hook{}, Hooks...), UplinkHooks...), TunnelHooks...), cgroupHooks()...)
 }
 
 func hookByName(name string) (Hook, bool) {
@@ -270,6 +281,28 @@ func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 		}
 	}
 	return ids, nil
+}
+
+// HooksAttached reports whether every one of hooks runs progs' program on
+// l (tcx or tc).
+func HooksAttached(l netlink.Link, hooks []Hook, progs *Programs) bool {
+	ids := progs.IDs()
+	for _, h := range hooks {
+		attached, err := AttachedIDs(l, h)
+		if err != nil {
+			return false
+		}
+		found := false
+		for _, id := range attached {
+			if ids[id] == h.Name {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // DefaultMode is the attach mode when the configuration names none: auto,

@@ -43,6 +43,28 @@ type FromContainerBwState struct {
 	}
 }
 
+type FromContainerClusterKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Family    uint8
+	Pad       [3]uint8
+	Addr      [16]uint8
+}
+
+type FromContainerClusterRoute struct {
+	_          structs.HostLayout
+	Flags      uint8
+	NodeFamily uint8
+	Pad        [2]uint8
+	Node       [16]uint8
+}
+
+type FromContainerClusterSettings struct {
+	_            structs.HostLayout
+	VxlanIfindex uint32
+	Vni          uint32
+}
+
 type FromContainerDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]FromContainerPktCounter
@@ -75,6 +97,26 @@ type FromContainerEndpointKey struct {
 	Family uint8
 	Pad    [3]uint8
 	Addr   [16]uint8
+}
+
+type FromContainerFlowEntry struct {
+	_        structs.HostLayout
+	Verdict  uint8
+	Flags    uint8
+	Pending  uint8
+	Pad      [5]uint8
+	LastSeen uint64
+}
+
+type FromContainerFlowKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
 }
 
 type FromContainerHostportEntry struct {
@@ -206,7 +248,8 @@ type FromContainerNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -221,7 +264,8 @@ type FromContainerNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -245,10 +289,12 @@ type FromContainerNatScratch struct {
 		}
 		_ [24]byte
 	}
+	Fk   FromContainerFlowKey
+	_    [4]byte
+	Fe   FromContainerFlowEntry
 	Addr [16]uint8
 	From [16]uint8
 	To   [16]uint8
-	_    [4]byte
 }
 
 type FromContainerPktCounter struct {
@@ -281,6 +327,12 @@ const (
 	FromContainerPktReasonREASON_FROM_STACK           FromContainerPktReason = 18
 	FromContainerPktReasonREASON_TO_QDISC             FromContainerPktReason = 19
 	FromContainerPktReasonREASON_VIA_QDISC            FromContainerPktReason = 20
+	FromContainerPktReasonREASON_FLOW_NEW             FromContainerPktReason = 21
+	FromContainerPktReasonREASON_FLOW_STACK           FromContainerPktReason = 22
+	FromContainerPktReasonREASON_ROUTED_IN            FromContainerPktReason = 23
+	FromContainerPktReasonREASON_TUNNEL_ENCAP         FromContainerPktReason = 24
+	FromContainerPktReasonREASON_TUNNEL_DECAP         FromContainerPktReason = 25
+	FromContainerPktReasonREASON_DROP_TUNNEL          FromContainerPktReason = 26
 	FromContainerPktReasonREASON_MAX                  FromContainerPktReason = 32
 )
 
@@ -315,9 +367,12 @@ type FromContainerUplinkInfo struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	FromContainerMapBwBuckets        = "bw_buckets"
+	FromContainerMapClusterConfig    = "cluster_config"
+	FromContainerMapClusterRoutes    = "cluster_routes"
 	FromContainerMapEndpointCounters = "endpoint_counters"
 	FromContainerMapEndpointDevs     = "endpoint_devs"
 	FromContainerMapEndpoints        = "endpoints"
+	FromContainerMapFlows            = "flows"
 	FromContainerMapHostportConfig   = "hostport_config"
 	FromContainerMapHostports        = "hostports"
 	FromContainerMapIpamAllocs       = "ipam_allocs"
@@ -333,6 +388,8 @@ const (
 	FromContainerMapSockRevnat       = "sock_revnat"
 	FromContainerMapUplinks          = "uplinks"
 	FromContainerProgFromContainer   = "from_container"
+	FromContainerVarCtOptsSize       = "ct_opts_size"
+	FromContainerVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadFromContainer returns the embedded CollectionSpec for FromContainer.
@@ -385,9 +442,12 @@ type FromContainerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerMapSpecs struct {
 	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
@@ -408,6 +468,8 @@ type FromContainerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // FromContainerObjects contains all objects after they have been loaded into the kernel.
@@ -431,9 +493,12 @@ func (o *FromContainerObjects) Close() error {
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerMaps struct {
 	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
@@ -453,9 +518,12 @@ type FromContainerMaps struct {
 func (m *FromContainerMaps) Close() error {
 	return _FromContainerClose(
 		m.BwBuckets,
+		m.ClusterConfig,
+		m.ClusterRoutes,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
 		m.IpamAllocs,
@@ -477,6 +545,8 @@ func (m *FromContainerMaps) Close() error {
 //
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // FromContainerPrograms contains all programs after they have been loaded into the kernel.

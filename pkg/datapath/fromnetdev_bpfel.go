@@ -77,6 +77,26 @@ type FromNetdevEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type FromNetdevFlowEntry struct {
+	_        structs.HostLayout
+	Verdict  uint8
+	Flags    uint8
+	Pending  uint8
+	Pad      [5]uint8
+	LastSeen uint64
+}
+
+type FromNetdevFlowKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
 type FromNetdevHostportEntry struct {
 	_      structs.HostLayout
 	Any    uint8
@@ -171,7 +191,8 @@ type FromNetdevNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -186,7 +207,8 @@ type FromNetdevNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -210,10 +232,12 @@ type FromNetdevNatScratch struct {
 		}
 		_ [24]byte
 	}
+	Fk   FromNetdevFlowKey
+	_    [4]byte
+	Fe   FromNetdevFlowEntry
 	Addr [16]uint8
 	From [16]uint8
 	To   [16]uint8
-	_    [4]byte
 }
 
 type FromNetdevPktCounter struct {
@@ -246,6 +270,12 @@ const (
 	FromNetdevPktReasonREASON_FROM_STACK           FromNetdevPktReason = 18
 	FromNetdevPktReasonREASON_TO_QDISC             FromNetdevPktReason = 19
 	FromNetdevPktReasonREASON_VIA_QDISC            FromNetdevPktReason = 20
+	FromNetdevPktReasonREASON_FLOW_NEW             FromNetdevPktReason = 21
+	FromNetdevPktReasonREASON_FLOW_STACK           FromNetdevPktReason = 22
+	FromNetdevPktReasonREASON_ROUTED_IN            FromNetdevPktReason = 23
+	FromNetdevPktReasonREASON_TUNNEL_ENCAP         FromNetdevPktReason = 24
+	FromNetdevPktReasonREASON_TUNNEL_DECAP         FromNetdevPktReason = 25
+	FromNetdevPktReasonREASON_DROP_TUNNEL          FromNetdevPktReason = 26
 	FromNetdevPktReasonREASON_MAX                  FromNetdevPktReason = 32
 )
 
@@ -283,6 +313,7 @@ const (
 	FromNetdevMapEndpointCounters = "endpoint_counters"
 	FromNetdevMapEndpointDevs     = "endpoint_devs"
 	FromNetdevMapEndpoints        = "endpoints"
+	FromNetdevMapFlows            = "flows"
 	FromNetdevMapHostportConfig   = "hostport_config"
 	FromNetdevMapHostports        = "hostports"
 	FromNetdevMapMasqNets         = "masq_nets"
@@ -295,6 +326,8 @@ const (
 	FromNetdevMapSockRevnat       = "sock_revnat"
 	FromNetdevMapUplinks          = "uplinks"
 	FromNetdevProgFromNetdev      = "from_netdev"
+	FromNetdevVarCtOptsSize       = "ct_opts_size"
+	FromNetdevVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadFromNetdev returns the embedded CollectionSpec for FromNetdev.
@@ -350,6 +383,7 @@ type FromNetdevMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
@@ -367,6 +401,8 @@ type FromNetdevMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromNetdevVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // FromNetdevObjects contains all objects after they have been loaded into the kernel.
@@ -393,6 +429,7 @@ type FromNetdevMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
@@ -412,6 +449,7 @@ func (m *FromNetdevMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
 		m.MasqNets,
@@ -430,6 +468,8 @@ func (m *FromNetdevMaps) Close() error {
 //
 // It can be passed to LoadFromNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromNetdevVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // FromNetdevPrograms contains all programs after they have been loaded into the kernel.

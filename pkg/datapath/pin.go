@@ -70,6 +70,8 @@ var objects = []object{
 	{_FromContainerBytes, LoadFromContainer, []Hook{HookFromContainer}},
 	{_ToContainerBytes, LoadToContainer, []Hook{HookToContainer}},
 	{_FromNetdevBytes, LoadFromNetdev, []Hook{HookFromNetdev}},
+	{_FromTunnelBytes, LoadFromTunnel, []Hook{HookFromTunnel}},
+	{_ToTunnelBytes, LoadToTunnel, []Hook{HookToTunnel}},
 	{_ToNetdevBytes, LoadToNetdev, []Hook{HookToNetdev}},
 	{_SockHostportBytes, LoadSockHostport, SockHooks},
 	{_SockPacingBytes, LoadSockPacing, PacingHooks},
@@ -120,7 +122,7 @@ var mapNames = []string{maps.CniMapPktCounters, maps.CniMapEndpointCounters, map
 	maps.CniMapIpamAllocs, maps.CniMapIpamCursors, maps.CniMapIpamNets,
 	maps.CniMapNat, maps.CniMapNatTimeouts, maps.CniMapMasqNets, maps.CniMapMasqSkip, maps.CniMapUplinks,
 	maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig, maps.CniMapSockRevnat,
-	maps.CniMapBwBuckets, maps.CniMapLocalNetns}
+	maps.CniMapBwBuckets, maps.CniMapLocalNetns, maps.CniMapFlows, maps.CniMapClusterRoutes, maps.CniMapClusterConfig}
 
 // EnsurePrograms returns this binary's pinned programs, loading, verifying
 // and pinning them first if no call did yet (under the exclusive node lock,
@@ -185,6 +187,9 @@ func loadObject(o object, shared map[string]*ebpf.Map, dir string, p *Programs) 
 	spec, err := o.load()
 	if err != nil {
 		return fmt.Errorf("loading program spec: %w", err)
+	}
+	if err := setKernelFeatures(spec); err != nil {
+		return err
 	}
 	repl := map[string]*ebpf.Map{}
 	for name, ms := range spec.Maps {
@@ -258,7 +263,11 @@ func upgrade(bpfRoot, stateDir string, p *Programs) error {
 	if err != nil {
 		return err
 	}
-	for _, u := range ups {
+	tuns, err := TunnelRecords(stateDir)
+	if err != nil {
+		return err
+	}
+	for _, u := range append(ups, tuns...) {
 		for _, a := range u.Attachments {
 			if prog, ok := p.ByHook[a.Hook]; ok {
 				if err := Replace(a, u.IfIndex, prog); err != nil {
@@ -275,6 +284,29 @@ func upgrade(bpfRoot, stateDir string, p *Programs) error {
 			if err := os.RemoveAll(filepath.Join(ProgramsDir(bpfRoot), t)); err != nil {
 				return fmt.Errorf("unpinning programs of %s: %w", t, err)
 			}
+		}
+	}
+	return nil
+}
+
+// setKernelFeatures tells a program object what the kernel offers, through
+// its read-only globals: the verifier sees them as constants and drops the
+// code of what is missing (the conntrack kfuncs, bpf/lib/flow.h).
+func setKernelFeatures(spec *ebpf.CollectionSpec) error {
+	v, ok := spec.Variables["have_conntrack"]
+	if !ok {
+		return nil
+	}
+	ct := ProbeConntrack()
+	if !ct.Available {
+		return v.Set(uint32(0))
+	}
+	if err := v.Set(uint32(1)); err != nil {
+		return fmt.Errorf("setting have_conntrack: %w", err)
+	}
+	if sz, ok := spec.Variables["ct_opts_size"]; ok {
+		if err := sz.Set(ct.OptsSize); err != nil {
+			return fmt.Errorf("setting ct_opts_size: %w", err)
 		}
 	}
 	return nil

@@ -137,7 +137,8 @@ func Records(stateDir string) ([]*Record, error) {
 	return out, nil
 }
 
-// UplinkRecord is what masquerade attached to one uplink of the node.
+// UplinkRecord is what masquerade attached to one uplink of the node (and
+// the overlay to its device: TunnelRecords).
 type UplinkRecord struct {
 	Name        string       `json:"name"`
 	IfIndex     int          `json:"ifindex"`
@@ -146,6 +147,29 @@ type UplinkRecord struct {
 
 func uplinkRecordPath(stateDir, name string) string {
 	return filepath.Join(stateDir, "uplinks", name+".json")
+}
+
+func tunnelRecordPath(stateDir, name string) string {
+	return filepath.Join(stateDir, "tunnels", name+".json")
+}
+
+// WriteTunnelRecord stores what the overlay attached to its device.
+func WriteTunnelRecord(stateDir string, r *UplinkRecord) error {
+	return writeJSON(tunnelRecordPath(stateDir, r.Name), r)
+}
+
+// RemoveTunnelRecord deletes an overlay device's record; a missing one is fine.
+func RemoveTunnelRecord(stateDir, name string) error {
+	err := os.Remove(tunnelRecordPath(stateDir, name))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing tunnel record of %s: %w", name, err)
+	}
+	return nil
+}
+
+// TunnelRecords lists the overlay devices that carry programs.
+func TunnelRecords(stateDir string) ([]*UplinkRecord, error) {
+	return deviceRecords(filepath.Dir(tunnelRecordPath(stateDir, "x")))
 }
 
 // WriteUplinkRecord stores r atomically.
@@ -164,7 +188,10 @@ func RemoveUplinkRecord(stateDir, name string) error {
 
 // UplinkRecords lists the uplinks that carry programs.
 func UplinkRecords(stateDir string) ([]*UplinkRecord, error) {
-	dir := filepath.Dir(uplinkRecordPath(stateDir, "x"))
+	return deviceRecords(filepath.Dir(uplinkRecordPath(stateDir, "x")))
+}
+
+func deviceRecords(dir string) ([]*UplinkRecord, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

@@ -107,6 +107,12 @@ const (
 	SockPacingPktReasonREASON_FROM_STACK           SockPacingPktReason = 18
 	SockPacingPktReasonREASON_TO_QDISC             SockPacingPktReason = 19
 	SockPacingPktReasonREASON_VIA_QDISC            SockPacingPktReason = 20
+	SockPacingPktReasonREASON_FLOW_NEW             SockPacingPktReason = 21
+	SockPacingPktReasonREASON_FLOW_STACK           SockPacingPktReason = 22
+	SockPacingPktReasonREASON_ROUTED_IN            SockPacingPktReason = 23
+	SockPacingPktReasonREASON_TUNNEL_ENCAP         SockPacingPktReason = 24
+	SockPacingPktReasonREASON_TUNNEL_DECAP         SockPacingPktReason = 25
+	SockPacingPktReasonREASON_DROP_TUNNEL          SockPacingPktReason = 26
 	SockPacingPktReasonREASON_MAX                  SockPacingPktReason = 32
 )
 

@@ -77,6 +77,26 @@ type ToContainerEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type ToContainerFlowEntry struct {
+	_        structs.HostLayout
+	Verdict  uint8
+	Flags    uint8
+	Pending  uint8
+	Pad      [5]uint8
+	LastSeen uint64
+}
+
+type ToContainerFlowKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
 type ToContainerHostportEntry struct {
 	_      structs.HostLayout
 	Any    uint8
@@ -171,7 +191,8 @@ type ToContainerNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -186,7 +207,8 @@ type ToContainerNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -210,10 +232,12 @@ type ToContainerNatScratch struct {
 		}
 		_ [24]byte
 	}
+	Fk   ToContainerFlowKey
+	_    [4]byte
+	Fe   ToContainerFlowEntry
 	Addr [16]uint8
 	From [16]uint8
 	To   [16]uint8
-	_    [4]byte
 }
 
 type ToContainerPktCounter struct {
@@ -246,6 +270,12 @@ const (
 	ToContainerPktReasonREASON_FROM_STACK           ToContainerPktReason = 18
 	ToContainerPktReasonREASON_TO_QDISC             ToContainerPktReason = 19
 	ToContainerPktReasonREASON_VIA_QDISC            ToContainerPktReason = 20
+	ToContainerPktReasonREASON_FLOW_NEW             ToContainerPktReason = 21
+	ToContainerPktReasonREASON_FLOW_STACK           ToContainerPktReason = 22
+	ToContainerPktReasonREASON_ROUTED_IN            ToContainerPktReason = 23
+	ToContainerPktReasonREASON_TUNNEL_ENCAP         ToContainerPktReason = 24
+	ToContainerPktReasonREASON_TUNNEL_DECAP         ToContainerPktReason = 25
+	ToContainerPktReasonREASON_DROP_TUNNEL          ToContainerPktReason = 26
 	ToContainerPktReasonREASON_MAX                  ToContainerPktReason = 32
 )
 
@@ -283,6 +313,7 @@ const (
 	ToContainerMapEndpointCounters = "endpoint_counters"
 	ToContainerMapEndpointDevs     = "endpoint_devs"
 	ToContainerMapEndpoints        = "endpoints"
+	ToContainerMapFlows            = "flows"
 	ToContainerMapHostportConfig   = "hostport_config"
 	ToContainerMapHostports        = "hostports"
 	ToContainerMapMasqNets         = "masq_nets"
@@ -295,6 +326,8 @@ const (
 	ToContainerMapSockRevnat       = "sock_revnat"
 	ToContainerMapUplinks          = "uplinks"
 	ToContainerProgToContainer     = "to_container"
+	ToContainerVarCtOptsSize       = "ct_opts_size"
+	ToContainerVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadToContainer returns the embedded CollectionSpec for ToContainer.
@@ -350,6 +383,7 @@ type ToContainerMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
@@ -367,6 +401,8 @@ type ToContainerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToContainerVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // ToContainerObjects contains all objects after they have been loaded into the kernel.
@@ -393,6 +429,7 @@ type ToContainerMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
@@ -412,6 +449,7 @@ func (m *ToContainerMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
 		m.MasqNets,
@@ -430,6 +468,8 @@ func (m *ToContainerMaps) Close() error {
 //
 // It can be passed to LoadToContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToContainerVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // ToContainerPrograms contains all programs after they have been loaded into the kernel.

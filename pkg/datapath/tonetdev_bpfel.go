@@ -77,6 +77,26 @@ type ToNetdevEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type ToNetdevFlowEntry struct {
+	_        structs.HostLayout
+	Verdict  uint8
+	Flags    uint8
+	Pending  uint8
+	Pad      [5]uint8
+	LastSeen uint64
+}
+
+type ToNetdevFlowKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
 type ToNetdevMasqNet struct {
 	_       structs.HostLayout
 	Addr    [16]uint8
@@ -143,7 +163,8 @@ type ToNetdevNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -158,7 +179,8 @@ type ToNetdevNatScratch struct {
 		LaterFrag uint8
 		TcpFlags  uint8
 		IcmpType  uint8
-		Pad       [3]uint8
+		Frag      uint8
+		Pad       [2]uint8
 		L3off     uint32
 		L4off     uint32
 		Sport     uint16
@@ -182,10 +204,12 @@ type ToNetdevNatScratch struct {
 		}
 		_ [24]byte
 	}
+	Fk   ToNetdevFlowKey
+	_    [4]byte
+	Fe   ToNetdevFlowEntry
 	Addr [16]uint8
 	From [16]uint8
 	To   [16]uint8
-	_    [4]byte
 }
 
 type ToNetdevPktCounter struct {
@@ -218,6 +242,12 @@ const (
 	ToNetdevPktReasonREASON_FROM_STACK           ToNetdevPktReason = 18
 	ToNetdevPktReasonREASON_TO_QDISC             ToNetdevPktReason = 19
 	ToNetdevPktReasonREASON_VIA_QDISC            ToNetdevPktReason = 20
+	ToNetdevPktReasonREASON_FLOW_NEW             ToNetdevPktReason = 21
+	ToNetdevPktReasonREASON_FLOW_STACK           ToNetdevPktReason = 22
+	ToNetdevPktReasonREASON_ROUTED_IN            ToNetdevPktReason = 23
+	ToNetdevPktReasonREASON_TUNNEL_ENCAP         ToNetdevPktReason = 24
+	ToNetdevPktReasonREASON_TUNNEL_DECAP         ToNetdevPktReason = 25
+	ToNetdevPktReasonREASON_DROP_TUNNEL          ToNetdevPktReason = 26
 	ToNetdevPktReasonREASON_MAX                  ToNetdevPktReason = 32
 )
 
@@ -238,6 +268,7 @@ const (
 	ToNetdevMapEndpointCounters = "endpoint_counters"
 	ToNetdevMapEndpointDevs     = "endpoint_devs"
 	ToNetdevMapEndpoints        = "endpoints"
+	ToNetdevMapFlows            = "flows"
 	ToNetdevMapMasqNets         = "masq_nets"
 	ToNetdevMapMasqSkip         = "masq_skip"
 	ToNetdevMapNat              = "nat"
@@ -246,6 +277,8 @@ const (
 	ToNetdevMapScratch          = "scratch"
 	ToNetdevMapUplinks          = "uplinks"
 	ToNetdevProgToNetdev        = "to_netdev"
+	ToNetdevVarCtOptsSize       = "ct_opts_size"
+	ToNetdevVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadToNetdev returns the embedded CollectionSpec for ToNetdev.
@@ -301,6 +334,7 @@ type ToNetdevMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
@@ -314,6 +348,8 @@ type ToNetdevMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToNetdevVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // ToNetdevObjects contains all objects after they have been loaded into the kernel.
@@ -340,6 +376,7 @@ type ToNetdevMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
@@ -355,6 +392,7 @@ func (m *ToNetdevMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,
@@ -369,6 +407,8 @@ func (m *ToNetdevMaps) Close() error {
 //
 // It can be passed to LoadToNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToNetdevVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // ToNetdevPrograms contains all programs after they have been loaded into the kernel.

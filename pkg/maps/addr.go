@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Family is the enum addr_family of an address: 4 or 6.
@@ -24,6 +25,26 @@ func Addr16(ip net.IP) (a [16]uint8) {
 		copy(a[:], ip.To16())
 	}
 	return a
+}
+
+// IP is the address of a map key or value of family (4 or 6): the inverse
+// of Addr16.
+func IP(family uint8, a [16]uint8) net.IP {
+	if family == 4 {
+		return net.IP(bytes.Clone(a[:4]))
+	}
+	return net.IP(bytes.Clone(a[:]))
+}
+
+// Port is a port the maps hold in network byte order, as bpf2go reads it
+// on a little-endian host.
+func Port(p uint16) uint16 { return p>>8 | p<<8 }
+
+// Monotonic is bpf_ktime_get_ns's clock: the programs' timestamps.
+func Monotonic() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
 }
 
 // Clear deletes every entry of a hash or LPM map (one that a program may

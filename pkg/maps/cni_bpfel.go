@@ -33,6 +33,35 @@ type CniBwState struct {
 	Ingress CniBwBucket
 }
 
+type CniClusterFlags uint8
+
+const (
+	CniClusterFlagsCLUSTER_F_RANGE  CniClusterFlags = 1
+	CniClusterFlagsCLUSTER_F_TUNNEL CniClusterFlags = 2
+)
+
+type CniClusterKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Family    uint8
+	Pad       [3]uint8
+	Addr      [16]uint8
+}
+
+type CniClusterRoute struct {
+	_          structs.HostLayout
+	Flags      CniClusterFlags
+	NodeFamily uint8
+	Pad        [2]uint8
+	Node       [16]uint8
+}
+
+type CniClusterSettings struct {
+	_            structs.HostLayout
+	VxlanIfindex uint32
+	Vni          uint32
+}
+
 type CniDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]CniPktCounter
@@ -66,6 +95,40 @@ type CniEndpointKey struct {
 	Pad    [3]uint8
 	Addr   [16]uint8
 }
+
+type CniFlowEntry struct {
+	_        structs.HostLayout
+	Verdict  CniFlowVerdict
+	Flags    CniFlowFlags
+	Pending  uint8
+	Pad      [5]uint8
+	LastSeen uint64
+}
+
+type CniFlowFlags uint8
+
+const (
+	CniFlowFlagsFLOW_F_INBOUND CniFlowFlags = 1
+)
+
+type CniFlowKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
+type CniFlowVerdict uint8
+
+const (
+	CniFlowVerdictFLOW_PENDING CniFlowVerdict = 1
+	CniFlowVerdictFLOW_FAST    CniFlowVerdict = 2
+	CniFlowVerdictFLOW_STACK   CniFlowVerdict = 3
+)
 
 type CniHostportEntry struct {
 	_      structs.HostLayout
@@ -219,6 +282,12 @@ const (
 	CniPktReasonREASON_FROM_STACK           CniPktReason = 18
 	CniPktReasonREASON_TO_QDISC             CniPktReason = 19
 	CniPktReasonREASON_VIA_QDISC            CniPktReason = 20
+	CniPktReasonREASON_FLOW_NEW             CniPktReason = 21
+	CniPktReasonREASON_FLOW_STACK           CniPktReason = 22
+	CniPktReasonREASON_ROUTED_IN            CniPktReason = 23
+	CniPktReasonREASON_TUNNEL_ENCAP         CniPktReason = 24
+	CniPktReasonREASON_TUNNEL_DECAP         CniPktReason = 25
+	CniPktReasonREASON_DROP_TUNNEL          CniPktReason = 26
 	CniPktReasonREASON_MAX                  CniPktReason = 32
 )
 
@@ -253,9 +322,12 @@ type CniUplinkInfo struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	CniMapBwBuckets        = "bw_buckets"
+	CniMapClusterConfig    = "cluster_config"
+	CniMapClusterRoutes    = "cluster_routes"
 	CniMapEndpointCounters = "endpoint_counters"
 	CniMapEndpointDevs     = "endpoint_devs"
 	CniMapEndpoints        = "endpoints"
+	CniMapFlows            = "flows"
 	CniMapHostportConfig   = "hostport_config"
 	CniMapHostports        = "hostports"
 	CniMapIpamAllocs       = "ipam_allocs"
@@ -321,9 +393,12 @@ type CniProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
 	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
@@ -367,9 +442,12 @@ func (o *CniObjects) Close() error {
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
 	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
@@ -389,9 +467,12 @@ type CniMaps struct {
 func (m *CniMaps) Close() error {
 	return _CniClose(
 		m.BwBuckets,
+		m.ClusterConfig,
+		m.ClusterRoutes,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
 		m.IpamAllocs,

@@ -60,6 +60,9 @@ var layouts = map[string][2]uintptr{
 	CniMapHostportConfig:   {4, unsafe.Sizeof(CniHostportSettings{})},
 	CniMapSockRevnat:       {unsafe.Sizeof(CniSockRevKey{}), unsafe.Sizeof(CniSockRev{})},
 	CniMapLocalNetns:       {8, 4},
+	CniMapFlows:            {unsafe.Sizeof(CniFlowKey{}), unsafe.Sizeof(CniFlowEntry{})},
+	CniMapClusterRoutes:    {unsafe.Sizeof(CniClusterKey{}), unsafe.Sizeof(CniClusterRoute{})},
+	CniMapClusterConfig:    {4, unsafe.Sizeof(CniClusterSettings{})},
 }
 
 // ErrIncompatible means a pinned map does not have the layout this binary

@@ -174,7 +174,7 @@ func Apply(bpfRoot, stateDir, netName string, s *Settings, podNets []*net.IPNet,
 	if skip == nil {
 		skip = podNets
 	}
-	return syncSkip(t.skip, netID, skip)
+	return syncSkip(t.skip, netID, append(append([]*net.IPNet{}, skip...), s.Cluster...))
 }
 
 // EnsureUplinks gives the uplinks (the named devices, or those of the
@@ -299,23 +299,7 @@ func ensureUplink(bpfRoot, stateDir string, u Uplink, mode datapath.Mode, progs 
 
 // uplinkAttached reports whether every uplink program of progs runs on l.
 func uplinkAttached(l netlink.Link, progs *datapath.Programs) bool {
-	ids := progs.IDs()
-	for _, h := range datapath.UplinkHooks {
-		attached, err := datapath.AttachedIDs(l, h)
-		if err != nil {
-			return false
-		}
-		found := false
-		for _, id := range attached {
-			if ids[id] == h.Name {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+	return datapath.HooksAttached(l, datapath.UplinkHooks, progs)
 }
 
 // UplinkProblems names what is missing for masquerade on the node, for CHECK.

@@ -131,7 +131,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 
 	mtu := c.MTU
 	if mtu == 0 {
-		mtu = defaultMTU()
+		mtu = clusterMTU(c, defaultMTU())
 	}
 	veth, err := datapath.CreateVeth(hostName, podNS, args.IfName, mtu, c.MAC, datapath.Alias(args.ContainerID, args.IfName))
 	if err != nil {
@@ -160,6 +160,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		if err := nat.Apply(c.BPFRoot, c.StateDir, c.Name, c.Masq, podNets, c.Mode, progs); err != nil {
 			return natError(err)
 		}
+	}
+
+	if err := clusterAdd(c, progs, &undo, lock); err != nil {
+		return err
 	}
 
 	em, err = datapath.OpenEndpointMaps(c.BPFRoot)

@@ -158,9 +158,10 @@ func CmdCheck(args *skel.CmdArgs) error {
 			}
 		}
 		problems = append(problems, checkPrograms(c, host, rec)...)
-		if c.Masq.Enabled || (rec != nil && len(rec.HostPorts) > 0) {
+		if c.Masq.Enabled || c.Cluster.Enabled() || (rec != nil && len(rec.HostPorts) > 0) {
 			problems = append(problems, checkMasquerade(c)...)
 		}
+		problems = append(problems, clusterCheck(c)...)
 		if rec != nil && len(rec.HostPorts) > 0 {
 			problems = append(problems, checkHostPorts(c, rec)...)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
@@ -34,6 +35,7 @@ type NetConf struct {
 	StateDir   string `json:"stateDir,omitempty"`
 	AttachMode string `json:"attachMode,omitempty"`
 	nat.Config
+	clusterKeys
 	// CgroupPath: see portmap.Config.
 	CgroupPath string `json:"cgroupPath,omitempty"`
 	// The reference bandwidth plugin's keys at the top level: limits for
@@ -67,6 +69,8 @@ type Config struct {
 	HostPorts *portmap.Settings
 	// BW are the pod's validated rate limits.
 	BW *bandwidth.Limits
+	// Cluster is the validated cluster configuration (pkg/cluster).
+	Cluster *cluster.Settings
 	// IPAMConf is the configuration handed to the IPAM plugin: stdin, with
 	// ebpf-ipam's bpfRoot and stateDir defaulted to ebpf-cni's.
 	IPAMConf []byte
@@ -117,6 +121,9 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	}
 	if c.Masq, err = n.Config.Validate(); err != nil {
 		return nil, natError(err)
+	}
+	if err := clusterParse(c); err != nil {
+		return nil, err
 	}
 	if c.HostPorts, err = portmap.Validate(portmap.Config{CgroupPath: n.CgroupPath, StateDir: n.StateDir}, n.RuntimeConfig.PortMappings); err != nil {
 		return nil, hostPortError(err)

@@ -84,6 +84,9 @@ func teardown(c *Config, hostName string) error {
 		if err := flushFlows(c.BPFRoot, ips); err != nil {
 			errs = append(errs, err)
 		}
+		if err := flowsFlush(c.BPFRoot, ips); err != nil {
+			errs = append(errs, err)
+		}
 		if rec != nil {
 			for _, a := range rec.Attachments {
 				if err := datapath.Detach(a, rec.HostIfIndex); err != nil {
@@ -150,6 +153,7 @@ func releaseNode(c *Config, lock *datapath.Lock) {
 		_ = nat.Teardown(c.BPFRoot, c.StateDir)
 		_ = portmap.Teardown(c.BPFRoot, c.StateDir)
 		_ = bandwidth.Teardown(c.BPFRoot)
+		_ = clusterRelease(c)
 	}
 }
 

@@ -199,7 +199,8 @@ func gcEntries(bpfRoot string, kept map[string]*datapath.Record, dryRun bool) ([
 // the node has no endpoint left.
 func gcMasquerade(c *Config, kept map[string]*datapath.Record) error {
 	if len(kept) == 0 {
-		return errors.Join(nat.Teardown(c.BPFRoot, c.StateDir), portmap.Teardown(c.BPFRoot, c.StateDir), bandwidth.Teardown(c.BPFRoot))
+		return errors.Join(nat.Teardown(c.BPFRoot, c.StateDir), portmap.Teardown(c.BPFRoot, c.StateDir), bandwidth.Teardown(c.BPFRoot),
+			clusterRelease(c), flowsGC(c.BPFRoot, func(net.IP) bool { return false }))
 	}
 	liveNets := map[uint32]bool{}
 	liveIPs := map[string]bool{}
@@ -216,5 +217,5 @@ func gcMasquerade(c *Config, kept map[string]*datapath.Record) error {
 	defer t.Close()
 	live := func(ip net.IP) bool { return liveIPs[ip.String()] }
 	_, err = t.GC(live)
-	return errors.Join(err, nat.ForgetNetworks(c.BPFRoot, liveNets), portmap.GC(c.BPFRoot, c.StateDir, live))
+	return errors.Join(err, nat.ForgetNetworks(c.BPFRoot, liveNets), portmap.GC(c.BPFRoot, c.StateDir, live), flowsGC(c.BPFRoot, live))
 }

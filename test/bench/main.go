@@ -51,7 +51,7 @@ type config struct {
 	started      time.Time
 }
 
-var allPaths = []string{"cni", "pod-to-pod", "masquerade", "hostport", "bandwidth"}
+var allPaths = []string{"cni", "pod-to-pod", "masquerade", "hostport", "bandwidth", "cross-node", "cross-node-vxlan", "masquerade-services"}
 
 // profile returns the settings of a named profile: full fits in 15 minutes
 // on 2 cores, quick in 3 with the same rows, smoke is quick with tiny
@@ -191,7 +191,10 @@ func (b *bench) run() error {
 	}
 	b.versions = append(b.versions, [2]string{"bridge-nf-call-iptables (REF node)", bridgeNF(b.setups[REF].node.NS)})
 	steps := map[string]func() error{"cni": b.cniPath, "pod-to-pod": b.podToPod, "masquerade": b.masquerade,
-		"hostport": b.hostport, "bandwidth": b.bandwidth}
+		"hostport": b.hostport, "bandwidth": b.bandwidth,
+		"cross-node":          func() error { return b.crossNode("cross-node", false) },
+		"cross-node-vxlan":    func() error { return b.crossNode("cross-node-vxlan", true) },
+		"masquerade-services": b.masqueradeServices}
 	var errs []error
 	for _, p := range b.cfg.paths {
 		if err := steps[p](); err != nil {

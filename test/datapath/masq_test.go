@@ -326,7 +326,14 @@ func testMasquerade(t *testing.T, version, mode string) {
 	rev := maps.CniPktReasonREASON_REV_SNAT
 	require.GreaterOrEqual(t, after[rev].Packets-before[rev].Packets, uint64(16), "replies translated on the uplink")
 	require.GreaterOrEqual(t, after[maps.CniPktReasonREASON_SNAT].Packets-before[maps.CniPktReasonREASON_SNAT].Packets, uint64(16))
-	require.Less(t, e.forwarded()-fwd, 4, "pod traffic went through the node's FORWARD path")
+	// The first packet of each TCP and UDP flow goes through the stack, so
+	// that netfilter (kube-proxy) sees it (bpf/lib/flow.h): 2 pods x (TCP,
+	// UDP) over IPv4. Everything after it, and every reply, takes the fast
+	// path.
+	flowsV4 := 4
+	require.Less(t, e.forwarded()-fwd, flowsV4+4, "pod traffic went through the node's FORWARD path")
+	newFlows := maps.CniPktReasonREASON_FLOW_NEW
+	require.GreaterOrEqual(t, after[newFlows].Packets-before[newFlows].Packets, uint64(2*flowsV4), "first packets handed to netfilter, IPv4 and IPv6")
 	require.Equal(t, rules, e.ruleset(), "ADD changed the netfilter ruleset")
 	out, err := nettest.Run(e.node.NS, "iptables-save")
 	require.NoError(t, err)
