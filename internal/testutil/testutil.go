@@ -89,9 +89,14 @@ func Main(m *testing.M) {
 }
 
 // PluginDir builds ebpf-cni and ebpf-ipam once per test binary and returns
-// the directory holding them; Main removes it.
+// the directory holding them; Main removes it. Where the tests run without a
+// Go toolchain (the make test-kernel guest), EBPF_CNI_TEST_BIN names a
+// directory of binaries built beforehand.
 func PluginDir(t testing.TB) string {
 	t.Helper()
+	if dir := os.Getenv("EBPF_CNI_TEST_BIN"); dir != "" {
+		return dir
+	}
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "ebpf-cni-bin-")
 		if buildErr != nil {
@@ -108,6 +113,30 @@ func PluginDir(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return buildDir
+}
+
+// VersionDir returns a directory holding ebpf-cni and ebpf-ipam stamped with
+// version (a "newer release" of the same tree): built into a temporary
+// directory, or, with EBPF_CNI_TEST_VERSIONS set (make test-kernel), taken
+// from <that directory>/<version>.
+func VersionDir(t testing.TB, version string) string {
+	t.Helper()
+	if dir := os.Getenv("EBPF_CNI_TEST_VERSIONS"); dir != "" {
+		d := filepath.Join(dir, version)
+		if _, err := os.Stat(filepath.Join(d, "ebpf-cni")); err != nil {
+			t.Fatalf("no prebuilt binaries of version %q: %v (test/kernel/run.sh builds the versions it lists)", version, err)
+		}
+		return d
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="+version,
+		"-o", dir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
+	cmd.Dir = ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
 }
 
 // RefPluginDir is where Debian's containernetworking-plugins live.

@@ -19,19 +19,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 )
 
-// buildVersion builds ebpf-cni and ebpf-ipam stamped with version into a
-// temporary directory: a "newer release" of the same tree.
-func buildVersion(t *testing.T, version string) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="+version,
-		"-o", dir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
-	cmd.Dir = testutil.ModuleRoot()
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return dir
-}
-
 var lossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 
 // TestUpgrade: the first ADD of a newer binary loads its programs once,
@@ -59,7 +46,7 @@ func TestUpgrade(t *testing.T) {
 			require.NoError(t, err)
 			defer conn.Close()
 			require.NoError(t, nettest.Echo(conn, "before\n"))
-			newer := nettest.NewCNI(e.node, []string{buildVersion(t, "upgrade-test"), testutil.RefPluginDir(t)}, e.cacheDir)
+			newer := nettest.NewCNI(e.node, []string{testutil.VersionDir(t, "upgrade-test"), testutil.RefPluginDir(t)}, e.cacheDir)
 
 			// A ping stream that runs until interrupted, so the swap surely
 			// happens inside it.
