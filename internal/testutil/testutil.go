@@ -23,6 +23,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
 // RequireRoot skips a test that needs root when not run as root; under CI it
@@ -137,6 +138,39 @@ func VersionDir(t testing.TB, version string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return dir
+}
+
+// AttachModes is every attachMode a test runs under; RequireMode skips
+// the ones the kernel lacks.
+var AttachModes = []string{"tcx", "tc"}
+
+// RequireMode skips a (sub)test of attachMode mode on a kernel without it
+// (tcx before 6.6), saying so: such a kernel's ADD refuses the mode with
+// code 122 (TestAttachModeTCXMissing), and auto falls back to tc.
+func RequireMode(t testing.TB, mode string) {
+	t.Helper()
+	if mode == "tcx" {
+		if f := kernel.HaveTCX(); !f.Available {
+			t.Skipf("attachMode tcx: %s", f.Detail)
+		}
+	}
+}
+
+// BestMode is the attachMode auto resolves to on this kernel, for tests
+// that need one mode and name it.
+func BestMode() string {
+	if kernel.HaveTCX().Available {
+		return "tcx"
+	}
+	return "tc"
+}
+
+// RequireFQ skips a test of EDT pacing on a kernel without the fq qdisc.
+func RequireFQ(t testing.TB) {
+	t.Helper()
+	if f := kernel.HaveFQ(); !f.Available {
+		t.Skipf("EDT needs the fq qdisc: %s (make test-kernel runs this test on Debian 12's 6.1, which has it)", f.Detail)
+	}
 }
 
 // RefPluginDir is where Debian's containernetworking-plugins live.

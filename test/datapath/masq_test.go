@@ -289,8 +289,11 @@ var addr = func(ip net.IP) netip.Addr { a, _ := netip.AddrFromSlice(ip); return 
 // programs.
 func TestMasquerade(t *testing.T) {
 	for _, v := range testutil.SpecVersions {
-		for _, mode := range []string{"tcx", "tc"} {
-			t.Run(v+"/"+mode, func(t *testing.T) { testMasquerade(t, v, mode) })
+		for _, mode := range testutil.AttachModes {
+			t.Run(v+"/"+mode, func(t *testing.T) {
+				testutil.RequireMode(t, mode)
+				testMasquerade(t, v, mode)
+			})
 		}
 	}
 }

@@ -26,8 +26,9 @@ var lossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 // a ping stream and an open TCP connection between old pods go on across
 // the swap without loss.
 func TestUpgrade(t *testing.T) {
-	for _, mode := range []string{"tcx", "tc"} {
+	for _, mode := range testutil.AttachModes {
 		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
 			e := newEnv(t)
 			list := e.confList(netOpts{attachMode: mode})
 			a := e.addPod(list, "old-a")
