@@ -71,7 +71,8 @@ KERNEL ?= # a Debian kernel package; empty: the one linux-image-amd64 depends on
 VM_CACHE ?= /var/cache/ebpf-cni-vm
 VM_TESTS ?= test/datapath test/cli test/ipam
 VM_RUN ?=
+VM_SKIP ?=
 .PHONY: test-kernel
-test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in qemu, run the integration tests in it (VM_TESTS, VM_RUN); as root; see docs/kernels.md
+test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in qemu, run the integration tests in it (VM_TESTS, VM_RUN, VM_SKIP); as root; see docs/kernels.md
 	$(call apt-install,$(VM_DEB_PKGS))
-	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" test/kernel/run.sh
+	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" VM_SKIP="$(VM_SKIP)" test/kernel/run.sh

@@ -200,8 +200,6 @@ func collectStatus(ctx *Context) *Status {
 	return st
 }
 
-
-
 // programInfo fills in the kernel's name and load time of a program.
 func programInfo(id ebpf.ProgramID, p *Program) {
 	prog, err := ebpf.NewProgramFromID(id)

@@ -12,6 +12,7 @@
 #   VM_CACHE    cache for kernels and the root filesystem (/var/cache/ebpf-cni-vm)
 #   VM_TESTS    test packages to run (test/datapath test/cli test/ipam)
 #   VM_RUN      -test.run regexp for every package (default: all)
+#   VM_SKIP     -test.skip regexp for every package (default: none)
 #   VM_MEM      guest memory (3G); VM_SMP guest CPUs (2)
 #   VM_TIMEOUT  limit for the whole boot (90m); VM_TEST_TIMEOUT per package (60m)
 set -euo pipefail
@@ -24,6 +25,7 @@ SUITE=${VM_SUITE:-bookworm}
 MIRROR=${VM_MIRROR:-http://deb.debian.org/debian}
 TESTS=${VM_TESTS:-test/datapath test/cli test/ipam}
 RUN=${VM_RUN:-}
+SKIP=${VM_SKIP:-}
 MEM=${VM_MEM:-3G}
 SMP=${VM_SMP:-2}
 TIMEOUT=${VM_TIMEOUT:-90m}
@@ -130,8 +132,9 @@ fi
 run=$tmp/run
 mkdir -p "$run/ebpf-cni/bin"
 log "building bin/ebpf-cni, bin/ebpf-ipam and the test binaries ($TESTS)"
-make -s build >&2
-cp bin/ebpf-cni bin/ebpf-ipam "$run/ebpf-cni/bin/"
+# As testutil.PluginDir builds them: unstamped, so the programs' tag (which
+# carries the version) is the one the test binaries compute.
+CGO_ENABLED=0 go build -o "$run/ebpf-cni/bin/" ./cmd/ebpf-cni ./cmd/ebpf-ipam
 for v in $VERSIONS; do
 	CGO_ENABLED=0 go build -ldflags "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version=$v" \
 		-o "$run/ebpf-cni/versions/$v/" ./cmd/ebpf-cni ./cmd/ebpf-ipam
@@ -146,6 +149,7 @@ chmod 755 "$run/init"
 {
 	printf 'TESTS=%q\n' "$TESTS"
 	printf 'RUN=%q\n' "$RUN"
+	printf 'SKIP=%q\n' "$SKIP"
 	printf 'TEST_TIMEOUT=%q\n' "$TEST_TIMEOUT"
 	printf 'KERNEL=%q\n' "$KERNEL"
 } >"$run/ebpf-cni/vm.env"
