@@ -177,6 +177,7 @@ func (e *env) noIfb() {
 // included, lands within 5%. The world's TCP (an outside sender) and UDP
 // meet the token buckets alone.
 func TestBandwidthLimits(t *testing.T) {
+	testutil.SkipRateUnderEmulation(t, "every rate of this test")
 	e := newEnv(t)
 	e.routeWorldToPods()
 	list := e.bwList("", nil)

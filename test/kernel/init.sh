@@ -23,6 +23,8 @@ ip link set lo up
 . /ebpf-cni/vm.env
 # The tests use the binaries compiled on the host (no Go toolchain here).
 export EBPF_CNI_TEST_BIN=/ebpf-cni/bin EBPF_CNI_TEST_VERSIONS=/ebpf-cni/versions
+# Rate assertions skip under emulation (testutil.SkipRateUnderEmulation).
+export EBPF_CNI_TEST_EMULATED=tcg
 
 echo "EBPF-CNI-VM-BOOTED $(uname -r) $(nproc) CPUs, $(awk '/MemTotal/ {print $2 / 1024 " MiB"}' /proc/meminfo)"
 status=0
