@@ -180,7 +180,7 @@ func Emulated() bool { return os.Getenv("EBPF_CNI_TEST_EMULATED") != "" }
 
 // SkipRateUnderEmulation skips the rest of a test that asserts a rate when
 // it runs under emulation, where the guest's CPU, shared with the host's
-// load, cannot carry tens of Mbit/s steadily (seen: 35-47 Mbit/s through
+// load, cannot carry tens of Mbit/s steadily (seen at a host load of 10: 35-47 Mbit/s through
 // a 50 Mbit/s tbf, 183 Mbit/s unlimited). What the test did before it
 // (traffic, functional checks) stands; the rates are asserted on the host
 // kernel, and TestBandwidthEDT asserts per-second accuracy in the guest.

@@ -258,7 +258,7 @@ func TestGC(t *testing.T) {
 
 // TestAttachModeTCXMissing: on a kernel without tcx (before 6.6), an ADD
 // that asks for attachMode tcx fails with code 122, naming the key, and
-// leaves nothing behind; attachMode auto works there (it falls back to tc:
+// leaves nothing behind, and STATUS answers 50; attachMode auto works there (it falls back to tc:
 // every other test).
 func TestAttachModeTCXMissing(t *testing.T) {
 	if f := kernel.HaveTCX(); f.Available {
@@ -270,4 +270,8 @@ func TestAttachModeTCXMissing(t *testing.T) {
 	require.Equal(t, plugin.ErrKernelFeature, cniCode(t, err))
 	require.ErrorContains(t, err, "attachMode tcx: this kernel has no tcx links")
 	e.requireClean()
+	// STATUS says the same, as "plugin not available".
+	err = e.cni.Status(list)
+	require.Equal(t, uint(types.ErrPluginNotAvailable), cniCode(t, err))
+	require.ErrorContains(t, err, "attachMode tcx")
 }
