@@ -33,13 +33,18 @@ DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-deps: ## install the Debian packages and Go modules the project needs (idempotent)
-	@missing=""; for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+# apt-install installs the Debian packages of $(1) that are missing.
+define apt-install
+	@missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "deps: installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else echo "deps: Debian packages present: $(DEB_PKGS)"; \
 	fi
+endef
+
+deps: ## install the Debian packages and Go modules the project needs (idempotent)
+	$(call apt-install,$(DEB_PKGS))
 	@$(GO) mod download
 
 generate: ## compile bpf/*.c with bpf2go into pkg/ (reproducible; commit the output)
@@ -96,3 +101,16 @@ bench: build ## REF, EBPF and RAW side by side into test/bench/results (full: ~1
 .PHONY: demo
 demo: deps build ## the product in under a minute on a simulated node: pods, masquerade, hostPort, bandwidth, vs bridge+iptables, the CLI; as root
 	$(GO) run ./test/demo -bin $(BIN)
+
+# The kernel test: qemu (TCG: no KVM needed), debootstrap for the guest's root
+# filesystem, cpio for its initramfs, kmod (depmod) for the kernel's modules.
+VM_DEB_PKGS := qemu-system-x86 debootstrap cpio kmod
+KERNEL ?= # a Debian kernel package; empty: the one linux-image-amd64 depends on (Debian 12: 6.1)
+VM_CACHE ?= /var/cache/ebpf-cni-vm
+VM_TESTS ?= test/datapath test/cli test/ipam
+VM_RUN ?=
+VM_SKIP ?=
+.PHONY: test-kernel
+test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in qemu, run the integration tests in it (VM_TESTS, VM_RUN, VM_SKIP); as root; see docs/kernels.md
+	$(call apt-install,$(VM_DEB_PKGS))
+	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" VM_SKIP="$(VM_SKIP)" test/kernel/run.sh

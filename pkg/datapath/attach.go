@@ -11,6 +11,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
 // Mode is how programs are attached to a device.
@@ -263,7 +265,8 @@ func detach(a Attachment, ifindex int, now bool) error {
 func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 	var ids []ebpf.ProgramID
 	res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.TCXAttach})
-	if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+	// A kernel without tcx (before 6.6) refuses the query with EINVAL.
+	if err != nil && !errors.Is(err, ebpf.ErrNotSupported) && (!errors.Is(err, unix.EINVAL) || kernel.HaveTCX().Available) {
 		return nil, fmt.Errorf("querying tcx programs of %s: %w", l.Attrs().Name, err)
 	}
 	if res != nil {

@@ -47,6 +47,10 @@ const (
 	// ErrHostPort: port mappings could not be set up (maps, socket hooks,
 	// uplink programs); a bad mapping is code 7 instead.
 	ErrHostPort uint = 121
+	// ErrKernelFeature: the configuration asks for a kernel feature this
+	// kernel lacks (the message names the key and the feature; see
+	// docs/kernels.md); nothing was made.
+	ErrKernelFeature uint = 123
 )
 
 // hostPortError turns a hostPort error into a CNI error: a bad key is an

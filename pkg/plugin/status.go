@@ -19,8 +19,12 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if _, err := datapath.ParseMode(c.AttachMode); err != nil {
+	mode, err := datapath.ParseMode(c.AttachMode)
+	if err != nil {
 		return invalidConfig("attachMode", err.Error())
+	}
+	if err := kernelSupports(mode); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}
 	if err := podRangeConfigured(c); err != nil {
 		return err

@@ -19,19 +19,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/datapath"
 )
 
-// buildVersion builds ebpf-cni and ebpf-ipam stamped with version into a
-// temporary directory: a "newer release" of the same tree.
-func buildVersion(t *testing.T, version string) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="+version,
-		"-o", dir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
-	cmd.Dir = testutil.ModuleRoot()
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return dir
-}
-
 var lossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 
 // TestUpgrade: the first ADD of a newer binary loads its programs once,
@@ -39,8 +26,9 @@ var lossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 // a ping stream and an open TCP connection between old pods go on across
 // the swap without loss.
 func TestUpgrade(t *testing.T) {
-	for _, mode := range []string{"tcx", "tc"} {
+	for _, mode := range testutil.AttachModes {
 		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
 			e := newEnv(t)
 			list := e.confList(netOpts{attachMode: mode})
 			a := e.addPod(list, "old-a")
@@ -59,7 +47,7 @@ func TestUpgrade(t *testing.T) {
 			require.NoError(t, err)
 			defer conn.Close()
 			require.NoError(t, nettest.Echo(conn, "before\n"))
-			newer := nettest.NewCNI(e.node, []string{buildVersion(t, "upgrade-test"), testutil.RefPluginDir(t)}, e.cacheDir)
+			newer := nettest.NewCNI(e.node, []string{testutil.VersionDir(t, "upgrade-test"), testutil.RefPluginDir(t)}, e.cacheDir)
 
 			// A ping stream that runs until interrupted, so the swap surely
 			// happens inside it.
