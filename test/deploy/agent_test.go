@@ -36,15 +36,17 @@ var (
 // bpffs and state, the plugins configured by the production writer, and an
 // agent that can be started and stopped.
 type simNode struct {
-	t        *testing.T
-	name     string
-	node     *nettest.Node
-	ip4, ip6 net.IP
-	podCIDRs []netip.Prefix
-	cni      *nettest.CNI
-	list     *libcni.NetworkConfigList
-	handle   netlinksafe.Handle
-	stop     func()
+	t                 *testing.T
+	name              string
+	node              *nettest.Node
+	ip4, ip6          net.IP
+	podCIDRs          []netip.Prefix
+	mode              conflist.Mode
+	bpfRoot, stateDir string
+	cni               *nettest.CNI
+	list              *libcni.NetworkConfigList
+	handle            netlinksafe.Handle
+	stop              func()
 }
 
 func newSimNode(t *testing.T, seg *nettest.Segment, name string, i int) *simNode {
@@ -54,19 +56,43 @@ func newSimNode(t *testing.T, seg *nettest.Segment, name string, i int) *simNode
 	require.NoError(t, err)
 	s := &simNode{t: t, name: name, node: node, ip4: ip4, ip6: ip6, podCIDRs: []netip.Prefix{
 		netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i)), netip.MustParsePrefix(fmt.Sprintf("fd00:10:244:%d::/64", i)),
-	}}
-	// Masquerade on, as deployed: the cluster's ranges keep the pods' own
-	// addresses (nonMasqueradeCIDRs until the plugin has clusterCIDRs).
+	}, mode: conflist.ModeDirect}
+	s.install(clusterCIDRs)
+	return s
+}
+
+// newOverlayNode is a node of a simulated cluster (nettest.Cluster: on its
+// segment, or behind its router) in vxlan mode.
+func newOverlayNode(t *testing.T, cn *nettest.ClusterNode) *simNode {
+	t.Helper()
+	s := &simNode{t: t, name: cn.Name, node: cn.Node, ip4: cn.IP4, ip6: cn.IP6, mode: conflist.ModeVXLAN}
+	for _, n := range []*net.IPNet{cn.PodCIDR4, cn.PodCIDR6} {
+		p, err := netip.ParsePrefix(n.String())
+		require.NoError(t, err)
+		s.podCIDRs = append(s.podCIDRs, p)
+	}
+	var ranges []netip.Prefix
+	for _, n := range []*net.IPNet{nettest.ClusterCIDR4, nettest.ClusterCIDR6} {
+		ranges = append(ranges, netip.MustParsePrefix(n.String()))
+	}
+	s.install(ranges)
+	return s
+}
+
+// install configures the plugins as deployed, by the production writer:
+// masquerade on, the cluster's ranges keeping the pods' own addresses.
+func (s *simNode) install(clusterCIDRs []netip.Prefix) {
+	t := s.t
+	s.bpfRoot, s.stateDir = testutil.BPFFS(t), t.TempDir()
 	b, err := conflist.Build(conflist.Options{CNIVersion: "1.1.0", PodCIDRs: s.podCIDRs, ClusterCIDRs: clusterCIDRs, Masquerade: true,
-		BPFRoot: testutil.BPFFS(t), StateDir: t.TempDir()})
+		Mode: s.mode, BPFRoot: s.bpfRoot, StateDir: s.stateDir})
 	require.NoError(t, err)
 	s.list, err = libcni.ConfListFromBytes(b)
 	require.NoError(t, err)
-	s.cni = nettest.NewCNI(node, []string{testutil.PluginDir(t)}, t.TempDir())
-	s.handle, err = netlinksafe.NewHandleAt(netns.NsHandle(int(node.NS.Fd())))
+	s.cni = nettest.NewCNI(s.node, []string{testutil.PluginDir(t)}, t.TempDir())
+	s.handle, err = netlinksafe.NewHandleAt(netns.NsHandle(int(s.node.NS.Fd())))
 	require.NoError(t, err)
 	t.Cleanup(s.handle.Close)
-	return s
 }
 
 // object is this node's Node object as kubelet and the node IPAM
@@ -85,13 +111,23 @@ func (s *simNode) object() *corev1.Node {
 	return n
 }
 
-// startAgent runs the agent of this node in direct mode against the API
-// server, with its routes in the node's netns, until stopped.
+// startAgent runs the agent of this node in its mode against the API
+// server, until stopped: its routes in the node's netns, or its tunnel
+// endpoints in the node's bpfRoot.
 func (s *simNode) startAgent(client kubernetes.Interface) *agent.Agent {
 	s.t.Helper()
-	d, err := agent.NewDirect(s.handle, agent.DefaultRouteProtocol)
+	var routes agent.NodeRoutes
+	var err error
+	switch s.mode {
+	case conflist.ModeDirect:
+		routes, err = agent.NewDirect(s.handle, agent.DefaultRouteProtocol)
+	case conflist.ModeVXLAN:
+		underlay := 0
+		require.NoError(s.t, s.node.NS.Do(func(ns.NetNS) error { underlay = agent.UnderlayFamily(); return nil }))
+		routes, err = agent.NewVXLAN(s.bpfRoot, s.stateDir, underlay)
+	}
 	require.NoError(s.t, err)
-	a, err := agent.New(client, d, agent.Config{NodeName: s.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a, err := agent.New(client, routes, agent.Config{NodeName: s.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(s.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
