@@ -141,6 +141,20 @@ func (s *simNode) startAgent(client kubernetes.Interface) *agent.Agent {
 	return a
 }
 
+// entriesTo lists this node's routes (mode direct) or tunnel endpoints
+// (mode vxlan) to the ranges of peer.
+func (s *simNode) entriesTo(peer *simNode) []string {
+	if s.mode == conflist.ModeVXLAN {
+		return s.tunnelsTo(peer)
+	}
+	return s.routesTo(peer)
+}
+
+func (s *simNode) waitEntries(peer *simNode, n int) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool { return len(s.entriesTo(peer)) == n }, 10*time.Second, time.Millisecond, "%s entries on %s to %s: %v", s.mode, s.name, peer.name, s.entriesTo(peer))
+}
+
 // routesTo lists the agent's routes on this node to the ranges of peer.
 func (s *simNode) routesTo(peer *simNode) []string {
 	rs, err := s.handle.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: agent.DefaultRouteProtocol}, netlink.RT_FILTER_PROTOCOL)
@@ -154,11 +168,6 @@ func (s *simNode) routesTo(peer *simNode) []string {
 		}
 	}
 	return out
-}
-
-func (s *simNode) waitRoutes(peer *simNode, n int) {
-	s.t.Helper()
-	require.Eventually(s.t, func() bool { return len(s.routesTo(peer)) == n }, 10*time.Second, time.Millisecond, "routes on %s to %s: %v", s.name, peer.name, s.routesTo(peer))
 }
 
 // reachable pings from one pod to another (v4 and v6), one try each.
@@ -200,24 +209,33 @@ func sourceSeen(t *testing.T, from, to *nettest.Pod, fam int) net.IP {
 }
 
 // TestAgentTwoNodes is the Must-hold of the deployment issue for direct
-// mode: two simulated nodes on one L2 segment, the plugins configured by
-// the production writer (masquerade on, the cluster's ranges exempt), an
-// agent in each fed by an API server. Pods on the two nodes do not reach
-// each other until the Node objects exist, then do both ways (IPv4 and
-// IPv6) with their own addresses; with an agent stopped the routes stay,
-// ADD, CHECK, STATUS and DEL still succeed and pods of that node keep
-// talking; deleting a Node object removes its routes from the other node
-// and its pods become unreachable.
+// mode: two simulated nodes on one L2 segment (agentTwoNodes says the
+// rest).
 func TestAgentTwoNodes(t *testing.T) {
 	testutil.RequireRoot(t)
 	seg, err := nettest.NewSegment()
 	require.NoError(t, err)
 	t.Cleanup(seg.Close)
 	a, b := newSimNode(t, seg, "node-a", 1), newSimNode(t, seg, "node-b", 2)
+	agentTwoNodes(t, a, b,
+		[]string{"10.244.2.0/24 via 192.0.2.12", "fd00:10:244:2::/64 via 2001:db8:ffff::12"},
+		[]string{"10.244.1.0/24 via 192.0.2.11", "fd00:10:244:1::/64 via 2001:db8:ffff::11"}, nil)
+}
+
+// agentTwoNodes: nodes a and b, the plugins configured by the production
+// writer (masquerade on, clusterCIDRs, the node's mode), an agent in each
+// fed by an API server. Pods on the two nodes do not reach each other
+// until the Node objects exist, then a's entries to b are aToB (and b's to
+// a bToA), and the pods reach each other both ways (IPv4 and IPv6, and
+// then whatever also says) with their own addresses; with a's agent
+// stopped its entries stay, ADD, CHECK, STATUS and DEL still succeed and
+// pods keep talking; deleting b's Node object removes its entries from a
+// and its pods become unreachable.
+func agentTwoNodes(t *testing.T, a, b *simNode, aToB, bToA []string, also func(podA, podB *nettest.Pod)) {
 	podA := testutil.AddPod(t, a.cni, a.list, "pod-a")
 	podB := testutil.AddPod(t, b.cni, b.list, "pod-b")
-	require.True(t, net.ParseIP("10.244.1.0").Mask(net.CIDRMask(24, 32)).Equal(podA.IP(4).Mask(net.CIDRMask(24, 32))), "pod A got %s", podA.IP(4))
-	require.Error(t, reachable(podA, podB), "pods of different nodes reach each other without routes")
+	require.True(t, a.podCIDRs[0].Contains(netip.MustParseAddr(podA.IP(4).String())), "pod A got %s", podA.IP(4))
+	require.Error(t, reachable(podA, podB), "pods of different nodes reach each other without the agent's entries")
 
 	api, err := kubetest.New()
 	require.NoError(t, err)
@@ -230,12 +248,14 @@ func TestAgentTwoNodes(t *testing.T) {
 	require.Eventually(t, func() bool { return agentA.Status().Ready }, 10*time.Second, time.Millisecond, "%+v", agentA.Status())
 	start := time.Now()
 	api.Apply(b.object())
-	a.waitRoutes(b, 2)
-	t.Logf("node-b's Node object to its routes on node-a: %v (BenchmarkNodeToRoute measures it)", time.Since(start))
-	b.waitRoutes(a, 2)
-	require.ElementsMatch(t, []string{"10.244.2.0/24 via 192.0.2.12", "fd00:10:244:2::/64 via 2001:db8:ffff::12"}, a.routesTo(b))
+	a.waitEntries(b, 2)
+	t.Logf("%s's Node object to its entries on %s (%s): %v (BenchmarkNodeToRoute and BenchmarkNodeToTunnel measure it)", b.name, a.name, a.mode, time.Since(start))
+	b.waitEntries(a, 2)
+	require.ElementsMatch(t, aToB, a.entriesTo(b))
+	require.ElementsMatch(t, bToA, b.entriesTo(a))
 	require.Eventually(t, func() bool { return agentA.Status().Ready && agentB.Status().Ready }, 10*time.Second, 10*time.Millisecond,
 		"a: %+v b: %+v", agentA.Status(), agentB.Status())
+	require.Equal(t, string(a.mode), agentA.Status().Mode)
 
 	require.NoError(t, reachable(podA, podB))
 	require.NoError(t, reachable(podB, podA))
@@ -243,25 +263,32 @@ func TestAgentTwoNodes(t *testing.T) {
 		require.True(t, podA.IP(fam).Equal(sourceSeen(t, podA, podB, fam)), "pod B sees pod A's own address (IPv%d)", fam)
 		require.True(t, podB.IP(fam).Equal(sourceSeen(t, podB, podA, fam)), "pod A sees pod B's own address (IPv%d)", fam)
 	}
+	if also != nil {
+		also(podA, podB)
+	}
 
 	// Agent of node A down: nothing of the pod path depends on it.
 	a.stop()
-	require.Len(t, a.routesTo(b), 2, "stopping the agent removed its routes")
+	require.Len(t, a.entriesTo(b), 2, "stopping the agent removed its entries")
 	require.NoError(t, reachable(podA, podB))
 	podA2 := testutil.AddPod(t, a.cni, a.list, "pod-a2")
 	require.NoError(t, a.cni.Check(a.list, podA2.RT))
 	require.NoError(t, a.cni.Status(a.list))
 	require.NoError(t, reachable(podA, podA2), "pods of one node talk with the agent down")
 	require.NoError(t, reachable(podA2, podB))
+	require.NoError(t, reachable(podB, podA2))
 	require.NoError(t, a.cni.DelPod(a.list, podA2))
+	require.NoError(t, reachable(podA, podB))
 
-	// Back up, it finds its routes current; node B's Node goes: node A
-	// withdraws the routes to it, and pod B is out of reach.
+	// Back up, it finds its entries current; node B's Node goes: node A
+	// withdraws the entries to it, and pod B is out of reach.
 	agentA = a.startAgent(client)
 	require.Eventually(t, func() bool { return agentA.Status().Ready }, 10*time.Second, 10*time.Millisecond, "%+v", agentA.Status())
-	require.True(t, api.Delete("node-b"))
-	a.waitRoutes(b, 0)
+	require.Equal(t, 2, agentA.Status().Routes, "the restarted agent knows its entries")
+	require.True(t, api.Delete(b.name))
+	a.waitEntries(b, 0)
 	require.Error(t, reachable(podA, podB), "pod B reachable after its Node was deleted")
+	require.Len(t, b.entriesTo(a), 2, "node A's Node is still there")
 	// Node A's own routes were never the agent's to touch: its pods still
 	// reach the node.
 	_, err = nettest.Ping(a.node.NS, podA.IP(4), 1)
@@ -290,28 +317,34 @@ func lonelyNode(tb testing.TB, ip4, ip6 string) (*nettest.Node, netlinksafe.Hand
 // and netlink.
 func BenchmarkNodeToRoute(b *testing.B) {
 	_, h := lonelyNode(b, "192.0.2.11", "2001:db8:ffff::11")
+	d, err := agent.NewDirect(h, agent.DefaultRouteProtocol)
+	require.NoError(b, err)
+	benchNodeTo(b, d, "route", func() int {
+		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: agent.DefaultRouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+		require.NoError(b, err)
+		return len(rs)
+	})
+}
+
+// benchNodeTo runs an agent with routes against a test API server and
+// measures how long a peer's Node takes to show as two entries (count)
+// and, deleted, to go; reported as µs-to-<what> and µs-to-removal.
+func benchNodeTo(b *testing.B, routes agent.NodeRoutes, what string, count func() int) {
 	api, err := kubetest.New()
 	require.NoError(b, err)
 	b.Cleanup(api.Close)
 	client, err := kubernetes.NewForConfig(api.Config())
 	require.NoError(b, err)
-	d, err := agent.NewDirect(h, agent.DefaultRouteProtocol)
-	require.NoError(b, err)
-	ag, err := agent.New(client, d, agent.Config{NodeName: "self", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ag, err := agent.New(client, routes, agent.Config{NodeName: "self", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = ag.Run(ctx); close(done) }()
 	b.Cleanup(func() { cancel(); <-done })
-	count := func() int {
-		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: agent.DefaultRouteProtocol}, netlink.RT_FILTER_PROTOCOL)
-		require.NoError(b, err)
-		return len(rs)
-	}
 	wait := func(n int) {
 		for deadline := time.Now().Add(10 * time.Second); count() != n; time.Sleep(100 * time.Microsecond) {
 			if time.Now().After(deadline) {
-				b.Fatalf("routes: %d, want %d", count(), n)
+				b.Fatalf("%ss: %d, want %d", what, count(), n)
 			}
 		}
 	}
@@ -329,6 +362,6 @@ func BenchmarkNodeToRoute(b *testing.B) {
 		wait(0)
 		add, del = add+t1.Sub(t0), del+time.Since(t1)
 	}
-	b.ReportMetric(float64(add.Microseconds())/float64(b.N), "µs-to-route")
+	b.ReportMetric(float64(add.Microseconds())/float64(b.N), "µs-to-"+what)
 	b.ReportMetric(float64(del.Microseconds())/float64(b.N), "µs-to-removal")
 }
