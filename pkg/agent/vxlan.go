@@ -247,8 +247,7 @@ func loadOwned(stateDir string) (owned, error) {
 	return own, nil
 }
 
-// save writes the record through a temporary file and a rename: a crash
-// leaves the old record or the new one.
+// save writes the record; a crash leaves the old record or the new one.
 func (own owned) save(stateDir string) error {
 	raw := map[string]string{}
 	for d, n := range own {
@@ -258,23 +257,8 @@ func (own owned) save(stateDir string) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(ownedPath(stateDir))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("writing the agent's record: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, ".tunnels.*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing the agent's record: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), ownedPath(stateDir))
-	}
-	if err != nil {
+	// Through a temporary file and a rename, as a conflist.
+	if _, err := conflist.Write(filepath.Dir(ownedPath(stateDir)), filepath.Base(ownedPath(stateDir)), b, true); err != nil {
 		return fmt.Errorf("writing the agent's record: %w", err)
 	}
 	return nil
