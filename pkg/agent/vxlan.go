@@ -26,6 +26,7 @@ import (
 // node) in <stateDir>/agent/tunnels.json, under the same lock. An entry is
 // the agent's while the map and the record agree on it; one the record does
 // not hold, or that someone has pointed elsewhere since, is left alone.
+// Like the reconciler, it is called from one goroutine at a time.
 type VXLAN struct {
 	bpfRoot, stateDir string
 	underlay          int
