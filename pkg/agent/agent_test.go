@@ -366,8 +366,10 @@ func TestHealthEndpoints(t *testing.T) {
 func TestNewRefusesNoNodeName(t *testing.T) {
 	_, err := New(fake.NewClientset(), newMem(), Config{})
 	require.ErrorContains(t, err, "NODE_NAME")
-	_, err = NewVXLAN()
-	require.ErrorIs(t, err, conflist.ErrVXLANNotBuilt)
+	_, err = NewVXLAN(t.TempDir(), t.TempDir(), 5)
+	require.ErrorContains(t, err, "underlay family 5: want 4 or 6")
+	_, err = NewVXLAN(t.TempDir(), t.TempDir(), 4)
+	require.ErrorContains(t, err, "not on a bpf filesystem")
 }
 
 func TestPeerOf(t *testing.T) {

@@ -20,13 +20,15 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 )
 
 const usage = `ebpf-cni-agent: the node agent of ebpf-cni on Kubernetes.
 
 Usage:
-  ebpf-cni-agent run [flags]      watch Node objects and keep the routes to every
-                                  other node's pod ranges (the DaemonSet's container)
+  ebpf-cni-agent run [flags]      watch Node objects and keep, for every other node's
+                                  pod ranges, a route (mode direct) or a tunnel
+                                  endpoint (mode vxlan) (the DaemonSet's container)
   ebpf-cni-agent install [flags]  put the plugins into the node's CNI directory and
                                   write its conflist from the Node's spec.podCIDRs
                                   (the DaemonSet's init container)
@@ -57,10 +59,12 @@ const (
 	EnvServiceCIDRs = "EBPF_CNI_SERVICE_CIDRS"
 	EnvMasquerade   = "EBPF_CNI_MASQUERADE"
 	EnvMTU          = "EBPF_CNI_MTU"
+	EnvVXLANPort    = "EBPF_CNI_VXLAN_PORT"
+	EnvVXLANVNI     = "EBPF_CNI_VXLAN_VNI"
 )
 
 // EnvVars are all of them.
-var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU}
+var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI}
 
 // env is an environment variable or def.
 func env(name, def string) string {
@@ -79,6 +83,20 @@ func envBool(name string, def bool) (bool, error) {
 		return def, &usageError{fmt.Errorf("%s: %q is not true or false", name, v)}
 	}
 	return b, nil
+}
+
+// envInt is an integer environment variable, 0 when unset; a value that is
+// not one is an error naming the variable.
+func envInt(name string) (int, error) {
+	v := env(name, "")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, &usageError{fmt.Errorf("%s: %q is not a number", name, v)}
+	}
+	return n, nil
 }
 
 // Main runs the agent's command line and returns the exit code.
@@ -168,7 +186,10 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	var c common
 	c.flags(fs)
 	mode := fs.String("mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
-	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes")
+	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
+	bpfRoot := fs.String("bpf-root", ipam.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints)")
+	stateDir := fs.String("state-dir", ipam.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record)")
+	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF)")
 	health := fs.String("health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
 	resync := fs.Duration("resync", time.Minute, "how often everything is compared with the Node objects")
 	if err := parse(fs, args); err != nil {
@@ -177,6 +198,11 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	m, err := conflist.ParseMode(*mode)
 	if err != nil {
 		return &usageError{fmt.Errorf("-mode: %w", err)}
+	}
+	if *dropCaps {
+		if err := keepOnlyCaps(CapsOf[m]); err != nil {
+			return err
+		}
 	}
 	var routes NodeRoutes
 	switch m {
@@ -190,7 +216,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 			return &usageError{err}
 		}
 	case conflist.ModeVXLAN:
-		if routes, err = NewVXLAN(); err != nil {
+		if routes, err = NewVXLAN(*bpfRoot, *stateDir, UnderlayFamily()); err != nil {
 			return err
 		}
 	}
@@ -202,10 +228,10 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	if err != nil {
 		return &usageError{err}
 	}
-	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto)
+	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir)
 	err = a.Run(ctx)
 	if ctx.Err() != nil {
-		log.Info("ebpf-cni-agent stopping; the routes stay")
+		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints stay")
 		return nil
 	}
 	return err
@@ -229,7 +255,9 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 	masq, masqErr := envBool(EnvMasquerade, true)
 	fs.BoolVar(&cfg.Conf.Masquerade, "masquerade", masq, "masquerade pod traffic leaving the cluster (EBPF_CNI_MASQUERADE)")
 	fs.StringVar(&mode, "mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan` (EBPF_CNI_MODE)")
-	fs.IntVar(&cfg.Conf.MTU, "mtu", 0, "pod `MTU` (default: the uplink's)")
+	fs.IntVar(&cfg.Conf.MTU, "mtu", 0, "pod `MTU` (EBPF_CNI_MTU; default: the uplink's, less the overlay's overhead)")
+	fs.IntVar(&cfg.Conf.VXLANPort, "vxlan-port", 0, "UDP `PORT` of the overlay, mode vxlan (EBPF_CNI_VXLAN_PORT; default 4789)")
+	fs.IntVar(&cfg.Conf.VXLANVNI, "vxlan-vni", 0, "`VNI` of the overlay, mode vxlan (EBPF_CNI_VXLAN_VNI; default 1)")
 	fs.StringVar(&cfg.Conf.BPFRoot, "bpf-root", "", "the plugin's bpfRoot `DIR` (default: the plugin's)")
 	fs.StringVar(&cfg.Conf.StateDir, "state-dir", "", "the plugin's stateDir `DIR` (default: the plugin's)")
 	fs.BoolVar(&cfg.WarmUp, "warm-up", true, "run the installed plugin's STATUS: load its programs now, fail here if it cannot")
@@ -239,15 +267,23 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 	if masqErr != nil && !flagSet(fs, "masquerade") {
 		return masqErr
 	}
-	if v := env(EnvMTU, ""); v != "" && cfg.Conf.MTU == 0 {
-		mtu, err := strconv.Atoi(v)
-		if err != nil {
-			return &usageError{fmt.Errorf("EBPF_CNI_MTU: %q is not a number", v)}
+	var err error
+	if cfg.Conf.MTU == 0 {
+		if cfg.Conf.MTU, err = envInt(EnvMTU); err != nil {
+			return err
 		}
-		cfg.Conf.MTU = mtu
+	}
+	if cfg.Conf.VXLANPort == 0 {
+		if cfg.Conf.VXLANPort, err = envInt(EnvVXLANPort); err != nil {
+			return err
+		}
+	}
+	if cfg.Conf.VXLANVNI == 0 {
+		if cfg.Conf.VXLANVNI, err = envInt(EnvVXLANVNI); err != nil {
+			return err
+		}
 	}
 	cfg.NodeName = c.node
-	var err error
 	if cfg.Conf.ClusterCIDRs, err = conflist.ParseCIDRs("clusterCIDRs", cluster); err != nil {
 		return &usageError{err}
 	}

@@ -158,11 +158,3 @@ func (d *Direct) List() ([]Route, error) {
 	}
 	return out, nil
 }
-
-// NewVXLAN will keep the tunnel-endpoint map of the plugin's VXLAN overlay
-// (remote pod range -> node address, pinned in bpffs): Plan maps each range
-// to an InternalIP of either family, Ensure/Remove write and delete map
-// entries, List dumps them. The map does not exist yet.
-func NewVXLAN() (NodeRoutes, error) {
-	return nil, conflist.ErrVXLANNotBuilt
-}

@@ -69,5 +69,15 @@ func TestConflist(t *testing.T) {
 
 	_, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--mode", "vxlan")
 	require.Equal(t, ExitError, code)
-	require.Contains(t, errOut, "invalid --mode: vxlan mode needs")
+	require.Contains(t, errOut, "invalid --cluster-cidrs: mode vxlan needs the cluster's pod ranges")
+	_, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--vxlan-vni", "7")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, "invalid --vxlan-vni: set without mode vxlan")
+	out, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--cluster-cidrs", "10.244.0.0/16", "--mode", "vxlan", "--vxlan-port", "8472")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, `"clusterCIDRs": [`)
+	require.Contains(t, out, `"overlay": "vxlan"`)
+	require.Contains(t, out, `"vxlanPort": 8472`)
+	require.NotContains(t, out, `"vxlanVNI"`)
+	require.NotContains(t, out, `"nonMasqueradeCIDRs"`)
 }

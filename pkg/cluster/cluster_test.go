@@ -101,3 +101,41 @@ func names(ts []Tunnel) []string {
 	}
 	return out
 }
+
+// TestTunnelsInsideARange: a node's pod range lies inside the cluster's
+// range, and the trie's lookup of the node's prefix answers with the
+// range's entry when the node's has none. Adding, deleting and reading
+// the node's endpoint touch its own prefix only: the range keeps its
+// entry, and no entry is left behind.
+func TestTunnelsInsideARange(t *testing.T) {
+	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
+	require.NoError(t, AddRanges(bpfRoot, stateDir, []*net.IPNet{cidr("10.244.0.0/16")}))
+	ts, err := OpenTunnels(bpfRoot, stateDir)
+	require.NoError(t, err)
+	defer ts.Close()
+
+	_, ok, err := ts.Get(cidr("10.244.2.0/24"))
+	require.NoError(t, err)
+	require.False(t, ok, "the range's entry answered for the node's prefix")
+	require.NoError(t, ts.Del(cidr("10.244.2.0/24")), "deleting what is not there")
+	require.NoError(t, ts.Add(cidr("10.244.2.0/24"), net.ParseIP("192.0.2.12")))
+	node, ok, err := ts.Get(cidr("10.244.2.0/24"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "192.0.2.12", node.String())
+	flags := func() map[string]maps.CniClusterFlags {
+		es, err := ts.t.entries()
+		require.NoError(t, err)
+		out := map[string]maps.CniClusterFlags{}
+		for _, e := range es {
+			out[keyNet(e.Key).String()] = e.Value.Flags
+		}
+		return out
+	}
+	require.Equal(t, map[string]maps.CniClusterFlags{
+		"10.244.0.0/16": maps.CniClusterFlagsCLUSTER_F_RANGE,
+		"10.244.2.0/24": maps.CniClusterFlagsCLUSTER_F_TUNNEL,
+	}, flags(), "the endpoint took the range's flag")
+	require.NoError(t, ts.Del(cidr("10.244.2.0/24")))
+	require.Equal(t, map[string]maps.CniClusterFlags{"10.244.0.0/16": maps.CniClusterFlagsCLUSTER_F_RANGE}, flags())
+}

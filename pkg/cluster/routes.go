@@ -65,12 +65,32 @@ func keyNet(k maps.CniClusterKey) *net.IPNet {
 	return &net.IPNet{IP: ip, Mask: net.CIDRMask(int(k.Prefixlen)-32, bits)}
 }
 
+// lookup reads the entry of exactly k. The trie's lookup answers with the
+// longest prefix that holds k's address, which may be a shorter one (the
+// cluster's range around a node's pod range); writing the value back with
+// BPF_EXIST tells whether k itself is there (every writer holds the lock,
+// and the programs only read: the write changes nothing).
+func (t *table) lookup(k maps.CniClusterKey) (maps.CniClusterRoute, bool, error) {
+	var v maps.CniClusterRoute
+	err := t.m.Lookup(&k, &v)
+	if err == nil {
+		err = t.m.Update(&k, &v, ebpf.UpdateExist)
+	}
+	switch {
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return maps.CniClusterRoute{}, false, nil
+	case err != nil:
+		return v, false, fmt.Errorf("reading %s[%s]: %w", maps.CniMapClusterRoutes, keyNet(k), err)
+	}
+	return v, true, nil
+}
+
 // set adds flags to the entry of n (with node for a tunnel), creating it.
 func (t *table) set(n *net.IPNet, flags maps.CniClusterFlags, node net.IP) error {
 	k := routeKey(n)
-	var v maps.CniClusterRoute
-	if err := t.m.Lookup(&k, &v); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("reading %s[%s]: %w", maps.CniMapClusterRoutes, n, err)
+	v, _, err := t.lookup(k)
+	if err != nil {
+		return err
 	}
 	v.Flags |= flags
 	if node != nil {
@@ -85,18 +105,14 @@ func (t *table) set(n *net.IPNet, flags maps.CniClusterFlags, node net.IP) error
 
 // clear takes flags off the entry of k, deleting it when none remain.
 func (t *table) clear(k maps.CniClusterKey, flags maps.CniClusterFlags) error {
-	var v maps.CniClusterRoute
-	if err := t.m.Lookup(&k, &v); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil
-		}
-		return fmt.Errorf("reading %s: %w", maps.CniMapClusterRoutes, err)
+	v, ok, err := t.lookup(k)
+	if err != nil || !ok {
+		return err
 	}
 	v.Flags &^= flags
 	if flags&maps.CniClusterFlagsCLUSTER_F_TUNNEL != 0 {
 		v.NodeFamily, v.Node = 0, [16]uint8{}
 	}
-	var err error
 	if v.Flags == 0 {
 		err = t.m.Delete(&k)
 	} else {
@@ -209,6 +225,15 @@ func (ts *Tunnels) Del(podCIDR *net.IPNet) error {
 	return ts.t.clear(routeKey(n), maps.CniClusterFlagsCLUSTER_F_TUNNEL)
 }
 
+// Get returns the node of podCIDR's endpoint, if it has one.
+func (ts *Tunnels) Get(podCIDR *net.IPNet) (net.IP, bool, error) {
+	v, ok, err := ts.t.lookup(routeKey(podCIDR))
+	if err != nil || !ok || v.Flags&maps.CniClusterFlagsCLUSTER_F_TUNNEL == 0 {
+		return nil, false, err
+	}
+	return nodeIP(v), true, nil
+}
+
 // List returns the endpoints, by pod range.
 func (ts *Tunnels) List() ([]Tunnel, error) { return ListTunnels(ts.t.m) }
 
@@ -224,14 +249,18 @@ func ListTunnels(m *ebpf.Map) ([]Tunnel, error) {
 		if e.Value.Flags&maps.CniClusterFlagsCLUSTER_F_TUNNEL == 0 {
 			continue
 		}
-		node := net.IP(append([]byte(nil), e.Value.Node[:]...))
-		if e.Value.NodeFamily == 4 {
-			node = node[:4]
-		}
-		out = append(out, Tunnel{PodCIDR: keyNet(e.Key), Node: node})
+		out = append(out, Tunnel{PodCIDR: keyNet(e.Key), Node: nodeIP(e.Value)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PodCIDR.String() < out[j].PodCIDR.String() })
 	return out, nil
+}
+
+func nodeIP(v maps.CniClusterRoute) net.IP {
+	node := net.IP(append([]byte(nil), v.Node[:]...))
+	if v.NodeFamily == 4 {
+		node = node[:4]
+	}
+	return node
 }
 
 // Sync makes the endpoints exactly want (the node agent's view of the

@@ -12,6 +12,10 @@
 //     replaces the first plugin's capabilities with {"ips": true} unless
 //     they already hold it, and the published ports silently disappear;
 //   - ebpf-ipam with one range set per family of the node's pod ranges.
+//   - on a cluster, the plugin's cluster keys: clusterCIDRs (the cluster's
+//     pod ranges keep the pods' addresses; nonMasqueradeCIDRs stays at its
+//     default, the node's own ranges), and in mode vxlan "overlay": "vxlan"
+//     with vxlanPort and vxlanVNI when they are not the defaults.
 //
 // It imports nothing heavier than encoding/json: the plugin binary's CLI
 // uses it, and plugin exec time matters.
@@ -53,10 +57,6 @@ const (
 	ModeVXLAN Mode = "vxlan"
 )
 
-// ErrVXLANNotBuilt is what asking for the VXLAN mode gets until the plugin
-// has its overlay (the tunnel-endpoint map and BPF encapsulation).
-var ErrVXLANNotBuilt = errors.New("vxlan mode needs the plugin's VXLAN overlay (tunnel-endpoint map, BPF encapsulation, reduced pod MTU): not built yet; use mode direct on nodes that share an L2 segment")
-
 // ParseMode reads a mode; empty is direct.
 func ParseMode(s string) (Mode, error) {
 	switch Mode(s) {
@@ -74,16 +74,21 @@ type Options struct {
 	CNIVersion string // DefaultVersion when empty
 	// PodCIDRs are this node's pod ranges, at most one per family.
 	PodCIDRs []netip.Prefix
-	// ClusterCIDRs are the pod ranges of every node of the cluster;
-	// traffic to them keeps the pod's address.
+	// ClusterCIDRs are the pod ranges of every node of the cluster
+	// (the plugin's clusterCIDRs): traffic to them keeps the pod's
+	// address, and the vxlan overlay carries them.
 	ClusterCIDRs []netip.Prefix
-	// ServiceCIDRs are the cluster's Service ranges. Checked against the
-	// pod ranges; kube-proxy translates them, and the plugin gets them
-	// with its cluster keys (issue 16).
+	// ServiceCIDRs are the cluster's Service ranges, only checked against
+	// the pod ranges: kube-proxy translates them, and the plugin needs no
+	// list of them (it asks conntrack which flows were translated).
 	ServiceCIDRs []netip.Prefix
 	Masquerade   bool
 	Mode         Mode // direct when empty
-	MTU          int  // 0: the plugin's default (the uplink's MTU)
+	// VXLANPort and VXLANVNI are the overlay's (mode vxlan); 0: the
+	// plugin's defaults, 4789 and 1.
+	VXLANPort int
+	VXLANVNI  int
+	MTU       int // 0: the plugin's default (the uplink's MTU, less the overlay's overhead)
 	// BPFRoot and StateDir are written only when set (the plugin's
 	// defaults otherwise).
 	BPFRoot  string
@@ -155,8 +160,26 @@ func (o *Options) Validate() error {
 	if _, err := ParseMode(string(o.Mode)); err != nil {
 		return &OptionError{"mode", err.Error()}
 	}
-	if o.Mode == ModeVXLAN {
-		return &OptionError{"mode", ErrVXLANNotBuilt.Error()}
+	for _, c := range o.ClusterCIDRs {
+		if c.Bits() == 0 {
+			return &OptionError{"clusterCIDRs", fmt.Sprintf("%s covers every address: the pod ranges exclude the Service range and the world", c)}
+		}
+	}
+	if o.Mode == ModeVXLAN && len(o.ClusterCIDRs) == 0 {
+		return &OptionError{"clusterCIDRs", "mode vxlan needs the cluster's pod ranges: the overlay carries them"}
+	}
+	if o.Mode != ModeVXLAN && (o.VXLANPort != 0 || o.VXLANVNI != 0) {
+		key := "vxlanPort"
+		if o.VXLANPort == 0 {
+			key = "vxlanVNI"
+		}
+		return &OptionError{key, "set without mode vxlan"}
+	}
+	if o.VXLANPort < 0 || o.VXLANPort > 65535 {
+		return &OptionError{"vxlanPort", fmt.Sprintf("%d is outside 1..65535", o.VXLANPort)}
+	}
+	if o.VXLANVNI < 0 || o.VXLANVNI > 1<<24-1 {
+		return &OptionError{"vxlanVNI", fmt.Sprintf("%d is outside 1..%d", o.VXLANVNI, 1<<24-1)}
 	}
 	if o.MTU != 0 && (o.MTU < 68 || o.MTU > 65535) {
 		return &OptionError{"mtu", fmt.Sprintf("%d is outside 68..65535", o.MTU)}
@@ -191,11 +214,14 @@ type pluginConf struct {
 	BPFRoot  string `json:"bpfRoot,omitempty"`
 	StateDir string `json:"stateDir,omitempty"`
 	IPMasq   bool   `json:"ipMasq"`
-	// NonMasqueradeCIDRs carries the cluster's ranges until the plugin has
-	// its own key for them (clusterCIDRs, issue 16).
-	NonMasqueradeCIDRs []string        `json:"nonMasqueradeCIDRs,omitempty"`
-	Capabilities       map[string]bool `json:"capabilities"`
-	IPAM               ipamConf        `json:"ipam"`
+	// The cluster keys: no nonMasqueradeCIDRs, whose default (the node's
+	// own ranges) the plugin keeps next to clusterCIDRs.
+	ClusterCIDRs []string        `json:"clusterCIDRs,omitempty"`
+	Overlay      string          `json:"overlay,omitempty"`
+	VXLANPort    int             `json:"vxlanPort,omitempty"`
+	VXLANVNI     int             `json:"vxlanVNI,omitempty"`
+	Capabilities map[string]bool `json:"capabilities"`
+	IPAM         ipamConf        `json:"ipam"`
 }
 
 type ipamConf struct {
@@ -238,17 +264,11 @@ func Build(o Options) ([]byte, error) {
 	for _, c := range o.PodCIDRs {
 		p.IPAM.Ranges = append(p.IPAM.Ranges, []rangeEntry{{Subnet: c.String()}})
 	}
-	if len(o.ClusterCIDRs) > 0 {
-		// Setting the key replaces the plugin's default (the network's own
-		// ranges): keep those in when the cluster ranges do not hold them.
-		for _, c := range o.ClusterCIDRs {
-			p.NonMasqueradeCIDRs = append(p.NonMasqueradeCIDRs, c.String())
-		}
-		for _, pod := range o.PodCIDRs {
-			if !coveredBy(pod, o.ClusterCIDRs) {
-				p.NonMasqueradeCIDRs = append(p.NonMasqueradeCIDRs, pod.String())
-			}
-		}
+	for _, c := range o.ClusterCIDRs {
+		p.ClusterCIDRs = append(p.ClusterCIDRs, c.String())
+	}
+	if o.Mode == ModeVXLAN {
+		p.Overlay, p.VXLANPort, p.VXLANVNI = string(ModeVXLAN), o.VXLANPort, o.VXLANVNI
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -257,15 +277,6 @@ func Build(o Options) ([]byte, error) {
 		return nil, fmt.Errorf("encoding the conflist: %w", err)
 	}
 	return buf.Bytes(), nil
-}
-
-func coveredBy(p netip.Prefix, list []netip.Prefix) bool {
-	for _, c := range list {
-		if c.Bits() <= p.Bits() && c.Contains(p.Addr()) {
-			return true
-		}
-	}
-	return false
 }
 
 // ErrExists is returned by Write when the file is there and force is off.

@@ -29,14 +29,17 @@ type decoded struct {
 	CNIVersion string `json:"cniVersion"`
 	Name       string `json:"name"`
 	Plugins    []struct {
-		Type               string          `json:"type"`
-		MTU                int             `json:"mtu"`
-		BPFRoot            string          `json:"bpfRoot"`
-		StateDir           string          `json:"stateDir"`
-		IPMasq             bool            `json:"ipMasq"`
-		NonMasqueradeCIDRs []string        `json:"nonMasqueradeCIDRs"`
-		Capabilities       map[string]bool `json:"capabilities"`
-		IPAM               struct {
+		Type         string          `json:"type"`
+		MTU          int             `json:"mtu"`
+		BPFRoot      string          `json:"bpfRoot"`
+		StateDir     string          `json:"stateDir"`
+		IPMasq       bool            `json:"ipMasq"`
+		ClusterCIDRs []string        `json:"clusterCIDRs"`
+		Overlay      string          `json:"overlay"`
+		VXLANPort    int             `json:"vxlanPort"`
+		VXLANVNI     int             `json:"vxlanVNI"`
+		Capabilities map[string]bool `json:"capabilities"`
+		IPAM         struct {
 			Type   string                `json:"type"`
 			Ranges [][]map[string]string `json:"ranges"`
 		} `json:"ipam"`
@@ -75,7 +78,7 @@ func TestBuildSingleNode(t *testing.T) {
 	if len(p.IPAM.Ranges) != 1 || p.IPAM.Ranges[0][0]["subnet"] != "10.244.1.0/24" {
 		t.Errorf("ranges: %v", p.IPAM.Ranges)
 	}
-	if p.NonMasqueradeCIDRs != nil || p.BPFRoot != "" || p.StateDir != "" || p.MTU != 0 {
+	if p.ClusterCIDRs != nil || p.Overlay != "" || p.BPFRoot != "" || p.StateDir != "" || p.MTU != 0 {
 		t.Errorf("keys written without being asked for: %s", b)
 	}
 	if !strings.HasSuffix(string(b), "}\n") {
@@ -103,9 +106,26 @@ func TestBuildDualStackCluster(t *testing.T) {
 	if len(p.IPAM.Ranges) != 2 || p.IPAM.Ranges[0][0]["subnet"] != "fd00:10:244:1::/64" || p.IPAM.Ranges[1][0]["subnet"] != "10.244.1.0/24" {
 		t.Errorf("ranges: %v", p.IPAM.Ranges)
 	}
-	// The cluster range, and the node's IPv6 range the cluster ranges miss.
-	if got := strings.Join(p.NonMasqueradeCIDRs, ","); got != "10.244.0.0/16,fd00:10:244:1::/64" {
-		t.Errorf("nonMasqueradeCIDRs = %s", got)
+	// The cluster's ranges as the plugin's key; direct mode: no overlay.
+	if got := strings.Join(p.ClusterCIDRs, ","); got != "10.244.0.0/16" || p.Overlay != "" || p.VXLANPort != 0 || p.VXLANVNI != 0 {
+		t.Errorf("clusterCIDRs = %s, overlay %q %d %d", got, p.Overlay, p.VXLANPort, p.VXLANVNI)
+	}
+}
+
+func TestBuildVXLAN(t *testing.T) {
+	o := Options{PodCIDRs: prefixes(t, "10.244.1.0/24"), ClusterCIDRs: prefixes(t, "10.244.0.0/16,fd00:10:244::/56"), Mode: ModeVXLAN, Masquerade: true}
+	d, b := build(t, o)
+	p := d.Plugins[0]
+	if p.Overlay != "vxlan" || strings.Join(p.ClusterCIDRs, ",") != "10.244.0.0/16,fd00:10:244::/56" || p.MTU != 0 {
+		t.Errorf("vxlan mode: %s", b)
+	}
+	if strings.Contains(string(b), "vxlanPort") || strings.Contains(string(b), "vxlanVNI") {
+		t.Errorf("the overlay's defaults written: %s", b)
+	}
+	o.VXLANPort, o.VXLANVNI = 8472, 42
+	d, b = build(t, o)
+	if p := d.Plugins[0]; p.VXLANPort != 8472 || p.VXLANVNI != 42 {
+		t.Errorf("port and VNI: %s", b)
 	}
 }
 
@@ -124,7 +144,12 @@ func TestBuildErrorsNameTheOption(t *testing.T) {
 		{"name", Options{PodCIDRs: pod, Name: "a/b"}, "name", "not a network name"},
 		{"service overlaps", Options{PodCIDRs: pod, ServiceCIDRs: prefixes(t, "10.244.0.0/16")}, "serviceCIDRs", "overlaps"},
 		{"mode", Options{PodCIDRs: pod, Mode: "bgp"}, "mode", "direct or vxlan"},
-		{"vxlan not built", Options{PodCIDRs: pod, Mode: ModeVXLAN}, "mode", "vxlan mode needs"},
+		{"vxlan without the cluster's ranges", Options{PodCIDRs: pod, Mode: ModeVXLAN}, "clusterCIDRs", "mode vxlan needs the cluster's pod ranges"},
+		{"every address", Options{PodCIDRs: pod, ClusterCIDRs: prefixes(t, "0.0.0.0/0")}, "clusterCIDRs", "covers every address"},
+		{"port without vxlan", Options{PodCIDRs: pod, VXLANPort: 8472}, "vxlanPort", "without mode vxlan"},
+		{"VNI without vxlan", Options{PodCIDRs: pod, Mode: ModeDirect, VXLANVNI: 2}, "vxlanVNI", "without mode vxlan"},
+		{"port", Options{PodCIDRs: pod, ClusterCIDRs: pod, Mode: ModeVXLAN, VXLANPort: 65536}, "vxlanPort", "outside 1..65535"},
+		{"VNI", Options{PodCIDRs: pod, ClusterCIDRs: pod, Mode: ModeVXLAN, VXLANVNI: 1 << 24}, "vxlanVNI", "outside 1..16777215"},
 		{"mtu", Options{PodCIDRs: pod, MTU: 20}, "mtu", "outside"},
 		{"bpfRoot", Options{PodCIDRs: pod, BPFRoot: "rel"}, "bpfRoot", "absolute"},
 	} {
@@ -151,42 +176,55 @@ func TestParseCIDRs(t *testing.T) {
 }
 
 // The conflist Build writes is one the runtimes' library loads and whose
-// keys the plugins read as meant.
+// keys the plugins read as meant, in both modes.
 func TestBuildLoadsAndParses(t *testing.T) {
-	_, b := build(t, Options{PodCIDRs: prefixes(t, "10.244.1.0/24,fd00:10:244:1::/64"), ClusterCIDRs: prefixes(t, "10.244.0.0/16,fd00:10:244::/56"), Masquerade: true})
-	list, err := libcni.ConfListFromBytes(b)
-	if err != nil {
-		t.Fatalf("libcni: %v", err)
-	}
-	rt := &libcni.RuntimeConf{ContainerID: "c", NetNS: "/x", IfName: "eth0", CapabilityArgs: map[string]any{
-		"portMappings": []map[string]any{{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}},
-		"ips":          []string{"10.244.1.9"},
-	}}
-	// What libcni hands the plugin: the list's name and version, the
-	// capabilities turned into runtimeConfig.
-	conf, err := libcni.InjectConf(list.Plugins[0], map[string]any{"runtimeConfig": map[string]any{
-		"portMappings": rt.CapabilityArgs["portMappings"], "ips": rt.CapabilityArgs["ips"],
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := json.Marshal(mergeHeader(t, conf.Bytes, list))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := plugin.ParseConfig(stdin, "", true)
-	if err != nil {
-		t.Fatalf("ebpf-cni rejects the conflist: %v", err)
-	}
-	if !c.Masq.Enabled || len(c.Masq.Skip) != 2 || len(c.HostPorts.Mappings) == 0 {
-		t.Errorf("ebpf-cni read masquerade %+v, hostPorts %+v", c.Masq, c.HostPorts)
-	}
-	ic, _, err := ipam.ParseConfig(c.IPAMConf, "")
-	if err != nil {
-		t.Fatalf("ebpf-ipam rejects the conflist: %v", err)
-	}
-	if len(ic.RangeSets) != 2 || len(ic.Requested) != 1 {
-		t.Errorf("ebpf-ipam read %d range sets, requested %v", len(ic.RangeSets), ic.Requested)
+	for _, mode := range []Mode{ModeDirect, ModeVXLAN} {
+		t.Run(string(mode), func(t *testing.T) {
+			o := Options{PodCIDRs: prefixes(t, "10.244.1.0/24,fd00:10:244:1::/64"), ClusterCIDRs: prefixes(t, "10.244.0.0/16,fd00:10:244::/56"), Masquerade: true, Mode: mode}
+			if mode == ModeVXLAN {
+				o.VXLANPort, o.VXLANVNI = 8472, 42
+			}
+			_, b := build(t, o)
+			list, err := libcni.ConfListFromBytes(b)
+			if err != nil {
+				t.Fatalf("libcni: %v", err)
+			}
+			// What libcni hands the plugin: the list's name and version,
+			// the capabilities turned into runtimeConfig.
+			conf, err := libcni.InjectConf(list.Plugins[0], map[string]any{"runtimeConfig": map[string]any{
+				"portMappings": []map[string]any{{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}},
+				"ips":          []string{"10.244.1.9"},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdin, err := json.Marshal(mergeHeader(t, conf.Bytes, list))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := plugin.ParseConfig(stdin, "", true)
+			if err != nil {
+				t.Fatalf("ebpf-cni rejects the conflist: %v", err)
+			}
+			// nonMasqueradeCIDRs at its default (the node's ranges), the
+			// cluster's ranges exempt on top.
+			if !c.Masq.Enabled || c.Masq.Skip != nil || len(c.Masq.Cluster) != 2 || len(c.HostPorts.Mappings) == 0 {
+				t.Errorf("ebpf-cni read masquerade %+v, hostPorts %+v", c.Masq, c.HostPorts)
+			}
+			if !c.Cluster.Enabled() || len(c.Cluster.Ranges) != 2 || c.Cluster.VXLAN != (mode == ModeVXLAN) {
+				t.Errorf("ebpf-cni read the cluster as %+v", c.Cluster)
+			}
+			if mode == ModeVXLAN && (c.Cluster.Port != 8472 || c.Cluster.VNI != 42) {
+				t.Errorf("overlay port %d, VNI %d", c.Cluster.Port, c.Cluster.VNI)
+			}
+			ic, _, err := ipam.ParseConfig(c.IPAMConf, "")
+			if err != nil {
+				t.Fatalf("ebpf-ipam rejects the conflist: %v", err)
+			}
+			if len(ic.RangeSets) != 2 || len(ic.Requested) != 1 {
+				t.Errorf("ebpf-ipam read %d range sets, requested %v", len(ic.RangeSets), ic.Requested)
+			}
+		})
 	}
 }
 

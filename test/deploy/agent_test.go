@@ -36,15 +36,17 @@ var (
 // bpffs and state, the plugins configured by the production writer, and an
 // agent that can be started and stopped.
 type simNode struct {
-	t        *testing.T
-	name     string
-	node     *nettest.Node
-	ip4, ip6 net.IP
-	podCIDRs []netip.Prefix
-	cni      *nettest.CNI
-	list     *libcni.NetworkConfigList
-	handle   netlinksafe.Handle
-	stop     func()
+	t                 *testing.T
+	name              string
+	node              *nettest.Node
+	ip4, ip6          net.IP
+	podCIDRs          []netip.Prefix
+	mode              conflist.Mode
+	bpfRoot, stateDir string
+	cni               *nettest.CNI
+	list              *libcni.NetworkConfigList
+	handle            netlinksafe.Handle
+	stop              func()
 }
 
 func newSimNode(t *testing.T, seg *nettest.Segment, name string, i int) *simNode {
@@ -54,19 +56,43 @@ func newSimNode(t *testing.T, seg *nettest.Segment, name string, i int) *simNode
 	require.NoError(t, err)
 	s := &simNode{t: t, name: name, node: node, ip4: ip4, ip6: ip6, podCIDRs: []netip.Prefix{
 		netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i)), netip.MustParsePrefix(fmt.Sprintf("fd00:10:244:%d::/64", i)),
-	}}
-	// Masquerade on, as deployed: the cluster's ranges keep the pods' own
-	// addresses (nonMasqueradeCIDRs until the plugin has clusterCIDRs).
+	}, mode: conflist.ModeDirect}
+	s.install(clusterCIDRs)
+	return s
+}
+
+// newOverlayNode is a node of a simulated cluster (nettest.Cluster: on its
+// segment, or behind its router) in vxlan mode.
+func newOverlayNode(t *testing.T, cn *nettest.ClusterNode) *simNode {
+	t.Helper()
+	s := &simNode{t: t, name: cn.Name, node: cn.Node, ip4: cn.IP4, ip6: cn.IP6, mode: conflist.ModeVXLAN}
+	for _, n := range []*net.IPNet{cn.PodCIDR4, cn.PodCIDR6} {
+		p, err := netip.ParsePrefix(n.String())
+		require.NoError(t, err)
+		s.podCIDRs = append(s.podCIDRs, p)
+	}
+	var ranges []netip.Prefix
+	for _, n := range []*net.IPNet{nettest.ClusterCIDR4, nettest.ClusterCIDR6} {
+		ranges = append(ranges, netip.MustParsePrefix(n.String()))
+	}
+	s.install(ranges)
+	return s
+}
+
+// install configures the plugins as deployed, by the production writer:
+// masquerade on, the cluster's ranges keeping the pods' own addresses.
+func (s *simNode) install(clusterCIDRs []netip.Prefix) {
+	t := s.t
+	s.bpfRoot, s.stateDir = testutil.BPFFS(t), t.TempDir()
 	b, err := conflist.Build(conflist.Options{CNIVersion: "1.1.0", PodCIDRs: s.podCIDRs, ClusterCIDRs: clusterCIDRs, Masquerade: true,
-		BPFRoot: testutil.BPFFS(t), StateDir: t.TempDir()})
+		Mode: s.mode, BPFRoot: s.bpfRoot, StateDir: s.stateDir})
 	require.NoError(t, err)
 	s.list, err = libcni.ConfListFromBytes(b)
 	require.NoError(t, err)
-	s.cni = nettest.NewCNI(node, []string{testutil.PluginDir(t)}, t.TempDir())
-	s.handle, err = netlinksafe.NewHandleAt(netns.NsHandle(int(node.NS.Fd())))
+	s.cni = nettest.NewCNI(s.node, []string{testutil.PluginDir(t)}, t.TempDir())
+	s.handle, err = netlinksafe.NewHandleAt(netns.NsHandle(int(s.node.NS.Fd())))
 	require.NoError(t, err)
 	t.Cleanup(s.handle.Close)
-	return s
 }
 
 // object is this node's Node object as kubelet and the node IPAM
@@ -85,13 +111,23 @@ func (s *simNode) object() *corev1.Node {
 	return n
 }
 
-// startAgent runs the agent of this node in direct mode against the API
-// server, with its routes in the node's netns, until stopped.
+// startAgent runs the agent of this node in its mode against the API
+// server, until stopped: its routes in the node's netns, or its tunnel
+// endpoints in the node's bpfRoot.
 func (s *simNode) startAgent(client kubernetes.Interface) *agent.Agent {
 	s.t.Helper()
-	d, err := agent.NewDirect(s.handle, agent.DefaultRouteProtocol)
+	var routes agent.NodeRoutes
+	var err error
+	switch s.mode {
+	case conflist.ModeDirect:
+		routes, err = agent.NewDirect(s.handle, agent.DefaultRouteProtocol)
+	case conflist.ModeVXLAN:
+		underlay := 0
+		require.NoError(s.t, s.node.NS.Do(func(ns.NetNS) error { underlay = agent.UnderlayFamily(); return nil }))
+		routes, err = agent.NewVXLAN(s.bpfRoot, s.stateDir, underlay)
+	}
 	require.NoError(s.t, err)
-	a, err := agent.New(client, d, agent.Config{NodeName: s.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a, err := agent.New(client, routes, agent.Config{NodeName: s.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(s.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -103,6 +139,20 @@ func (s *simNode) startAgent(client kubernetes.Interface) *agent.Agent {
 		}
 	})
 	return a
+}
+
+// entriesTo lists this node's routes (mode direct) or tunnel endpoints
+// (mode vxlan) to the ranges of peer.
+func (s *simNode) entriesTo(peer *simNode) []string {
+	if s.mode == conflist.ModeVXLAN {
+		return s.tunnelsTo(peer)
+	}
+	return s.routesTo(peer)
+}
+
+func (s *simNode) waitEntries(peer *simNode, n int) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool { return len(s.entriesTo(peer)) == n }, 10*time.Second, time.Millisecond, "%s entries on %s to %s: %v", s.mode, s.name, peer.name, s.entriesTo(peer))
 }
 
 // routesTo lists the agent's routes on this node to the ranges of peer.
@@ -118,11 +168,6 @@ func (s *simNode) routesTo(peer *simNode) []string {
 		}
 	}
 	return out
-}
-
-func (s *simNode) waitRoutes(peer *simNode, n int) {
-	s.t.Helper()
-	require.Eventually(s.t, func() bool { return len(s.routesTo(peer)) == n }, 10*time.Second, time.Millisecond, "routes on %s to %s: %v", s.name, peer.name, s.routesTo(peer))
 }
 
 // reachable pings from one pod to another (v4 and v6), one try each.
@@ -164,24 +209,33 @@ func sourceSeen(t *testing.T, from, to *nettest.Pod, fam int) net.IP {
 }
 
 // TestAgentTwoNodes is the Must-hold of the deployment issue for direct
-// mode: two simulated nodes on one L2 segment, the plugins configured by
-// the production writer (masquerade on, the cluster's ranges exempt), an
-// agent in each fed by an API server. Pods on the two nodes do not reach
-// each other until the Node objects exist, then do both ways (IPv4 and
-// IPv6) with their own addresses; with an agent stopped the routes stay,
-// ADD, CHECK, STATUS and DEL still succeed and pods of that node keep
-// talking; deleting a Node object removes its routes from the other node
-// and its pods become unreachable.
+// mode: two simulated nodes on one L2 segment (agentTwoNodes says the
+// rest).
 func TestAgentTwoNodes(t *testing.T) {
 	testutil.RequireRoot(t)
 	seg, err := nettest.NewSegment()
 	require.NoError(t, err)
 	t.Cleanup(seg.Close)
 	a, b := newSimNode(t, seg, "node-a", 1), newSimNode(t, seg, "node-b", 2)
+	agentTwoNodes(t, a, b,
+		[]string{"10.244.2.0/24 via 192.0.2.12", "fd00:10:244:2::/64 via 2001:db8:ffff::12"},
+		[]string{"10.244.1.0/24 via 192.0.2.11", "fd00:10:244:1::/64 via 2001:db8:ffff::11"}, nil)
+}
+
+// agentTwoNodes: nodes a and b, the plugins configured by the production
+// writer (masquerade on, clusterCIDRs, the node's mode), an agent in each
+// fed by an API server. Pods on the two nodes do not reach each other
+// until the Node objects exist, then a's entries to b are aToB (and b's to
+// a bToA), and the pods reach each other both ways (IPv4 and IPv6, and
+// then whatever also says) with their own addresses; with a's agent
+// stopped its entries stay, ADD, CHECK, STATUS and DEL still succeed and
+// pods keep talking; deleting b's Node object removes its entries from a
+// and its pods become unreachable.
+func agentTwoNodes(t *testing.T, a, b *simNode, aToB, bToA []string, also func(podA, podB *nettest.Pod)) {
 	podA := testutil.AddPod(t, a.cni, a.list, "pod-a")
 	podB := testutil.AddPod(t, b.cni, b.list, "pod-b")
-	require.True(t, net.ParseIP("10.244.1.0").Mask(net.CIDRMask(24, 32)).Equal(podA.IP(4).Mask(net.CIDRMask(24, 32))), "pod A got %s", podA.IP(4))
-	require.Error(t, reachable(podA, podB), "pods of different nodes reach each other without routes")
+	require.True(t, a.podCIDRs[0].Contains(netip.MustParseAddr(podA.IP(4).String())), "pod A got %s", podA.IP(4))
+	require.Error(t, reachable(podA, podB), "pods of different nodes reach each other without the agent's entries")
 
 	api, err := kubetest.New()
 	require.NoError(t, err)
@@ -194,12 +248,14 @@ func TestAgentTwoNodes(t *testing.T) {
 	require.Eventually(t, func() bool { return agentA.Status().Ready }, 10*time.Second, time.Millisecond, "%+v", agentA.Status())
 	start := time.Now()
 	api.Apply(b.object())
-	a.waitRoutes(b, 2)
-	t.Logf("node-b's Node object to its routes on node-a: %v (BenchmarkNodeToRoute measures it)", time.Since(start))
-	b.waitRoutes(a, 2)
-	require.ElementsMatch(t, []string{"10.244.2.0/24 via 192.0.2.12", "fd00:10:244:2::/64 via 2001:db8:ffff::12"}, a.routesTo(b))
+	a.waitEntries(b, 2)
+	t.Logf("%s's Node object to its entries on %s (%s): %v (BenchmarkNodeToRoute and BenchmarkNodeToTunnel measure it)", b.name, a.name, a.mode, time.Since(start))
+	b.waitEntries(a, 2)
+	require.ElementsMatch(t, aToB, a.entriesTo(b))
+	require.ElementsMatch(t, bToA, b.entriesTo(a))
 	require.Eventually(t, func() bool { return agentA.Status().Ready && agentB.Status().Ready }, 10*time.Second, 10*time.Millisecond,
 		"a: %+v b: %+v", agentA.Status(), agentB.Status())
+	require.Equal(t, string(a.mode), agentA.Status().Mode)
 
 	require.NoError(t, reachable(podA, podB))
 	require.NoError(t, reachable(podB, podA))
@@ -207,25 +263,32 @@ func TestAgentTwoNodes(t *testing.T) {
 		require.True(t, podA.IP(fam).Equal(sourceSeen(t, podA, podB, fam)), "pod B sees pod A's own address (IPv%d)", fam)
 		require.True(t, podB.IP(fam).Equal(sourceSeen(t, podB, podA, fam)), "pod A sees pod B's own address (IPv%d)", fam)
 	}
+	if also != nil {
+		also(podA, podB)
+	}
 
 	// Agent of node A down: nothing of the pod path depends on it.
 	a.stop()
-	require.Len(t, a.routesTo(b), 2, "stopping the agent removed its routes")
+	require.Len(t, a.entriesTo(b), 2, "stopping the agent removed its entries")
 	require.NoError(t, reachable(podA, podB))
 	podA2 := testutil.AddPod(t, a.cni, a.list, "pod-a2")
 	require.NoError(t, a.cni.Check(a.list, podA2.RT))
 	require.NoError(t, a.cni.Status(a.list))
 	require.NoError(t, reachable(podA, podA2), "pods of one node talk with the agent down")
 	require.NoError(t, reachable(podA2, podB))
+	require.NoError(t, reachable(podB, podA2))
 	require.NoError(t, a.cni.DelPod(a.list, podA2))
+	require.NoError(t, reachable(podA, podB))
 
-	// Back up, it finds its routes current; node B's Node goes: node A
-	// withdraws the routes to it, and pod B is out of reach.
+	// Back up, it finds its entries current; node B's Node goes: node A
+	// withdraws the entries to it, and pod B is out of reach.
 	agentA = a.startAgent(client)
 	require.Eventually(t, func() bool { return agentA.Status().Ready }, 10*time.Second, 10*time.Millisecond, "%+v", agentA.Status())
-	require.True(t, api.Delete("node-b"))
-	a.waitRoutes(b, 0)
+	require.Equal(t, 2, agentA.Status().Routes, "the restarted agent knows its entries")
+	require.True(t, api.Delete(b.name))
+	a.waitEntries(b, 0)
 	require.Error(t, reachable(podA, podB), "pod B reachable after its Node was deleted")
+	require.Len(t, b.entriesTo(a), 2, "node A's Node is still there")
 	// Node A's own routes were never the agent's to touch: its pods still
 	// reach the node.
 	_, err = nettest.Ping(a.node.NS, podA.IP(4), 1)
@@ -254,28 +317,34 @@ func lonelyNode(tb testing.TB, ip4, ip6 string) (*nettest.Node, netlinksafe.Hand
 // and netlink.
 func BenchmarkNodeToRoute(b *testing.B) {
 	_, h := lonelyNode(b, "192.0.2.11", "2001:db8:ffff::11")
+	d, err := agent.NewDirect(h, agent.DefaultRouteProtocol)
+	require.NoError(b, err)
+	benchNodeTo(b, d, "route", func() int {
+		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: agent.DefaultRouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+		require.NoError(b, err)
+		return len(rs)
+	})
+}
+
+// benchNodeTo runs an agent with routes against a test API server and
+// measures how long a peer's Node takes to show as two entries (count)
+// and, deleted, to go; reported as µs-to-<what> and µs-to-removal.
+func benchNodeTo(b *testing.B, routes agent.NodeRoutes, what string, count func() int) {
 	api, err := kubetest.New()
 	require.NoError(b, err)
 	b.Cleanup(api.Close)
 	client, err := kubernetes.NewForConfig(api.Config())
 	require.NoError(b, err)
-	d, err := agent.NewDirect(h, agent.DefaultRouteProtocol)
-	require.NoError(b, err)
-	ag, err := agent.New(client, d, agent.Config{NodeName: "self", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ag, err := agent.New(client, routes, agent.Config{NodeName: "self", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = ag.Run(ctx); close(done) }()
 	b.Cleanup(func() { cancel(); <-done })
-	count := func() int {
-		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: agent.DefaultRouteProtocol}, netlink.RT_FILTER_PROTOCOL)
-		require.NoError(b, err)
-		return len(rs)
-	}
 	wait := func(n int) {
 		for deadline := time.Now().Add(10 * time.Second); count() != n; time.Sleep(100 * time.Microsecond) {
 			if time.Now().After(deadline) {
-				b.Fatalf("routes: %d, want %d", count(), n)
+				b.Fatalf("%ss: %d, want %d", what, count(), n)
 			}
 		}
 	}
@@ -293,6 +362,6 @@ func BenchmarkNodeToRoute(b *testing.B) {
 		wait(0)
 		add, del = add+t1.Sub(t0), del+time.Since(t1)
 	}
-	b.ReportMetric(float64(add.Microseconds())/float64(b.N), "µs-to-route")
+	b.ReportMetric(float64(add.Microseconds())/float64(b.N), "µs-to-"+what)
 	b.ReportMetric(float64(del.Microseconds())/float64(b.N), "µs-to-removal")
 }

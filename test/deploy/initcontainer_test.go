@@ -25,7 +25,8 @@ import (
 // ready) while the Node has no spec.podCIDRs, then writes the conflist for
 // them and runs the plugin's STATUS, which loads the programs. The conflist
 // it wrote gives a pod an address from the Node's range on a simulated node.
-// A vxlan ConfigMap fails at once and writes nothing.
+// A ConfigMap asking for vxlan without the cluster's ranges fails at once
+// and writes nothing.
 func TestInstallFromNode(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin, conf := t.TempDir(), t.TempDir()
@@ -43,7 +44,7 @@ func TestInstallFromNode(t *testing.T) {
 	}
 	bad := cfg
 	bad.Conf.Mode = conflist.ModeVXLAN
-	require.ErrorContains(t, agent.Install(context.Background(), client, bad), "vxlan mode needs")
+	require.ErrorContains(t, agent.Install(context.Background(), client, bad), "invalid clusterCIDRs: mode vxlan needs the cluster's pod ranges")
 	entries, _ := os.ReadDir(bin)
 	require.Empty(t, entries, "a refused install wrote plugins")
 

@@ -177,9 +177,13 @@ func hostPathOf(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[strin
 // host paths its containers use, at the paths the code uses: the init
 // container the node's CNI directories (where install copies and writes),
 // the bpffs holding the plugin's default bpfRoot and its default stateDir
-// (the STATUS it runs loads the programs there); the agent, which only
-// writes routes in the node's network namespace, nothing. Privileges:
-// exactly the capabilities TestManifestPrivileges shows are needed.
+// (the STATUS it runs loads the programs there); the agent the plugin's
+// default bpfRoot and stateDir (mode vxlan: the tunnel endpoints' map and
+// the lock its writers share; mode direct writes routes in the node's
+// network namespace and uses neither). Privileges: exactly the
+// capabilities TestManifestPrivileges shows are needed, the agent's being
+// those of both modes (the mode is a ConfigMap value read at run time),
+// of which it keeps its mode's.
 func TestManifestMountsWhatThePluginNeeds(t *testing.T) {
 	m := loadManifest(t)
 	spec := m.ds.Spec.Template.Spec
@@ -192,8 +196,11 @@ func TestManifestMountsWhatThePluginNeeds(t *testing.T) {
 		bpffs:                   bpffs,
 		plugin.DefaultStateDir:  plugin.DefaultStateDir,
 	}, hostPathOf(t, spec, install))
-	require.Empty(t, run.VolumeMounts, "the agent needs no host path in direct mode")
-	require.Len(t, spec.Volumes, 4, "a volume no container mounts")
+	require.Equal(t, map[string]string{
+		plugin.DefaultBPFRoot:  plugin.DefaultBPFRoot,
+		plugin.DefaultStateDir: plugin.DefaultStateDir,
+	}, hostPathOf(t, spec, run))
+	require.Len(t, spec.Volumes, 5, "a volume no container mounts")
 	for _, v := range spec.Volumes {
 		require.NotNil(t, v.HostPath, v.Name)
 	}
@@ -209,5 +216,5 @@ func TestManifestMountsWhatThePluginNeeds(t *testing.T) {
 		require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, c.Name)
 	}
 	require.ElementsMatch(t, []corev1.Capability{"BPF", "PERFMON", "NET_ADMIN"}, install.SecurityContext.Capabilities.Add)
-	require.ElementsMatch(t, []corev1.Capability{"NET_ADMIN"}, run.SecurityContext.Capabilities.Add)
+	require.ElementsMatch(t, []corev1.Capability{"NET_ADMIN", "BPF"}, run.SecurityContext.Capabilities.Add)
 }

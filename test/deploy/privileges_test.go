@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +18,13 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/kubetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 )
 
 // agentBinary builds ebpf-cni-agent (static, as make build does) into a
@@ -94,8 +98,10 @@ func without(caps []corev1.Capability, drop corev1.Capability) []corev1.Capabili
 // runs them: the agent binary, its environment from the manifest and the
 // ConfigMap, and exactly the capabilities the manifest grants (setpriv's
 // bounding set). The init container's install, STATUS included, succeeds
-// with BPF, PERFMON and NET_ADMIN and fails without any one of them; the
-// agent routes with NET_ADMIN and cannot without it. (What a container adds
+// with BPF, PERFMON and NET_ADMIN and fails without any one of them. The
+// agent's container has NET_ADMIN and BPF: in direct mode it routes with
+// NET_ADMIN and cannot without it, in vxlan mode it writes the tunnel
+// endpoints with BPF and cannot without it, and in each it drops the other. (What a container adds
 // beyond capabilities, seccomp and the mount namespace, is not tested here:
 // no kubelet runs in this sandbox.)
 func TestManifestPrivileges(t *testing.T) {
@@ -151,31 +157,76 @@ func TestManifestPrivileges(t *testing.T) {
 		podCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}}).object())
 	lkc := kubeconfig(t, local)
 
-	startAgent := func(caps []corev1.Capability) *syncBuffer {
+	// The agent as the DaemonSet runs it, in mode (the ConfigMap's value
+	// replaced), its tunnel endpoints in a bpffs of the test's.
+	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
+	startAgent := func(mode string, caps []corev1.Capability) (*syncBuffer, int) {
 		logs := &syncBuffer{}
-		argv := setpriv(caps, bin, "run", "-kubeconfig", lkc, "-health-addr", "")
+		argv := setpriv(caps, bin, "run", "-kubeconfig", lkc, "-health-addr", "", "-bpf-root", bpfRoot, "-state-dir", stateDir)
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = containerEnv(m, run, "node-a")
+		cmd.Env = append(containerEnv(m, run, "node-a"), agent.EnvMode+"="+mode)
 		cmd.Stdout, cmd.Stderr = logs, logs
 		require.NoError(t, node.NS.Do(func(ns.NetNS) error { return cmd.Start() }))
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
 		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-		return logs
+		return logs, cmd.Process.Pid
 	}
 	ours := func() int {
 		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: agent.DefaultRouteProtocol}, netlink.RT_FILTER_PROTOCOL)
 		require.NoError(t, err)
 		return len(rs)
 	}
+	tunnels := func() int {
+		ts, err := cluster.OpenTunnels(bpfRoot, stateDir)
+		require.NoError(t, err)
+		defer ts.Close()
+		l, err := ts.List()
+		require.NoError(t, err)
+		return len(l)
+	}
+	// capEff is the effective set of a running process, by name.
+	capEff := func(pid int) []string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		require.NoError(t, err)
+		var mask uint64
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+				mask, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				require.NoError(t, err)
+			}
+		}
+		var out []string
+		for name, c := range map[string]uint{"NET_ADMIN": unix.CAP_NET_ADMIN, "BPF": unix.CAP_BPF, "PERFMON": unix.CAP_PERFMON} {
+			if mask&(1<<c) != 0 {
+				out = append(out, name)
+			}
+		}
+		require.Zero(t, mask&^(1<<unix.CAP_NET_ADMIN|1<<unix.CAP_BPF|1<<unix.CAP_PERFMON), "CapEff %x", mask)
+		sort.Strings(out)
+		return out
+	}
+	granted := run.SecurityContext.Capabilities.Add
 
-	logs := startAgent(without(run.SecurityContext.Capabilities.Add, "NET_ADMIN"))
+	// Direct mode routes with NET_ADMIN and cannot without it; running,
+	// it holds nothing else.
+	logs, _ := startAgent("direct", without(granted, "NET_ADMIN"))
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "operation not permitted") }, 20*time.Second, 20*time.Millisecond,
 		"the agent without NET_ADMIN:\n%s", logs)
 	require.Zero(t, ours())
+	logs, pid := startAgent("direct", granted)
+	require.Eventually(t, func() bool { return ours() == 2 }, 20*time.Second, 20*time.Millisecond, "the agent with %v:\n%s", granted, logs)
+	require.Equal(t, []string{"NET_ADMIN"}, capEff(pid), "the direct agent keeps NET_ADMIN only")
 
-	logs = startAgent(run.SecurityContext.Capabilities.Add)
-	require.Eventually(t, func() bool { return ours() == 2 }, 20*time.Second, 20*time.Millisecond, "the agent with %v:\n%s", run.SecurityContext.Capabilities.Add, logs)
+	// vxlan mode writes the tunnel endpoints with BPF, and without it
+	// fails at start, saying why; running, it holds nothing else.
+	logs, _ = startAgent("vxlan", without(granted, "BPF"))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "operation not permitted") }, 20*time.Second, 20*time.Millisecond,
+		"the agent without BPF:\n%s", logs)
+	require.Contains(t, logs.String(), "the plugin's tunnel endpoints")
+	logs, pid = startAgent("vxlan", granted)
+	require.Eventually(t, func() bool { return tunnels() == 2 }, 20*time.Second, 20*time.Millisecond, "the agent with %v:\n%s", granted, logs)
+	require.Equal(t, []string{"BPF"}, capEff(pid), "the vxlan agent keeps BPF only")
 }
 
 // syncBuffer is a bytes.Buffer that a process writes while the test reads.
