@@ -233,11 +233,19 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// statusFeatures is the order of status's feature table: what the kernel
+// package probes, framed by what status checks itself (bpffs before, the
+// conntrack kfuncs after).
+func statusFeatures() []string {
+	names := append([]string{"bpffs"}, kernel.Names...)
+	return append(names, "conntrack")
+}
+
 func printStatus(ctx *Context, st *Status) error {
 	w := ctx.Stdout
 	fmt.Fprintf(w, "ebpf-cni %s (programs %s), kernel %s\nbpfRoot %s, stateDir %s\n\n", st.Version, st.ProgramTag, orDash(st.Kernel), st.BPFRoot, st.StateDir)
 	ft := &Table{Header: []string{"FEATURE", "AVAILABLE", "DETAIL"}}
-	for _, name := range append([]string{"bpffs"}, kernel.Names...) {
+	for _, name := range statusFeatures() {
 		if f, ok := st.Features[name]; ok {
 			ft.Row(name, yesNo(f.Available), f.Detail)
 		}

@@ -92,6 +92,10 @@ func TestEndpointsAndStatus(t *testing.T) {
 			require.NotEmpty(t, modeRow)
 			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%d$`, mode, 3*len(datapath.Hooks)), r.stdout)
 			require.Contains(t, r.stdout, "problems: none")
+			// The human table lists every feature the JSON holds.
+			for name, f := range st.Features {
+				require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%s\b`, name, map[bool]string{true: "yes", false: "no"}[f.Available]), r.stdout, "status table row %s", name)
+			}
 		})
 	}
 }
