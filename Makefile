@@ -6,21 +6,45 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version=$(VERSION)
 DESTDIR ?=
 CNI_BIN_DIR ?= /opt/cni/bin
+CNI_CONF_DIR ?= /etc/cni/net.d
+CNI_CONF_FILE ?= 10-ebpf-cni.conflist
+# make install: the node's pod range (required; "v4,v6" for dual stack), and
+# optionally every node's ranges (not masqueraded), masquerade on/off, FORCE=1
+# to replace an existing conflist, and the plugin's state locations.
+POD_CIDR ?=
+CLUSTER_CIDRS ?=
+MASQUERADE ?= true
+FORCE ?=
+BPF_ROOT ?=
+STATE_DIR ?=
+ifneq ($(filter install,$(MAKECMDGOALS)),)
+ifeq ($(strip $(POD_CIDR)),)
+$(error POD_CIDR is required: this node's pod range, e.g. make install POD_CIDR=10.244.1.0/24 (dual stack: POD_CIDR=10.244.1.0/24,fd00:10:244:1::/64))
+endif
+endif
 
-# Debian packages the build, tests, demo and benchmarks need.
-DEB_PKGS := clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins
+# Debian packages the build, tests, demo and benchmarks need (ca-certificates:
+# go mod download over TLS, a minimal Debian 12 has none; podman: make image
+# and its test).
+DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman
 
-.PHONY: help deps generate check-generated build test install clean bench
+.PHONY: help deps generate check-generated build plugins test install uninstall image manifest clean bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-deps: ## install the Debian packages and Go modules the project needs (idempotent)
-	@missing=""; for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+# apt-install installs the Debian packages of $(1) that are missing.
+define apt-install
+	@missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
+		echo "deps: installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "deps: Debian packages present: $(DEB_PKGS)"; \
 	fi
+endef
+
+deps: ## install the Debian packages and Go modules the project needs (idempotent)
+	$(call apt-install,$(DEB_PKGS))
 	@$(GO) mod download
 
 generate: ## compile bpf/*.c with bpf2go into pkg/ (reproducible; commit the output)
@@ -35,16 +59,35 @@ check-generated: ## fail if the committed bpf2go output differs from a fresh gen
 
 # Static binaries: a plugin is exec'd for every call, and ld.so plus libc
 # initialisation cost more than the IPAM work itself.
-build: ## build bin/ebpf-cni and bin/ebpf-ipam
+build: ## build bin/ebpf-cni, bin/ebpf-ipam and bin/ebpf-cni-agent (static)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam ./cmd/ebpf-cni-agent
+
+plugins: ## build bin/ebpf-cni and bin/ebpf-ipam only (what make install needs)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam
 
 test: deps build check-generated ## run every test (unit, integration in namespaces); as root
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 -timeout 30m ./...
 
-install: build ## install the plugins into $(DESTDIR)$(CNI_BIN_DIR)
-	install -d $(DESTDIR)$(CNI_BIN_DIR)
-	install -m 0755 $(BIN)/ebpf-cni $(BIN)/ebpf-ipam $(DESTDIR)$(CNI_BIN_DIR)/
+install: plugins ## plugins into $(DESTDIR)$(CNI_BIN_DIR), a conflist for POD_CIDR= (required) into $(CNI_CONF_DIR) unless there (FORCE=1); as root
+	@DESTDIR='$(DESTDIR)' CNI_BIN_DIR='$(CNI_BIN_DIR)' CNI_CONF_DIR='$(CNI_CONF_DIR)' CNI_CONF_FILE='$(CNI_CONF_FILE)' \
+	BIN='$(BIN)' POD_CIDR='$(POD_CIDR)' CLUSTER_CIDRS='$(CLUSTER_CIDRS)' MASQUERADE='$(MASQUERADE)' FORCE='$(FORCE)' \
+	BPF_ROOT='$(BPF_ROOT)' STATE_DIR='$(STATE_DIR)' bash deploy/install.sh install
+
+uninstall: ## remove exactly what make install wrote (same DESTDIR and CNI_BIN_DIR); as root
+	@DESTDIR='$(DESTDIR)' CNI_BIN_DIR='$(CNI_BIN_DIR)' bash deploy/install.sh uninstall
+
+# The DaemonSet's image, tagged with the build version.
+IMAGE ?= localhost/ebpf-cni:$(VERSION)
+
+image: build ## container image $(IMAGE) of the static binaries (FROM scratch; offline, with Debian's podman)
+	@command -v podman >/dev/null || { echo "make image: podman is missing (make deps installs it)" >&2; exit 2; }
+	podman build --pull=never --network=none -f deploy/Containerfile \
+		--label org.opencontainers.image.title=ebpf-cni --label org.opencontainers.image.version=$(VERSION) \
+		-t $(IMAGE) $(BIN)
+
+manifest: ## print deploy/kubernetes/ebpf-cni.yaml with the image set to $(IMAGE) (kubectl apply -f -)
+	@sed 's|image: localhost/ebpf-cni:latest|image: $(IMAGE)|' deploy/kubernetes/ebpf-cni.yaml
 
 clean: ## remove build output
 	rm -rf $(BIN)
@@ -56,5 +99,18 @@ bench: build ## REF, EBPF and RAW side by side into test/bench/results (full: ~1
 	$(GO) run ./test/bench/ipam -n $(if $(filter quick,$(BENCH)),200,1000) -bin $(BIN)
 
 .PHONY: demo
-demo: build ## the main job on a simulated node: three pods through ebpf-cni, ping/TCP, counters; as root
+demo: deps build ## the product in under a minute on a simulated node: pods, masquerade, hostPort, bandwidth, vs bridge+iptables, the CLI; as root
 	$(GO) run ./test/demo -bin $(BIN)
+
+# The kernel test: qemu (TCG: no KVM needed), debootstrap for the guest's root
+# filesystem, cpio for its initramfs, kmod (depmod) for the kernel's modules.
+VM_DEB_PKGS := qemu-system-x86 debootstrap cpio kmod
+KERNEL ?= # a Debian kernel package; empty: the one linux-image-amd64 depends on (Debian 12: 6.1)
+VM_CACHE ?= /var/cache/ebpf-cni-vm
+VM_TESTS ?= test/datapath test/cli test/ipam
+VM_RUN ?=
+VM_SKIP ?=
+.PHONY: test-kernel
+test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in qemu, run the integration tests in it (VM_TESTS, VM_RUN, VM_SKIP); as root; see docs/kernels.md
+	$(call apt-install,$(VM_DEB_PKGS))
+	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" VM_SKIP="$(VM_SKIP)" test/kernel/run.sh

@@ -9,17 +9,24 @@
  *    the node needs no bridge, no proxy_arp and no address on the veth.
  * 3. hostPort: a reply of a published port's flow gets the node's address
  *    and the hostPort back; a packet to a published port of the node goes
- *    to the pod behind it (hairpin when that is the sender). A reply to a
- *    flow the node's stack delivered (another plugin's NAT) goes to the
- *    stack. Only pods and nodes that have these pay for the lookups.
- * 4. A destination that is a pod of this node: rewrite L2, decrement TTL and
+ *    to the pod behind it (hairpin when that is the sender). Only pods and
+ *    nodes that have these pay for the lookups.
+ * 4. Netfilter (lib/flow.h): a flow to a destination outside the cluster's
+ *    pod ranges (a Service, the world) starts through the stack, so that
+ *    kube-proxy's rules see its first packet; it stays there when netfilter
+ *    translated it, and takes the fast path otherwise. A reply to a flow
+ *    the node's stack delivered (another plugin's NAT) goes to the stack.
+ * 5. A destination that is a pod of this node: rewrite L2, decrement TTL and
  *    bpf_redirect_peer straight into the other pod's netns (no bridge, no
  *    backlog queue, no netfilter FORWARD).
- * 5. Anything else: bpf_fib_lookup; forwarded with bpf_redirect or
- *    bpf_redirect_neigh when the FIB says so, else (local destination,
- *    fragmentation needed, no route...) handed to the stack.
- * 6. Another plugin's qdiscs on the host veth (lib/qdisc.h): with its
- *    ingress qdisc, what 4 and 5 would redirect goes to its filters and the
+ * 6. A pod of another node behind the overlay (lib/cluster.h): the tunnel
+ *    key and a redirect to the node's VXLAN device.
+ * 7. Anything else: bpf_fib_lookup; forwarded with bpf_redirect or
+ *    bpf_redirect_neigh when the FIB says so (other nodes' pod ranges by
+ *    direct routing, the world), else (local destination, fragmentation
+ *    needed, no route...) handed to the stack.
+ * 8. Another plugin's qdiscs on the host veth (lib/qdisc.h): with its
+ *    ingress qdisc, what 5 and 7 would redirect goes to its filters and the
  *    stack instead; a root qdisc that queues is noted on the pod's
  *    endpoint, so that deliveries to the pod pass it. */
 
@@ -33,9 +40,12 @@
 #include <bpf/bpf_endian.h>
 
 #include "include/types.h"
+#include "lib/skb.h"
 #include "lib/bandwidth.h"
+#include "lib/cluster.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/flow.h"
 #include "lib/hostport.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
@@ -75,8 +85,8 @@ static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
 static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
 				      enum pkt_reason *why)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct arphdr *arp = (void *)(eth + 1);
 	struct arp_eth_ipv4 *body = (void *)(arp + 1);
@@ -122,7 +132,12 @@ static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoi
 	return bpf_redirect(skb->ifindex, 0);
 }
 
-/* Forward through the FIB when the destination is not a pod of this node. */
+/* Forward through the FIB when the destination is not a pod of this node.
+ * The lookup gets no tot_len: the kernel then checks the skb itself against
+ * the egress device's MTU, segment by segment for a GSO packet. With
+ * tot_len, a GSO packet's IP length (up to 64 KB) always looked too big and
+ * went to the stack: bulk TCP to the world took the slow path, and with
+ * kube-proxy's rules its conntrack saw one direction only (INVALID). */
 static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_lookup *p,
 				       enum pkt_reason *why)
 {
@@ -136,8 +151,8 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 	if (p->ifindex == skb->ifindex)
 		goto stack;
 
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
+	data = skb_data(skb);
+	data_end = skb_data_end(skb);
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return DROP(REASON_DROP_MALFORMED);
@@ -185,47 +200,33 @@ static __always_inline int redirect_to_pod(struct __sk_buff *skb, struct ethhdr 
 	return endpoint_redirect(skb, eth, dst);
 }
 
-/* pod_translate handles what a pod's packet needs beyond forwarding, for
- * pods and nodes that use it:
- *  - a reply to a flow the stack delivered goes back to the stack (*done);
+/* pod_translate handles hostPort for pods and nodes that use it:
  *  - a reply of a hostPort flow gets the address and port the client asked
  *    for (*xlat = REASON_REV_DNAT);
  *  - a packet to a published port of the node goes to the pod behind it,
  *    the sender itself included (hairpin) (*xlat = REASON_DNAT).
- * Returns the verdict when *done, else 0: route the (maybe translated)
- * packet on. to_pod: the destination is a pod, no published port. */
-static __always_inline int pod_translate(struct __sk_buff *skb, const struct endpoint_dev *dev, int to_pod,
-					 int *done, enum pkt_reason *xlat, enum pkt_reason *why)
+ * *parsed says whether s->p holds the packet. Returns a drop reason (< 0)
+ * or 0: route the (maybe translated) packet on. to_pod: the destination is
+ * a pod, no published port. */
+static __always_inline int pod_translate(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_dev *dev,
+					 int to_pod, int *parsed, enum pkt_reason *xlat)
 {
 	struct hostport_target *t;
 	struct endpoint_info *ep;
-	struct nat_scratch *s;
 	int rc;
 
-	*done = 0;
-	if (!(dev->flags & (EP_F_HOSTPORT | EP_F_STACK)) && (to_pod || !hostport_active()))
-		return 0;
-	s = scratch_get();
-	if (!s)
+	if (!(dev->flags & EP_F_HOSTPORT) && (to_pod || !hostport_active()))
 		return 0;
 	__builtin_memset(&s->p, 0, sizeof(s->p));
-	if (nat_parse(skb, &s->p) || s->p.later_frag || !hostport_proto(s->p.proto))
+	if (nat_parse(skb, &s->p))
 		return 0;
-
-	if (dev->flags & EP_F_STACK) {
-		stack_key(&s->tmp, &s->p, 0);
-		if (bpf_map_lookup_elem(&nat, &s->tmp)) {
-			*done = 1;
-			*why = REASON_STACK_REPLY;
-			return TC_ACT_OK;
-		}
-	}
+	*parsed = 1;
+	if (s->p.later_frag || !hostport_proto(s->p.proto))
+		return 0;
 	if (dev->flags & EP_F_HOSTPORT) {
 		rc = hostport_rev(skb, s);
-		if (rc < 0) {
-			*done = 1;
+		if (rc < 0)
 			return DROP(REASON_DROP_MALFORMED);
-		}
 		if (rc > 0) {
 			*xlat = REASON_REV_DNAT;
 			return 0;
@@ -247,20 +248,82 @@ static __always_inline int pod_translate(struct __sk_buff *skb, const struct end
 	}
 	if (!ep)
 		return 0; /* the pod is going away: the stack answers */
-	if (hostport_dnat(skb, s, ep->ifindex == skb->ifindex)) {
-		*done = 1;
+	if (hostport_dnat(skb, s, ep->ifindex == skb->ifindex))
 		return DROP(REASON_DROP_MALFORMED);
-	}
 	*xlat = REASON_DNAT;
 	return 0;
+}
+
+/* Paths a pod's packet that we did not translate can take. */
+enum pod_path {
+	PATH_ROUTE = 0,  /* into the pod, or through the FIB */
+	PATH_STACK = 1,  /* to the stack: netfilter translates (or may translate) its flow */
+	PATH_TUNNEL = 2, /* into the overlay, to the node behind *cr */
+};
+
+/* pod_path decides, from the flows (lib/flow.h) and the cluster's ranges
+ * (lib/cluster.h), whether the stack must see the packet. Pods of this node
+ * and of the cluster are never Services: only a pod that the stack
+ * delivered flows to (EP_F_STACK) looks its flows up for them. */
+static __always_inline int pod_path(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_dev *dev,
+				    int to_pod, int *parsed, struct cluster_route **cr, enum pkt_reason *why)
+{
+	if (!to_pod && cluster_route_of(skb, cr) < 0)
+		return DROP(REASON_DROP_MALFORMED);
+	/* Ints, not pointers: clang would OR the pointers, which the
+	 * verifier refuses. */
+	int cluster = *cr != NULL, path = PATH_ROUTE;
+
+	if (cluster && ((*cr)->flags & CLUSTER_F_TUNNEL))
+		path = PATH_TUNNEL;
+	asm volatile("" : "+r"(cluster));
+	if (to_pod | cluster) {
+		if (!(dev->flags & EP_F_STACK))
+			return path;
+	}
+	if (!*parsed) {
+		__builtin_memset(&s->p, 0, sizeof(s->p));
+		if (nat_parse(skb, &s->p))
+			return PATH_ROUTE;
+		*parsed = 1;
+	}
+	if (to_pod | cluster) {
+		if (flow_is_stack(s)) {
+			*why = REASON_STACK_REPLY;
+			return PATH_STACK;
+		}
+		return path;
+	}
+	return flow_egress(skb, s, why) ? PATH_STACK : PATH_ROUTE;
+}
+
+/* Into the overlay, as a router would: TTL, then the tunnel key and the
+ * VXLAN device. A spent TTL goes to the stack (time exceeded). */
+static __always_inline int tunnel(struct __sk_buff *skb, const struct cluster_route *cr, enum pkt_reason *why)
+{
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
+	struct ethhdr *eth = data;
+	int hop;
+
+	if ((void *)(eth + 1) > data_end)
+		return DROP(REASON_DROP_MALFORMED);
+	hop = l3_hop(eth + 1, data_end, eth->h_proto);
+	if (hop < 0)
+		return DROP(REASON_DROP_MALFORMED);
+	if (hop == 0) {
+		*why = REASON_PASS;
+		return TC_ACT_OK;
+	}
+	return cluster_encap(skb, cr, why);
 }
 
 /* route4 forwards an IPv4 packet of a pod: into another pod, or through
  * the FIB. dst is the destination's endpoint when known, else looked up. */
 static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *dst, int lookup, enum pkt_reason *why)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct iphdr *ip = (void *)(eth + 1);
 	struct bpf_fib_lookup p = {};
@@ -275,7 +338,6 @@ static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *d
 	p.family = AF_INET;
 	p.tos = ip->tos;
 	p.l4_protocol = ip->protocol;
-	p.tot_len = bpf_ntohs(ip->tot_len);
 	p.ifindex = skb->ifindex;
 	p.ipv4_src = ip->saddr;
 	p.ipv4_dst = ip->daddr;
@@ -284,8 +346,8 @@ static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *d
 
 static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *dst, int lookup, enum pkt_reason *why)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
 	struct bpf_fib_lookup p = {};
@@ -300,46 +362,74 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 	p.family = AF_INET6;
 	p.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
 	p.l4_protocol = ip6->nexthdr;
-	p.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
 	p.ifindex = skb->ifindex;
 	__builtin_memcpy(p.ipv6_src, &ip6->saddr, 16);
 	__builtin_memcpy(p.ipv6_dst, &ip6->daddr, 16);
 	return fib_forward(skb, &p, why);
 }
 
-/* translate_and_route: pod_translate, then routing; a translated packet is
- * counted by its translation. */
+/* translate_and_route: hostPort translation, then the path (the stack when
+ * netfilter must see the packet, the overlay, or routing); a translated
+ * packet is counted by its translation. */
 static __always_inline int translate_and_route(struct __sk_buff *skb, const struct endpoint_dev *dev,
 					       struct endpoint_info *dst, int v6, __u32 q, enum pkt_reason *why)
 {
 	enum pkt_reason xlat = REASON_PASS;
-	int done, ret;
+	struct cluster_route *cr = NULL;
+	struct nat_scratch *s;
+	int parsed = 0, ret, path;
 
-	ret = pod_translate(skb, dev, dst != NULL, &done, &xlat, why);
-	if (done)
-		return ret;
-	if (xlat == REASON_PASS) {
+	if (dst && !(dev->flags & (EP_F_HOSTPORT | EP_F_STACK))) {
+		/* A pod of this node, and nothing of the sender's to look up:
+		 * the shortest path (a chained plugin's qdisc aside; the stack
+		 * then delivers it, and to_container notes its flow). */
 		if (q & QDISC_INGRESS) {
-			/* Another plugin's filters want the pod's packets (a
-			 * chained bandwidth plugin's ifb): the stack forwards
-			 * them after. A translated packet still goes our way:
-			 * the stack knows nothing of our NAT. */
 			*why = REASON_TO_QDISC;
 			return TC_ACT_OK;
 		}
 		return v6 ? route6(skb, dst, 0, why) : route4(skb, dst, 0, why);
 	}
-	ret = v6 ? route6(skb, NULL, 1, why) : route4(skb, NULL, 1, why);
-	if (ret >= 0)
-		*why = xlat;
-	return ret;
+	s = scratch_get();
+	if (!s)
+		return DROP(REASON_DROP_MALFORMED);
+	ret = pod_translate(skb, s, dev, dst != NULL, &parsed, &xlat);
+	if (ret < 0)
+		return ret;
+	if (xlat != REASON_PASS) {
+		/* Ours: the stack knows nothing of it, it goes our way. */
+		ret = v6 ? route6(skb, NULL, 1, why) : route4(skb, NULL, 1, why);
+		if (ret >= 0)
+			*why = xlat;
+		return ret;
+	}
+	path = pod_path(skb, s, dev, dst != NULL, &parsed, &cr, why);
+	if (path < 0)
+		return path;
+	if (path == PATH_STACK)
+		return TC_ACT_OK;
+	if (path == PATH_TUNNEL && cr)
+		return tunnel(skb, cr, why);
+	if (q & QDISC_INGRESS) {
+		/* Another plugin's filters want the pod's packets (a chained
+		 * bandwidth plugin's ifb): the stack forwards them after, so
+		 * the flow's replies must meet the stack's conntrack too. */
+		if (!dst && !parsed) {
+			__builtin_memset(&s->p, 0, sizeof(s->p));
+			parsed = !nat_parse(skb, &s->p);
+		}
+		if (!dst && parsed && flow_tracked(s->p.proto) && !s->p.later_frag)
+			flow_via_stack(s, 1, bpf_ktime_get_ns());
+		*why = REASON_TO_QDISC;
+		return TC_ACT_OK;
+	}
+	return v6 ? route6(skb, dst, 0, why) : route4(skb, dst, 0, why);
 }
 
 static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
 					enum pkt_reason *why)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct iphdr *ip = (void *)(eth + 1);
 	struct endpoint_info *src;
@@ -359,8 +449,8 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpo
 static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
 					enum pkt_reason *why)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
 	struct endpoint_info *src;
@@ -389,8 +479,8 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpo
 
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	__u32 ifindex = skb->ifindex;
 	struct endpoint_dev *dev;

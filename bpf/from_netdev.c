@@ -12,7 +12,14 @@
  * reach the node's routing, netfilter or FORWARD path. ICMP errors about a
  * masqueraded flow (fragmentation needed, packet too big, unreachable, time
  * exceeded) are translated too, inner packet included, so path-MTU discovery
- * works from pods. Anything else passes to the stack untouched. */
+ * works from pods.
+ *
+ * Packets routed to a pod's address (from other nodes, or a router with a
+ * route to the node's pod range) go straight into the pod too.
+ *
+ * Either way, a packet whose flow netfilter translated (the reply of a pod's
+ * connection to a Service, lib/flow.h) goes to the stack instead, whose
+ * conntrack translates it back. Anything else passes to the stack untouched. */
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -25,7 +32,9 @@
 
 #include "include/types.h"
 #include "lib/counters.h"
+#include "lib/deliver.h"
 #include "lib/endpoint.h"
+#include "lib/flow.h"
 #include "lib/hostport.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
@@ -41,36 +50,6 @@ static __always_inline int is_icmp_error(const struct nat_pkt *p)
 		return p->icmp_type == ICMPV6_DEST_UNREACH_ || p->icmp_type == ICMPV6_PKT_TOOBIG_ ||
 		       p->icmp_type == ICMPV6_TIME_EXCEED_ || p->icmp_type == ICMPV6_PARAMPROB_;
 	return 0;
-}
-
-/* Into the pod behind ep, as a router would: TTL, L2, redirect_peer. A
- * spent TTL goes to the stack, translated already: it routes the packet to
- * the pod's veth and answers with its own time exceeded. */
-static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_info *ep, enum pkt_reason reason,
-				  enum pkt_reason *why)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	int rc;
-
-	if ((void *)(eth + 1) > data_end)
-		return DROP(REASON_DROP_MALFORMED);
-	rc = l3_hop(eth + 1, data_end, eth->h_proto);
-	if (rc < 0)
-		return DROP(REASON_DROP_MALFORMED);
-	*why = reason;
-	if (rc == 0)
-		return TC_ACT_OK;
-	return endpoint_redirect(skb, eth, ep);
-}
-
-static __always_inline struct endpoint_info *pod_of(const struct nat_entry *iv, __u8 family)
-{
-	struct endpoint_key ek = { .family = family };
-
-	__builtin_memcpy(ek.addr, iv->addr, 16);
-	return bpf_map_lookup_elem(&endpoints, &ek);
 }
 
 /* An ICMP error quotes the packet it is about: the translated flow as it
@@ -146,7 +125,7 @@ static __always_inline int rev_icmp_error(struct __sk_buff *skb, struct nat_scra
 	ov = nat_in_lookup(in, &iv, now, &s->tmp);
 	if (!ov)
 		return TC_ACT_OK;
-	ep = pod_of(iv, p->family);
+	ep = pod_of(iv->addr, p->family);
 	if (!ep)
 		return TC_ACT_OK;
 	__builtin_memcpy(&s->iv, iv, sizeof(s->iv));
@@ -189,6 +168,18 @@ static __always_inline int rev_icmp_error(struct __sk_buff *skb, struct nat_scra
 	return to_pod(skb, ep, REASON_REV_SNAT, why);
 }
 
+/* A packet routed to a pod of this node (its address is the destination:
+ * another node's pod, a router or host with a route to the node's pod
+ * range): straight in, unless netfilter translated its flow. */
+static __always_inline int routed_in(struct __sk_buff *skb, struct nat_scratch *s, enum pkt_reason *why)
+{
+	struct endpoint_info *ep = pod_of(s->p.daddr, s->p.family);
+
+	if (!ep)
+		return TC_ACT_OK; /* the node's own traffic */
+	return deliver(skb, s, ep, REASON_ROUTED_IN, why);
+}
+
 /* A packet from outside to a published port of the node (hostPort): to
  * the pod behind it, with the client's address kept. */
 static __always_inline int hostport_in(struct __sk_buff *skb, struct nat_scratch *s, enum pkt_reason *why)
@@ -197,14 +188,14 @@ static __always_inline int hostport_in(struct __sk_buff *skb, struct nat_scratch
 	struct endpoint_info *ep;
 
 	if (!hostport_proto(s->p.proto) || !hostport_active())
-		return TC_ACT_OK;
+		return routed_in(skb, s, why);
 	t = hostport_match(s->p.family, s->p.proto, s->p.dport, s->p.daddr, 0);
 	if (!t)
-		return TC_ACT_OK;
+		return routed_in(skb, s, why);
 	__builtin_memset(&s->res, 0, sizeof(s->res));
 	__builtin_memcpy(s->res.addr, t->addr, 16);
 	s->res.port = t->port;
-	ep = pod_of(&s->res, s->p.family);
+	ep = pod_of(s->res.addr, s->p.family);
 	if (!ep)
 		return TC_ACT_OK; /* the pod is going away: the stack answers */
 	if (hostport_dnat(skb, s, 0))
@@ -246,19 +237,23 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 	now = bpf_ktime_get_ns();
 	ov = nat_in_lookup(&s->in, &iv, now, &s->tmp);
 	if (!ov)
-		return hostport_in(skb, s, why); /* else the node's own traffic */
+		return hostport_in(skb, s, why); /* else routed in, or the node's own traffic */
 	/* A kept port may since have been taken by a connection of the node:
 	 * the node's socket wins, it is never hijacked. */
 	if ((ov->flags & NAT_F_KEPT) && node_socket(skb, &s->in, 0, &s->tuple))
 		return TC_ACT_OK;
-	ep = pod_of(iv, s->p.family);
+	ep = pod_of(iv->addr, s->p.family);
 	if (!ep)
 		return TC_ACT_OK;
 	nat_track(ov, &s->p, 1, now);
 	__builtin_memcpy(&s->iv, iv, sizeof(s->iv));
 	if (nat_rewrite(skb, &s->p, 0, s->iv.addr, s->iv.port, s))
 		return DROP(REASON_DROP_MALFORMED);
-	return to_pod(skb, ep, REASON_REV_SNAT, why);
+	/* The pod's view of the packet, for its flow: a Service netfilter
+	 * translated goes on through the stack. */
+	__builtin_memcpy(s->p.daddr, s->iv.addr, 16);
+	s->p.dport = s->iv.port;
+	return deliver(skb, s, ep, REASON_REV_SNAT, why);
 }
 
 SEC("tc")

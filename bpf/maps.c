@@ -7,6 +7,7 @@
  * without loading (and verifying) any program. The programs declare the same
  * maps through the same headers and find them pinned by name. */
 
+#define EBPF_CNI_MAPS_ONLY
 #include "include/types.h"
 #include "lib/counters.h"
 #include "lib/ipam.h"
@@ -15,6 +16,8 @@
 #include "lib/nat.h"
 #include "lib/hostport.h"
 #include "lib/pacing.h"
+#include "lib/flow.h"
+#include "lib/cluster.h"
 
 /* bpf2go generates Go only for types the object's BTF holds, and an enum is
  * there only when something has its type. go_enums has: it lists every enum

@@ -26,6 +26,7 @@
 #include "lib/bandwidth.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/flow.h"
 #include "lib/hostport.h"
 #include "lib/nat.h"
 #include "lib/qdisc.h"
@@ -33,16 +34,14 @@
 #include "lib/verdict.h"
 
 /* A flow the stack forwarded to the pod may carry the stack's NAT (a
- * chained portmap's DNAT, kube-proxy): its replies must go back through the
- * stack, whose conntrack translates them, not be redirected past it. Note
- * the flow (NAT_DIR_STACK) and mark the pod, so from_container looks for
- * it. The node's own sockets need nothing: replies to the node reach the
- * stack anyway. */
+ * chained portmap's DNAT, kube-proxy), and its next packets toward the pod
+ * will come through the stack again: its replies must go back through the
+ * stack too (lib/flow.h: flow_via_stack), not be redirected past it. Mark
+ * the pod, so from_container looks for such flows. The node's own sockets
+ * need nothing: replies to the node reach the stack anyway. */
 static __always_inline void remember_stack_flow(struct __sk_buff *skb, struct endpoint_dev *dev)
 {
 	struct nat_scratch *s;
-	struct nat_entry *cur;
-	__u64 now;
 
 	if (skb->sk)
 		return;
@@ -52,19 +51,7 @@ static __always_inline void remember_stack_flow(struct __sk_buff *skb, struct en
 	__builtin_memset(&s->p, 0, sizeof(s->p));
 	if (nat_parse(skb, &s->p) || s->p.later_frag || !hostport_proto(s->p.proto))
 		return;
-	stack_key(&s->in, &s->p, 1);
-	now = bpf_ktime_get_ns();
-	cur = bpf_map_lookup_elem(&nat, &s->in);
-	if (cur) {
-		if (now - cur->last_seen > NSEC_PER_SEC)
-			cur->last_seen = now; /* once a second is enough for the LRU */
-		return;
-	}
-	__builtin_memset(&s->iv, 0, sizeof(s->iv));
-	s->iv.state = NAT_STATE_OPEN;
-	s->iv.created = now;
-	s->iv.last_seen = now;
-	bpf_map_update_elem(&nat, &s->in, &s->iv, BPF_ANY);
+	flow_via_stack(s, 0, bpf_ktime_get_ns());
 	if (!(dev->flags & EP_F_STACK))
 		dev->flags |= EP_F_STACK;
 }

@@ -8,8 +8,9 @@
  * is kept when no other flow and no socket of the node holds it for that
  * destination; otherwise it moves to a free port of the network's range.
  * Both paths out of a pod end here: the datapath's fib_lookup +
- * redirect_neigh, and the stack's forwarding. Everything else (the node's
- * own traffic) passes untouched. */
+ * redirect_neigh, and the stack's forwarding. Replies of flows opened
+ * toward a pod (lib/flow.h: FLOW_F_INBOUND) keep the pod's address.
+ * Everything else (the node's own traffic) passes untouched. */
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -21,6 +22,7 @@
 #include "include/types.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/flow.h"
 #include "lib/nat.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
@@ -127,7 +129,16 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 			bpf_map_update_elem(&nat, &s->in, &s->iv, BPF_NOEXIST);
 		}
 	} else {
-		__u8 state = s->p.proto != IPPROTO_TCP ? NAT_STATE_OPEN :
+		__u8 state;
+
+		/* Replies of a connection opened toward the pod (routed to its
+		 * address) leave with its address: masquerade is for the flows
+		 * pods open. A SYN-ACK always is one. */
+		if ((s->p.proto == IPPROTO_TCP &&
+		     (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == (TCP_FLAG_SYN | TCP_FLAG_ACK)) ||
+		    flow_inbound(s))
+			return TC_ACT_OK;
+		state = s->p.proto != IPPROTO_TCP ? NAT_STATE_OPEN :
 			     (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN ? NAT_STATE_SYN_SENT :
 											       NAT_STATE_ESTABLISHED;
 

@@ -77,6 +77,14 @@ enum pkt_reason {
 				       * filters, then the stack) instead of redirected (lib/qdisc.h) */
 	REASON_VIA_QDISC = 20,        /* delivered to the pod through the host veth's root qdisc
 				       * (another plugin's shaping), not straight into its netns */
+	REASON_FLOW_NEW = 21,         /* a pod's new flow handed to the stack, so that netfilter
+				       * (kube-proxy) sees its first packet (lib/flow.h) */
+	REASON_FLOW_STACK = 22,       /* a packet for a pod of a flow netfilter translated, handed to
+				       * the stack to be translated back */
+	REASON_ROUTED_IN = 23,        /* from an uplink straight into a pod (routed to its address) */
+	REASON_TUNNEL_ENCAP = 24,     /* a pod's packet to another node's pod, into the overlay */
+	REASON_TUNNEL_DECAP = 25,     /* from the overlay straight into a pod */
+	REASON_DROP_TUNNEL = 26,      /* the overlay's device is gone or refused the tunnel key */
 	REASON_MAX = 32,
 };
 
@@ -180,9 +188,6 @@ enum nat_dir {
 	NAT_DIR_OUT = 0, /* pod -> remote, keyed by the pod's tuple */
 	NAT_DIR_IN = 1,  /* remote -> node, keyed by the translated tuple */
 	NAT_DIR_DNAT = 2,  /* hostPort: the pod's replies, keyed by the pod's tuple */
-	NAT_DIR_STACK = 3, /* a flow the node's stack delivered to the pod (another
-			    * plugin's NAT may hold it): the pod's replies go to the
-			    * stack too; keyed by the pod's tuple */
 };
 
 enum nat_state {
@@ -244,6 +249,75 @@ struct nat_lifetimes {
 	__u32 udp;
 	__u32 icmp;
 	__u32 pad;
+};
+
+/* Enums with a fixed underlying type (a clang extension in C) are one byte
+ * in the structs, and bpf2go finds them in BTF through those fields.
+ *
+ * Flow tracking: what the datapath knows of a pod's flows that netfilter
+ * (kube-proxy's Services, a chained portmap) may translate. A flow goes
+ * through the node's stack in both directions exactly when netfilter
+ * translated it (or the stack alone can deliver it); every other flow keeps
+ * the fast path both ways (lib/flow.h). */
+enum flow_verdict : __u8 {
+	FLOW_PENDING = 1, /* its first packets went to the stack; conntrack not asked yet */
+	FLOW_FAST = 2,    /* netfilter leaves it alone: redirected both ways */
+	FLOW_STACK = 3,   /* netfilter translated it, or the stack delivered it: the stack both ways */
+};
+
+enum flow_flags : __u8 {
+	FLOW_F_INBOUND = 1, /* opened toward the pod: its replies are never masqueraded */
+};
+
+/* Key of flows: a flow as the pod sends it, the pod's address and port as
+ * the source. Addresses in the first 4 bytes for IPv4; ports in network
+ * byte order. */
+struct flow_key {
+	__u8 family; /* enum addr_family */
+	__u8 proto;  /* IPPROTO_TCP, IPPROTO_UDP */
+	__u8 pad[2];
+	__be16 sport; /* the pod's port */
+	__be16 dport; /* the remote's port */
+	__u8 saddr[16]; /* the pod */
+	__u8 daddr[16]; /* the remote */
+};
+
+struct flow_entry {
+	enum flow_verdict verdict;
+	enum flow_flags flags;
+	__u8 pending;    /* packets sent to the stack while the verdict was pending */
+	__u8 pad[5];
+	__u64 last_seen; /* bpf_ktime_get_ns, refreshed at most once a second */
+};
+
+/* Cluster routing: the cluster's pod ranges (clusterCIDRs: never
+ * masqueraded, never looked up in flows) and the pod ranges of other nodes
+ * reached through the overlay, in one LPM trie so that one lookup answers
+ * both. prefixlen counts the 32 bits of family and pad. */
+struct cluster_key {
+	__u32 prefixlen;
+	__u8 family;   /* enum addr_family */
+	__u8 pad[3];
+	__u8 addr[16];
+};
+
+enum cluster_flags : __u8 {
+	CLUSTER_F_RANGE = 1,  /* in clusterCIDRs (written by ADD) */
+	CLUSTER_F_TUNNEL = 2, /* another node's pod range behind the overlay (written by the
+			       * node agent or `ebpf-cni tunnels`): node is its underlay address */
+};
+
+struct cluster_route {
+	enum cluster_flags flags;
+	__u8 node_family; /* enum addr_family of node */
+	__u8 pad[2];
+	__u8 node[16];    /* the remote node's underlay address (CLUSTER_F_TUNNEL) */
+};
+
+/* Node-wide overlay settings (entry 0 of cluster_config). */
+struct cluster_settings {
+	__u32 vxlan_ifindex; /* the flow-based VXLAN device; 0: no overlay */
+	__u32 vni;           /* VXLAN network identifier of the cluster */
 };
 
 /* Key of masq_nets: one address family of one network with ipMasq. */

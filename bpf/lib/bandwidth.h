@@ -39,6 +39,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
+#include "skb.h"
 
 /* With fq pacing (BW_F_EDT) a packet is held back rather than dropped, up
  * to this far beyond the burst; fq's own horizon is 10 s. */
@@ -68,8 +69,8 @@ struct {
  * (as tbf charges a GSO packet its segments' headers). */
 static __always_inline __u64 bw_bytes(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	__u64 len = skb->len > ETH_HLEN ? skb->len - ETH_HLEN : skb->len;
 	__u32 segs = skb->gso_segs;

@@ -3,11 +3,7 @@
  * mappings. The translated flows live in the NAT table (lib/nat.h) as
  * NAT_DIR_DNAT entries keyed by the pod's reply tuple; the forward
  * direction is looked up in hostports on every packet and never cached, so
- * a pod that is deleted and recreated never inherits a stale translation.
- *
- * Also here: flows the node's stack delivered to a pod (NAT_DIR_STACK), so
- * the pod's replies to them go back through the stack, whose conntrack may
- * have translated them (a chained portmap, kube-proxy). */
+ * a pod that is deleted and recreated never inherits a stale translation. */
 #ifndef EBPF_CNI_LIB_HOSTPORT_H
 #define EBPF_CNI_LIB_HOSTPORT_H
 
@@ -180,21 +176,6 @@ static __always_inline int hostport_rev(struct __sk_buff *skb, struct nat_scratc
 	if (nat_rewrite(skb, &s->p, 1, s->iv.addr, s->iv.port, s))
 		return -1;
 	return 1;
-}
-
-/* stack_key is a flow's key in the STACK direction, the pod's tuple: from a
- * packet the stack delivered to the pod (delivered: its tuple reversed),
- * or from one the pod sends. */
-static __always_inline void stack_key(struct nat_key *k, const struct nat_pkt *p, int delivered)
-{
-	__builtin_memset(k, 0, sizeof(*k));
-	k->family = p->family;
-	k->proto = p->proto;
-	k->dir = NAT_DIR_STACK;
-	k->sport = delivered ? p->dport : p->sport;
-	k->dport = delivered ? p->sport : p->dport;
-	__builtin_memcpy(k->saddr, delivered ? p->daddr : p->saddr, 16);
-	__builtin_memcpy(k->daddr, delivered ? p->saddr : p->daddr, 16);
 }
 
 #endif

@@ -17,6 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
+#include "skb.h"
 
 #define NAT_MAX_ENTRIES 131072 /* both directions: 65536 flows */
 #define NAT_PORT_TRIES 32      /* random probes into the range before giving up */
@@ -92,7 +93,8 @@ struct nat_pkt {
 	__u8 later_frag; /* an IPv4 fragment other than the first: no L4 header */
 	__u8 tcp_flags;
 	__u8 icmp_type;
-	__u8 pad[3];
+	__u8 frag;       /* an IPv4 fragment, the first included */
+	__u8 pad[2];
 	__u32 l3off;
 	__u32 l4off;
 	__be16 sport; /* TCP/UDP ports; ICMP echo: the identifier in both */
@@ -114,6 +116,8 @@ struct nat_scratch {
 	struct nat_entry res;
 	struct nat_entry iv;
 	struct bpf_sock_tuple tuple;
+	struct flow_key fk;
+	struct flow_entry fe;
 	__u8 addr[16];
 	__u8 from[16];
 	__u8 to[16];
@@ -143,8 +147,8 @@ static __always_inline int is_icmp(__u8 proto)
  * TCP, UDP, SCTP and ICMP leave the ports zero. */
 static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 
 	if ((void *)(eth + 1) > data_end)
@@ -162,6 +166,7 @@ static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 		__builtin_memcpy(p->saddr, &ip->saddr, 4);
 		__builtin_memcpy(p->daddr, &ip->daddr, 4);
 		frag = bpf_ntohs(ip->frag_off);
+		p->frag = (frag & 0x3FFF) != 0; /* more fragments, or an offset */
 		if (frag & 0x1FFF) {
 			p->later_frag = 1;
 			return 0;
@@ -385,6 +390,26 @@ static __always_inline void nat_out_key(struct nat_key *out, const struct nat_ke
 	__builtin_memcpy(out->daddr, in->saddr, 16);
 }
 
+/* sock_tuple fills tp with a tuple of family (addresses of 16 bytes, IPv4
+ * in the first 4) for the socket and conntrack lookups; returns its size. */
+static __always_inline __u32 sock_tuple(struct bpf_sock_tuple *tp, __u8 family, const __u8 *saddr, const __u8 *daddr,
+					__be16 sport, __be16 dport)
+{
+	__builtin_memset(tp, 0, sizeof(*tp));
+	if (family == ADDR_FAMILY_V4) {
+		__builtin_memcpy(&tp->ipv4.saddr, saddr, 4);
+		__builtin_memcpy(&tp->ipv4.daddr, daddr, 4);
+		tp->ipv4.sport = sport;
+		tp->ipv4.dport = dport;
+		return sizeof(tp->ipv4);
+	}
+	__builtin_memcpy(tp->ipv6.saddr, saddr, 16);
+	__builtin_memcpy(tp->ipv6.daddr, daddr, 16);
+	tp->ipv6.sport = sport;
+	tp->ipv6.dport = dport;
+	return sizeof(tp->ipv6);
+}
+
 /* A socket of the node that a packet with the given IN tuple would reach:
  * listening (any != 0) or only connected/established ones. */
 static __always_inline int node_socket(struct __sk_buff *skb, const struct nat_key *in, int any,
@@ -396,20 +421,7 @@ static __always_inline int node_socket(struct __sk_buff *skb, const struct nat_k
 
 	if (in->proto != IPPROTO_TCP && in->proto != IPPROTO_UDP)
 		return 0;
-	__builtin_memset(tp, 0, sizeof(*tp));
-	if (in->family == ADDR_FAMILY_V4) {
-		__builtin_memcpy(&tp->ipv4.saddr, in->saddr, 4);
-		__builtin_memcpy(&tp->ipv4.daddr, in->daddr, 4);
-		tp->ipv4.sport = in->sport;
-		tp->ipv4.dport = in->dport;
-		size = sizeof(tp->ipv4);
-	} else {
-		__builtin_memcpy(tp->ipv6.saddr, in->saddr, 16);
-		__builtin_memcpy(tp->ipv6.daddr, in->daddr, 16);
-		tp->ipv6.sport = in->sport;
-		tp->ipv6.dport = in->dport;
-		size = sizeof(tp->ipv6);
-	}
+	size = sock_tuple(tp, in->family, in->saddr, in->daddr, in->sport, in->dport);
 	if (in->proto == IPPROTO_TCP) {
 		sk = bpf_skc_lookup_tcp(skb, tp, size, BPF_F_CURRENT_NETNS, 0);
 		if (!sk)

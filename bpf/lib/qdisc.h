@@ -24,6 +24,7 @@
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include "../include/types.h"
 
 /* The few kernel fields we read. The ___ebpfcni suffix keeps these apart
@@ -47,7 +48,16 @@ struct sk_buff___ebpfcni {
 	struct net_device___ebpfcni *dev;
 } __attribute__((preserve_access_index));
 
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+/* Weak: kernels before 6.2 lack it (Debian 12's 6.1). There the loader
+ * leaves bpf_ksym_exists() false and dev_qdiscs reads the same fields with
+ * bpf_probe_read_kernel, which root's tc programs may call since 5.x. */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+
+/* libbpf 1.1 (Debian 12) predates bpf_ksym_exists: the address of a weak
+ * ksym the loader did not find is 0. */
+#ifndef bpf_ksym_exists
+#define bpf_ksym_exists(sym) (!!(sym))
+#endif
 
 /* TCQ_F_BUILTIN: noop_qdisc, what an ingress queue holds once its qdisc
  * is deleted. */
@@ -58,9 +68,38 @@ enum dev_qdisc {
 	QDISC_INGRESS = 2, /* an ingress or clsact qdisc (legacy filters) */
 };
 
+/* dev_qdiscs_probe: dev_qdiscs for kernels without bpf_cast_to_kern_ctx.
+ * The context pointer is the kernel's sk_buff; the verifier lets a
+ * privileged program hand it to bpf_probe_read_kernel (BPF_CORE_READ
+ * relocates every offset, as the direct loads below). */
+static __always_inline __u32 dev_qdiscs_probe(struct __sk_buff *skb)
+{
+	struct sk_buff___ebpfcni *k = (void *)skb;
+	struct net_device___ebpfcni *dev = BPF_CORE_READ(k, dev);
+	struct netdev_queue___ebpfcni *iq;
+	struct Qdisc___ebpfcni *q;
+	__u32 r = 0;
+
+	if (!dev)
+		return 0;
+	q = BPF_CORE_READ(dev, qdisc);
+	if (q && BPF_CORE_READ(q, enqueue))
+		r |= QDISC_ROOT;
+	iq = BPF_CORE_READ(dev, ingress_queue);
+	if (iq) {
+		q = BPF_CORE_READ(iq, qdisc_sleeping);
+		if (q && !(BPF_CORE_READ(q, flags) & QDISC_F_BUILTIN))
+			r |= QDISC_INGRESS;
+	}
+	return r;
+}
+
 /* dev_qdiscs: which of enum dev_qdisc the device skb is on has. */
 static __always_inline __u32 dev_qdiscs(struct __sk_buff *skb)
 {
+	if (!bpf_ksym_exists(bpf_cast_to_kern_ctx))
+		return dev_qdiscs_probe(skb);
+
 	struct sk_buff___ebpfcni *k = bpf_cast_to_kern_ctx(skb);
 	struct net_device___ebpfcni *dev = k->dev;
 	struct netdev_queue___ebpfcni *iq;

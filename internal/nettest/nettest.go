@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -35,41 +33,6 @@ var (
 type Node struct {
 	NS    ns.NetNS
 	World ns.NetNS
-}
-
-// NewNetNS makes a named network namespace with loopback up.
-func NewNetNS() (ns.NetNS, error) {
-	n, err := testutils.NewNS()
-	if err != nil {
-		return nil, fmt.Errorf("creating netns: %w", err)
-	}
-	err = n.Do(func(ns.NetNS) error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(lo)
-	})
-	if err != nil {
-		CloseNetNS(n)
-		return nil, fmt.Errorf("setting lo up: %w", err)
-	}
-	return n, nil
-}
-
-// CloseNetNS removes a namespace made by NewNetNS (or testutils.NewNS).
-// When the plain unmount fails (the mount is busy, e.g. seen from another
-// mount namespace at that moment), it detaches it instead, so the name in
-// /run/netns never outlives the test.
-func CloseNetNS(n ns.NetNS) {
-	if n == nil {
-		return
-	}
-	_ = n.Close()
-	if err := testutils.UnmountNS(n); err != nil && strings.HasPrefix(n.Path(), "/run/netns/") {
-		_ = unix.Unmount(n.Path(), unix.MNT_DETACH)
-		_ = os.Remove(n.Path())
-	}
 }
 
 // NewNode builds node and world namespaces joined by the uplink veth

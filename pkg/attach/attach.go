@@ -16,6 +16,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
 // Mode is how programs are attached to a device.
@@ -314,10 +316,31 @@ func PinnedProgram(pin string) (ebpf.ProgramID, error) {
 
 // AttachedIDs lists the programs attached at hook on the device, in both
 // tcx and tc, so CHECK sees exactly what runs.
+// HooksAttached reports whether every one of hooks runs the program of ids
+// (a program set's IDs: id -> hook name) on l (tcx or tc).
+func HooksAttached(l netlink.Link, hooks []Hook, ids map[ebpf.ProgramID]string) bool {
+	for _, h := range hooks {
+		got, err := AttachedIDs(l, h)
+		if err != nil {
+			return false
+		}
+		found := false
+		for _, id := range got {
+			found = found || ids[id] == h.Name
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// AttachedIDs lists the programs on l's hook.
 func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 	var ids []ebpf.ProgramID
 	res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.TCXAttach})
-	if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+	// A kernel without tcx (before 6.6) refuses the query with EINVAL.
+	if err != nil && !errors.Is(err, ebpf.ErrNotSupported) && (!errors.Is(err, unix.EINVAL) || kernel.HaveTCX().Available) {
 		return nil, fmt.Errorf("querying tcx programs of %s: %w", l.Attrs().Name, err)
 	}
 	if res != nil {

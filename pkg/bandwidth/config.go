@@ -30,8 +30,8 @@ func (e *Entry) empty() bool {
 type Limit struct {
 	Rate  uint64 // bits per second
 	Burst uint64 // bits: the most sent back to back above the rate
-	// DefaultBurst: the configuration gave no usable burst (kubelet's
-	// 2147483647, "not set"), so Burst is DefaultBurstBits(Rate).
+	// DefaultBurst: the configuration gave no usable burst (UnsetBurst or
+	// more: a runtime's "not set"), so Burst is DefaultBurstBits(Rate).
 	DefaultBurst bool
 }
 
@@ -50,12 +50,19 @@ const (
 	MaxRate = 1_000_000_000_000
 )
 
-// KubeletUnsetBurst is the burst kubelet sends when a pod sets only a rate
-// (math.MaxInt32 bits, 256 MiB): read as "no burst given". Honouring it
-// would let a pod send 256 MiB at full speed before any limit applies.
-const KubeletUnsetBurst = math.MaxInt32
+// UnsetBurst is the smallest burst read as "not set": kubelet sends
+// math.MaxInt32 (256 MiB) when a pod sets only a rate, containerd's CRI
+// math.MaxUint32 (512 MiB) for the kubernetes.io/ingress-bandwidth and
+// egress-bandwidth annotations, CRI-O math.MaxUint32*8-1 (4 GiB; 8*MaxUint32
+// before), others math.MaxUint64. Each means "no burst given"; honoured,
+// any of them would let a pod send hundreds of MiB at full speed before the
+// limit bites. Every burst from here up is the default burst: nobody asks
+// for a quarter of a GiB at line rate on purpose, and a runtime's next
+// "unlimited" spelling is covered too.
+const UnsetBurst = math.MaxInt32
 
-// maxBurstBits is the reference plugin's bound (burst/8 < 4 GiB).
+// maxBurstBits is the reference plugin's bound (burst/8 < 4 GiB), the
+// largest burst a bucket must hold (bucket arithmetic is tested at it).
 const maxBurstBits = 8 * (math.MaxUint32 - 1)
 
 // Validate picks the limits of a call: the top-level keys when the
@@ -100,10 +107,7 @@ func direction(prefix, dir string, rate, burst *json.Number) (Limit, error) {
 		return Limit{}, config.Invalid(rkey, "%s is set, so %s must be too (bits per second; 0 for both means no limit)", bkey, rkey)
 	case r < MinRate || r > MaxRate:
 		return Limit{}, config.Invalid(rkey, "%d is outside %d..%d bits per second", r, MinRate, uint64(MaxRate))
-	case b > maxBurstBits:
-		return Limit{}, config.Invalid(bkey, "%d bits is more than 4 GiB", b)
-	}
-	if b == KubeletUnsetBurst {
+	case b >= UnsetBurst:
 		return Limit{Rate: r, Burst: DefaultBurstBits(r), DefaultBurst: true}, nil
 	}
 	return Limit{Rate: r, Burst: b}, nil
@@ -119,8 +123,11 @@ func number(key string, n *json.Number) (uint64, error) {
 		return v, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f != math.Trunc(f) || f >= math.MaxUint64 {
+	if err != nil || f < 0 || f != math.Trunc(f) {
 		return 0, config.Invalid(key, "%s is not a non-negative integer", s)
+	}
+	if f >= math.MaxUint64 {
+		return math.MaxUint64, nil // over any bound: the caller says which
 	}
 	return uint64(f), nil
 }

@@ -38,7 +38,9 @@ type netConf struct {
 	Entry
 	// CgroupPath is where the pacing hook attaches (hostPort's hooks do
 	// too).
-	CgroupPath    string `json:"cgroupPath,omitempty"`
+	CgroupPath string `json:"cgroupPath,omitempty"`
+	// StateDir holds the private cgroup2 mount where none is visible.
+	StateDir      string `json:"stateDir,omitempty"`
 	RuntimeConfig struct {
 		Bandwidth *Entry `json:"bandwidth,omitempty"` // the bandwidth capability
 	} `json:"runtimeConfig,omitempty"`
@@ -57,8 +59,12 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 	}
 	p := pod{limits: l}
 	if l.Any() {
-		if p.cgroup, err = attach.ResolveCgroup(c.CgroupPath); err != nil {
+		// The pacing hook attaches where the hostPort hooks do.
+		p.cgroup, err = attach.ResolveCgroup(c.CgroupPath, config.StateDirOr(c.StateDir))
+		if err != nil && c.CgroupPath != "" {
 			return nil, config.Invalid("cgroupPath", "%s", err.Error())
+		} else if err != nil {
+			return nil, fail(fmt.Errorf("finding the cgroup v2 hierarchy for the pacing hook: %w", err))
 		}
 	}
 	return p, nil

@@ -54,3 +54,30 @@ func TestVersionJSON(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 	require.Regexp(t, `^\{\n  "version": ".+",\n  "programTag": ".+-[0-9a-f]{12}",\n  "go": ".+",\n  "platform": ".+"\n\}\n$`, out)
 }
+
+func TestConflist(t *testing.T) {
+	out, errOut, code := run("conflist", "--pod-cidr", "10.244.1.0/24,fd00:10:244:1::/64", "--state-dir", "/run/x")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, `"cniVersion": "1.0.0"`)
+	require.Contains(t, out, `"stateDir": "/run/x"`)
+	require.NotContains(t, out, `"bpfRoot"`)
+	require.Contains(t, out, `"subnet": "fd00:10:244:1::/64"`)
+
+	_, errOut, code = run("conflist")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, "invalid --pod-cidr: no pod range given")
+
+	_, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--mode", "vxlan")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, "invalid --cluster-cidrs: mode vxlan needs the cluster's pod ranges")
+	_, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--vxlan-vni", "7")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, "invalid --vxlan-vni: set without mode vxlan")
+	out, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--cluster-cidrs", "10.244.0.0/16", "--mode", "vxlan", "--vxlan-port", "8472")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, `"clusterCIDRs": [`)
+	require.Contains(t, out, `"overlay": "vxlan"`)
+	require.Contains(t, out, `"vxlanPort": 8472`)
+	require.NotContains(t, out, `"vxlanVNI"`)
+	require.NotContains(t, out, `"nonMasqueradeCIDRs"`)
+}

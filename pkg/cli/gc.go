@@ -38,7 +38,8 @@ An endpoint is gone when its host veth is no longer in this network
 namespace and, if its pod's netns still exists, the pod's interface is gone
 too (a veth pair dies whole). An endpoint whose veth exists is never
 collected, nor one whose pod interface or tcx link is still alive (then gc
-runs in the wrong netns: it says so). It holds the node lock exclusively,
+runs in the wrong netns: it says so), nor, outside the node's netns, one
+without a record attached with tc (it has no link to follow). It holds the node lock exclusively,
 as the plugin's GC does, so no ADD or DEL is half-way.
 
 --dry-run lists what would be removed and changes nothing.
@@ -95,7 +96,20 @@ func runGC(ctx *Context, dryRun bool) error {
 	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
 	kept := map[string]*node.Record{}
 	var failed []error
+	// In the node's netns some host veth is found; elsewhere a host veth
+	// attached with tc (no link to follow from here) cannot be told from
+	// a dead one.
+	nodeNetNS := false
 	for _, e := range n.Endpoints {
+		nodeNetNS = nodeNetNS || e.VethPresent
+	}
+	for _, e := range n.Endpoints {
+		if e.rec == nil && e.clsact && !e.VethPresent && !nodeNetNS {
+			host := veth.HostName(e.ContainerID, e.IfName)
+			kept[host] = &node.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
+			out.Skipped = append(out.Skipped, fmt.Sprintf("%s (%s): no record, attached with tc (no link to follow from this network namespace): run ebpf-cni in the node's network namespace", e.Name(), host))
+			continue
+		}
 		if e.rec == nil {
 			// No record (a crash between the map entry and the record): its
 			// entries are leftovers unless its veth lives, here or, seen

@@ -48,7 +48,8 @@ type Endpoint struct {
 	// (EP_F_QDISC) and delivers to the pod through it.
 	ViaQdisc bool `json:"viaQdisc"`
 
-	rec *node.Record
+	rec    *node.Record
+	clsact bool // endpoint_devs says its programs are tc filters (EP_F_CLSACT)
 }
 
 // Attached is what runs at one hook of an endpoint's host veth.
@@ -169,6 +170,7 @@ func (n *snapshot) add(e *Endpoint) {
 // record's, since they are what the programs enforce.
 func (e *Endpoint) fromDev(d *maps.CniEndpointDev) {
 	e.InMaps = true
+	e.clsact = uint32(d.Flags)&uint32(maps.CniEndpointFlagsEP_F_CLSACT) != 0
 	e.ContainerID = maps.GoString(d.ContainerId[:])
 	e.IfName = maps.GoString(d.Ifname[:])
 	e.MAC = net.HardwareAddr(d.Mac[:]).String()

@@ -1,26 +1,22 @@
 package cli
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
@@ -28,9 +24,11 @@ func init() {
 	register(&Command{
 		Name:    "status",
 		Summary: "kernel features, programs loaded and their versions, attach modes in use, and what is wrong",
-		Help: `Kernel features ebpf-cni uses: bpffs at --bpf-root, BTF, tcx links, and the
+		Help: `Kernel features ebpf-cni uses: bpffs at --bpf-root, BTF, tcx links, the
 fq qdisc (probed in a throwaway network namespace of its own, on its
-loopback: no real interface is touched). The programs pinned under
+loopback: no real interface is touched), the bpf_cast_to_kern_ctx kfunc
+(kern_ctx) and netfilter's conntrack kfuncs (without them Services through
+kube-proxy do not work from pods; docs/kernels.md says what each needs). The programs pinned under
 <bpfRoot>/programs/<tag> with their build version, kernel ID, age and how
 many endpoints run them, and whether they are this binary's. The attach
 modes (tcx, tc) the endpoints use. Then every problem found, each saying
@@ -42,7 +40,7 @@ an ADD or DEL in progress is not one. Exit status 3 when there are
 problems, 0 when there are none.
 
 JSON: version, programTag (this binary's), kernel, bpfRoot, stateDir,
-features {bpffs, btf, tcx, fq: {available, detail}}, programs [{tag,
+features {bpffs, btf, tcx, fq, kern_ctx, conntrack: {available, detail}}, programs [{tag,
 version, current, programs [{hook, id, name, loadedSeconds, endpoints}]}],
 attachModes {mode: endpoints}, endpoints, problems [], notes [].`,
 		Flags: func(*flag.FlagSet) func(*Context) error { return runStatus },
@@ -50,10 +48,7 @@ attachModes {mode: endpoints}, endpoints, problems [], notes [].`,
 }
 
 // Feature is one kernel feature and what was found.
-type Feature struct {
-	Available bool   `json:"available"`
-	Detail    string `json:"detail"`
-}
+type Feature = kernel.Feature
 
 // ProgramSet is the programs of one pinned tag.
 type ProgramSet struct {
@@ -120,9 +115,14 @@ func collectStatus(ctx *Context) *Status {
 	problem := func(f string, a ...any) { st.Problems = append(st.Problems, fmt.Sprintf(f, a...)) }
 	note := func(f string, a ...any) { st.Notes = append(st.Notes, fmt.Sprintf(f, a...)) }
 
-	st.Features["btf"] = probeBTF()
-	st.Features["tcx"] = probeTCX()
-	st.Features["fq"] = probeFQ()
+	for name, f := range kernel.Probe() {
+		st.Features[name] = f
+	}
+	if ct := programs.ProbeConntrack(); ct.Available {
+		st.Features["conntrack"] = Feature{Available: true, Detail: ct.Detail}
+	} else {
+		st.Features["conntrack"] = Feature{Detail: ct.Detail + ": Services through netfilter (kube-proxy) do not work from pods"}
+	}
 	if !st.Features["btf"].Available {
 		problem("kernel without BTF (%s): ebpf-cni needs a kernel built with CONFIG_DEBUG_INFO_BTF", st.Features["btf"].Detail)
 	}
@@ -133,11 +133,11 @@ func collectStatus(ctx *Context) *Status {
 	dir, mounted, err := view.BPFFSMount(ctx.BPFRoot)
 	switch {
 	case err != nil:
-		st.Features["bpffs"] = Feature{false, err.Error()}
+		st.Features["bpffs"] = Feature{Available: false, Detail: err.Error()}
 	case !mounted:
-		st.Features["bpffs"] = Feature{false, fmt.Sprintf("not mounted at %s: mount -t bpf bpf %s", dir, dir)}
+		st.Features["bpffs"] = Feature{Available: false, Detail: fmt.Sprintf("not mounted at %s: mount -t bpf bpf %s", dir, dir)}
 	default:
-		st.Features["bpffs"] = Feature{true, dir + " is on bpffs"}
+		st.Features["bpffs"] = Feature{Available: true, Detail: dir + " is on bpffs"}
 	}
 	if !st.Features["bpffs"].Available {
 		problem("bpffs: %s (or point --bpf-root at the plugin's bpfRoot)", st.Features["bpffs"].Detail)
@@ -209,59 +209,6 @@ func collectStatus(ctx *Context) *Status {
 	return st
 }
 
-func probeBTF() Feature {
-	const path = "/sys/kernel/btf/vmlinux"
-	if _, err := os.Stat(path); err != nil {
-		return Feature{false, fmt.Sprintf("%s: %v", path, err)}
-	}
-	return Feature{true, path}
-}
-
-// probeTCX asks the kernel for the tcx programs of the loopback device: a
-// query only, which kernels without tcx refuse.
-func probeTCX() Feature {
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return Feature{false, fmt.Sprintf("cannot probe: %v", err)}
-	}
-	if _, err := link.QueryPrograms(link.QueryOptions{Target: lo.Attrs().Index, Attach: ebpf.AttachTCXIngress}); err != nil {
-		return Feature{false, fmt.Sprintf("no tcx links (%v): attachMode auto uses tc", err)}
-	}
-	return Feature{true, "tcx links (kernel >= 6.6); attachMode auto uses them"}
-}
-
-// probeFQ adds an fq qdisc to the loopback device of a network namespace
-// made for the probe. The probing thread never returns to the scheduler
-// (no UnlockOSThread): when the goroutine ends the thread exits and the
-// namespace with it. Nothing outside that namespace is touched.
-func probeFQ() Feature {
-	ch := make(chan Feature, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ch <- Feature{false, fmt.Sprintf("cannot probe: unshare: %v", err)}
-			return
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			ch <- Feature{false, fmt.Sprintf("cannot probe: %v", err)}
-			return
-		}
-		q := &netlink.GenericQdisc{QdiscType: "fq",
-			QdiscAttrs: netlink.QdiscAttrs{LinkIndex: lo.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}}
-		if err := netlink.QdiscAdd(q); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				ch <- Feature{false, "this kernel has no fq qdisc (sch_fq)"}
-			} else {
-				ch <- Feature{false, fmt.Sprintf("adding an fq qdisc: %v", err)}
-			}
-			return
-		}
-		ch <- Feature{true, "qdisc fq (EDT pacing)"}
-	}()
-	return <-ch
-}
-
 // programInfo fills in the kernel's name and load time of a program.
 func programInfo(id ebpf.ProgramID, p *Program) {
 	prog, err := ebpf.NewProgramFromID(id)
@@ -289,11 +236,19 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// statusFeatures is the order of status's feature table: what the kernel
+// package probes, framed by what status checks itself (bpffs before, the
+// conntrack kfuncs after).
+func statusFeatures() []string {
+	names := append([]string{"bpffs"}, kernel.Names...)
+	return append(names, "conntrack")
+}
+
 func printStatus(ctx *Context, st *Status) error {
 	w := ctx.Stdout
 	fmt.Fprintf(w, "ebpf-cni %s (programs %s), kernel %s\nbpfRoot %s, stateDir %s\n\n", st.Version, st.ProgramTag, orDash(st.Kernel), st.BPFRoot, st.StateDir)
 	ft := &view.Table{Header: []string{"FEATURE", "AVAILABLE", "DETAIL"}}
-	for _, name := range []string{"bpffs", "btf", "tcx", "fq"} {
+	for _, name := range statusFeatures() {
 		if f, ok := st.Features[name]; ok {
 			ft.Row(name, yesNo(f.Available), f.Detail)
 		}

@@ -18,6 +18,14 @@ const (
 	DefaultStateDir = "/run/ebpf-cni"
 )
 
+// StateDirOr is stateDir, or the default when the configuration names none.
+func StateDirOr(stateDir string) string {
+	if stateDir == "" {
+		return DefaultStateDir
+	}
+	return stateDir
+}
+
 // Error is a bad configuration value; Key names it as the user wrote it
 // ("runtimeConfig.portMappings[0].hostPort", "ipam.subnet").
 type Error struct{ Key, Msg string }

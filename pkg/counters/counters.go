@@ -38,6 +38,12 @@ var ReasonNames = map[maps.CniPktReason]string{
 	maps.CniPktReasonREASON_FROM_STACK:           "delivered to pod by the stack",
 	maps.CniPktReasonREASON_TO_QDISC:             "to another plugin's ingress qdisc",
 	maps.CniPktReasonREASON_VIA_QDISC:            "delivered through the root qdisc",
+	maps.CniPktReasonREASON_FLOW_NEW:             "new flow to the stack (netfilter)",
+	maps.CniPktReasonREASON_FLOW_STACK:           "to a pod through the stack (netfilter)",
+	maps.CniPktReasonREASON_ROUTED_IN:            "routed in straight to a pod",
+	maps.CniPktReasonREASON_TUNNEL_ENCAP:         "into the overlay",
+	maps.CniPktReasonREASON_TUNNEL_DECAP:         "from the overlay to a pod",
+	maps.CniPktReasonREASON_DROP_TUNNEL:          "drop: overlay unavailable",
 }
 
 // ReasonKeys are stable machine names of the reasons (the C enum names,
@@ -65,6 +71,12 @@ var ReasonKeys = map[maps.CniPktReason]string{
 	maps.CniPktReasonREASON_FROM_STACK:           "from_stack",
 	maps.CniPktReasonREASON_TO_QDISC:             "to_qdisc",
 	maps.CniPktReasonREASON_VIA_QDISC:            "via_qdisc",
+	maps.CniPktReasonREASON_FLOW_NEW:             "flow_new",
+	maps.CniPktReasonREASON_FLOW_STACK:           "flow_stack",
+	maps.CniPktReasonREASON_ROUTED_IN:            "routed_in",
+	maps.CniPktReasonREASON_TUNNEL_ENCAP:         "tunnel_encap",
+	maps.CniPktReasonREASON_TUNNEL_DECAP:         "tunnel_decap",
+	maps.CniPktReasonREASON_DROP_TUNNEL:          "drop_tunnel",
 }
 
 // IsDrop reports whether a reason is a drop.

@@ -17,9 +17,12 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	FromContainerMapBwBuckets        = "bw_buckets"
+	FromContainerMapClusterConfig    = "cluster_config"
+	FromContainerMapClusterRoutes    = "cluster_routes"
 	FromContainerMapEndpointCounters = "endpoint_counters"
 	FromContainerMapEndpointDevs     = "endpoint_devs"
 	FromContainerMapEndpoints        = "endpoints"
+	FromContainerMapFlows            = "flows"
 	FromContainerMapHostportConfig   = "hostport_config"
 	FromContainerMapHostports        = "hostports"
 	FromContainerMapMasqNets         = "masq_nets"
@@ -32,6 +35,8 @@ const (
 	FromContainerMapSockRevnat       = "sock_revnat"
 	FromContainerMapUplinks          = "uplinks"
 	FromContainerProgFromContainer   = "from_container"
+	FromContainerVarCtOptsSize       = "ct_opts_size"
+	FromContainerVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadFromContainer returns the embedded CollectionSpec for FromContainer.
@@ -84,9 +89,12 @@ type FromContainerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerMapSpecs struct {
 	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
@@ -104,6 +112,8 @@ type FromContainerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // FromContainerObjects contains all objects after they have been loaded into the kernel.
@@ -127,9 +137,12 @@ func (o *FromContainerObjects) Close() error {
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerMaps struct {
 	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
@@ -146,9 +159,12 @@ type FromContainerMaps struct {
 func (m *FromContainerMaps) Close() error {
 	return _FromContainerClose(
 		m.BwBuckets,
+		m.ClusterConfig,
+		m.ClusterRoutes,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
 		m.MasqNets,
@@ -167,6 +183,8 @@ func (m *FromContainerMaps) Close() error {
 //
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // FromContainerPrograms contains all programs after they have been loaded into the kernel.

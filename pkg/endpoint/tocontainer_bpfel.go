@@ -20,6 +20,7 @@ const (
 	ToContainerMapEndpointCounters = "endpoint_counters"
 	ToContainerMapEndpointDevs     = "endpoint_devs"
 	ToContainerMapEndpoints        = "endpoints"
+	ToContainerMapFlows            = "flows"
 	ToContainerMapHostportConfig   = "hostport_config"
 	ToContainerMapHostports        = "hostports"
 	ToContainerMapMasqNets         = "masq_nets"
@@ -32,6 +33,8 @@ const (
 	ToContainerMapSockRevnat       = "sock_revnat"
 	ToContainerMapUplinks          = "uplinks"
 	ToContainerProgToContainer     = "to_container"
+	ToContainerVarCtOptsSize       = "ct_opts_size"
+	ToContainerVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadToContainer returns the embedded CollectionSpec for ToContainer.
@@ -87,6 +90,7 @@ type ToContainerMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
@@ -104,6 +108,8 @@ type ToContainerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToContainerVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // ToContainerObjects contains all objects after they have been loaded into the kernel.
@@ -130,6 +136,7 @@ type ToContainerMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
@@ -149,6 +156,7 @@ func (m *ToContainerMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
 		m.MasqNets,
@@ -167,6 +175,8 @@ func (m *ToContainerMaps) Close() error {
 //
 // It can be passed to LoadToContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToContainerVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // ToContainerPrograms contains all programs after they have been loaded into the kernel.

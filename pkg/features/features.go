@@ -6,8 +6,10 @@ package features
 import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
@@ -20,6 +22,8 @@ import (
 // at DEL; the pod's flows are flushed once its entries are gone.
 var All = []feature.Feature{
 	nat.Feature{},       // masquerade (ipMasq)
+	cluster.Feature{},   // the cluster's pod ranges and the VXLAN overlay (clusterCIDRs, overlay)
+	flows.Feature{},     // Services through netfilter (kube-proxy): the flow table
 	bandwidth.Feature{}, // rate limits and source pacing
 	endpoint.Feature{},  // the endpoint maps and the host veth's programs
 	portmap.Feature{},   // hostPort (portMappings)

@@ -101,7 +101,7 @@ func ParseDelConfig(stdin []byte) (*Config, *NetConf, error) {
 }
 
 // ParseConfig validates a full configuration plus the CNI_ARGS of the call.
-func ParseConfig(stdin []byte, envArgs string) (*Config, *NetConf, error) {
+func ParseConfig(stdin []byte, cniArgs string) (*Config, *NetConf, error) {
 	c, n, err := ParseDelConfig(stdin)
 	if err != nil {
 		return nil, nil, err
@@ -142,7 +142,7 @@ func ParseConfig(stdin []byte, envArgs string) (*Config, *NetConf, error) {
 		c.DNS = *dns
 	}
 
-	if c.Requested, err = requestedIPs(n, envArgs, c.RangeSets); err != nil {
+	if c.Requested, err = requestedIPs(n, cniArgs, c.RangeSets); err != nil {
 		return nil, nil, err
 	}
 	return c, n, nil
@@ -181,18 +181,23 @@ func (r rawRoute) parse(key string) (*types.Route, error) {
 
 // requestedIPs gathers the addresses asked for through CNI_ARGS IP=,
 // args.cni.ips and runtimeConfig.ips, and maps each to its range set.
-func requestedIPs(n *NetConf, envArgs string, sets []RangeSet) (map[int]net.IP, error) {
+// args.cni.ips, when given, replaces CNI_ARGS IP (CONVENTIONS.md: a plugin
+// that understands the args key must ignore the equivalent CNI_ARGS field).
+func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet) (map[int]net.IP, error) {
 	type source struct {
 		key  string
 		code uint
 		ips  []string
 	}
-	var sources []source
-	if v := cniArg(envArgs, "IP"); v != "" {
-		sources = append(sources, source{"CNI_ARGS IP", types.ErrInvalidEnvironmentVariables, strings.Split(v, ",")})
+	env, err := parseEnvArgs(cniArgs)
+	if err != nil {
+		return nil, err
 	}
-	if n.Args != nil && n.Args.CNI != nil {
+	var sources []source
+	if n.Args != nil && n.Args.CNI != nil && len(n.Args.CNI.IPs) > 0 {
 		sources = append(sources, source{"args.cni.ips", types.ErrInvalidNetworkConfig, n.Args.CNI.IPs})
+	} else if env.IP != "" {
+		sources = append(sources, source{"CNI_ARGS IP", types.ErrInvalidEnvironmentVariables, strings.Split(env.IP, ",")})
 	}
 	sources = append(sources, source{"runtimeConfig.ips", types.ErrInvalidNetworkConfig, n.RuntimeConfig.IPs})
 
@@ -224,18 +229,6 @@ func requestedIPs(n *NetConf, envArgs string, sets []RangeSet) (map[int]net.IP, 
 		}
 	}
 	return out, nil
-}
-
-// cniArg returns the value of key in CNI_ARGS ("K1=V1;K2=V2"); unknown keys
-// are ignored, as every runtime passes some (K8S_POD_NAME, IgnoreUnknown...).
-func cniArg(envArgs, key string) string {
-	for _, kv := range strings.Split(envArgs, ";") {
-		k, v, ok := strings.Cut(kv, "=")
-		if ok && k == key {
-			return v
-		}
-	}
-	return ""
 }
 
 func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }

@@ -35,8 +35,31 @@ func TestParseConfigValid(t *testing.T) {
 		{name: "ipRanges replace ranges", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.1.0.0/24"},"runtimeConfig":{"ipRanges":[[{"subnet":"10.7.0.0/16"}]]}}`),
 			start: "10.7.0.1", end: "10.7.255.254", gateway: "10.7.0.1", sets: 1},
 		{name: "requested from every source", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","ranges":[[{"subnet":"10.1.0.0/24"}],[{"subnet":"10.2.0.0/24"}],[{"subnet":"fd00::/64"}]]},"args":{"cni":{"ips":["10.2.0.9/24"]}},"runtimeConfig":{"ips":["fd00::9"]}}`),
-			args: "IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.1.0.9", start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 3,
-			requested: map[int]string{0: "10.1.0.9", 1: "10.2.0.9", 2: "fd00::9"}},
+			args: "IgnoreUnknown=1;K8S_POD_NAME=p", start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 3,
+			requested: map[int]string{1: "10.2.0.9", 2: "fd00::9"}},
+		{name: "CNI_ARGS IP with runtimeConfig.ips", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","ranges":[[{"subnet":"10.1.0.0/24"}],[{"subnet":"fd00::/64"}]]},"runtimeConfig":{"ips":["fd00::9"]}}`),
+			args: "IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.1.0.9", start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 2,
+			requested: map[int]string{0: "10.1.0.9", 1: "fd00::9"}},
+		// CONVENTIONS.md: args.cni.ips given, CNI_ARGS IP is ignored, even
+		// when it names another range set or is not an address at all.
+		{name: "args.cni.ips wins over CNI_ARGS IP", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","ranges":[[{"subnet":"10.1.0.0/24"}],[{"subnet":"10.2.0.0/24"}]]},"args":{"cni":{"ips":["10.2.0.9"]}}}`),
+			args: "IP=10.1.0.9", start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 2, requested: map[int]string{1: "10.2.0.9"}},
+		{name: "args.cni.ips ignores a bad CNI_ARGS IP", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.1.0.0/24"},"args":{"cni":{"ips":["10.1.0.9"]}}}`),
+			args: "IP=garbage", start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 1, requested: map[int]string{0: "10.1.0.9"}},
+		{name: "empty args.cni.ips leaves CNI_ARGS IP", stdin: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.1.0.0/24"},"args":{"cni":{"ips":[]}}}`),
+			args: "IP=10.1.0.9", start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 1, requested: map[int]string{0: "10.1.0.9"}},
+		// What the runtimes send (their source: containerd's CRI
+		// getPodCNILabels, podman's libnetwork/cni getRuntimeConfig,
+		// cnitool's parseArgs).
+		{name: "containerd", stdin: conf(`"subnet":"10.1.0.0/24"`),
+			args:  "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=0123abcd;K8S_POD_UID=6a1c2e3f-1111-2222-3333-444455556666;IgnoreUnknown=1",
+			start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 1},
+		{name: "podman", stdin: conf(`"subnet":"10.1.0.0/24"`), args: "IgnoreUnknown=1;K8S_POD_NAME=web;MAC=02:00:00:00:00:01;IP=10.1.0.9",
+			start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 1, requested: map[int]string{0: "10.1.0.9"}},
+		{name: "cnitool MAC for the interface plugin", stdin: conf(`"subnet":"10.1.0.0/24"`), args: "MAC=02:00:00:00:00:01",
+			start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 1},
+		{name: "IgnoreUnknown spelled true", stdin: conf(`"subnet":"10.1.0.0/24"`), args: "IgnoreUnknown=True;FOO=bar;X=a=b;",
+			start: "10.1.0.1", end: "10.1.0.254", gateway: "10.1.0.1", sets: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +109,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"relative stateDir", conf(`"subnet":"10.0.0.0/24","stateDir":"run"`), "", types.ErrInvalidNetworkConfig, "ipam.stateDir"},
 		{"two v4 sets before 0.3.0", []byte(`{"cniVersion":"0.2.0","name":"n","ipam":{"type":"ebpf-ipam","ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.1.0.0/24"}]]}}`), "", types.ErrInvalidNetworkConfig, "one address per family"},
 		{"bad CNI_ARGS IP", conf(`"subnet":"10.0.0.0/24"`), "IP=10.0.0.x", types.ErrInvalidEnvironmentVariables, "CNI_ARGS IP"},
+		{"unknown CNI_ARGS key", conf(`"subnet":"10.0.0.0/24"`), "IP=10.0.0.5;K8S_POD_NAME=p", types.ErrInvalidEnvironmentVariables, `"K8S_POD_NAME=p"`},
+		{"IgnoreUnknown off", conf(`"subnet":"10.0.0.0/24"`), "IgnoreUnknown=0;FOO=1", types.ErrInvalidEnvironmentVariables, `"FOO=1"`},
+		{"bad IgnoreUnknown", conf(`"subnet":"10.0.0.0/24"`), "IgnoreUnknown=yes;FOO=1", types.ErrInvalidEnvironmentVariables, `"IgnoreUnknown=yes"`},
+		{"pair without =", conf(`"subnet":"10.0.0.0/24"`), "IgnoreUnknown=1;IP", types.ErrInvalidEnvironmentVariables, `"IP"`},
+		{"pair without key", conf(`"subnet":"10.0.0.0/24"`), "IgnoreUnknown=1;=10.0.0.5", types.ErrInvalidEnvironmentVariables, `"=10.0.0.5"`},
 		{"bad args.cni.ips", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"args":{"cni":{"ips":["nope"]}}}`), "", types.ErrInvalidNetworkConfig, "args.cni.ips"},
 		{"requested outside ranges", conf(`"subnet":"10.0.0.0/24"`), "IP=10.5.0.1", ErrAddressNotInRange, "outside every configured range"},
 		{"requested gateway-less duplicate set", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":["10.0.0.7","10.0.0.8"]}}`), "", types.ErrInvalidNetworkConfig, "same range set"},

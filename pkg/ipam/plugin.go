@@ -8,6 +8,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // Funcs are the CNI verbs of ebpf-ipam, for skel.PluginMainFuncs.
@@ -50,8 +52,24 @@ func CmdAdd(args *skel.CmdArgs) error {
 	})
 }
 
-// CmdDel releases what the attachment holds; it is idempotent.
+// CmdDel releases what the attachment holds; it is idempotent. Without
+// bpffs it releases the attachment's record alone and succeeds (see
+// ReleaseWithoutMaps).
 func CmdDel(args *skel.CmdArgs) error {
+	c, _, err := ParseDelConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if maps.CheckBPFFS(c.BPFRoot) != nil {
+		if err := ReleaseWithoutMaps(c, args.ContainerID, args.IfName); err != nil {
+			var e *types.Error
+			if errors.As(err, &e) {
+				return e
+			}
+			return stateError("stateDir", fmt.Errorf("releasing %s/%s without bpffs: %w", args.ContainerID, args.IfName, err))
+		}
+		return nil
+	}
 	return withStore(args, false, func(s *Store, _ *Config, _ *NetConf) error {
 		if err := ReleaseAttachment(s, args.ContainerID, args.IfName); err != nil {
 			return types.NewError(types.ErrIOFailure, fmt.Sprintf("releasing %s/%s", args.ContainerID, args.IfName), err.Error())
@@ -90,24 +108,30 @@ func CmdGC(args *skel.CmdArgs) error {
 }
 
 // CmdStatus reports whether the plugin can serve an ADD now: state usable and
-// a free address in every range set.
+// a free address in every range set. Whatever keeps an ADD from succeeding
+// but the configuration itself (codes 1, 6, 7) is code 50, the spec's "not
+// available": bpffs or stateDir unusable, a pinned map of another layout,
+// the network's ID taken by another network, resolvConf unreadable.
 func CmdStatus(args *skel.CmdArgs) error {
 	args.Args = "" // STATUS has no attachment, so no requested addresses
 	err := withStore(args, true, func(s *Store, c *Config, _ *NetConf) error {
 		used, size, err := Usage(s, c)
 		if err != nil {
-			return types.NewError(types.ErrPluginNotAvailable, "reading the allocation map", err.Error())
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading the allocation map", err.Error())
 		}
 		for i := range c.RangeSets {
 			if used[i] >= size[i] {
-				return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("no free address in range set %d (%s): %d of %d in use", i, describeSet(c.RangeSets[i]), used[i], size[i]), "")
+				return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("ebpf-ipam is not available: no free address in range set %d (%s): %d of %d in use", i, describeSet(c.RangeSets[i]), used[i], size[i]), "")
 			}
 		}
 		return nil
 	})
 	var e *types.Error
-	if errors.As(err, &e) && e.Code == ErrStateUnavailable {
-		return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam cannot use its state", e.Msg)
+	if errors.As(err, &e) {
+		switch e.Code {
+		case ErrStateUnavailable, ErrNetworkIDClash, types.ErrIOFailure:
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: "+e.Msg, e.Details)
+		}
 	}
 	return err
 }

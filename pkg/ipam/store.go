@@ -34,7 +34,9 @@ var LockTimeout = 60 * time.Second
 // If bpffs is remounted while the node is up, the map comes back empty while
 // the files are still there (and the reverse if only stateDir is wiped).
 // Open notices the map changed (its kernel ID is recorded) and merges the two
-// before anything is allocated.
+// before anything is allocated. A DEL while bpffs is not mounted releases
+// the records alone (ReleaseWithoutMaps) and leaves what it released for
+// the next Open to take out of the map, should the same map come back.
 type Store struct {
 	Network string
 	NetID   uint32
@@ -353,6 +355,9 @@ func (s *Store) reconcile() error {
 	if err := s.register(); err != nil {
 		return err
 	}
+	if err := s.applyReleased(); err != nil {
+		return stateError("stateDir", err)
+	}
 	if err := s.sync(want); err != nil {
 		return stateError("stateDir", err)
 	}
@@ -361,7 +366,6 @@ func (s *Store) reconcile() error {
 
 // sync is the slow path of reconcile: a union of records and map entries.
 func (s *Store) sync(mapID string) error {
-
 	atts, err := s.Attachments()
 	if err != nil {
 		return err
@@ -420,4 +424,98 @@ func (a *Attachment) holds(ip net.IP) bool {
 		}
 	}
 	return false
+}
+
+// releasedDir holds the records DEL released while bpffs was not mounted.
+func (s *Store) releasedDir() string { return filepath.Join(s.dir, "released") }
+
+// ReleaseWithoutMaps is DEL while bpfRoot is not on a mounted bpffs: the
+// state of a node just rebooted, exactly when runtimes delete their old
+// containers, or of a bpffs unmounted while the node is up. The map is out
+// of reach, so DEL releases what it can reach, the attachment's record, and
+// succeeds (DEL is best effort). The pins went with the unmount, so the
+// next bpffs brings a new, empty map into which reconcile restores the
+// records left: the released addresses are not among them. In case the same
+// map comes back (the bpffs was still mounted elsewhere and is bound here
+// again), the record is kept under released/ and map-id removed, so the
+// next Open takes those addresses out of the map before anything else.
+// Nothing to release (no record, or no state of the network at all, as
+// after a reboot) is success, and creates nothing.
+func ReleaseWithoutMaps(c *Config, containerID, ifname string) error {
+	s := &Store{Network: c.Network, NetID: NetID(c.Network), dir: filepath.Join(c.StateDir, "ipam", c.Network), root: c.BPFRoot}
+	if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := s.takeLock(); err != nil {
+		return err
+	}
+	defer s.Close()
+	a, err := s.Attachment(containerID, ifname)
+	if err != nil || a == nil {
+		return err
+	}
+	if err := os.MkdirAll(s.releasedDir(), 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	name := filepath.Join(s.releasedDir(), filepath.Base(s.attachmentFile(containerID, ifname)))
+	if err := os.WriteFile(name+".tmp", b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(name+".tmp", name); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.dir, "map-id")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return s.RemoveAttachment(containerID, ifname)
+}
+
+// applyReleased takes out of the map what DEL released while bpffs was not
+// mounted (see ReleaseWithoutMaps): an address still held by the released
+// attachment, unless a record says the attachment holds it again.
+func (s *Store) applyReleased() error {
+	ents, err := os.ReadDir(s.releasedDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		p := filepath.Join(s.releasedDir(), e.Name())
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			_ = os.Remove(p)
+			continue
+		}
+		a, err := readAttachment(p)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			continue
+		}
+		live, err := s.Attachment(a.ContainerID, a.IfName)
+		if err != nil {
+			return err
+		}
+		for _, al := range a.IPs {
+			holder, err := s.Owner(al.Address)
+			if err != nil {
+				return err
+			}
+			if owns(holder, a.ContainerID, a.IfName) && (live == nil || !live.holds(al.Address)) {
+				if err := s.Release(al.Address); err != nil {
+					return err
+				}
+			}
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Remove(s.releasedDir())
 }

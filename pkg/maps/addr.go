@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // The one converter between addresses and the maps' form of them: an
@@ -58,6 +59,17 @@ func EndpointIPs(d *CniEndpointDev) []net.IP {
 		out = append(out, IP(uint8(CniAddrFamilyADDR_FAMILY_V6), d.Ip6[i]))
 	}
 	return out
+}
+
+// Port is a port the maps hold in network byte order, as bpf2go reads it
+// on a little-endian host.
+func Port(p uint16) uint16 { return p>>8 | p<<8 }
+
+// Monotonic is bpf_ktime_get_ns's clock: the programs' timestamps.
+func Monotonic() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
 }
 
 // Clear deletes every entry of a hash or LPM map (one that a program may

@@ -52,6 +52,35 @@ type CniBwState struct {
 	Ingress CniBwBucket
 }
 
+type CniClusterFlags uint8
+
+const (
+	CniClusterFlagsCLUSTER_F_RANGE  CniClusterFlags = 1
+	CniClusterFlagsCLUSTER_F_TUNNEL CniClusterFlags = 2
+)
+
+type CniClusterKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Family    uint8
+	Pad       [3]uint8
+	Addr      [16]uint8
+}
+
+type CniClusterRoute struct {
+	_          structs.HostLayout
+	Flags      CniClusterFlags
+	NodeFamily uint8
+	Pad        [2]uint8
+	Node       [16]uint8
+}
+
+type CniClusterSettings struct {
+	_            structs.HostLayout
+	VxlanIfindex uint32
+	Vni          uint32
+}
+
 type CniDevCounters struct {
 	_        structs.HostLayout
 	ByReason [32]CniPktCounter
@@ -96,6 +125,40 @@ type CniEndpointKey struct {
 	Pad    [3]uint8
 	Addr   [16]uint8
 }
+
+type CniFlowEntry struct {
+	_        structs.HostLayout
+	Verdict  CniFlowVerdict
+	Flags    CniFlowFlags
+	Pending  uint8
+	Pad      [5]uint8
+	LastSeen uint64
+}
+
+type CniFlowFlags uint8
+
+const (
+	CniFlowFlagsFLOW_F_INBOUND CniFlowFlags = 1
+)
+
+type CniFlowKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
+type CniFlowVerdict uint8
+
+const (
+	CniFlowVerdictFLOW_PENDING CniFlowVerdict = 1
+	CniFlowVerdictFLOW_FAST    CniFlowVerdict = 2
+	CniFlowVerdictFLOW_STACK   CniFlowVerdict = 3
+)
 
 type CniGoEnumList struct {
 	_                  structs.HostLayout
@@ -211,10 +274,9 @@ const (
 type CniNatDir uint32
 
 const (
-	CniNatDirNAT_DIR_OUT   CniNatDir = 0
-	CniNatDirNAT_DIR_IN    CniNatDir = 1
-	CniNatDirNAT_DIR_DNAT  CniNatDir = 2
-	CniNatDirNAT_DIR_STACK CniNatDir = 3
+	CniNatDirNAT_DIR_OUT  CniNatDir = 0
+	CniNatDirNAT_DIR_IN   CniNatDir = 1
+	CniNatDirNAT_DIR_DNAT CniNatDir = 2
 )
 
 type CniNatEntry struct {
@@ -297,6 +359,12 @@ const (
 	CniPktReasonREASON_FROM_STACK           CniPktReason = 18
 	CniPktReasonREASON_TO_QDISC             CniPktReason = 19
 	CniPktReasonREASON_VIA_QDISC            CniPktReason = 20
+	CniPktReasonREASON_FLOW_NEW             CniPktReason = 21
+	CniPktReasonREASON_FLOW_STACK           CniPktReason = 22
+	CniPktReasonREASON_ROUTED_IN            CniPktReason = 23
+	CniPktReasonREASON_TUNNEL_ENCAP         CniPktReason = 24
+	CniPktReasonREASON_TUNNEL_DECAP         CniPktReason = 25
+	CniPktReasonREASON_DROP_TUNNEL          CniPktReason = 26
 	CniPktReasonREASON_MAX                  CniPktReason = 32
 )
 
@@ -331,9 +399,12 @@ type CniUplinkInfo struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	CniMapBwBuckets        = "bw_buckets"
+	CniMapClusterConfig    = "cluster_config"
+	CniMapClusterRoutes    = "cluster_routes"
 	CniMapEndpointCounters = "endpoint_counters"
 	CniMapEndpointDevs     = "endpoint_devs"
 	CniMapEndpoints        = "endpoints"
+	CniMapFlows            = "flows"
 	CniMapGoEnums          = "go_enums"
 	CniMapHostportConfig   = "hostport_config"
 	CniMapHostports        = "hostports"
@@ -400,9 +471,12 @@ type CniProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
 	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	GoEnums          *ebpf.MapSpec `ebpf:"go_enums"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
@@ -447,9 +521,12 @@ func (o *CniObjects) Close() error {
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
 	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	GoEnums          *ebpf.Map `ebpf:"go_enums"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
@@ -470,9 +547,12 @@ type CniMaps struct {
 func (m *CniMaps) Close() error {
 	return _CniClose(
 		m.BwBuckets,
+		m.ClusterConfig,
+		m.ClusterRoutes,
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.GoEnums,
 		m.HostportConfig,
 		m.Hostports,

@@ -5,9 +5,12 @@ package maps
 // layouts are the key and value sizes of every map (see OpenPinned).
 var layouts = map[string][2]uintptr{
 	"bw_buckets":        {4, 160},
+	"cluster_config":    {4, 8},
+	"cluster_routes":    {24, 20},
 	"endpoint_counters": {4, 512},
 	"endpoint_devs":     {4, 240},
 	"endpoints":         {20, 24},
+	"flows":             {40, 16},
 	"go_enums":          {4, 32},
 	"hostport_config":   {4, 16},
 	"hostports":         {4, 148},

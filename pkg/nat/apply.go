@@ -75,7 +75,7 @@ func Apply(n *node.Node, netName string, s *Settings, podNets []*net.IPNet, mode
 	if err != nil {
 		return err
 	}
-	return syncSkip(m, netID, skip)
+	return syncSkip(m, netID, append(append([]*net.IPNet{}, skip...), s.Cluster...))
 }
 
 // syncSkip makes the network's masq_skip entries exactly want.

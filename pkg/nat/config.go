@@ -31,7 +31,10 @@ type Config struct {
 type Settings struct {
 	Enabled bool
 	// Skip are the nonMasqueradeCIDRs; nil means the network's own ranges.
-	Skip         []*net.IPNet
+	Skip []*net.IPNet
+	// Cluster are the cluster's pod ranges (clusterCIDRs): never
+	// masqueraded, whatever Skip says.
+	Cluster      []*net.IPNet
 	MasqueradeIP net.IP
 	Uplinks      []string
 	// PortMin..PortMax is the range a clashing source port moves to; zero

@@ -2,6 +2,7 @@ package nat
 
 import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
@@ -34,6 +35,8 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The cluster's pod ranges are never masqueraded.
+	s.Cluster = cluster.Ranges(conf)
 	return pod{s}, nil
 }
 

@@ -1,7 +1,6 @@
 package nat
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -16,10 +15,9 @@ import (
 // enum nat_dir, nat_state and nat_flags (generated from bpf/include/types.h)
 // as the one-byte fields of nat_key and nat_entry hold them.
 const (
-	dirOut   = uint8(maps.CniNatDirNAT_DIR_OUT)
-	dirIn    = uint8(maps.CniNatDirNAT_DIR_IN)
-	dirDNAT  = uint8(maps.CniNatDirNAT_DIR_DNAT)  // hostPort replies, keyed by the pod's tuple
-	dirStack = uint8(maps.CniNatDirNAT_DIR_STACK) // flows the stack delivered, keyed by the pod's tuple
+	dirOut  = uint8(maps.CniNatDirNAT_DIR_OUT)
+	dirIn   = uint8(maps.CniNatDirNAT_DIR_IN)
+	dirDNAT = uint8(maps.CniNatDirNAT_DIR_DNAT) // hostPort replies, keyed by the pod's tuple
 
 	StateSynSent     = uint8(maps.CniNatStateNAT_STATE_SYN_SENT)
 	StateEstablished = uint8(maps.CniNatStateNAT_STATE_ESTABLISHED)
@@ -48,15 +46,6 @@ type Flow struct {
 	Replied    bool
 	Age, Idle  time.Duration
 	Expired    bool // still in the table, but the programs ignore it
-}
-
-func port(p uint16) uint16 { return p>>8 | p<<8 } // network byte order as bpf2go reads it
-
-// monotonic is bpf_ktime_get_ns's clock.
-func monotonic() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
 }
 
 // lifetime mirrors nat_lifetime of bpf/lib/nat.h.
@@ -134,50 +123,14 @@ func (t *Table) Close() {
 	}
 }
 
-type entry struct {
-	k maps.CniNatKey
-	v maps.CniNatEntry
-}
-
-// batchSize is how many entries one BPF_MAP_LOOKUP_BATCH call reads: a
-// full table (131,072 entries) in 32 calls instead of two per entry, which
-// is what keeps DEL's flush fast however many flows the node has.
-const batchSize = 4096
+type entry = maps.Entry[maps.CniNatKey, maps.CniNatEntry]
 
 func (t *Table) entries() ([]entry, error) {
-	var out []entry
-	var cursor ebpf.MapBatchCursor
-	keys := make([]maps.CniNatKey, batchSize)
-	vals := make([]maps.CniNatEntry, batchSize)
-	for {
-		n, err := t.nat.BatchLookup(&cursor, keys, vals, nil)
-		for i := 0; i < n; i++ {
-			out = append(out, entry{keys[i], vals[i]})
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
-		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return t.iterate()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the NAT table: %w", err)
-		}
-	}
-}
-
-// iterate reads the table one entry at a time (kernels without batches).
-func (t *Table) iterate() ([]entry, error) {
-	var out []entry
-	var e entry
-	it := t.nat.Iterate()
-	for it.Next(&e.k, &e.v) {
-		out = append(out, e)
-	}
-	if err := it.Err(); err != nil {
+	es, err := maps.Entries[maps.CniNatKey, maps.CniNatEntry](t.nat)
+	if err != nil {
 		return nil, fmt.Errorf("reading the NAT table: %w", err)
 	}
-	return out, nil
+	return es, nil
 }
 
 // Flows lists the flows (their OUT entries).
@@ -186,23 +139,23 @@ func (t *Table) Flows() ([]Flow, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := monotonic()
+	now := maps.Monotonic()
 	var out []Flow
 	for _, e := range es {
-		if e.k.Dir != dirOut {
+		if e.Key.Dir != dirOut {
 			continue
 		}
 		f := Flow{
-			Proto: e.k.Proto, Pod: maps.IP(e.k.Family, e.k.Saddr), PodPort: port(e.k.Sport),
-			Remote: maps.IP(e.k.Family, e.k.Daddr), RemotePort: port(e.k.Dport),
-			NAT: maps.IP(e.k.Family, e.v.Addr), NATPort: port(e.v.Port),
-			State: e.v.State, Kept: e.v.Flags&flagKept != 0, Replied: e.v.Flags&flagReplied != 0,
+			Proto: e.Key.Proto, Pod: maps.IP(e.Key.Family, e.Key.Saddr), PodPort: maps.Port(e.Key.Sport),
+			Remote: maps.IP(e.Key.Family, e.Key.Daddr), RemotePort: maps.Port(e.Key.Dport),
+			NAT: maps.IP(e.Key.Family, e.Value.Addr), NATPort: maps.Port(e.Value.Port),
+			State: e.Value.State, Kept: e.Value.Flags&flagKept != 0, Replied: e.Value.Flags&flagReplied != 0,
 		}
-		if now > e.v.Created {
-			f.Age = time.Duration(now - e.v.Created)
+		if now > e.Value.Created {
+			f.Age = time.Duration(now - e.Value.Created)
 		}
-		if now > e.v.LastSeen {
-			f.Idle = time.Duration(now - e.v.LastSeen)
+		if now > e.Value.LastSeen {
+			f.Idle = time.Duration(now - e.Value.LastSeen)
 		}
 		f.Expired = f.Idle > lifetime(&t.timeouts, f.Proto, f.State)
 		out = append(out, f)
@@ -213,10 +166,10 @@ func (t *Table) Flows() ([]Flow, error) {
 // podAddr is the pod's address of an entry: the IN entry's value, or the
 // source of the other keys (the pod's tuple).
 func podAddr(e *entry) net.IP {
-	if e.k.Dir == dirIn {
-		return maps.IP(e.k.Family, e.v.Addr)
+	if e.Key.Dir == dirIn {
+		return maps.IP(e.Key.Family, e.Value.Addr)
 	}
-	return maps.IP(e.k.Family, e.k.Saddr)
+	return maps.IP(e.Key.Family, e.Key.Saddr)
 }
 
 // delete removes the entries for which drop says so; it returns how many.
@@ -225,19 +178,7 @@ func (t *Table) delete(drop func(e *entry) bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	var errs []error
-	for i := range es {
-		if !drop(&es[i]) {
-			continue
-		}
-		if err := t.nat.Delete(&es[i].k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
+	return maps.DeleteEntries(t.nat, es, drop)
 }
 
 // FlushPod removes every entry of the pod's addresses: a new pod that gets
@@ -256,7 +197,7 @@ func (t *Table) FlushPod(ips []net.IP) (int, error) {
 
 // GC removes the entries of pods that are not live, and expired ones.
 func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
-	now := monotonic()
+	now := maps.Monotonic()
 	// An IN entry lives as long as its OUT entry: find the OUT entries' fate
 	// first.
 	es, err := t.entries()
@@ -265,23 +206,21 @@ func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
 	}
 	expired := map[maps.CniNatKey]bool{}
 	for _, e := range es {
-		if (e.k.Dir == dirOut || e.k.Dir == dirDNAT) && now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State) {
-			expired[e.k] = true
+		if (e.Key.Dir == dirOut || e.Key.Dir == dirDNAT) && now > e.Value.LastSeen && time.Duration(now-e.Value.LastSeen) > lifetime(&t.timeouts, e.Key.Proto, e.Value.State) {
+			expired[e.Key] = true
 		}
 	}
 	return t.delete(func(e *entry) bool {
 		if !live(podAddr(e)) {
 			return true
 		}
-		switch e.k.Dir {
+		switch e.Key.Dir {
 		case dirOut, dirDNAT:
-			return expired[e.k]
-		case dirStack:
-			return false // the LRU ages them out
+			return expired[e.Key]
 		}
-		out := maps.CniNatKey{Family: e.k.Family, Proto: e.k.Proto, Dir: dirOut, Sport: e.v.Port, Saddr: e.v.Addr, Daddr: e.k.Saddr}
-		if e.k.Proto == unix.IPPROTO_TCP || e.k.Proto == unix.IPPROTO_UDP {
-			out.Dport = e.k.Sport
+		out := maps.CniNatKey{Family: e.Key.Family, Proto: e.Key.Proto, Dir: dirOut, Sport: e.Value.Port, Saddr: e.Value.Addr, Daddr: e.Key.Saddr}
+		if e.Key.Proto == unix.IPPROTO_TCP || e.Key.Proto == unix.IPPROTO_UDP {
+			out.Dport = e.Key.Sport
 		}
 		var ov maps.CniNatEntry
 		if err := t.nat.Lookup(&out, &ov); err != nil {
@@ -303,7 +242,7 @@ func (t *Table) Count(f func(dir uint8, pod net.IP) bool) (int, error) {
 	}
 	n := 0
 	for i := range es {
-		if f(es[i].k.Dir, podAddr(&es[i])) {
+		if f(es[i].Key.Dir, podAddr(&es[i])) {
 			n++
 		}
 	}
@@ -317,13 +256,13 @@ func (t *Table) LiveDNAT() (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := monotonic()
+	now := maps.Monotonic()
 	out := map[string]int{}
 	for _, e := range es {
-		if e.k.Dir != dirDNAT || (now > e.v.LastSeen && time.Duration(now-e.v.LastSeen) > lifetime(&t.timeouts, e.k.Proto, e.v.State)) {
+		if e.Key.Dir != dirDNAT || (now > e.Value.LastSeen && time.Duration(now-e.Value.LastSeen) > lifetime(&t.timeouts, e.Key.Proto, e.Value.State)) {
 			continue
 		}
-		out[net.JoinHostPort(maps.IP(e.k.Family, e.k.Saddr).String(), fmt.Sprint(port(e.k.Sport)))]++
+		out[net.JoinHostPort(maps.IP(e.Key.Family, e.Key.Saddr).String(), fmt.Sprint(maps.Port(e.Key.Sport)))]++
 	}
 	return out, nil
 }

@@ -1,14 +1,11 @@
 package nat
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"net"
 	"sort"
 	"strconv"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -53,8 +50,6 @@ type NATFlow struct {
 	f Flow
 }
 
-var protoNames = map[uint8]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_ICMP: "icmp", unix.IPPROTO_ICMPV6: "icmpv6"}
-
 func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
 	if err := ctx.CheckRoot(); err != nil {
 		return nil, err
@@ -83,7 +78,7 @@ func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
 		if only != nil && !f.Pod.Equal(only) {
 			continue
 		}
-		proto := protoNames[f.Proto]
+		proto := view.ProtoNames[f.Proto]
 		if proto == "" {
 			proto = strconv.Itoa(int(f.Proto))
 		}
@@ -93,16 +88,7 @@ func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if c := bytes.Compare(a.f.Pod.To16(), b.f.Pod.To16()); c != 0 {
-			return c < 0
-		}
-		if a.Proto != b.Proto {
-			return a.Proto < b.Proto
-		}
-		if c := bytes.Compare(a.f.Remote.To16(), b.f.Remote.To16()); c != 0 {
-			return c < 0
-		}
-		return a.PodPort < b.PodPort
+		return view.FlowLess(a.f.Pod, b.f.Pod, a.Proto, b.Proto, a.f.Remote, b.f.Remote, a.PodPort, b.PodPort)
 	})
 	return out, nil
 }

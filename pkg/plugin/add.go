@@ -94,6 +94,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := kernelSupports(c.Mode); err != nil {
+		return kernelError(err)
+	}
 	if err := checkIfName(args.IfName); err != nil {
 		return err
 	}

@@ -24,6 +24,10 @@ const (
 	ErrCheckFailed uint = 116
 	// ErrIPAM: the IPAM plugin failed (its own error is in details).
 	ErrIPAM uint = 117
+	// ErrKernelFeature: the configuration asks for a kernel feature this
+	// kernel lacks (the message names the key and the feature; see
+	// docs/kernels.md); nothing was made.
+	ErrKernelFeature uint = 123
 )
 
 func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }

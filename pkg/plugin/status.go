@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"encoding/json"
+
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -17,8 +19,15 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if _, err := attach.ParseMode(c.AttachMode); err != nil {
+	mode, err := attach.ParseMode(c.AttachMode)
+	if err != nil {
 		return invalidConfig("attachMode", err.Error())
+	}
+	if err := kernelSupports(mode); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	if err := podRangeConfigured(c); err != nil {
+		return err
 	}
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
 		return cniError(types.ErrPluginNotAvailable, "bpfRoot unusable", err)
@@ -36,4 +45,26 @@ func CmdStatus(args *skel.CmdArgs) error {
 		return ipamError("STATUS", err)
 	}
 	return nil
+}
+
+// podRangeConfigured fails while the IPAM section names no pod range: a
+// node whose range is not known yet (on Kubernetes, a Node object without
+// spec.podCIDRs) must say what is missing, not fail every ADD later.
+func podRangeConfigured(c *Config) error {
+	if c.IPAMType != DefaultIPAM && c.IPAMType != "host-local" {
+		return nil
+	}
+	var n struct {
+		IPAM struct {
+			Subnet string            `json:"subnet"`
+			Ranges []json.RawMessage `json:"ranges"`
+		} `json:"ipam"`
+	}
+	if json.Unmarshal(c.IPAMConf, &n) != nil || n.IPAM.Subnet != "" || len(n.IPAM.Ranges) > 0 {
+		return nil // anything else wrong there is the IPAM plugin's to report
+	}
+	return types.NewError(types.ErrPluginNotAvailable, "no pod range configured for this node",
+		"ipam.ranges is empty: give it the node's pod range (make install POD_CIDR=..., or ebpf-cni conflist --pod-cidr); "+
+			"on Kubernetes, the Node object needs spec.podCIDRs (kube-controller-manager --allocate-node-cidrs with --cluster-cidr) "+
+			"and the ebpf-cni DaemonSet then writes the configuration")
 }

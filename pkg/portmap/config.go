@@ -30,6 +30,8 @@ type Config struct {
 	// through the node's addresses and localhost; default the root of the
 	// unified hierarchy (every process of the node).
 	CgroupPath string `json:"cgroupPath,omitempty"`
+	// StateDir holds the private cgroup2 mount where none is visible.
+	StateDir string `json:"stateDir,omitempty"`
 	// Uplinks are where outside clients arrive (shared with masquerade).
 	uplink.Config
 	RuntimeConfig struct {
@@ -115,9 +117,12 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 		seen[id] = len(s.Mappings)
 		s.Mappings = append(s.Mappings, m)
 	}
-	cg, err := attach.ResolveCgroup(c.CgroupPath)
-	if err != nil {
+	cg, err := attach.ResolveCgroup(c.CgroupPath, config.StateDirOr(c.StateDir))
+	if err != nil && c.CgroupPath != "" {
 		return nil, config.Invalid("cgroupPath", "%s", err.Error())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finding the cgroup v2 hierarchy for the hostPort socket hooks: %w", err)
 	}
 	s.Cgroup = cg
 	return s, nil

@@ -72,7 +72,7 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 	}
 	s, err := Validate(c, c.RuntimeConfig.PortMappings)
 	if err != nil {
-		return nil, err
+		return nil, fail(err) // a bad key stays code 7
 	}
 	return pod{s}, nil
 }

@@ -206,6 +206,9 @@ func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
 // unpinned maps, such as scratch space, are its own), pins its programs in
 // dir and adds them to s.
 func load(o Object, spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, dir string, s *Set) error {
+	if err := setKernelFeatures(spec); err != nil {
+		return err
+	}
 	repl := map[string]*ebpf.Map{}
 	for name, ms := range spec.Maps {
 		if ms.Pinning != ebpf.PinNone {
@@ -234,6 +237,29 @@ func load(o Object, spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, dir 
 			return fmt.Errorf("cloning %s: %w", h.Name, err)
 		}
 		s.ByHook[h.Name] = clone
+	}
+	return nil
+}
+
+// setKernelFeatures tells a program object what the kernel offers, through
+// its read-only globals: the verifier sees them as constants and drops the
+// code of what is missing (the conntrack kfuncs, bpf/lib/flow.h).
+func setKernelFeatures(spec *ebpf.CollectionSpec) error {
+	v, ok := spec.Variables["have_conntrack"]
+	if !ok {
+		return nil
+	}
+	ct := ProbeConntrack()
+	if !ct.Available {
+		return v.Set(uint32(0))
+	}
+	if err := v.Set(uint32(1)); err != nil {
+		return fmt.Errorf("setting have_conntrack: %w", err)
+	}
+	if sz, ok := spec.Variables["ct_opts_size"]; ok {
+		if err := sz.Set(ct.OptsSize); err != nil {
+			return fmt.Errorf("setting ct_opts_size: %w", err)
+		}
 	}
 	return nil
 }

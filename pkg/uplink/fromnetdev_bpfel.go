@@ -20,6 +20,7 @@ const (
 	FromNetdevMapEndpointCounters = "endpoint_counters"
 	FromNetdevMapEndpointDevs     = "endpoint_devs"
 	FromNetdevMapEndpoints        = "endpoints"
+	FromNetdevMapFlows            = "flows"
 	FromNetdevMapHostportConfig   = "hostport_config"
 	FromNetdevMapHostports        = "hostports"
 	FromNetdevMapMasqNets         = "masq_nets"
@@ -32,6 +33,8 @@ const (
 	FromNetdevMapSockRevnat       = "sock_revnat"
 	FromNetdevMapUplinks          = "uplinks"
 	FromNetdevProgFromNetdev      = "from_netdev"
+	FromNetdevVarCtOptsSize       = "ct_opts_size"
+	FromNetdevVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadFromNetdev returns the embedded CollectionSpec for FromNetdev.
@@ -87,6 +90,7 @@ type FromNetdevMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
@@ -104,6 +108,8 @@ type FromNetdevMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromNetdevVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // FromNetdevObjects contains all objects after they have been loaded into the kernel.
@@ -130,6 +136,7 @@ type FromNetdevMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
@@ -149,6 +156,7 @@ func (m *FromNetdevMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
 		m.MasqNets,
@@ -167,6 +175,8 @@ func (m *FromNetdevMaps) Close() error {
 //
 // It can be passed to LoadFromNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromNetdevVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // FromNetdevPrograms contains all programs after they have been loaded into the kernel.

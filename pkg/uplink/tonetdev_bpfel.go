@@ -20,6 +20,7 @@ const (
 	ToNetdevMapEndpointCounters = "endpoint_counters"
 	ToNetdevMapEndpointDevs     = "endpoint_devs"
 	ToNetdevMapEndpoints        = "endpoints"
+	ToNetdevMapFlows            = "flows"
 	ToNetdevMapMasqNets         = "masq_nets"
 	ToNetdevMapMasqSkip         = "masq_skip"
 	ToNetdevMapNat              = "nat"
@@ -28,6 +29,8 @@ const (
 	ToNetdevMapScratch          = "scratch"
 	ToNetdevMapUplinks          = "uplinks"
 	ToNetdevProgToNetdev        = "to_netdev"
+	ToNetdevVarCtOptsSize       = "ct_opts_size"
+	ToNetdevVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadToNetdev returns the embedded CollectionSpec for ToNetdev.
@@ -83,6 +86,7 @@ type ToNetdevMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
@@ -96,6 +100,8 @@ type ToNetdevMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToNetdevVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // ToNetdevObjects contains all objects after they have been loaded into the kernel.
@@ -122,6 +128,7 @@ type ToNetdevMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Flows            *ebpf.Map `ebpf:"flows"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
@@ -137,6 +144,7 @@ func (m *ToNetdevMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Flows,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,
@@ -151,6 +159,8 @@ func (m *ToNetdevMaps) Close() error {
 //
 // It can be passed to LoadToNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToNetdevVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // ToNetdevPrograms contains all programs after they have been loaded into the kernel.

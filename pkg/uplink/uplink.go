@@ -206,19 +206,7 @@ func ensure(n *node.Node, u Uplink, mode attach.Mode, progs *programs.Set) error
 
 // attached reports whether every uplink program of progs runs on l.
 func attached(l netlink.Link, progs *programs.Set) bool {
-	ids := progs.IDs()
-	for _, h := range Hooks {
-		found := false
-		if got, err := attach.AttachedIDs(l, h); err == nil {
-			for _, id := range got {
-				found = found || ids[id] == h.Name
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+	return attach.HooksAttached(l, Hooks, progs.IDs())
 }
 
 // Problems names what is missing for the uplinks on the node, for CHECK;

@@ -41,14 +41,16 @@ type bench struct {
 	cgroup      string       // cgroup v2 dir for the cgroup hooks; the bench runs in it
 	leaveCgroup func() error // moves the bench back out
 
-	mu     sync.Mutex
-	done   bool
-	procs  []*exec.Cmd
-	netns  []ns.NetNS
-	nodes  []*nettest.Node
-	setups map[string]*setup
-	exe    string
-	rawPod *pod // RAW's namespace routed by the node
+	mu    sync.Mutex
+	done  bool
+	procs []*exec.Cmd
+	netns []ns.NetNS
+	nodes []*nettest.Node
+	// clusters: the cross-node paths' simulated clusters.
+	clusters []*nettest.Cluster
+	setups   map[string]*setup
+	exe      string
+	rawPod   *pod // RAW's namespace routed by the node
 	// worldServers: setups whose world runs the echo server and iperf3.
 	worldServers map[string]bool
 	versions     [][2]string // what ran where: machine, kernel, tools, plugins
@@ -113,6 +115,9 @@ func (b *bench) cleanup() {
 	}
 	for _, n := range b.nodes {
 		n.Close()
+	}
+	for _, c := range b.clusters {
+		c.Close()
 	}
 	if b.bpfs != "" {
 		_ = unix.Unmount(b.bpfs, unix.MNT_DETACH)

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -50,7 +51,7 @@ type config struct {
 	started      time.Time
 }
 
-var allPaths = []string{"cni", "pod-to-pod", "masquerade", "hostport", "bandwidth"}
+var allPaths = []string{"cni", "pod-to-pod", "masquerade", "hostport", "bandwidth", "cross-node", "cross-node-vxlan", "masquerade-services"}
 
 // profile returns the settings of a named profile: full fits in 15 minutes
 // on 2 cores, quick in 3 with the same rows, smoke is quick with tiny
@@ -83,7 +84,14 @@ func main() {
 	runs := flag.Int("runs", 0, "override the profile's repetitions")
 	hostportN := flag.String("hostport-n", "", "override the profile's mapping counts (comma-separated)")
 	note := flag.String("note", "", "a note for the top of REPORT.md, e.g. what else ran on the machine")
+	render := flag.String("render", "", "measure nothing: re-render REPORT.md and the plots of this results directory from its latest.json and machine.json")
 	flag.Parse()
+	if *render != "" {
+		if err := renderResults(*render); err != nil {
+			fail(err)
+		}
+		return
+	}
 	if os.Geteuid() != 0 {
 		fail(errors.New("needs root (sudo make bench)"))
 	}
@@ -183,7 +191,10 @@ func (b *bench) run() error {
 	}
 	b.versions = append(b.versions, [2]string{"bridge-nf-call-iptables (REF node)", bridgeNF(b.setups[REF].node.NS)})
 	steps := map[string]func() error{"cni": b.cniPath, "pod-to-pod": b.podToPod, "masquerade": b.masquerade,
-		"hostport": b.hostport, "bandwidth": b.bandwidth}
+		"hostport": b.hostport, "bandwidth": b.bandwidth,
+		"cross-node":          func() error { return b.crossNode("cross-node", false) },
+		"cross-node-vxlan":    func() error { return b.crossNode("cross-node-vxlan", true) },
+		"masquerade-services": b.masqueradeServices}
 	var errs []error
 	for _, p := range b.cfg.paths {
 		if err := steps[p](); err != nil {
@@ -220,35 +231,22 @@ func (b *bench) write() error {
 	if err := os.MkdirAll(b.cfg.out, 0o755); err != nil {
 		return err
 	}
-	// Plots of an earlier run that this one does not redraw would be stale.
-	old, _ := filepath.Glob(filepath.Join(b.cfg.out, "*.png"))
-	for _, f := range old {
-		_ = os.Remove(f)
-	}
 	rows := b.res.Rows()
 	if err := writeJSON(filepath.Join(b.cfg.out, "latest.json"), rows); err != nil {
 		return err
 	}
+	now := time.Now().UTC()
 	features, failed := append([]string{}, b.cfg.features...), append([]string{}, b.failed...) // [] rather than null
-	meta := map[string]any{"profile": b.cfg.profile, "date": time.Now().UTC().Format(time.RFC3339),
-		"elapsed_s": int(b.elapsed.Seconds()), "ebpf_features": features, "runs": b.cfg.runs,
-		"run_seconds": b.cfg.dur.Seconds(), "failed": failed}
-	for _, kv := range b.versions {
-		meta[kv[0]] = kv[1]
-	}
-	if err := writeJSON(filepath.Join(b.cfg.out, "machine.json"), meta); err != nil {
+	meta := machineMeta{Profile: b.cfg.profile, Date: now.Format(time.RFC3339), ElapsedS: int(math.Round(b.elapsed.Seconds())),
+		Features: features, Runs: b.cfg.runs, RunSeconds: b.cfg.dur.Seconds(), Failed: failed, Note: b.cfg.note, Versions: b.versions}
+	if err := writeJSON(filepath.Join(b.cfg.out, "machine.json"), meta.flat()); err != nil {
 		return err
 	}
-	plots, err := writePlots(b.cfg.out, rows)
-	if err != nil {
-		return fmt.Errorf("plots: %w", err)
-	}
-	rep := report{Rows: rows, Profile: b.cfg.profile, Note: b.cfg.note, Features: b.cfg.features, Versions: b.versions,
-		Runs: b.cfg.runs, Dur: b.cfg.dur, Elapsed: b.elapsed, Failed: b.failed, Plots: plots, Date: time.Now().UTC()}
-	if err := os.WriteFile(filepath.Join(b.cfg.out, "REPORT.md"), []byte(rep.markdown()), 0o644); err != nil {
+	rep := meta.report(rows)
+	if err := rep.publish(b.cfg.out); err != nil {
 		return err
 	}
-	b.logf("wrote %s", strings.Join(append([]string{"latest.json", "machine.json", "REPORT.md"}, plots...), ", "))
+	b.logf("wrote %s", strings.Join(append([]string{"latest.json", "machine.json", "REPORT.md"}, rep.Plots...), ", "))
 	fmt.Fprint(b.cfg.log, rep.summary())
 	return nil
 }

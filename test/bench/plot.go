@@ -156,7 +156,13 @@ func advantagePlot(path string, rows []Row) (bool, error) {
 	if len(bars) == 0 {
 		return false, nil
 	}
-	const w, left, right, top, rowH = 760, 230, 40, 56, 18
+	// The bitmap font is 7 px a character: the labels set the left margin.
+	left := 0
+	for _, b := range bars {
+		left = max(left, 7*len(b.label)+16)
+	}
+	const right, top, rowH = 40, 56, 18
+	w := left + 530
 	h := top + rowH*len(bars) + 50
 	c := newCanvas(w, h)
 	lo, hi := 0.25, 4.0
@@ -168,7 +174,7 @@ func advantagePlot(path string, rows []Row) (bool, error) {
 	}
 	lo, hi = math.Pow(2, math.Floor(math.Log2(lo))), math.Pow(2, math.Ceil(math.Log2(hi)))
 	px := func(v float64) float64 {
-		return left + (math.Log2(v)-math.Log2(lo))/(math.Log2(hi)-math.Log2(lo))*(w-left-right)
+		return float64(left) + (math.Log2(v)-math.Log2(lo))/(math.Log2(hi)-math.Log2(lo))*float64(w-left-right)
 	}
 	for v := lo; v <= hi*1.001; v *= 2 {
 		col := grid
@@ -249,6 +255,16 @@ var sweeps = []struct{ prefix, metric, title, ylabel string }{
 	{"hostport-", "add_p50_ms", "ADD of a pod with one more mapping (p50)", "ms"},
 }
 
+// headline are the rows of summary.png, the plot README.md shows: one or
+// a few per path, what a person running pods feels.
+var headline = [][2]string{
+	{"cni", "add_p50_ms"}, {"cni", "del_p50_ms"}, {"cni", "pods_per_s_c8"}, {"cni", "add_cold_ms"},
+	{"pod-to-pod", "rr_tps"}, {"pod-to-pod", "tcp_gbps"}, {"pod-to-pod", "crr_cps"},
+	{"masquerade", "rr_tps"}, {"masquerade", "tcp_gbps"}, {"masquerade", "crr_cps"},
+	{"hostport-10", "crr_cps"}, {"hostport-10000", "crr_cps"}, {"hostport-10000", "add_p50_ms"},
+	{"bandwidth", "first_s_err_100mbit_pct"}, {"bandwidth", "sat_rtt_100mbit_ms"}, {"bandwidth", "in_first_s_err_100mbit_pct"},
+}
+
 // writePlots draws every plot the rows allow and returns the file names.
 func writePlots(dir string, rows []Row) ([]string, error) {
 	var out []string
@@ -256,6 +272,17 @@ func writePlots(dir string, rows []Row) ([]string, error) {
 		return nil, err
 	} else if ok {
 		out = append(out, "ratios.png")
+	}
+	var head []Row
+	for _, pm := range headline {
+		if i := slices.IndexFunc(rows, func(r Row) bool { return r.Path == pm[0] && r.Metric == pm[1] }); i >= 0 {
+			head = append(head, rows[i])
+		}
+	}
+	if ok, err := advantagePlot(filepath.Join(dir, "summary.png"), head); err != nil {
+		return nil, err
+	} else if ok {
+		out = append(out, "summary.png")
 	}
 	for _, sw := range sweeps {
 		var ss []series

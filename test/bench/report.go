@@ -156,7 +156,7 @@ func (rp report) markdown() string {
 		}
 		w("\n")
 	}
-	sweepPlots := slices.DeleteFunc(slices.Clone(rp.Plots), func(s string) bool { return s == "ratios.png" })
+	sweepPlots := slices.DeleteFunc(slices.Clone(rp.Plots), func(s string) bool { return s == "ratios.png" || s == "summary.png" })
 	if len(sweepPlots) > 0 {
 		w("## Scale sweeps\n\n")
 		for _, p := range sweepPlots {
@@ -164,8 +164,8 @@ func (rp report) markdown() string {
 		}
 		w("\n")
 	}
-	w("## Where EBPF loses to REF\n\n")
-	w("%s\n", rp.closingNote())
+	w("## Where EBPF loses to REF, and why\n\n")
+	w("%s", rp.closingNote())
 	w("## Machine and tools\n\n| | |\n| --- | --- |\n")
 	for _, kv := range rp.Versions {
 		w("| %s | %s |\n", kv[0], strings.ReplaceAll(kv[1], "|", "\\|"))
@@ -185,34 +185,56 @@ var pathDoc = map[string]string{
 	"bandwidth":  "A pod limited to R Mbit/s (burst 10 ms of R) exchanges iperf3 TCP with the world: egress (the pod sends; metrics without prefix) and ingress (the world sends, iperf3 -R; `in_`). The error of the achieved rate against R, over the whole run, in its first second and in its worst second, as the receiver saw them; sat_rtt: median ping round trip from the pod to the world while iperf3 saturates the limit (latency under saturation). REF shapes with tbf queues (an ifb for egress). EBPF has no queue (this kernel has no fq): TCP sent by the pod is paced at its source to R (SO_MAX_PACING_RATE, set by a sock_ops hook), and the world's TCP, an outside sender, meets the token bucket alone.",
 }
 
-// closingNote lists every row where EBPF is worse than REF, with why and
-// what would fix it.
+// closingNote is the one list of where EBPF loses to REF: grouped by
+// cause, each cause said once with every row it explains (rows worse
+// beyond noise first, then those worse by less than the runs' spread).
 func (rp report) closingNote() string {
 	var b strings.Builder
-	var worse, noise []Row
+	type group struct {
+		worse, noise []Row
+	}
+	groups := map[string]*group{}
+	var order []string
 	for _, r := range rp.Rows {
-		switch verdict(r) {
-		case "worse":
-			worse = append(worse, r)
-		case "noise":
-			if a := advantage(r); a != nil && *a < 1 {
-				noise = append(noise, r)
-			}
+		v := verdict(r)
+		if v != "worse" && v != "noise" {
+			continue
+		}
+		if a := advantage(r); v == "noise" && (a == nil || *a >= 1) {
+			continue
+		}
+		c := causeOf(r)
+		g := groups[c]
+		if g == nil {
+			g = &group{}
+			groups[c] = g
+			order = append(order, c)
+		}
+		if v == "worse" {
+			g.worse = append(g.worse, r)
+		} else {
+			g.noise = append(g.noise, r)
 		}
 	}
-	if len(worse) == 0 {
-		b.WriteString("EBPF is not worse than REF beyond noise on any row measured for both.\n")
+	if len(order) == 0 {
+		b.WriteString("EBPF is not worse than REF on any row measured for both.\n")
+	} else {
+		b.WriteString("Every row where EBPF's figure is worse than REF's, grouped by cause. **Worse** rows are beyond the runs' noise; *within noise* rows are nominally worse by less than the runs' own spread.\n\n")
 	}
-	for _, r := range worse {
-		fmt.Fprintf(&b, "- **%s %s**: EBPF %s vs REF %s %s (%.2fx). %s\n", r.Path, r.Metric, cell(r.EBPF), cell(r.Ref), r.Unit,
-			*ratio(r.EBPF, r.Ref), explain(r))
-	}
-	if len(noise) > 0 {
-		b.WriteString("\nNominally worse, but by less than the runs' own spread:\n\n")
-		for _, r := range noise {
-			fmt.Fprintf(&b, "- %s %s: EBPF %s vs REF %s %s (%.2fx). %s\n", r.Path, r.Metric, cell(r.EBPF), cell(r.Ref), r.Unit,
-				*ratio(r.EBPF, r.Ref), explain(r))
+	// Causes with a row worse beyond noise come first.
+	slices.SortStableFunc(order, func(a, b string) int {
+		return min(len(groups[b].worse), 1) - min(len(groups[a].worse), 1)
+	})
+	for _, c := range order {
+		g, cs := groups[c], causes[c]
+		fmt.Fprintf(&b, "### %s\n\n", cs.title)
+		if len(g.worse) > 0 {
+			fmt.Fprintf(&b, "**Worse:** %s.\n\n", rowList(g.worse))
 		}
+		if len(g.noise) > 0 {
+			fmt.Fprintf(&b, "*Within noise:* %s.\n\n", rowList(g.noise))
+		}
+		fmt.Fprintf(&b, "Why: %s\n\nFix: %s\n\n", cs.why, cs.fix)
 	}
 	var missing []string
 	for _, r := range rp.Rows {
@@ -221,10 +243,19 @@ func (rp report) closingNote() string {
 		}
 	}
 	if len(missing) > 0 {
-		fmt.Fprintf(&b, "\nNot measured for EBPF, %s: %s. Their REF (and RAW) columns are the baseline the features will be judged against.\n",
+		fmt.Fprintf(&b, "Not measured for EBPF, %s: %s. Their REF (and RAW) columns are the baseline the features will be judged against.\n\n",
 			notImplemented, strings.Join(missing, ", "))
 	}
 	return b.String()
+}
+
+// rowList names rows with their figures: "`path metric` EBPF x vs REF y unit (r)".
+func rowList(rows []Row) string {
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("`%s %s` %s vs %s %s (%.2fx)", r.Path, r.Metric, cell(r.EBPF), cell(r.Ref), r.Unit, *ratio(r.EBPF, r.Ref)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func pathBase(p string) string {
@@ -234,31 +265,67 @@ func pathBase(p string) string {
 	return p
 }
 
-// explain says why EBPF loses on a row and what would fix it, from what
+// cause is why EBPF loses on some rows, and what would fix it, from what
 // is known of the datapath and the plugins (see DESIGN.md).
-func explain(r Row) string {
+type cause struct{ title, why, fix string }
+
+var causes = map[string]cause{
+	"add_cold": {"The first ADD on a node loads and verifies the programs",
+		"the first ADD on a node loads and verifies the programs and creates the pinned maps (once per node and binary version), where REF creates the bridge and its iptables chains.",
+		"nothing on the ADD path is needed; STATUS already loads the programs, so a runtime that calls STATUS before the first pod never pays this on an ADD (the bench does not call STATUS, to show the cost)."},
+	"attach": {"ADD attaches tc programs (tcx: ~16 ms in the kernel)",
+		"with the default attach mode (tcx) the attach alone costs ~16 ms in the kernel on this kernel (DESIGN.md; BenchmarkAttach), against ~0.2 ms for a legacy cls_bpf filter; REF spends its time exec-ing four plugins and iptables.",
+		"`attachMode: tc`, or overlap the attach with the rest of ADD (attach before moving the peer and configuring addresses)."},
+	"detach": {"DEL detaches and unpins the tcx link before deleting the veth",
+		"DEL detaches and unpins the tcx link, then deletes the veth, under the node lock; the detach is the costly kernel step.",
+		"let the veth deletion detach the program (one kernel operation instead of two), or `attachMode: tc`."},
+	"churn": {"ADD+DEL pairs per second pay both attach and detach",
+		"the sum of the ADD and DEL costs (attach and detach, serialised by the node lock and RTNL), which concurrency cannot hide.",
+		"as for ADD and DEL."},
+	"cpu": {"CPU accounting on a shared machine",
+		"machine-wide /proc/stat accounting on a shared 2-CPU machine; the figure includes whatever else ran.",
+		"rerun on an idle machine; if it persists, profile with perf the softirq path of the from-container program."},
+	"tail": {"Tail latency of short runs on a shared 2-vCPU VM",
+		"a p99 of a 1 s run on a shared 2-vCPU VM is set by whatever else was scheduled on the CPU (the median of the same runs favours EBPF), and the spread between runs exceeds the difference.",
+		"none in the datapath; the full profile (5 runs of 3 s) on an idle machine gives a tail worth comparing."},
+	"policed": {"An outside sender against an ingress limit is policed, not queued (no fq on this kernel)",
+		"the world is an outside sender, which only a token bucket can hold on this kernel (no fq, no BPF qdisc: nowhere to queue). A veth's round trip (tens of µs) is shorter than a packet's time at the rate, so TCP cannot slow down through its window; it overdrives the bucket, loses whole flights and waits for its retransmission timer, and the recovery credit makes the time up in later seconds (some land above the rate). TCP sent on the node is paced at its source instead (the egress rows).",
+		"a queue: fq (the EDT mode exists for the stack path) or a BPF qdisc (CONFIG_NET_SCH_BPF) on kernels that have them."},
+	"pace1g": {"Pacing 1 Gbit/s needs most of a vCPU",
+		"at 1 Gbit/s a paced flow needs most of a vCPU for its pacing timer and iperf3; a single quick run on the 2-vCPU VM shares it with the node's softirqs (the full profile, 3 runs of 5 s: 951-965 Mbit/s every second, within 5%).",
+		"none in the datapath; compare the full profile."},
+	"spread": {"Run-to-run spread of the machine",
+		"on this 2-vCPU VM the difference is smaller than the run-to-run spread of the machine; it does not repeat across runs.",
+		"rerun the full profile on an idle machine before acting; if it persists, compare bpf_*_ns_pkt with the latency gap."},
+	"unknown": {"Not explained yet",
+		"no explanation recorded yet: investigate before relying on these rows.",
+		"unknown."},
+}
+
+// causeOf says which cause explains a row where EBPF loses.
+func causeOf(r Row) string {
 	m := r.Metric
 	switch {
 	case r.Path == "cni" && strings.HasPrefix(m, "add_cold"):
-		return "Why: the first ADD on a node loads and verifies the programs and creates the pinned maps (once per node and binary version), where REF creates the bridge and its iptables chains. Fix: nothing on the ADD path is needed; STATUS already loads the programs, so a runtime that calls STATUS before the first pod never pays this on an ADD (the bench does not call STATUS, to show the cost)."
+		return "add_cold"
 	case r.Path == "cni" && strings.HasPrefix(m, "add"):
-		return "Why: with the default attach mode (tcx) the attach alone costs ~16 ms in the kernel on this kernel (DESIGN.md; BenchmarkAttach), against ~0.2 ms for a legacy cls_bpf filter; REF spends its time exec-ing four plugins and iptables. Fix: `attachMode: tc`, or overlap the attach with the rest of ADD (attach before moving the peer and configuring addresses)."
+		return "attach"
 	case r.Path == "cni" && strings.HasPrefix(m, "del"):
-		return "Why: DEL detaches and unpins the tcx link, then deletes the veth, under the node lock; the detach is the costly kernel step. Fix: let the veth deletion detach the program (one kernel operation instead of two), or `attachMode: tc`."
+		return "detach"
 	case r.Path == "cni" && strings.HasPrefix(m, "pods_per_s"):
-		return "Why: the sum of the ADD and DEL costs (attach and detach, serialised by the node lock and RTNL), which concurrency cannot hide. Fix: as for ADD and DEL."
+		return "churn"
 	case strings.HasPrefix(m, "cpu_"):
-		return "Why: machine-wide /proc/stat accounting on a shared 2-CPU machine; the figure includes whatever else ran. Fix: rerun on an idle machine; if it persists, profile with perf the softirq path of the from-container program."
+		return "cpu"
 	case strings.HasSuffix(m, "_p99_us"):
-		return "Why: a p99 of a 1 s run on a shared 2-vCPU VM is set by whatever else was scheduled on the CPU (the median of the same runs favours EBPF), and the spread between runs exceeds the difference. Fix: none in the datapath; the full profile (5 runs of 3 s) on an idle machine gives a tail worth comparing."
+		return "tail"
 	case r.Path == "bandwidth" && strings.HasPrefix(m, "in_") && !strings.Contains(m, "sat_rtt"):
-		return "Why: the world is an outside sender, which only a token bucket can hold on this kernel (no fq, no BPF qdisc: nowhere to queue). A veth's round trip (tens of µs) is shorter than a packet's time at the rate, so TCP cannot slow down through its window; it overdrives the bucket, loses whole flights and waits for its retransmission timer, and the recovery credit makes the time up in later seconds (some land above the rate). TCP sent on the node is paced at its source instead (the egress rows). Fix: a queue: fq (the EDT mode exists for the stack path) or a BPF qdisc (CONFIG_NET_SCH_BPF) on kernels that have them."
+		return "policed"
 	case r.Path == "bandwidth" && strings.Contains(m, "1000mbit") && !strings.Contains(m, "sat_rtt"):
-		return "Why: at 1 Gbit/s a paced flow needs most of a vCPU for its pacing timer and iperf3; a single quick run on the 2-vCPU VM shares it with the node's softirqs (the full profile, 3 runs of 5 s: 951-965 Mbit/s every second, within 5%). Fix: none in the datapath; compare the full profile."
+		return "pace1g"
 	case strings.HasPrefix(m, "rr") || strings.HasPrefix(m, "crr") || strings.HasPrefix(m, "tcp"):
-		return "Why: on this 2-vCPU VM the difference is smaller than the run-to-run spread of the machine; it does not repeat across runs. Fix: rerun the full profile on an idle machine before acting; if it persists, compare bpf_*_ns_pkt with the latency gap."
+		return "spread"
 	}
-	return "No explanation recorded yet: investigate before relying on this row."
+	return "unknown"
 }
 
 // summary is the terminal version: one line per row.

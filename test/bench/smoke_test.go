@@ -75,8 +75,17 @@ func TestSmoke(t *testing.T) {
 		}
 		require.True(t, found, "no rows for %s", p)
 	}
-	for _, f := range []string{"REPORT.md", "machine.json", "ratios.png", "hostport_crr_cps.png"} {
+	for _, f := range []string{"REPORT.md", "machine.json", "ratios.png", "summary.png", "hostport_crr_cps.png"} {
 		_, err := os.Stat(filepath.Join(cfg.out, f))
 		require.NoError(t, err, f)
 	}
+
+	// -render gives back the same report from the JSON alone.
+	written, err := os.ReadFile(filepath.Join(cfg.out, "REPORT.md"))
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(cfg.out, "REPORT.md")))
+	require.NoError(t, renderResults(cfg.out))
+	rendered, err := os.ReadFile(filepath.Join(cfg.out, "REPORT.md"))
+	require.NoError(t, err)
+	require.Equal(t, string(written), string(rendered), "REPORT.md rendered from latest.json and machine.json")
 }

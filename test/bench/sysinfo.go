@@ -29,7 +29,7 @@ func machineInfo(cfg config) [][2]string {
 		{"iptables", firstLine("iptables", "--version")},
 		{"iperf3", firstLine("iperf3", "--version")},
 		{"go", runtime.Version()},
-		{"ebpf-cni", firstLine(filepath.Join(cfg.bin, "ebpf-cni"))},
+		{"ebpf-cni", firstLine(filepath.Join(cfg.bin, "ebpf-cni"), "version")},
 		{"ebpf-ipam", firstLine(filepath.Join(cfg.bin, "ebpf-ipam"))},
 		{"reference plugins", "containernetworking-plugins " + firstLine("dpkg-query", "-W", "-f", "${Version}", "containernetworking-plugins") + " (" + cfg.ref + ")"},
 		{"ebpf-cni attachMode", "default (auto: tcx on this kernel)"},
@@ -66,8 +66,9 @@ func memTotal() string {
 	return "unknown"
 }
 
-// firstLine runs a command (plugins print their version on stderr when run
-// with no CNI_COMMAND) and returns the first line it printed.
+// firstLine runs a command (ebpf-ipam prints its version on stderr when run
+// with no CNI_COMMAND; ebpf-cni is the operator CLI then, whose version
+// command says it) and returns the first line it printed.
 func firstLine(name string, args ...string) string {
 	var out bytes.Buffer
 	c := exec.Command(name, args...)

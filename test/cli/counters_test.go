@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 )
@@ -17,7 +18,7 @@ import (
 // endpoint and in the node total; DEL removes the endpoint's counters.
 func TestCounters(t *testing.T) {
 	e := newEnv(t)
-	list := e.confList("tcx")
+	list := e.confList(testutil.BestMode())
 	a := e.addPod(list, "sender")
 	b := e.addPod(list, "receiver")
 

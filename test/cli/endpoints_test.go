@@ -8,16 +8,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
 // TestEndpointsAndStatus: after three pods are added, endpoints lists the
 // three with their IPs, MAC, host veth and the program attached in the
 // configured mode; status names that attach mode and finds no problem.
 func TestEndpointsAndStatus(t *testing.T) {
-	for _, mode := range []string{"tcx", "tc"} {
+	for _, mode := range testutil.AttachModes {
 		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
 			e := newEnv(t)
 			list := e.confList(mode)
 			pods := map[string]*nettest.Pod{}
@@ -67,10 +70,14 @@ func TestEndpointsAndStatus(t *testing.T) {
 			require.Equal(t, map[string]int{mode: 3 * len(endpoint.Hooks)}, st.AttachModes, "one attachment per hook per pod")
 			require.Equal(t, 3, st.Endpoints)
 			require.Empty(t, st.Problems)
-			for _, f := range []string{"bpffs", "btf", "tcx"} {
+			for _, f := range []string{"bpffs", "btf"} {
 				require.True(t, st.Features[f].Available, "%s: %s", f, st.Features[f].Detail)
 			}
-			require.Contains(t, st.Features, "fq")
+			// Every kernel feature, as found (make test-kernel runs this on
+			// a kernel without tcx and with fq, this machine the reverse).
+			for name, f := range kernel.Probe() {
+				require.Equal(t, f, st.Features[name], "status reports %s", name)
+			}
 			require.Len(t, st.Programs, 1)
 			require.True(t, st.Programs[0].Current)
 			attached := map[string]int{}
@@ -85,6 +92,10 @@ func TestEndpointsAndStatus(t *testing.T) {
 			require.NotEmpty(t, modeRow)
 			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%d$`, mode, 3*len(endpoint.Hooks)), r.stdout)
 			require.Contains(t, r.stdout, "problems: none")
+			// The human table lists every feature the JSON holds.
+			for name, f := range st.Features {
+				require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%s\b`, name, map[bool]string{true: "yes", false: "no"}[f.Available]), r.stdout, "status table row %s", name)
+			}
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 )
@@ -19,7 +20,7 @@ import (
 // another one.
 func TestGCLeftovers(t *testing.T) {
 	e := newEnv(t)
-	list := e.confList("tcx")
+	list := e.confList(testutil.BestMode())
 	a := e.addPod(list, "pod-a")
 	b := e.addPod(list, "pod-b")
 	bVeth := b.Result.Interfaces[0].Name

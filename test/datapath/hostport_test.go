@@ -132,8 +132,11 @@ func nodeUDP(n ns.NetNS, dst string) (netip.AddrPort, error) {
 func TestHostPort(t *testing.T) {
 	cg := testutil.Cgroup(t)
 	for _, v := range testutil.SpecVersions {
-		for _, mode := range []string{"tcx", "tc"} {
-			t.Run(v+"/"+mode, func(t *testing.T) { testHostPort(t, cg, v, mode) })
+		for _, mode := range testutil.AttachModes {
+			t.Run(v+"/"+mode, func(t *testing.T) {
+				testutil.RequireMode(t, mode)
+				testHostPort(t, cg, v, mode)
+			})
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -33,8 +34,9 @@ func cniCode(t *testing.T, err error) uint {
 // TestCheckFails: CHECK passes after ADD and names what is wrong once a pod
 // route is removed, once the program is detached.
 func TestCheckFails(t *testing.T) {
-	for _, mode := range []string{"tcx", "tc"} {
+	for _, mode := range testutil.AttachModes {
 		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
 			e := newEnv(t)
 			list := e.confList(netOpts{attachMode: mode})
 			p := e.addPod(list, "check-routes")
@@ -233,7 +235,11 @@ func TestGC(t *testing.T) {
 	a, d := e.endpointEntries()
 	require.Equal(t, 2, a)
 	require.Equal(t, 1, d)
-	require.Len(t, e.pinnedLinks(), len(endpoint.Hooks), "one pinned link per hook of the pod that stays")
+	if testutil.BestMode() == "tcx" { // a tc filter is not pinned: CHECK below finds it
+		require.Len(t, e.pinnedLinks(), len(endpoint.Hooks), "one pinned link per hook of the pod that stays")
+	} else {
+		require.Empty(t, e.pinnedLinks(), "attachMode auto fell back to tc: no pinned links")
+	}
 	require.NoError(t, e.cni.Check(list, keep.RT))
 	mustConnect(t, []*nettest.Pod{keep})
 
@@ -251,4 +257,24 @@ func TestGC(t *testing.T) {
 	b, _ := json.Marshal(owners)
 	_ = b
 	_ = testutil.SpecVersions
+}
+
+// TestAttachModeTCXMissing: on a kernel without tcx (before 6.6), an ADD
+// that asks for attachMode tcx fails with code 123, naming the key, and
+// leaves nothing behind, and STATUS answers 50; attachMode auto works there (it falls back to tc:
+// every other test).
+func TestAttachModeTCXMissing(t *testing.T) {
+	if f := kernel.HaveTCX(); f.Available {
+		t.Skipf("the kernel has tcx (%s): make test-kernel runs this on Debian 12's 6.1", f.Detail)
+	}
+	e := newEnv(t)
+	list := e.confList(netOpts{attachMode: "tcx"})
+	_, err := e.cni.AddPod(list, "tcx-missing", nil)
+	require.Equal(t, plugin.ErrKernelFeature, cniCode(t, err))
+	require.ErrorContains(t, err, "attachMode tcx: this kernel has no tcx links")
+	e.requireClean()
+	// STATUS says the same, as "plugin not available".
+	err = e.cni.Status(list)
+	require.Equal(t, uint(types.ErrPluginNotAvailable), cniCode(t, err))
+	require.ErrorContains(t, err, "attachMode tcx")
 }

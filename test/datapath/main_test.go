@@ -6,5 +6,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 )
 
-// TestMain removes the plugin binaries the tests built.
+// TestMain removes the plugin binaries the tests built, and fails the run
+// when its tests left a namespace, mount, cgroup or process behind.
 func TestMain(m *testing.M) { testutil.Main(m) }

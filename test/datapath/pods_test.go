@@ -21,8 +21,11 @@ import (
 // without netns) leaves nothing.
 func TestThreePods(t *testing.T) {
 	for _, v := range testutil.SpecVersions {
-		for _, mode := range []string{"tcx", "tc"} {
-			t.Run(v+"/"+mode, func(t *testing.T) { testThreePods(t, v, mode) })
+		for _, mode := range testutil.AttachModes {
+			t.Run(v+"/"+mode, func(t *testing.T) {
+				testutil.RequireMode(t, mode)
+				testThreePods(t, v, mode)
+			})
 		}
 	}
 }

@@ -8,14 +8,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 )
 
 // TestParallel: 50 ADDs at once, then 50 DELs at once, leave consistent
 // state: one veth, one record, one device entry and two address entries per
 // pod, distinct addresses, working pods, and nothing after the DELs.
 func TestParallel(t *testing.T) {
-	for _, mode := range []string{"tcx", "tc"} {
+	for _, mode := range testutil.AttachModes {
 		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
 			const n = 50
 			e := newEnv(t)
 			list := e.confList(netOpts{attachMode: mode})

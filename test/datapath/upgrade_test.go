@@ -28,19 +28,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
-// buildVersion builds ebpf-cni and ebpf-ipam stamped with version into a
-// temporary directory: a "newer release" of the same tree.
-func buildVersion(t *testing.T, version string) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="+version,
-		"-o", dir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
-	cmd.Dir = testutil.ModuleRoot()
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return dir
-}
-
 var lossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 
 // TestUpgrade: the first ADD of a newer binary loads its programs once,
@@ -48,8 +35,9 @@ var lossRE = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
 // a ping stream and an open TCP connection between old pods go on across
 // the swap without loss.
 func TestUpgrade(t *testing.T) {
-	for _, mode := range []string{"tcx", "tc"} {
+	for _, mode := range testutil.AttachModes {
 		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
 			e := newEnv(t)
 			list := e.confList(netOpts{attachMode: mode})
 			a := e.addPod(list, "old-a")
@@ -68,7 +56,7 @@ func TestUpgrade(t *testing.T) {
 			require.NoError(t, err)
 			defer conn.Close()
 			require.NoError(t, nettest.Echo(conn, "before\n"))
-			newer := nettest.NewCNI(e.node, []string{buildVersion(t, "upgrade-test"), testutil.RefPluginDir(t)}, e.cacheDir)
+			newer := nettest.NewCNI(e.node, []string{testutil.VersionDir(t, "upgrade-test"), testutil.RefPluginDir(t)}, e.cacheDir)
 
 			// A ping stream that runs until interrupted, so the swap surely
 			// happens inside it.
@@ -79,7 +67,7 @@ func TestUpgrade(t *testing.T) {
 				ping.Stdout = &out
 				return ping.Start()
 			}))
-			t.Cleanup(func() { _ = ping.Process.Kill() })
+			t.Cleanup(func() { _ = ping.Process.Kill(); _ = ping.Wait() }) // a failure before the Wait below leaves no process
 			time.Sleep(300 * time.Millisecond)
 
 			c, err := newer.AddPod(list, "new-c", nil)
@@ -152,7 +140,7 @@ func TestUpgradeFromOlderLayout(t *testing.T) {
 			require.Len(t, oldTags, 1)
 			e.olderLayout(a)
 
-			newer := nettest.NewCNI(e.node, []string{buildVersion(t, "layout-test"), testutil.RefPluginDir(t)}, e.cacheDir)
+			newer := nettest.NewCNI(e.node, []string{testutil.VersionDir(t, "layout-test"), testutil.RefPluginDir(t)}, e.cacheDir)
 			c, err := newer.AddPod(list, "new-c", nil)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = newer.DelPod(list, c) })

@@ -308,7 +308,7 @@ func TestStatusFailsWithoutBPFFS(t *testing.T) {
 	e.bpfRoot = t.TempDir() // a plain directory, not bpffs
 	cerr := e.run("STATUS", "", e.conf("1.1.0", `"subnet":"10.130.0.0/24"`), "").Error(t)
 	require.Equal(t, types.ErrPluginNotAvailable, cerr.Code)
-	require.Contains(t, cerr.Details, "mount -t bpf")
+	require.Contains(t, cerr.Msg, "mount -t bpf")
 	cerr = e.run("ADD", "a", e.conf("1.1.0", `"subnet":"10.130.0.0/24"`), "").Error(t)
 	require.Equal(t, ipam.ErrStateUnavailable, cerr.Code)
 	require.Contains(t, cerr.Msg, "bpfRoot")

@@ -1,12 +1,16 @@
 package view
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // Table is an aligned text table: a header and rows of cells, columns two
@@ -129,4 +133,22 @@ func OrDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// ProtoNames name the IP protocols the flow tables hold.
+var ProtoNames = map[uint8]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_ICMP: "icmp", unix.IPPROTO_ICMPV6: "icmpv6"}
+
+// FlowLess orders flows by pod, protocol, remote and the pod's port (the
+// nat and flows commands list theirs so).
+func FlowLess(podA, podB net.IP, protoA, protoB string, remoteA, remoteB net.IP, portA, portB uint16) bool {
+	if c := bytes.Compare(podA.To16(), podB.To16()); c != 0 {
+		return c < 0
+	}
+	if protoA != protoB {
+		return protoA < protoB
+	}
+	if c := bytes.Compare(remoteA.To16(), remoteB.To16()); c != 0 {
+		return c < 0
+	}
+	return portA < portB
 }

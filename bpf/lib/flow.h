@@ -1,0 +1,330 @@
+/* Flow tracking: coexistence with the node's netfilter (kube-proxy).
+ *
+ * kube-proxy translates Services (ClusterIP, NodePort, externalIPs) in the
+ * node's netfilter; our redirects skip it. The rule: a flow goes through
+ * the stack in both directions exactly when netfilter translated it, and
+ * every other flow keeps the fast path in both directions. Never half and
+ * half: conntrack would then see one direction only and call the other
+ * INVALID, which kube-proxy drops.
+ *
+ * How a flow is known (flows, keyed by the pod's tuple):
+ *  - A pod's first packet to a destination that is neither a pod of this
+ *    node nor in the cluster's pod ranges goes to the stack (FLOW_PENDING):
+ *    netfilter sees it, creates its conntrack entry and translates it if a
+ *    rule says so. A TCP packet other than a SYN has no first packet to
+ *    wait for: conntrack is asked at once.
+ *  - The next packet of the flow in either direction asks conntrack
+ *    (bpf_skb_ct_lookup): translated (IPS_SRC_NAT or IPS_DST_NAT) is
+ *    FLOW_STACK, anything else FLOW_FAST. No entry on the reply side means
+ *    conntrack does not track the flow (not active in this netns): FAST.
+ *    On the pod's side, no entry may also mean the first packet is still
+ *    on its way on another CPU: up to FLOW_PENDING_MAX packets go to the
+ *    stack before the flow is FAST anyway.
+ *  - A packet for a pod from outside whose flow is unknown: conntrack
+ *    decides too (the reply of a flow netfilter DNATed on this node keeps
+ *    the pod's address as destination but not the tuple the pod sent), and
+ *    the flow is FLOW_F_INBOUND unless conntrack saw the pod open it:
+ *    to_netdev never masquerades an inbound flow's replies.
+ *  - to_container marks every flow the stack delivers to a pod FLOW_STACK:
+ *    its packets toward the pod keep coming through the stack (another
+ *    plugin's NAT, an interface without our programs), so its replies go
+ *    there too.
+ * Only TCP and UDP are tracked (conntrack's kfuncs know no other). ICMP
+ * echo keeps the fast path (kube-proxy does not translate it); every other
+ * protocol (SCTP, ICMP errors) and IPv4 fragments go through the stack both
+ * ways, where conntrack relates them to their flows. */
+#ifndef EBPF_CNI_LIB_FLOW_H
+#define EBPF_CNI_LIB_FLOW_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include "../include/types.h"
+#include "nat.h"
+
+#define FLOW_MAX_ENTRIES 65536
+#define FLOW_PENDING_MAX 3 /* packets to the stack before a flow conntrack does not know is FAST */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, FLOW_MAX_ENTRIES);
+	__type(key, struct flow_key);
+	__type(value, struct flow_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flows SEC(".maps");
+
+/* Set by the loader (pkg/datapath): the kernel has the conntrack kfuncs
+ * (nf_conntrack built in, or its module loaded), and the size of its
+ * struct bpf_ct_opts (12 before kernel 6.10, 16 since). Without them the
+ * calls below are dead code the verifier never sees. */
+#ifdef EBPF_CNI_MAPS_ONLY
+/* maps.c: map specs and types only, no .rodata. */
+#define have_conntrack 0
+#define ct_opts_size 12
+#else
+volatile const __u32 have_conntrack = 0;
+volatile const __u32 ct_opts_size = 12;
+#endif
+
+/* The kernel's struct bpf_ct_opts in its longest form; a kernel that knows
+ * the 12-byte form reads only that. */
+struct bpf_ct_opts___ebpfcni {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir; /* out: the direction of the entry the tuple matched */
+	__u16 ct_zone_id;
+	__u8 ct_zone_dir;
+	__u8 reserved[3];
+};
+
+/* The one field of the kernel's struct nf_conn we read (CO-RE). */
+struct nf_conn___ebpfcni {
+	unsigned long status;
+} __attribute__((preserve_access_index));
+
+extern struct nf_conn___ebpfcni *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple,
+						   __u32 tuple__sz, struct bpf_ct_opts___ebpfcni *opts,
+						   __u32 opts__sz) __ksym __weak;
+extern void bpf_ct_release(struct nf_conn___ebpfcni *ct) __ksym __weak;
+
+#define IPS_SRC_NAT_ (1 << 4)
+#define IPS_DST_NAT_ (1 << 5)
+#define IP_CT_DIR_REPLY_ 1
+
+/* What flow_ct found. */
+#define FLOW_CT_NONE (-1) /* no entry, or no conntrack */
+#define FLOW_CT_NAT 1     /* the entry is translated */
+#define FLOW_CT_REPLY 2   /* the packet travels in the entry's reply direction */
+
+/* flow_ct asks conntrack about packet p (its tuple as it travels). */
+static __always_inline int flow_ct(struct __sk_buff *skb, const struct nat_pkt *p, struct bpf_sock_tuple *t)
+{
+	struct bpf_ct_opts___ebpfcni opts = { .netns_id = -1 /* BPF_F_CURRENT_NETNS */ };
+	struct nf_conn___ebpfcni *ct;
+	__u32 size;
+	int r;
+
+	if (!have_conntrack)
+		return FLOW_CT_NONE;
+	opts.l4proto = p->proto;
+	size = sock_tuple(t, p->family, p->saddr, p->daddr, p->sport, p->dport);
+	ct = bpf_skb_ct_lookup(skb, t, size, &opts, ct_opts_size);
+	if (!ct)
+		return FLOW_CT_NONE;
+	r = (ct->status & (IPS_SRC_NAT_ | IPS_DST_NAT_)) ? FLOW_CT_NAT : 0;
+	if (opts.dir == IP_CT_DIR_REPLY_)
+		r |= FLOW_CT_REPLY;
+	bpf_ct_release(ct);
+	return r;
+}
+
+/* flow_key_of is the flow key of p: a packet the pod sends (from_pod), or
+ * one for the pod (its tuple reversed). */
+static __always_inline void flow_key_of(struct flow_key *k, const struct nat_pkt *p, int from_pod)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = p->family;
+	k->proto = p->proto;
+	k->sport = from_pod ? p->sport : p->dport;
+	k->dport = from_pod ? p->dport : p->sport;
+	__builtin_memcpy(k->saddr, from_pod ? p->saddr : p->daddr, 16);
+	__builtin_memcpy(k->daddr, from_pod ? p->daddr : p->saddr, 16);
+}
+
+static __always_inline int flow_tracked(__u8 proto)
+{
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP;
+}
+
+/* flow_untracked_stack: p cannot be tracked; 1 when it goes to the stack. */
+static __always_inline int flow_untracked_stack(const struct nat_pkt *p)
+{
+	if (p->frag)
+		return 1;
+	if (flow_tracked(p->proto))
+		return 0;
+	return !nat_is_echo_request(p) && !nat_is_echo_reply(p);
+}
+
+/* A TCP SYN without ACK: a connection starts, whatever the tuple did before. */
+static __always_inline int flow_syn(const struct nat_pkt *p)
+{
+	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+}
+
+/* flow_get finds p's flow unless it is stale: idle beyond the masquerade's
+ * lifetime of its protocol (UDP, established TCP), or a TCP connection that
+ * starts anew on the tuple of a settled one. It refreshes the clock at most
+ * once a second (the LRU needs no more, and a write a packet would bounce
+ * the entry between CPUs). */
+static __always_inline struct flow_entry *flow_get(const struct flow_key *k, const struct nat_pkt *p, __u64 now)
+{
+	struct flow_entry *e = bpf_map_lookup_elem(&flows, k);
+	struct nat_entry life = { .state = NAT_STATE_ESTABLISHED };
+
+	if (!e)
+		return NULL;
+	if (flow_syn(p) && e->verdict != FLOW_PENDING)
+		return NULL;
+	if (now > e->last_seen && now - e->last_seen > NSEC_PER_SEC) {
+		if (now - e->last_seen > nat_lifetime(&life, p->proto))
+			return NULL;
+		e->last_seen = now;
+	}
+	return e;
+}
+
+static __always_inline void flow_put(const struct flow_key *k, struct flow_entry *v, __u8 verdict, __u8 flags,
+				     __u64 now)
+{
+	__builtin_memset(v, 0, sizeof(*v));
+	v->verdict = verdict;
+	v->flags = flags;
+	v->pending = verdict == FLOW_PENDING;
+	v->last_seen = now;
+	bpf_map_update_elem(&flows, k, v, BPF_ANY);
+}
+
+/* The verdict of a flow from what flow_ct found. */
+static __always_inline __u8 flow_verdict_of(int ct)
+{
+	return ct != FLOW_CT_NONE && (ct & FLOW_CT_NAT) ? FLOW_STACK : FLOW_FAST;
+}
+
+/* Outcomes of flow_find. */
+#define FLOW_FIND_STACK 1 /* untracked, to the stack */
+#define FLOW_FIND_FAST 2  /* untracked, the fast path */
+#define FLOW_FIND_DONE 3  /* tracked: *e is the flow's entry, or NULL */
+
+/* flow_find looks up the flow of s->p, as the pod sends it (from_pod) or
+ * as it comes to the pod. */
+static __always_inline int flow_find(struct nat_scratch *s, int from_pod, struct flow_entry **e, __u64 *now)
+{
+	if (flow_untracked_stack(&s->p))
+		return FLOW_FIND_STACK;
+	if (!flow_tracked(s->p.proto))
+		return FLOW_FIND_FAST;
+	*now = bpf_ktime_get_ns();
+	flow_key_of(&s->fk, &s->p, from_pod);
+	*e = flow_get(&s->fk, &s->p, *now);
+	return FLOW_FIND_DONE;
+}
+
+/* flow_egress decides for a pod's packet s->p to a destination netfilter
+ * may translate (not a pod of this node, not in the cluster's ranges):
+ * 1 hands it to the stack (*why says why), 0 keeps the fast path. */
+static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch *s, enum pkt_reason *why)
+{
+	struct nat_pkt *p = &s->p;
+	struct flow_entry *e = NULL;
+	__u64 now = 0;
+	int ct, found;
+
+	*why = REASON_STACK_REPLY;
+	found = flow_find(s, 1, &e, &now);
+	if (found != FLOW_FIND_DONE)
+		return found == FLOW_FIND_STACK;
+	if (!e) {
+		if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_FLAG_SYN)) {
+			/* Mid-stream (its entry was evicted, or it predates us):
+			 * there is no first packet to wait for. A packet in the
+			 * entry's reply direction answers a flow opened toward
+			 * the pod. */
+			ct = flow_ct(skb, p, &s->tuple);
+			flow_put(&s->fk, &s->fe, flow_verdict_of(ct),
+				 ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY) ? FLOW_F_INBOUND : 0, now);
+			return s->fe.verdict == FLOW_STACK;
+		}
+		flow_put(&s->fk, &s->fe, FLOW_PENDING, 0, now);
+		*why = REASON_FLOW_NEW;
+		return 1;
+	}
+	if (e->verdict == FLOW_PENDING) {
+		ct = flow_ct(skb, p, &s->tuple);
+		if (ct != FLOW_CT_NONE) {
+			e->verdict = flow_verdict_of(ct);
+		} else if (e->pending < FLOW_PENDING_MAX) {
+			e->pending++;
+			*why = REASON_FLOW_NEW;
+			return 1;
+		} else {
+			e->verdict = FLOW_FAST;
+		}
+	}
+	return e->verdict == FLOW_STACK;
+}
+
+/* flow_ingress decides for a packet s->p for a pod of this node that came
+ * from outside it (after any translation of ours): 1 hands it to the stack,
+ * whose conntrack translates it back, 0 delivers it straight. */
+static __always_inline int flow_ingress(struct __sk_buff *skb, struct nat_scratch *s)
+{
+	struct nat_pkt *p = &s->p;
+	struct flow_entry *e = NULL;
+	__u64 now = 0;
+	int ct, found;
+
+	found = flow_find(s, 0, &e, &now);
+	if (found != FLOW_FIND_DONE)
+		return found == FLOW_FIND_STACK;
+	/* A reply settles a pending flow (its first packet passed netfilter
+	 * already); an unknown flow is settled here, inbound unless conntrack
+	 * saw the pod open it. */
+	ct = (!e || e->verdict == FLOW_PENDING) ? flow_ct(skb, p, &s->tuple) : FLOW_CT_NONE;
+	if (!e) {
+		flow_put(&s->fk, &s->fe, flow_verdict_of(ct),
+			 ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY) ? 0 : FLOW_F_INBOUND, now);
+		return s->fe.verdict == FLOW_STACK;
+	}
+	if (e->verdict == FLOW_PENDING)
+		e->verdict = flow_verdict_of(ct);
+	return e->verdict == FLOW_STACK;
+}
+
+/* flow_via_stack notes that s->p's flow goes through the stack in both
+ * directions: the stack delivered it to the pod (from_pod 0: its next
+ * packets will come that way too, so its replies must go there), or the
+ * pod's packets are handed to another plugin's ingress qdisc and so to the
+ * stack (from_pod 1: the replies must meet the same conntrack). A flow new
+ * to us that the stack delivered was opened toward the pod. */
+static __always_inline void flow_via_stack(struct nat_scratch *s, int from_pod, __u64 now)
+{
+	struct flow_entry *e;
+
+	flow_key_of(&s->fk, &s->p, from_pod);
+	e = bpf_map_lookup_elem(&flows, &s->fk);
+	if (e) {
+		if (e->verdict != FLOW_STACK)
+			e->verdict = FLOW_STACK;
+		if (now - e->last_seen > NSEC_PER_SEC)
+			e->last_seen = now;
+		return;
+	}
+	flow_put(&s->fk, &s->fe, FLOW_STACK, from_pod ? 0 : FLOW_F_INBOUND, now);
+}
+
+/* flow_is_stack: a flow the pod's packet s->p belongs to goes through the
+ * stack (for pods whose endpoint carries EP_F_STACK). */
+static __always_inline int flow_is_stack(struct nat_scratch *s)
+{
+	struct flow_entry *e;
+
+	flow_key_of(&s->fk, &s->p, 1);
+	e = bpf_map_lookup_elem(&flows, &s->fk);
+	return e && e->verdict == FLOW_STACK;
+}
+
+/* flow_inbound: the pod's packet s->p answers a flow opened toward it. */
+static __always_inline int flow_inbound(struct nat_scratch *s)
+{
+	struct flow_entry *e;
+
+	if (!flow_tracked(s->p.proto))
+		return 0;
+	flow_key_of(&s->fk, &s->p, 1);
+	e = bpf_map_lookup_elem(&flows, &s->fk);
+	return e && (e->flags & FLOW_F_INBOUND);
+}
+
+#endif

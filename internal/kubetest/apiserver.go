@@ -1,0 +1,328 @@
+// Package kubetest is a Kubernetes API server for tests that serves Node
+// objects over HTTP on loopback: list, get and watch as client-go's
+// informers use them (resourceVersions, bookmarks, watch-list initial
+// events, "too old resource version" after a restart). Tests change the
+// nodes with Apply and Delete, and stop and restart the server on the same
+// address to see a client recover. No etcd, no other resource.
+package kubetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+)
+
+type event struct {
+	typ  watch.EventType
+	node corev1.Node
+	rv   int64
+}
+
+// Server serves /api/v1/nodes.
+type Server struct {
+	mu      sync.Mutex
+	nodes   map[string]corev1.Node
+	rv      int64
+	log     []event // every change since firstRV
+	firstRV int64   // a watch from before this resourceVersion is expired
+	subs    map[chan event]struct{}
+	addr    string
+	srv     *http.Server
+	stopped chan struct{} // closed by Stop: ends every watch
+	// Requests counts the requests served, by "verb" (list, watch, get).
+	Requests map[string]int
+}
+
+// New starts a server on a free loopback port.
+func New() (*Server, error) {
+	s := &Server{nodes: map[string]corev1.Node{}, rv: 1, firstRV: 1, subs: map[chan event]struct{}{}, Requests: map[string]int{}}
+	if err := s.listen("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) listen(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	s.addr = l.Addr().String()
+	s.stopped = make(chan struct{})
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(l) }()
+	return nil
+}
+
+// Config is a client configuration for the server.
+func (s *Server) Config() *rest.Config {
+	return &rest.Config{Host: "http://" + s.addr, QPS: -1}
+}
+
+// Stop closes the listener and every connection, as a crashing API server
+// does; the nodes stay and can still be changed. Its watch history is
+// lost: after Start, a watch from an older resourceVersion is expired.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	close(s.stopped)
+	srv := s.srv
+	s.log, s.firstRV = nil, s.rv+1
+	s.mu.Unlock()
+	_ = srv.Close()
+}
+
+// Start serves again on the address of before.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listen(s.addr)
+}
+
+// Close stops the server for good.
+func (s *Server) Close() {
+	s.mu.Lock()
+	srv := s.srv
+	select {
+	case <-s.stopped:
+	default:
+		close(s.stopped)
+	}
+	s.mu.Unlock()
+	_ = srv.Close()
+}
+
+// Apply creates or replaces a node.
+func (s *Server) Apply(n *corev1.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	typ := watch.Added
+	if _, ok := s.nodes[n.Name]; ok {
+		typ = watch.Modified
+	}
+	c := *n.DeepCopy()
+	s.rv++
+	c.ResourceVersion = strconv.FormatInt(s.rv, 10)
+	if c.UID == "" {
+		c.UID = types.UID("uid-" + c.Name)
+	}
+	s.nodes[c.Name] = c
+	s.publish(event{typ, c, s.rv})
+}
+
+// Delete removes a node; false if there was none.
+func (s *Server) Delete(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[name]
+	if !ok {
+		return false
+	}
+	delete(s.nodes, name)
+	s.rv++
+	n.ResourceVersion = strconv.FormatInt(s.rv, 10)
+	s.publish(event{watch.Deleted, n, s.rv})
+	return true
+}
+
+func (s *Server) publish(e event) {
+	s.log = append(s.log, e)
+	for ch := range s.subs {
+		select {
+		case ch <- e:
+		default:
+			// A watcher this far behind is dropped, as the API server
+			// drops slow watchers; the client lists again.
+			delete(s.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+func withKind(n corev1.Node) corev1.Node {
+	n.TypeMeta = metav1.TypeMeta{Kind: "Node", APIVersion: "v1"}
+	return n
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		writeStatus(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "only reads are served")
+		return
+	}
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case path == "/api/v1/nodes" && r.URL.Query().Get("watch") == "true":
+		s.count("watch")
+		s.watch(w, r)
+	case path == "/api/v1/nodes":
+		s.count("list")
+		s.list(w)
+	case strings.HasPrefix(path, "/api/v1/nodes/"):
+		s.count("get")
+		s.get(w, strings.TrimPrefix(path, "/api/v1/nodes/"))
+	default:
+		writeStatus(w, http.StatusNotFound, "NotFound", "the server could not find the requested resource")
+	}
+}
+
+func (s *Server) count(verb string) {
+	s.mu.Lock()
+	s.Requests[verb]++
+	s.mu.Unlock()
+}
+
+// Count is how many requests of verb were served.
+func (s *Server) Count(verb string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Requests[verb]
+}
+
+func (s *Server) sorted() []corev1.Node {
+	var out []corev1.Node
+	for _, n := range s.nodes {
+		out = append(out, withKind(n))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (s *Server) list(w http.ResponseWriter) {
+	s.mu.Lock()
+	l := corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(s.rv, 10)}, Items: s.sorted()}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (s *Server) get(w http.ResponseWriter, name string) {
+	s.mu.Lock()
+	n, ok := s.nodes[name]
+	s.mu.Unlock()
+	if !ok {
+		writeStatus(w, http.StatusNotFound, "NotFound", fmt.Sprintf("nodes %q not found", name))
+		return
+	}
+	writeJSON(w, http.StatusOK, withKind(n))
+}
+
+func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var from int64
+	if v := q.Get("resourceVersion"); v != "" {
+		var err error
+		if from, err = strconv.ParseInt(v, 10, 64); err != nil {
+			writeStatus(w, http.StatusBadRequest, "BadRequest", "bad resourceVersion "+v)
+			return
+		}
+	}
+	timeout := 5 * time.Minute
+	if v := q.Get("timeoutSeconds"); v != "" {
+		if sec, err := strconv.Atoi(v); err == nil && sec > 0 {
+			timeout = time.Duration(sec) * time.Second
+		}
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeStatus(w, http.StatusInternalServerError, "InternalError", "no streaming")
+		return
+	}
+
+	s.mu.Lock()
+	var backlog []event
+	expired := false
+	switch {
+	case q.Get("sendInitialEvents") == "true":
+		// Watch-list: the current state as ADDED events, then a bookmark
+		// that marks their end.
+		for _, n := range s.sorted() {
+			backlog = append(backlog, event{watch.Added, n, s.rv})
+		}
+		end := corev1.Node{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatInt(s.rv, 10), Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+		backlog = append(backlog, event{watch.Bookmark, end, s.rv})
+	case from != 0 && from < s.firstRV:
+		expired = true
+	default:
+		for _, e := range s.log {
+			if e.rv > from {
+				backlog = append(backlog, e)
+			}
+		}
+	}
+	ch := make(chan event, 256)
+	if !expired {
+		s.subs[ch] = struct{}{}
+	}
+	stopped := s.stopped
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if _, ok := s.subs[ch]; ok {
+			delete(s.subs, ch)
+		}
+		s.mu.Unlock()
+	}()
+
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	send := func(typ watch.EventType, obj any) error {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: b}}); err != nil {
+			return err
+		}
+		flusher.Flush()
+		return nil
+	}
+	if expired {
+		// What the API server sends for a resourceVersion it no longer has.
+		_ = send(watch.Error, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+			Reason: metav1.StatusReasonExpired, Code: http.StatusGone, Message: fmt.Sprintf("too old resource version: %d", from)})
+		return
+	}
+	for _, e := range backlog {
+		if send(e.typ, withKind(e.node)) != nil {
+			return
+		}
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case e, ok := <-ch:
+			if !ok || send(e.typ, withKind(e.node)) != nil {
+				return
+			}
+		case <-deadline.C:
+			return
+		case <-stopped:
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	writeJSON(w, code, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Reason: reason, Code: int32(code), Message: msg})
+}

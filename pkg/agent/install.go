@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+)
+
+// Plugins are the binaries Install puts on the node.
+var Plugins = []string{"ebpf-cni", "ebpf-ipam"}
+
+// InstallConfig is what the DaemonSet's init container does.
+type InstallConfig struct {
+	NodeName string
+	// SrcDir holds the plugin binaries (in the image: /opt/ebpf-cni/bin).
+	SrcDir string
+	// CNIBinDir and CNIConfDir are the node's /opt/cni/bin and
+	// /etc/cni/net.d as mounted in the container.
+	CNIBinDir  string
+	CNIConfDir string
+	ConfFile   string // DefaultFile when empty
+	// Conf is the conflist to write, less the pod ranges: those come from
+	// the Node's spec.podCIDRs.
+	Conf conflist.Options
+	// WarmUp runs the installed plugin's STATUS once: it loads and pins
+	// the datapath programs, so the node's first pod does not pay for it,
+	// and a node whose kernel cannot run the plugin fails here, in the
+	// DaemonSet pod's log, rather than at every pod's start.
+	WarmUp bool
+	// PollEvery is how often the Node is read while it has no pod range.
+	PollEvery time.Duration
+	Logger    *slog.Logger
+}
+
+// Install copies the plugins, waits until the Node has spec.podCIDRs, and
+// writes the conflist for them (replacing the one it wrote before: the
+// DaemonSet owns that file). A node without a conflist is one the runtime
+// reports as not ready (NetworkPluginNotReady), so kubelet schedules no pod
+// there until this is done.
+func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ConfFile == "" {
+		cfg.ConfFile = conflist.DefaultFile
+	}
+	if cfg.PollEvery <= 0 {
+		cfg.PollEvery = 2 * time.Second
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	for _, b := range Plugins {
+		changed, err := copyFile(filepath.Join(cfg.SrcDir, b), filepath.Join(cfg.CNIBinDir, b), 0o755)
+		if err != nil {
+			return err
+		}
+		cfg.Logger.Info("plugin installed", "path", filepath.Join(cfg.CNIBinDir, b), "changed", changed)
+	}
+	cidrs, err := waitForPodCIDRs(ctx, client, cfg)
+	if err != nil {
+		return err
+	}
+	o := cfg.Conf
+	o.PodCIDRs = cidrs
+	data, err := conflist.Build(o)
+	if err != nil {
+		return err
+	}
+	path, err := conflist.Write(cfg.CNIConfDir, cfg.ConfFile, data, true)
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Info("conflist written", "path", path, "podCIDRs", fmt.Sprint(cidrs))
+	if cfg.WarmUp {
+		start := time.Now()
+		if err := warmUp(ctx, cfg.CNIBinDir, data); err != nil {
+			return err
+		}
+		cfg.Logger.Info("plugin ready (STATUS)", "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	return nil
+}
+
+// check is what can be checked without the node's ranges, so that a bad
+// ConfigMap fails at once rather than after the wait.
+func (cfg *InstallConfig) check() error {
+	if cfg.NodeName == "" {
+		return errors.New("no node name: set NODE_NAME (the DaemonSet passes spec.nodeName) or -node")
+	}
+	// A stand-in for the node's range: one inside the cluster's ranges
+	// (so the Service ranges are checked against those), else any.
+	probe := cfg.Conf
+	probe.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+	if len(probe.ClusterCIDRs) > 0 {
+		c := probe.ClusterCIDRs[0]
+		probe.PodCIDRs = []netip.Prefix{netip.PrefixFrom(c.Addr(), max(c.Bits(), c.Addr().BitLen()-8))}
+	} else {
+		probe.ServiceCIDRs = nil
+	}
+	_, err := conflist.Build(probe)
+	return err
+}
+
+func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, cfg InstallConfig) ([]netip.Prefix, error) {
+	var lastLog time.Time
+	for {
+		n, err := client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+		var why string
+		switch {
+		case err != nil:
+			why = fmt.Sprintf("reading the Node: %v", err)
+		default:
+			p, perr := PeerOf(n)
+			if perr != nil {
+				why = perr.Error()
+			} else if len(p.PodCIDRs) == 0 {
+				why = "the Node has no spec.podCIDRs yet: the cluster must allocate node ranges (kube-controller-manager --allocate-node-cidrs --cluster-cidr, or kubeadm init --pod-network-cidr)"
+			} else {
+				return p.PodCIDRs, nil
+			}
+		}
+		if time.Since(lastLog) > 30*time.Second {
+			cfg.Logger.Warn("waiting for this node's pod range", "node", cfg.NodeName, "why", why)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for node %s's pod range: %w (last: %s)", cfg.NodeName, ctx.Err(), why)
+		case <-time.After(cfg.PollEvery):
+		}
+	}
+}
+
+// copyFile replaces dst with src through a temporary file and a rename: a
+// runtime may exec the plugin at any moment and must find the old binary
+// or the new one. It reports whether dst changed.
+func copyFile(src, dst string, mode os.FileMode) (bool, error) {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", src, err)
+	}
+	if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, data) {
+		return false, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp")
+	if err != nil {
+		return false, fmt.Errorf("writing in %s: %w", filepath.Dir(dst), err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, bytes.NewReader(data))
+	if err == nil {
+		err = tmp.Chmod(mode)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return false, fmt.Errorf("replacing %s: %w", dst, err)
+	}
+	return true, nil
+}
+
+// warmUp runs STATUS of the installed plugin on the conflist's plugin
+// configuration, as a runtime with CNI 1.1.0 would.
+func warmUp(ctx context.Context, binDir string, list []byte) error {
+	var l struct {
+		Name    string           `json:"name"`
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(list, &l); err != nil || len(l.Plugins) == 0 {
+		return fmt.Errorf("reading the conflist for STATUS: %v", err)
+	}
+	conf := l.Plugins[0]
+	conf["name"], conf["cniVersion"] = l.Name, "1.1.0" // STATUS exists from 1.1.0
+	stdin, err := json.Marshal(conf)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ebpf-cni"))
+	cmd.Env = []string{"CNI_COMMAND=STATUS", "CNI_PATH=" + binDir, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("the plugin's STATUS failed (%v): %s %s", err, bytes.TrimSpace(stdout.Bytes()), bytes.TrimSpace(stderr.Bytes()))
+	}
+	return nil
+}

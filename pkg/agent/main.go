@@ -1,0 +1,304 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+)
+
+const usage = `ebpf-cni-agent: the node agent of ebpf-cni on Kubernetes.
+
+Usage:
+  ebpf-cni-agent run [flags]      watch Node objects and keep, for every other node's
+                                  pod ranges, a route (mode direct) or a tunnel
+                                  endpoint (mode vxlan) (the DaemonSet's container)
+  ebpf-cni-agent install [flags]  put the plugins into the node's CNI directory and
+                                  write its conflist from the Node's spec.podCIDRs
+                                  (the DaemonSet's init container)
+  ebpf-cni-agent version
+
+Flags default to environment variables, which the DaemonSet sets from the
+Node (NODE_NAME) and the ebpf-cni ConfigMap (EBPF_CNI_*).
+Run 'ebpf-cni-agent <command> -h' for a command's flags.
+`
+
+// Where the DaemonSet's image and mounts put things (deploy/kubernetes).
+const (
+	DefaultSrcDir     = "/opt/ebpf-cni/bin"
+	DefaultCNIBinDir  = "/host/opt/cni/bin"
+	DefaultCNIConfDir = "/host/etc/cni/net.d"
+)
+
+// The environment variables the agent reads (the DaemonSet sets them from
+// the Node and the ebpf-cni ConfigMap).
+const (
+	EnvNodeName     = "NODE_NAME"
+	EnvKubeconfig   = "KUBECONFIG"
+	EnvMode         = "EBPF_CNI_MODE"
+	EnvHealthAddr   = "EBPF_CNI_HEALTH_ADDR"
+	EnvNetworkName  = "EBPF_CNI_NETWORK_NAME"
+	EnvCNIVersion   = "EBPF_CNI_CNI_VERSION"
+	EnvClusterCIDRs = "EBPF_CNI_CLUSTER_CIDRS"
+	EnvServiceCIDRs = "EBPF_CNI_SERVICE_CIDRS"
+	EnvMasquerade   = "EBPF_CNI_MASQUERADE"
+	EnvMTU          = "EBPF_CNI_MTU"
+	EnvVXLANPort    = "EBPF_CNI_VXLAN_PORT"
+	EnvVXLANVNI     = "EBPF_CNI_VXLAN_VNI"
+)
+
+// EnvVars are all of them.
+var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI}
+
+// env is an environment variable or def.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// envBool is a boolean environment variable or def; a value that is not
+// one is an error naming the variable (a ConfigMap typo must not flip it).
+func envBool(name string, def bool) (bool, error) {
+	v := env(name, strconv.FormatBool(def))
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def, &usageError{fmt.Errorf("%s: %q is not true or false", name, v)}
+	}
+	return b, nil
+}
+
+// envInt is an integer environment variable, 0 when unset; a value that is
+// not one is an error naming the variable.
+func envInt(name string) (int, error) {
+	v := env(name, "")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, &usageError{fmt.Errorf("%s: %q is not a number", name, v)}
+	}
+	return n, nil
+}
+
+// Main runs the agent's command line and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "run":
+		err = runCmd(ctx, args[1:], stderr, log)
+	case "install":
+		err = installCmd(ctx, args[1:], stderr, log)
+	case "version":
+		fmt.Fprintf(stdout, "ebpf-cni-agent %s\n", buildinfo.Version)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "ebpf-cni-agent: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var usageErr *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usageErr):
+		fmt.Fprintf(stderr, "ebpf-cni-agent %s: %v\n", args[0], err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "ebpf-cni-agent %s: %v\n", args[0], err)
+	return 1
+}
+
+type usageError struct{ error }
+
+type common struct {
+	node, kubeconfig string
+}
+
+func (c *common) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.node, "node", env(EnvNodeName, ""), "this node's `NAME` (NODE_NAME)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", env(EnvKubeconfig, ""), "kubeconfig `FILE` (KUBECONFIG); empty: the in-cluster service account")
+}
+
+func (c *common) client() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if c.kubeconfig == "" {
+		if cfg, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("API server configuration: %w (outside a pod, give -kubeconfig)", err)
+		}
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig); err != nil {
+		return nil, fmt.Errorf("API server configuration from %s: %w", c.kubeconfig, err)
+	}
+	cfg.UserAgent = "ebpf-cni-agent/" + buildinfo.Version
+	return kubernetes.NewForConfig(cfg)
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logger) error {
+	fs := flag.NewFlagSet("ebpf-cni-agent run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.flags(fs)
+	mode := fs.String("mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
+	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
+	bpfRoot := fs.String("bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints)")
+	stateDir := fs.String("state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record)")
+	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF)")
+	health := fs.String("health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
+	resync := fs.Duration("resync", time.Minute, "how often everything is compared with the Node objects")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	m, err := conflist.ParseMode(*mode)
+	if err != nil {
+		return &usageError{fmt.Errorf("-mode: %w", err)}
+	}
+	if *dropCaps {
+		if err := keepOnlyCaps(CapsOf[m]); err != nil {
+			return err
+		}
+	}
+	var routes NodeRoutes
+	switch m {
+	case conflist.ModeDirect:
+		h, err := netlinksafe.NewHandle()
+		if err != nil {
+			return fmt.Errorf("netlink: %w", err)
+		}
+		defer h.Close()
+		if routes, err = NewDirect(h, *proto); err != nil {
+			return &usageError{err}
+		}
+	case conflist.ModeVXLAN:
+		if routes, err = NewVXLAN(*bpfRoot, *stateDir, UnderlayFamily()); err != nil {
+			return err
+		}
+	}
+	client, err := c.client()
+	if err != nil {
+		return err
+	}
+	a, err := New(client, routes, Config{NodeName: c.node, Resync: *resync, HealthAddr: *health, Logger: log})
+	if err != nil {
+		return &usageError{err}
+	}
+	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir)
+	err = a.Run(ctx)
+	if ctx.Err() != nil {
+		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints stay")
+		return nil
+	}
+	return err
+}
+
+func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logger) error {
+	fs := flag.NewFlagSet("ebpf-cni-agent install", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.flags(fs)
+	cfg := InstallConfig{Logger: log}
+	var cluster, service, mode string
+	fs.StringVar(&cfg.SrcDir, "src", DefaultSrcDir, "`DIR` holding the plugin binaries to install")
+	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", DefaultCNIBinDir, "the node's CNI plugin `DIR` as mounted here")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", DefaultCNIConfDir, "the node's CNI configuration `DIR` as mounted here")
+	fs.StringVar(&cfg.ConfFile, "conf-file", conflist.DefaultFile, "conflist file `NAME`")
+	fs.StringVar(&cfg.Conf.Name, "name", env(EnvNetworkName, conflist.DefaultName), "network `NAME` (EBPF_CNI_NETWORK_NAME)")
+	fs.StringVar(&cfg.Conf.CNIVersion, "cni-version", env(EnvCNIVersion, conflist.DefaultVersion), "cniVersion `V` of the conflist (EBPF_CNI_CNI_VERSION)")
+	fs.StringVar(&cluster, "cluster-cidrs", env(EnvClusterCIDRs, ""), "every node's pod `RANGES`, not masqueraded (EBPF_CNI_CLUSTER_CIDRS)")
+	fs.StringVar(&service, "service-cidrs", env(EnvServiceCIDRs, ""), "the Service `RANGES` (EBPF_CNI_SERVICE_CIDRS)")
+	masq, masqErr := envBool(EnvMasquerade, true)
+	fs.BoolVar(&cfg.Conf.Masquerade, "masquerade", masq, "masquerade pod traffic leaving the cluster (EBPF_CNI_MASQUERADE)")
+	fs.StringVar(&mode, "mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan` (EBPF_CNI_MODE)")
+	fs.IntVar(&cfg.Conf.MTU, "mtu", 0, "pod `MTU` (EBPF_CNI_MTU; default: the uplink's, less the overlay's overhead)")
+	fs.IntVar(&cfg.Conf.VXLANPort, "vxlan-port", 0, "UDP `PORT` of the overlay, mode vxlan (EBPF_CNI_VXLAN_PORT; default 4789)")
+	fs.IntVar(&cfg.Conf.VXLANVNI, "vxlan-vni", 0, "`VNI` of the overlay, mode vxlan (EBPF_CNI_VXLAN_VNI; default 1)")
+	fs.StringVar(&cfg.Conf.BPFRoot, "bpf-root", "", "the plugin's bpfRoot `DIR` (default: the plugin's)")
+	fs.StringVar(&cfg.Conf.StateDir, "state-dir", "", "the plugin's stateDir `DIR` (default: the plugin's)")
+	fs.BoolVar(&cfg.WarmUp, "warm-up", true, "run the installed plugin's STATUS: load its programs now, fail here if it cannot")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if masqErr != nil && !flagSet(fs, "masquerade") {
+		return masqErr
+	}
+	var err error
+	if cfg.Conf.MTU == 0 {
+		if cfg.Conf.MTU, err = envInt(EnvMTU); err != nil {
+			return err
+		}
+	}
+	if cfg.Conf.VXLANPort == 0 {
+		if cfg.Conf.VXLANPort, err = envInt(EnvVXLANPort); err != nil {
+			return err
+		}
+	}
+	if cfg.Conf.VXLANVNI == 0 {
+		if cfg.Conf.VXLANVNI, err = envInt(EnvVXLANVNI); err != nil {
+			return err
+		}
+	}
+	cfg.NodeName = c.node
+	if cfg.Conf.ClusterCIDRs, err = conflist.ParseCIDRs("clusterCIDRs", cluster); err != nil {
+		return &usageError{err}
+	}
+	if cfg.Conf.ServiceCIDRs, err = conflist.ParseCIDRs("serviceCIDRs", service); err != nil {
+		return &usageError{err}
+	}
+	if cfg.Conf.Mode, err = conflist.ParseMode(mode); err != nil {
+		return &usageError{fmt.Errorf("mode: %w", err)}
+	}
+	if err := cfg.check(); err != nil {
+		return &usageError{err}
+	}
+	client, err := c.client()
+	if err != nil {
+		return err
+	}
+	return Install(ctx, client, cfg)
+}

@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func runMain(args ...string) (string, string, int) {
+	var o, e bytes.Buffer
+	code := Main(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+// TestMainErrors: every bad setting is refused before the agent talks to
+// the API server, naming the flag or variable.
+func TestMainErrors(t *testing.T) {
+	out, _, code := runMain("version")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "ebpf-cni-agent ")
+
+	_, errOut, code := runMain()
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "Usage:")
+	_, errOut, code = runMain("start")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown command "start"`)
+
+	t.Setenv(EnvNodeName, "n1")
+	t.Setenv(EnvMode, "vxlan")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "invalid clusterCIDRs: mode vxlan needs the cluster's pod ranges")
+	// The tunnel endpoints are opened before the API server is asked (and
+	// capabilities are kept: this is the test's process).
+	_, errOut, code = runMain("run", "-drop-caps=false", "-bpf-root", t.TempDir(), "-state-dir", t.TempDir())
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "the plugin's tunnel endpoints (bpfRoot")
+	require.Contains(t, errOut, "not on a bpf filesystem")
+	t.Setenv(EnvClusterCIDRs, "10.244.0.0/16")
+	t.Setenv(EnvVXLANPort, "udp")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `EBPF_CNI_VXLAN_PORT: "udp" is not a number`)
+	t.Setenv(EnvVXLANPort, "")
+	t.Setenv(EnvVXLANVNI, "16777216")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "invalid vxlanVNI: 16777216 is outside 1..16777215")
+	t.Setenv(EnvVXLANVNI, "")
+	t.Setenv(EnvClusterCIDRs, "")
+	t.Setenv(EnvMode, "bgp")
+	_, errOut, code = runMain("run")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `"bgp" is not a mode`)
+	t.Setenv(EnvMode, "direct")
+
+	t.Setenv(EnvMasquerade, "yes")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `EBPF_CNI_MASQUERADE: "yes" is not true or false`)
+	t.Setenv(EnvMasquerade, "false")
+
+	t.Setenv(EnvClusterCIDRs, "10.244.0.0/33")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `invalid clusterCIDRs: "10.244.0.0/33" is not a CIDR`)
+	t.Setenv(EnvClusterCIDRs, "10.244.0.0/16")
+
+	t.Setenv(EnvServiceCIDRs, "10.244.0.0/20")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "invalid serviceCIDRs: 10.244.0.0/20 overlaps")
+	t.Setenv(EnvServiceCIDRs, "10.96.0.0/12")
+
+	t.Setenv(EnvMTU, "big")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `EBPF_CNI_MTU: "big" is not a number`)
+	t.Setenv(EnvMTU, "")
+
+	// All good: the next step needs an API server, and outside a pod there
+	// is none configured.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "outside a pod, give -kubeconfig")
+
+	t.Setenv(EnvNodeName, "")
+	_, errOut, code = runMain("install", "-kubeconfig", "/nonexistent")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "no node name: set NODE_NAME")
+}

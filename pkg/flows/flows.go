@@ -1,0 +1,109 @@
+// Package flows reads and cleans the datapath's flow table: what it knows
+// of pods' flows that netfilter (kube-proxy's Services, a chained portmap)
+// may translate, and of flows opened toward pods (bpf/lib/flow.h). The
+// programs write it; DEL, GC and the operator CLI read and prune it.
+package flows
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// VerdictNames names enum flow_verdict for people.
+var VerdictNames = map[maps.CniFlowVerdict]string{
+	maps.CniFlowVerdictFLOW_PENDING: "pending",
+	maps.CniFlowVerdictFLOW_FAST:    "fast",
+	maps.CniFlowVerdictFLOW_STACK:   "stack",
+}
+
+// Flow is one entry: a flow as the pod sends it.
+type Flow struct {
+	Proto      uint8
+	Pod        net.IP
+	PodPort    uint16
+	Remote     net.IP
+	RemotePort uint16
+	Verdict    maps.CniFlowVerdict
+	Inbound    bool // opened toward the pod: never masqueraded
+	Idle       time.Duration
+}
+
+// Table is the pinned flow table.
+type Table struct{ m *ebpf.Map }
+
+// Open opens the pinned table, creating it on first use.
+func Open(bpfRoot string) (*Table, error) {
+	m, err := maps.OpenPinned(bpfRoot, maps.CniMapFlows)
+	if err != nil {
+		return nil, fmt.Errorf("opening the flow table: %w", err)
+	}
+	return &Table{m[maps.CniMapFlows]}, nil
+}
+
+// Close releases the handle.
+func (t *Table) Close() { t.m.Close() }
+
+type entry = maps.Entry[maps.CniFlowKey, maps.CniFlowEntry]
+
+func (t *Table) entries() ([]entry, error) {
+	es, err := maps.Entries[maps.CniFlowKey, maps.CniFlowEntry](t.m)
+	if err != nil {
+		return nil, fmt.Errorf("reading the flow table: %w", err)
+	}
+	return es, nil
+}
+
+// List returns every flow.
+func (t *Table) List() ([]Flow, error) { return List(t.m) }
+
+// List reads every flow of a flows map (opened read-only by the CLI).
+func List(m *ebpf.Map) ([]Flow, error) {
+	es, err := maps.Entries[maps.CniFlowKey, maps.CniFlowEntry](m)
+	if err != nil {
+		return nil, fmt.Errorf("reading the flow table: %w", err)
+	}
+	now := maps.Monotonic()
+	out := make([]Flow, 0, len(es))
+	for _, e := range es {
+		f := Flow{Proto: e.Key.Proto, Pod: maps.IP(e.Key.Family, e.Key.Saddr), PodPort: maps.Port(e.Key.Sport),
+			Remote: maps.IP(e.Key.Family, e.Key.Daddr), RemotePort: maps.Port(e.Key.Dport),
+			Verdict: e.Value.Verdict, Inbound: e.Value.Flags&maps.CniFlowFlagsFLOW_F_INBOUND != 0}
+		if now > e.Value.LastSeen {
+			f.Idle = time.Duration(now - e.Value.LastSeen)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// prune deletes the entries whose pod drop says so; it returns how many.
+func (t *Table) prune(drop func(pod net.IP) bool) (int, error) {
+	es, err := t.entries()
+	if err != nil {
+		return 0, err
+	}
+	return maps.DeleteEntries(t.m, es, func(e *entry) bool { return drop(maps.IP(e.Key.Family, e.Key.Saddr)) })
+}
+
+// FlushPod deletes the flows of the pod's addresses: a pod that gets one
+// of them later inherits no verdict.
+func (t *Table) FlushPod(ips []net.IP) (int, error) {
+	return t.prune(func(pod net.IP) bool {
+		for _, x := range ips {
+			if pod.Equal(x) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// GC deletes the flows of pods that are not live (the LRU ages the others).
+func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
+	return t.prune(func(pod net.IP) bool { return !live(pod) })
+}

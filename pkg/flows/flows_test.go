@@ -1,0 +1,47 @@
+package flows
+
+import (
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+func TestTable(t *testing.T) {
+	tb, err := Open(testutil.BPFFS(t))
+	require.NoError(t, err)
+	defer tb.Close()
+	put := func(pod, remote string, sport uint16, v maps.CniFlowVerdict, f maps.CniFlowFlags) {
+		p, r := net.ParseIP(pod), net.ParseIP(remote)
+		k := maps.CniFlowKey{Family: maps.Family(p), Proto: 6, Sport: maps.Port(sport), Dport: maps.Port(80), Saddr: maps.Addr16(p), Daddr: maps.Addr16(r)}
+		require.NoError(t, tb.m.Put(&k, &maps.CniFlowEntry{Verdict: v, Flags: f, LastSeen: maps.Monotonic()}))
+	}
+	put("10.0.0.2", "10.96.0.10", 40000, maps.CniFlowVerdictFLOW_STACK, 0)
+	put("10.0.0.2", "198.51.100.7", 40001, maps.CniFlowVerdictFLOW_FAST, 0)
+	put("fd00::2", "2001:db8::7", 40002, maps.CniFlowVerdictFLOW_FAST, maps.CniFlowFlagsFLOW_F_INBOUND)
+	put("10.0.0.3", "198.51.100.7", 40003, maps.CniFlowVerdictFLOW_PENDING, 0)
+
+	list, err := tb.List()
+	require.NoError(t, err)
+	require.Len(t, list, 4)
+	for _, f := range list {
+		if f.Pod.Equal(net.ParseIP("fd00::2")) {
+			require.True(t, f.Inbound)
+			require.Equal(t, uint16(40002), f.PodPort)
+			require.Equal(t, uint16(80), f.RemotePort)
+			require.Equal(t, "fast", VerdictNames[f.Verdict])
+		}
+	}
+	n, err := tb.FlushPod([]net.IP{net.ParseIP("10.0.0.2"), net.ParseIP("fd00::2")})
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	n, err = tb.GC(func(ip net.IP) bool { return !ip.Equal(net.ParseIP("10.0.0.3")) })
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	list, err = tb.List()
+	require.NoError(t, err)
+	require.Empty(t, list)
+}

@@ -1,0 +1,106 @@
+package flows
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// command is the operator CLI's flows command.
+var command = &view.Command{
+	Name:    "flows",
+	Summary: "flows the datapath tracks for netfilter (kube-proxy): fast path or through the stack",
+	Help: `Every entry of the pinned flow table (flows): a pod's flow, as the pod sends
+it, that netfilter may translate (to a destination outside the cluster's pod
+ranges, or opened toward the pod), and its verdict: pending (its first
+packets went through the stack, conntrack not asked yet), fast (netfilter
+leaves it alone: redirected both ways), stack (netfilter translated it, a
+Service, or the stack delivered it: through the stack both ways). inbound:
+opened toward the pod, its replies are never masqueraded.
+
+JSON: a list of {"proto", "pod", "podPort", "remote", "remotePort",
+"verdict", "inbound", "idleSeconds"}, ordered by pod, protocol and remote.`,
+	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
+		pod := fs.String("pod", "", "show only the flows of the pod address `IP`")
+		return func(ctx *view.Context) error { return runFlows(ctx, *pod) }
+	},
+}
+
+// FlowEntry is one flow as the CLI shows it.
+type FlowEntry struct {
+	Proto       string  `json:"proto"`
+	Pod         string  `json:"pod"`
+	PodPort     uint16  `json:"podPort"`
+	Remote      string  `json:"remote"`
+	RemotePort  uint16  `json:"remotePort"`
+	Verdict     string  `json:"verdict"`
+	Inbound     bool    `json:"inbound"`
+	IdleSeconds float64 `json:"idleSeconds"`
+
+	f Flow
+}
+
+func runFlows(ctx *view.Context, pod string) error {
+	if err := ctx.CheckRoot(); err != nil {
+		return err
+	}
+	var only net.IP
+	if pod != "" {
+		if only = net.ParseIP(pod); only == nil {
+			return view.Usage("--pod %q is not an IP address", pod)
+		}
+	}
+	ms, closeMaps, err := ctx.OpenMaps(maps.CniMapFlows)
+	if err != nil {
+		return err
+	}
+	defer closeMaps()
+	out := []*FlowEntry{}
+	if m := ms[maps.CniMapFlows]; m != nil {
+		list, err := List(m)
+		if err != nil {
+			return err
+		}
+		for _, f := range list {
+			if only != nil && !f.Pod.Equal(only) {
+				continue
+			}
+			proto := view.ProtoNames[f.Proto]
+			if proto == "" {
+				proto = strconv.Itoa(int(f.Proto))
+			}
+			out = append(out, &FlowEntry{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
+				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, IdleSeconds: f.Idle.Seconds(), f: f})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		return view.FlowLess(a.f.Pod, b.f.Pod, a.Proto, b.Proto, a.f.Remote, b.f.Remote, a.PodPort, b.PodPort)
+	})
+	if ctx.JSON {
+		return view.WriteJSON(ctx.Stdout, out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(ctx.Stdout, "no tracked flows")
+		return nil
+	}
+	t := &view.Table{Header: []string{"PROTO", "POD", "REMOTE", "VERDICT", "IDLE"}, Right: map[int]bool{4: true}}
+	for _, f := range out {
+		v := f.Verdict
+		if f.Inbound {
+			v += ",inbound"
+		}
+		t.Row(f.Proto, net.JoinHostPort(f.Pod, strconv.Itoa(int(f.PodPort))), net.JoinHostPort(f.Remote, strconv.Itoa(int(f.RemotePort))),
+			v, view.HumanAge(f.f.Idle))
+	}
+	if err := t.Write(ctx.Stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(ctx.Stdout, "\n%d flow(s)\n", len(out))
+	return nil
+}

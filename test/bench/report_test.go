@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestClosingNoteGroupsByCause: the "where EBPF loses" list says each
+// cause once, with every row it explains, worse rows apart from rows within
+// noise, and leaves out rows where EBPF is better.
+func TestClosingNoteGroupsByCause(t *testing.T) {
+	row := func(path, metric string, ref, ebpf, spread float64) Row {
+		return Row{Path: path, Metric: metric, Unit: "%", Better: "lower", Ref: f(ref), EBPF: f(ebpf),
+			Spread: map[string]*float64{REF: f(spread), EBPF: f(spread)}}
+	}
+	rows := []Row{
+		row("bandwidth", "in_err_10mbit_pct", 4, 8, 5),
+		row("bandwidth", "in_first_s_err_10mbit_pct", 4, 20, 5),
+		row("bandwidth", "in_err_100mbit_pct", 4, 4.2, 20), // within noise
+		row("bandwidth", "err_10mbit_pct", 4, 3, 5),        // EBPF better
+		row("cni", "add_cold_ms", 60, 400, 5),
+	}
+	note := report{Rows: rows}.closingNote()
+	t.Log(note)
+	policed := causes["policed"]
+	require.Equal(t, 1, strings.Count(note, policed.why), "the cause's explanation once")
+	require.Equal(t, 1, strings.Count(note, "### "+policed.title))
+	require.Equal(t, 1, strings.Count(note, causes["add_cold"].why))
+	for _, m := range []string{"in_err_10mbit_pct", "in_first_s_err_10mbit_pct", "in_err_100mbit_pct", "add_cold_ms"} {
+		require.Equal(t, 1, strings.Count(note, " "+m+"`"), "row %s listed once", m)
+	}
+	require.NotContains(t, note, "`bandwidth err_10mbit_pct`", "a row where EBPF is better is not a loss")
+	worse, noise, _ := strings.Cut(note[strings.Index(note, "### "+policed.title):], "*Within noise:*")
+	require.Contains(t, worse, "in_first_s_err_10mbit_pct")
+	require.Contains(t, strings.SplitN(noise, "\n", 2)[0], "in_err_100mbit_pct")
+	require.Equal(t, "unknown", causeOf(Row{Path: "new-path", Metric: "x"}), "a row no cause explains says so")
+}
+
+// TestCommittedReportIsRendered: the committed REPORT.md and plots are what
+// the report code renders from the committed latest.json and machine.json,
+// so a change to the report's text reaches the committed report. After
+// changing report.go or plot.go: go run ./test/bench -render test/bench/results
+func TestCommittedReportIsRendered(t *testing.T) {
+	committed := filepath.Join("results")
+	dir := t.TempDir()
+	for _, f := range []string{"latest.json", "machine.json"} {
+		b, err := os.ReadFile(filepath.Join(committed, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	require.NoError(t, renderResults(dir))
+	pngs, err := filepath.Glob(filepath.Join(dir, "*.png"))
+	require.NoError(t, err)
+	for _, f := range append([]string{filepath.Join(dir, "REPORT.md")}, pngs...) {
+		want, err := os.ReadFile(f)
+		require.NoError(t, err)
+		got, err := os.ReadFile(filepath.Join(committed, filepath.Base(f)))
+		require.NoError(t, err, "%s is rendered but not committed", filepath.Base(f))
+		require.True(t, bytes.Equal(want, got), "test/bench/results/%s is stale: go run ./test/bench -render test/bench/results", filepath.Base(f))
+	}
+	committedPNGs, err := filepath.Glob(filepath.Join(committed, "*.png"))
+	require.NoError(t, err)
+	require.Len(t, committedPNGs, len(pngs), "a committed plot the report no longer draws")
+}

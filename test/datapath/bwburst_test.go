@@ -1,0 +1,149 @@
+package datapath_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
+)
+
+// The bursts runtimes send for "no burst given": kubelet's math.MaxInt32,
+// containerd's math.MaxUint32 (the kubernetes.io/ingress-bandwidth and
+// egress-bandwidth annotations), CRI-O's math.MaxUint32*8-1.
+var unsetBursts = []uint64{math.MaxInt32, math.MaxUint32, math.MaxUint32*8 - 1}
+
+// udpBurst sends n datagrams of size bytes back to back from `from` to
+// dst:port and returns how many bytes a receiver in `to` got, and how long
+// the sending took. The receiver's buffer holds the whole burst, so what
+// does not arrive was dropped on the way.
+func udpBurst(t *testing.T, from, to ns.NetNS, dst net.IP, port, n, size int) (got int, took time.Duration) {
+	t.Helper()
+	var conn *net.UDPConn
+	require.NoError(t, to.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = net.ListenUDP("udp", &net.UDPAddr{IP: dst, Port: port})
+		if err != nil {
+			return err
+		}
+		raw, err := conn.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4*n*size)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}))
+	defer conn.Close()
+	done := make(chan int)
+	go func() {
+		buf := make([]byte, 64<<10)
+		total := 0
+		for {
+			_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			k, err := conn.Read(buf)
+			if err != nil {
+				done <- total
+				return
+			}
+			total += k
+		}
+	}()
+	require.NoError(t, from.Do(func(ns.NetNS) error {
+		c, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: dst, Port: port})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		msg := make([]byte, size)
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			// A drop on the host veth is not the sender's error; a full
+			// send buffer is only a wait.
+			if _, err := c.Write(msg); err != nil && !errors.Is(err, unix.ENOBUFS) && !errors.Is(err, unix.ECONNREFUSED) {
+				return fmt.Errorf("datagram %d: %w", i, err)
+			}
+		}
+		took = time.Since(start)
+		return nil
+	}))
+	return <-done, took
+}
+
+// TestBandwidthUnsetBurst: a limit whose burst is a runtime's "not set"
+// (containerd's 4294967295 above all: it gave every annotated pod a
+// 512 MiB burst, and 2.8 MB of UDP reached a 10 Mbit/s pod in 17 ms
+// without a drop) polices like one with no burst given: the bucket's burst
+// is the default, and a back-to-back burst of UDP is cut at about the
+// default burst, in both directions.
+func TestBandwidthUnsetBurst(t *testing.T) {
+	const rate = 10_000_000
+	def := bandwidth.DefaultBurstBits(rate)
+	for _, v := range testutil.SpecVersions {
+		t.Run(v, func(t *testing.T) {
+			e := newEnv(t)
+			list := e.bwList(v, nil)
+			for i, burst := range unsetBursts {
+				p := e.addPodCaps(list, fmt.Sprintf("unset-%d", i), map[string]any{"bandwidth": map[string]any{
+					"ingressRate": rate, "ingressBurst": burst, "egressRate": rate, "egressBurst": burst}})
+				b, ok := e.buckets()[e.hostIndex(p)]
+				require.True(t, ok, "bucket of burst %d", burst)
+				require.Equal(t, def, b.Ingress.Burst, "ingress burst %d reads as the default", burst)
+				require.Equal(t, def, b.Egress.Burst, "egress burst %d reads as the default", burst)
+				require.Equal(t, uint64(rate), b.Ingress.Rate)
+				if testutil.AtLeast(v, "0.4.0") {
+					require.NoError(t, e.cni.Check(list, p.RT))
+				}
+				require.NoError(t, e.cni.DelPod(list, p))
+			}
+		})
+	}
+
+	t.Run("policed", func(t *testing.T) {
+		e := newEnv(t)
+		e.routeWorldToPods()
+		list := e.bwList("", nil)
+		caps := func(burst uint64) map[string]any {
+			return map[string]any{"bandwidth": map[string]any{
+				"ingressRate": rate, "ingressBurst": burst, "egressRate": rate, "egressBurst": burst}}
+		}
+		// 2000 datagrams of 1400 bytes: 2.8 MB, over 10 times the default
+		// burst (250 KB at 10 Mbit/s).
+		const n, size = 2000, 1400
+		// What may pass: the burst, what the rate adds while the datagrams
+		// are sent, 10% for the early drop's coin and the headers' share,
+		// and one datagram.
+		bound := func(took time.Duration) int {
+			return int((float64(def)/8+rate/8*took.Seconds())*1.10) + size
+		}
+		for i, burst := range []uint64{math.MaxUint32, math.MaxInt32} {
+			p := e.addPodCaps(list, fmt.Sprintf("policed-%d", i), caps(burst))
+			before := e.counters()
+			in, inTook := udpBurst(t, e.node.World, p.NS, p.IP(4), 15300+2*i, n, size)
+			out, outTook := udpBurst(t, p.NS, e.node.World, nettest.WorldIP4, 15301+2*i, n, size)
+			after := e.counters()
+			t.Logf("burst %d: %d of %d bytes reached the pod (sent in %s), %d the world (%s); default burst %d bytes",
+				burst, in, n*size, inTook, out, outTook, def/8)
+			require.Positive(t, in)
+			require.Positive(t, out)
+			require.LessOrEqual(t, in, bound(inTook), "ingress: about the default burst passes, not the %d bits asked", burst)
+			require.LessOrEqual(t, out, bound(outTook), "egress: about the default burst passes")
+			require.Greater(t, after[14], before[14], "drop_bw_ingress counted")
+			require.Greater(t, after[13], before[13], "drop_bw_egress counted")
+			require.NoError(t, e.cni.DelPod(list, p))
+		}
+	})
+}

@@ -1,0 +1,71 @@
+package deploy_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
+)
+
+func podman(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("podman", args...).CombinedOutput()
+	require.NoError(t, err, "podman %s: %s", strings.Join(args, " "), out)
+	return strings.TrimSpace(string(out))
+}
+
+// TestMakeImage: make image, with no network at all (its own network
+// namespace), builds an image of exactly the three static binaries tagged
+// with the build version; the binaries in it are the ones built, the agent
+// reports that version, and the paths the DaemonSet uses are there.
+func TestMakeImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := exec.LookPath("podman"); err != nil {
+		t.Fatal("podman is missing (make deps installs it)")
+	}
+	version := fmt.Sprintf("test-%d", time.Now().UnixNano())
+	image := "localhost/ebpf-cni:" + version
+	bin := t.TempDir()
+	cmd := exec.Command("unshare", "--net", "--", "make", "--no-print-directory", "-C", testutil.ModuleRoot(), "image", "BIN="+bin, "VERSION="+version)
+	out, err := cmd.CombinedOutput()
+	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "-f", image).Run() })
+	require.NoError(t, err, "%s", out)
+
+	var inspect []struct {
+		Config struct {
+			Entrypoint []string
+			Cmd        []string
+			Labels     map[string]string
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(podman(t, "image", "inspect", image)), &inspect))
+	require.Len(t, inspect, 1)
+	require.Equal(t, []string{"/ebpf-cni-agent"}, inspect[0].Config.Entrypoint)
+	require.Equal(t, []string{"run"}, inspect[0].Config.Cmd)
+	require.Equal(t, version, inspect[0].Config.Labels["org.opencontainers.image.version"])
+
+	root := podman(t, "image", "mount", image)
+	t.Cleanup(func() { _ = exec.Command("podman", "image", "unmount", image).Run() })
+	files := tree(t, root)
+	src := strings.TrimPrefix(agent.DefaultSrcDir, "/")
+	require.ElementsMatch(t, []string{"ebpf-cni-agent", "opt/", "opt/ebpf-cni/", src + "/", src + "/ebpf-cni", src + "/ebpf-ipam"}, files)
+	for _, b := range []string{"ebpf-cni-agent", src + "/ebpf-cni", src + "/ebpf-ipam"} {
+		want, err := os.ReadFile(filepath.Join(bin, filepath.Base(b)))
+		require.NoError(t, err)
+		got, err := os.ReadFile(filepath.Join(root, b))
+		require.NoError(t, err)
+		require.Equal(t, want, got, b)
+	}
+	v, err := exec.Command(filepath.Join(root, "ebpf-cni-agent"), "version").CombinedOutput()
+	require.NoError(t, err)
+	require.Equal(t, "ebpf-cni-agent "+version+"\n", string(v))
+}

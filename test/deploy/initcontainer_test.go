@@ -1,0 +1,94 @@
+package deploy_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+)
+
+// TestInstallFromNode is the DaemonSet's init container: it copies the
+// plugins, waits (writing no conflist, so the runtime keeps the node not
+// ready) while the Node has no spec.podCIDRs, then writes the conflist for
+// them and runs the plugin's STATUS, which loads the programs. The conflist
+// it wrote gives a pod an address from the Node's range on a simulated node.
+// A ConfigMap asking for vxlan without the cluster's ranges fails at once
+// and writes nothing.
+func TestInstallFromNode(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin, conf := t.TempDir(), t.TempDir()
+	bpfRoot := testutil.BPFFS(t)
+	n := (&simNode{name: "node-a", ip4: net.ParseIP("192.0.2.2"), ip6: net.ParseIP("2001:db8:ffff::2"), podCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.5.0/24")}}).object()
+	n.Spec.PodCIDRs, n.Spec.PodCIDR = nil, "" // kubelet registered it; the IPAM controller has not got to it
+	client := fake.NewClientset()
+	_, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	cfg := agent.InstallConfig{
+		NodeName: "node-a", SrcDir: testutil.PluginDir(t), CNIBinDir: bin, CNIConfDir: conf,
+		Conf:   conflist.Options{Masquerade: true, BPFRoot: bpfRoot, StateDir: t.TempDir()},
+		WarmUp: true, PollEvery: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	bad := cfg
+	bad.Conf.Mode = conflist.ModeVXLAN
+	require.ErrorContains(t, agent.Install(context.Background(), client, bad), "invalid clusterCIDRs: mode vxlan needs the cluster's pod ranges")
+	entries, _ := os.ReadDir(bin)
+	require.Empty(t, entries, "a refused install wrote plugins")
+
+	done := make(chan error, 1)
+	go func() { done <- agent.Install(context.Background(), client, cfg) }()
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(bin, "ebpf-ipam")); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // several polls of a Node without a range
+	entries, _ = os.ReadDir(conf)
+	require.Empty(t, entries, "a conflist was written before the node had a range")
+	select {
+	case err := <-done:
+		t.Fatalf("install returned before the node had a range: %v", err)
+	default:
+	}
+
+	n.Spec.PodCIDRs = []string{"10.244.5.0/24", "fd00:10:244:5::/64"}
+	n.Spec.PodCIDR = n.Spec.PodCIDRs[0]
+	_, err = client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("install did not finish after the node got its range")
+	}
+	for _, b := range agent.Plugins {
+		want, _ := os.ReadFile(filepath.Join(cfg.SrcDir, b))
+		got, err := os.ReadFile(filepath.Join(bin, b))
+		require.NoError(t, err)
+		require.Equal(t, want, got, b)
+	}
+	programs, err := os.ReadDir(filepath.Join(bpfRoot, "programs"))
+	require.NoError(t, err, "STATUS loaded no programs")
+	require.NotEmpty(t, programs)
+
+	list := loadInstalled(t, conf)
+	require.Equal(t, conflist.DefaultName, list.Name)
+	require.Equal(t, conflist.DefaultVersion, list.CNIVersion)
+	addPodFrom(t, list, bin, "10.244.5.0/24", "fd00:10:244:5::/64")
+
+	// Run again (a restarted DaemonSet pod): same files, nothing else.
+	require.NoError(t, agent.Install(context.Background(), client, cfg))
+	entries, _ = os.ReadDir(conf)
+	require.Len(t, entries, 1)
+	entries, _ = os.ReadDir(bin)
+	require.Len(t, entries, 2)
+}

@@ -1,0 +1,93 @@
+package k8s_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// TestCrossNode is the must-hold case of pods across nodes, under every
+// spec version: node1 and node2 share a segment (direct routing: each
+// routes the other's pod ranges via it), node3 is behind a router (VXLAN
+// overlay between node1 and node3). ipMasq is on, clusterCIDRs set. Pods
+// talk both ways over TCP and UDP, IPv4 and IPv6, and each receiver sees
+// the sender pod's own address; a pod still reaches the world masqueraded
+// to its node's address.
+func TestCrossNode(t *testing.T) {
+	for _, v := range testutil.SpecVersions {
+		t.Run(v, func(t *testing.T) { testCrossNode(t, v) })
+	}
+}
+
+func testCrossNode(t *testing.T, version string) {
+	c := newCluster(t, 2, true)
+	require.NoError(t, c.c.RouteDirect())
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	vxlan := map[string]any{"overlay": "vxlan"}
+	l1, l2, l3 := n1.list(version, vxlan), n2.list(version, nil), n3.list(version, vxlan)
+	n1.tunnels(4, n3)
+	n3.tunnels(4, n1)
+	a, b, p3 := n1.addPod(l1, "a"), n2.addPod(l2, "b"), n3.addPod(l3, "c")
+	require.Equal(t, 1500-cluster.OverheadIPv4, mtu(t, a), "the overlay's overhead comes off the pod's MTU")
+	require.Equal(t, 1500, mtu(t, b), "no overlay: the uplink's MTU")
+
+	pods := map[string]*nettest.Pod{"a": a, "b": b, "c": p3}
+	for name, p := range pods {
+		serve(t, p.NS, name, 8080)
+	}
+	before1, before2 := n1.counters(), n2.counters()
+	for _, pair := range [][2]string{{"a", "b"}, {"b", "a"}, {"a", "c"}, {"c", "a"}} {
+		from, to := pods[pair[0]], pods[pair[1]]
+		for _, fam := range []int{4, 6} {
+			mustSee(t, from.NS, to.IP(fam), 8080, pair[1], from.IP(fam), fmt.Sprintf("pod %s -> pod %s IPv%d", pair[0], pair[1], fam))
+		}
+	}
+	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_ENCAP), "node1 -> node3 through the overlay")
+	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_DECAP), "node3 -> node1 from the overlay straight in")
+	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_FIB_REDIRECT), "node1 -> node2 by the FIB")
+	require.Positive(t, n2.delta(before2, maps.CniPktReasonREASON_ROUTED_IN), "node2 delivers from its uplink straight in")
+	require.Zero(t, n2.delta(before2, maps.CniPktReasonREASON_SNAT), "cluster traffic is never masqueraded")
+
+	world := serve(t, c.c.World, "world", 0)
+	for _, p := range []struct {
+		pod  *nettest.Pod
+		node *node
+	}{{a, n1}, {b, n2}, {p3, n3}} {
+		for _, fam := range []int{4, 6} {
+			dst := nettest.ClusterWorld4
+			if fam == 6 {
+				dst = nettest.ClusterWorld6
+			}
+			mustSee(t, p.pod.NS, dst, world.Port, "world", p.node.Addr(fam), fmt.Sprintf("%s -> world IPv%d", p.node.Name, fam))
+		}
+	}
+
+	if testutil.AtLeast(version, "0.4.0") {
+		require.NoError(t, n1.cni.Check(l1, a.RT))
+		require.NoError(t, n2.cni.Check(l2, b.RT))
+	}
+	// The node's last DEL takes the overlay's device away; the tunnel
+	// endpoints (the node agent's) stay for the next pod.
+	require.NoError(t, n1.cni.DelPod(l1, a))
+	var links []string
+	require.NoError(t, n1.NS.Do(func(ns.NetNS) error {
+		ifs, err := net.Interfaces()
+		for _, i := range ifs {
+			links = append(links, i.Name)
+		}
+		return err
+	}))
+	require.NotContains(t, links, cluster.Device)
+	out, err := nettest.Run(n1.NS, testutil.PluginDir(t)+"/ebpf-cni", "tunnels", "--bpf-root", n1.bpfRoot, "--state-dir", n1.stateDir)
+	require.NoError(t, err, out)
+	require.Contains(t, out, n3.PodCIDR4.String())
+	require.Contains(t, out, n3.IP4.String())
+}
