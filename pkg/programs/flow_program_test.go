@@ -77,7 +77,9 @@ func (e *flowEnv) putFlow(t *testing.T, pod net.IP, pport uint16, remote net.IP,
 	t.Helper()
 	k := maps.CniFlowKey{Family: maps.Family(pod), Proto: 6, Sport: pport>>8 | pport<<8, Dport: rport>>8 | rport<<8,
 		Saddr: maps.Addr16(pod), Daddr: maps.Addr16(remote)}
-	require.NoError(t, e.flows.Put(&k, &maps.CniFlowEntry{Verdict: v, LastSeen: 1}))
+	// Seen now: an entry idle for longer than a flow lives (LastSeen 1
+	// on a node up for hours) is a new flow to the programs.
+	require.NoError(t, e.flows.Put(&k, &maps.CniFlowEntry{Verdict: v, LastSeen: maps.Monotonic()}))
 }
 
 // TestFlowPrograms runs the programs on crafted packets for the flow
