@@ -102,7 +102,9 @@ func Main(m *testing.M) {
 }
 
 // PluginDir builds ebpf-cni and ebpf-ipam once per test binary and returns
-// the directory holding them; Main removes it. Where the tests run without a
+// the directory holding them, with the upstream loopback plugin (from the
+// containernetworking/plugins module go.mod requires: Debian's takes no
+// 1.1.0, and chaining tests put it first in a list); Main removes it. Where the tests run without a
 // Go toolchain (the make test-kernel guest), EBPF_CNI_TEST_BIN names a
 // directory of binaries built beforehand.
 func PluginDir(t testing.TB) string {
@@ -115,7 +117,7 @@ func PluginDir(t testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
+		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam", UpstreamLoopback)
 		cmd.Dir = ModuleRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as make build does
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -127,6 +129,9 @@ func PluginDir(t testing.TB) string {
 	}
 	return buildDir
 }
+
+// UpstreamLoopback is the package of the upstream loopback plugin.
+const UpstreamLoopback = "github.com/containernetworking/plugins/plugins/main/loopback"
 
 // VersionDir returns a directory holding ebpf-cni and ebpf-ipam stamped with
 // version (a "newer release" of the same tree): built into a temporary

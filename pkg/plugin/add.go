@@ -97,6 +97,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if err := kernelSupports(c.Mode); err != nil {
 		return kernelError(err)
 	}
+	prev, err := prevResult(c)
+	if err != nil {
+		return err
+	}
 	if err := checkIfName(args.IfName); err != nil {
 		return err
 	}
@@ -140,6 +144,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	n.Phase("ipam")
 	r, err := Delegate.Add(c)
 	if err != nil {
+		// The IPAM plugin may have allocated before it failed (or printed
+		// something that is not a result): release whatever it holds.
+		_ = Delegate.Del(c)
 		return ipamError("ADD", err)
 	}
 	undo.Push(func() error { return Delegate.Del(c) })
@@ -167,7 +174,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return cniError(ErrLinkSetup, "creating the veth pair", err)
 	}
 	undo.Push(func() error { return veth.DeleteHost(hostName) })
-	if err := veth.ConfigurePod(podNS, args.IfName, res.IPs, routes); err != nil {
+	if routes, err = veth.ConfigurePod(podNS, args.IfName, res.IPs, routes); err != nil {
 		return cniError(ErrLinkSetup, "configuring "+args.IfName+" in the pod", err)
 	}
 	if err := veth.ConfigureHost(pair.Host, res.IPs); err != nil {
@@ -214,9 +221,11 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		ipc.Interface = current.Int(1)
 		out.IPs = append(out.IPs, ipc)
 	}
-	if len(out.DNS.Nameservers) == 0 && len(out.DNS.Search) == 0 && len(out.DNS.Options) == 0 && out.DNS.Domain == "" {
+	if dnsEmpty(out.DNS) {
 		out.DNS = c.DNS
 	}
+	out = chainResult(prev, out)
+	forVersion(out, c.CNIVersion)
 	return types.PrintResult(out, c.CNIVersion)
 }
 

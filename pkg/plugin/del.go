@@ -34,6 +34,9 @@ func CmdDel(args *skel.CmdArgs) error {
 	}
 	n.Phase("ipam")
 	if err := Delegate.Del(c); err != nil {
+		if len(errs) == 0 {
+			return ipamError("DEL", err) // IPAM's own error, as it gave it
+		}
 		errs = append(errs, fmt.Errorf("IPAM DEL: %w", err))
 	}
 	if len(errs) > 0 {

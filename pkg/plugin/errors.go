@@ -45,7 +45,8 @@ func cniError(code uint, msg string, err error) error {
 // bad key), and wraps anything else.
 func ipamError(verb string, err error) error {
 	var te *types.Error
-	if errors.As(err, &te) {
+	// Code 0 is no error code: libcni reports a result it cannot parse so.
+	if errors.As(err, &te) && te.Code != 0 {
 		return te
 	}
 	return cniError(ErrIPAM, "IPAM "+verb, err)

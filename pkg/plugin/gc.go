@@ -68,6 +68,9 @@ func CmdGC(args *skel.CmdArgs) error {
 	}
 
 	if err := Delegate.GC(c); err != nil {
+		if errors.Join(errs...) == nil {
+			return ipamError("GC", err) // IPAM's own error, as it gave it
+		}
 		errs = append(errs, fmt.Errorf("IPAM GC: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"encoding/json"
+	"errors"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -42,7 +43,14 @@ func CmdStatus(args *skel.CmdArgs) error {
 		return cniError(types.ErrPluginNotAvailable, "datapath programs unavailable", err)
 	}
 	if err := Delegate.Status(c); err != nil {
-		return ipamError("STATUS", err)
+		// An IPAM plugin that cannot allocate makes ADD fail: for the
+		// runtime that is "not available" (50), whatever IPAM's own code.
+		msg, details := "IPAM plugin "+c.IPAMType+" not available", err.Error()
+		var te *types.Error
+		if errors.As(err, &te) {
+			msg, details = msg+": "+te.Msg, te.Details
+		}
+		return types.NewError(types.ErrPluginNotAvailable, msg, details)
 	}
 	return nil
 }

@@ -117,8 +117,17 @@ func hasV4(ips []*current.IPConfig) bool {
 // ConfigurePod brings ifName up inside podNS with the addresses and routes.
 // Addresses get no prefix route (everything goes via the gateway, which the
 // host veth answers for) and no DAD (the link is point-to-point and ours).
-func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes []*types.Route) error {
-	return podNS.Do(func(ns.NetNS) error {
+//
+// A route the pod has already (a default route from a first network, the
+// subnet route of a second interface of the same network) is skipped, as
+// the spec asks; the interface then gets a table of its own with every
+// route through it, and a rule sending what its addresses send there, so
+// replies from those addresses leave by the interface they belong to (its
+// host veth accepts only them). It returns the routes it added to the
+// main table.
+func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes []*types.Route) ([]*types.Route, error) {
+	var added []*types.Route
+	err := podNS.Do(func(ns.NetNS) error {
 		l, err := netlinksafe.LinkByName(ifName)
 		if err != nil {
 			return fmt.Errorf("looking up %s: %w", ifName, err)
@@ -137,15 +146,63 @@ func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes
 				return fmt.Errorf("adding address %s to %s: %w", c.Address.String(), ifName, err)
 			}
 		}
+		skipped := false
 		for _, r := range routes {
 			nr := podRoute(l.Attrs().Index, r)
-			if err := netlink.RouteAdd(nr); err != nil {
+			err := netlink.RouteAdd(nr)
+			if errors.Is(err, unix.EEXIST) && r.Table == nil {
+				skipped = true // another interface's: this one's own table has it
+				continue
+			}
+			if err != nil {
 				return fmt.Errorf("adding route %s via %s: %w", r.Dst.String(), r.GW, err)
 			}
+			added = append(added, r)
+		}
+		if skipped {
+			return ownTable(l, ips, routes)
 		}
 		return nil
 	})
+	return added, err
 }
+
+// ownTable routes what ifName's addresses send through ifName: a table
+// numbered after the interface (ownTableBase + its index) with every route
+// of the interface, and one rule per address.
+func ownTable(l netlink.Link, ips []*current.IPConfig, routes []*types.Route) error {
+	table := ownTableBase + l.Attrs().Index
+	for _, r := range routes {
+		nr := podRoute(l.Attrs().Index, r)
+		if r.Table == nil {
+			nr.Table = table
+		}
+		if err := netlink.RouteReplace(nr); err != nil {
+			return fmt.Errorf("adding route %s via %s to table %d: %w", r.Dst.String(), r.GW, table, err)
+		}
+	}
+	for _, c := range ips {
+		rule := netlink.NewRule()
+		rule.Table = table
+		rule.Priority = ownRulePriority
+		bits := 32
+		rule.Family = netlink.FAMILY_V4
+		if !isV4(c.Address.IP) {
+			bits, rule.Family = 128, netlink.FAMILY_V6
+		}
+		rule.Src = &net.IPNet{IP: c.Address.IP, Mask: net.CIDRMask(bits, bits)}
+		if err := netlink.RuleAdd(rule); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("adding rule from %s lookup %d: %w", c.Address.IP, table, err)
+		}
+	}
+	return nil
+}
+
+// The tables and rules of interfaces whose routes the pod had already.
+const (
+	ownTableBase    = 1000
+	ownRulePriority = 1000
+)
 
 func podRoute(ifindex int, r *types.Route) *netlink.Route {
 	dst := r.Dst

@@ -134,7 +134,8 @@ mkdir -p "$run/ebpf-cni/bin"
 log "building bin/ebpf-cni, bin/ebpf-ipam and the test binaries ($TESTS)"
 # As testutil.PluginDir builds them: unstamped, so the programs' tag (which
 # carries the version) is the one the test binaries compute.
-CGO_ENABLED=0 go build -o "$run/ebpf-cni/bin/" ./cmd/ebpf-cni ./cmd/ebpf-ipam
+CGO_ENABLED=0 go build -o "$run/ebpf-cni/bin/" ./cmd/ebpf-cni ./cmd/ebpf-ipam \
+	github.com/containernetworking/plugins/plugins/main/loopback # internal/testutil.UpstreamLoopback
 for v in $VERSIONS; do
 	CGO_ENABLED=0 go build -ldflags "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version=$v" \
 		-o "$run/ebpf-cni/versions/$v/" ./cmd/ebpf-cni ./cmd/ebpf-ipam
