@@ -47,6 +47,11 @@ type Options struct {
 	// programs a call loads when no call did yet.
 	Objects []programs.Object
 	Lock    LockMode
+	// Phases the caller timed before it opened the node (process start,
+	// configuration), and Since, when the first of the node's own phases
+	// ("open": the node lock) began; zero: the node starts timing at Open.
+	Phases []Phase
+	Since  time.Time
 }
 
 // Node is the node as one call sees it. Not safe for concurrent use.
@@ -69,7 +74,10 @@ type Node struct {
 // Open takes the node lock as o says and moves state an older build left
 // in an older layout.
 func Open(o Options) (*Node, error) {
-	n := &Node{BPFRoot: o.BPFRoot, StateDir: o.StateDir, objects: o.Objects, maps: map[string]*ebpf.Map{}}
+	n := &Node{BPFRoot: o.BPFRoot, StateDir: o.StateDir, objects: o.Objects, maps: map[string]*ebpf.Map{}, phases: o.Phases}
+	if !o.Since.IsZero() {
+		n.phase, n.phaseStart = "open", o.Since
+	}
 	if o.Lock != Unlocked {
 		l, err := NodeLock(o.StateDir, o.Lock == Exclusive)
 		if err != nil {

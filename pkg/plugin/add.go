@@ -49,8 +49,13 @@ func checkIfName(name string) error {
 }
 
 // openNode is the call's handle on the node, its lock held as mode.
-func openNode(c *Config, mode node.LockMode) (*node.Node, error) {
-	n, err := node.Open(node.Options{BPFRoot: c.BPFRoot, StateDir: c.StateDir, Objects: features.Objects(), Lock: mode})
+// w, when the call is timed, hands its phases over to the node's.
+func openNode(c *Config, mode node.LockMode, w *watch) (*node.Node, error) {
+	o := node.Options{BPFRoot: c.BPFRoot, StateDir: c.StateDir, Objects: features.Objects(), Lock: mode}
+	if w != nil {
+		o.Phases, o.Since = w.phases, w.at
+	}
+	n, err := node.Open(o)
 	if err != nil {
 		return nil, cniError(types.ErrIOFailure, "invalid stateDir", err)
 	}
@@ -59,7 +64,7 @@ func openNode(c *Config, mode node.LockMode) (*node.Node, error) {
 
 // openPod opens the pod's netns and the node (lock shared) for ADD and
 // CHECK, which need a usable bpffs.
-func openPod(c *Config, netns string) (ns.NetNS, *node.Node, error) {
+func openPod(c *Config, netns string, w *watch) (ns.NetNS, *node.Node, error) {
 	podNS, err := openNetNS(netns)
 	if err != nil {
 		return nil, nil, err
@@ -68,7 +73,8 @@ func openPod(c *Config, netns string) (ns.NetNS, *node.Node, error) {
 		podNS.Close()
 		return nil, nil, cniError(node.ErrBPFFS, "invalid bpfRoot", err)
 	}
-	n, err := openNode(c, node.Shared)
+	w.lap("netns")
+	n, err := openNode(c, node.Shared, w)
 	if err != nil {
 		podNS.Close()
 		return nil, nil, err
@@ -90,6 +96,7 @@ func release(n *node.Node) error {
 // routes, then each feature in order, then the record. Any failure undoes
 // every step already done, in reverse.
 func CmdAdd(args *skel.CmdArgs) (err error) {
+	w := newWatch()
 	c, err := ParseConfig(args.StdinData, args.Args, true)
 	if err != nil {
 		return err
@@ -104,12 +111,14 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if err := checkIfName(args.IfName); err != nil {
 		return err
 	}
-	podNS, n, err := openPod(c, args.Netns)
+	w.lap("parse")
+	podNS, n, err := openPod(c, args.Netns, w)
 	if err != nil {
 		return err
 	}
 	defer podNS.Close()
 	defer n.Close()
+	defer func() { logTiming("ADD", args, n, err) }()
 	n.Phase("programs")
 	if _, err := n.Programs(); err != nil {
 		return cniError(node.ErrProgramLoad, "loading the datapath programs", err)
@@ -224,6 +233,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if dnsEmpty(out.DNS) {
 		out.DNS = c.DNS
 	}
+	n.Phase("print")
 	out = chainResult(prev, out)
 	forVersion(out, c.CNIVersion)
 	return types.PrintResult(out, c.CNIVersion)

@@ -39,7 +39,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
 	}
-	podNS, n, err := openPod(c, args.Netns)
+	podNS, n, err := openPod(c, args.Netns, nil)
 	if err != nil {
 		return err
 	}

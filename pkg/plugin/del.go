@@ -15,16 +15,19 @@ import (
 
 // CmdDel removes everything the attachment has; what is already gone is
 // success. It needs neither the pod's netns nor a valid full configuration.
-func CmdDel(args *skel.CmdArgs) error {
+func CmdDel(args *skel.CmdArgs) (err error) {
+	w := newWatch()
 	c, err := ParseConfig(args.StdinData, args.Args, false)
 	if err != nil {
 		return err
 	}
-	n, err := openNode(c, node.Shared)
+	w.lap("parse")
+	n, err := openNode(c, node.Shared, w)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
+	defer func() { logTiming("DEL", args, n, err) }()
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
 	var errs []error

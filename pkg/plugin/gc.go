@@ -24,7 +24,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	// Exclusive: no ADD is half-way, so an unrecorded veth is garbage.
-	n, err := openNode(c, node.Exclusive)
+	n, err := openNode(c, node.Exclusive, nil)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 		return cniError(types.ErrPluginNotAvailable, "bpfRoot unusable", err)
 	}
 	// Unlocked: loading takes the node lock exclusively, for that moment.
-	n, err := openNode(c, node.Unlocked)
+	n, err := openNode(c, node.Unlocked, nil)
 	if err != nil {
 		return err
 	}
