@@ -22,6 +22,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
@@ -171,6 +172,15 @@ func RequireMode(t testing.TB, mode string) {
 			t.Skipf("attachMode tcx: %s", f.Detail)
 		}
 	}
+}
+
+// DefaultMode is the attach mode of a host veth whose configuration names
+// none (attach.DefaultMode resolved on this kernel).
+func DefaultMode() string {
+	if attach.DefaultMode == attach.ModeAuto {
+		return BestMode()
+	}
+	return string(attach.DefaultMode)
 }
 
 // BestMode is the attachMode auto resolves to on this kernel, for tests

@@ -35,18 +35,32 @@ const (
 	ModeCgroup Mode = "cgroup"
 )
 
-// DefaultMode is the attach mode when the configuration names none: auto,
-// that is tcx on this project's kernels. Measured on kernel 6.18
-// (BenchmarkAttach, BenchmarkAddDel): a tcx attach costs ~8.5 ms in the
-// kernel (an RCU grace period per attach and per detach) against ~0.4 ms for
-// a cls_bpf filter, which makes ADD p50 25 ms instead of 17 ms and DEL p50
-// 36 ms instead of 25 ms. tcx still wins the default: its links are pinned
-// and owned (a stray `tc qdisc del` cannot silently remove the datapath),
-// and it needs no qdisc, so chained plugins that add their own ingress qdisc
-// (the reference bandwidth plugin's egress shaping) keep working; with
-// clsact in place they fail with EEXIST. attachMode: tc is there for nodes
-// that churn pods fast and chain no such plugin.
-var DefaultMode = ModeAuto
+// DefaultMode is how a host veth's programs attach when the configuration
+// names no attachMode: tc. Measured on kernel 6.18 with EBPF_CNI_TIMING: a
+// tcx link costs an RCU grace period per attach and per detach, taken
+// under RTNL (so every other netlink user of the node waits too): the
+// endpoint step of ADD took 22-43 ms with tcx against 0.4-0.9 ms with tc
+// filters, and the whole ADD 35-55 ms against 12-15 ms. tcx's links are
+// pinned and owned, and it needs no qdisc: a chained plugin that adds its
+// own ingress qdisc (the reference bandwidth plugin's egress limit) works
+// only next to tcx, so such a chain sets attachMode tcx (or auto), see
+// docs/configuration.md.
+var DefaultMode = ModeTC
+
+// DefaultDeviceMode is how the node's own devices (uplinks, the overlay)
+// get their programs when the configuration names no attachMode: once per
+// node, so tcx's cost does not count, and tcx leaves those devices' qdiscs
+// to whoever else uses them.
+var DefaultDeviceMode = ModeAuto
+
+// DeviceMode is the mode for the node's devices of a configured attachMode
+// ("" for none).
+func DeviceMode(configured string) Mode {
+	if configured == "" {
+		return DefaultDeviceMode
+	}
+	return Mode(configured)
+}
 
 // ParseMode validates an attachMode value; "" is the default.
 func ParseMode(s string) (Mode, error) {

@@ -93,11 +93,11 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := uplink.Ensure(n, ups, ep.Mode); err != nil {
+	if err := uplink.Ensure(n, ups, ep.DeviceMode); err != nil {
 		return fail(err)
 	}
 	if p.s.VXLAN {
-		return fail(ensureOverlay(n, p.s, ep.Mode))
+		return fail(ensureOverlay(n, p.s, ep.DeviceMode))
 	}
 	return nil
 }

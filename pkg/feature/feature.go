@@ -92,8 +92,9 @@ type Endpoint struct {
 	// Recorded: the record was there (DEL, CHECK); without it only
 	// HostIfName is known, and what features find on the node.
 	Recorded bool
-	// Mode is the call's attachMode (ADD).
-	Mode attach.Mode
+	// Mode is the call's attachMode for the host veth (ADD), DeviceMode
+	// for the node's devices a feature attaches to (uplinks, the overlay).
+	Mode, DeviceMode attach.Mode
 	// PodNS is the pod's network namespace (ADD, CHECK).
 	PodNS ns.NetNS
 	// Host is the host veth (ADD, CHECK; nil when it is gone).

@@ -42,14 +42,26 @@ func withStore(args *skel.CmdArgs, full bool, fn func(*Store, *Config, *NetConf)
 
 // CmdAdd allocates and prints the result in the configuration's version.
 func CmdAdd(args *skel.CmdArgs) error {
-	return withStore(args, true, func(s *Store, c *Config, _ *NetConf) error {
+	res, cniVersion, err := Add(args)
+	if err != nil {
+		return err
+	}
+	return types.PrintResult(res, cniVersion)
+}
+
+// Add allocates and returns the result, with the configuration's
+// cniVersion to print it in: CmdAdd, and ebpf-cni's in-process IPAM.
+func Add(args *skel.CmdArgs) (res *current.Result, cniVersion string, err error) {
+	err = withStore(args, true, func(s *Store, c *Config, _ *NetConf) error {
 		ips, err := Allocate(s, c, args.ContainerID, args.IfName)
 		if err != nil {
 			return err
 		}
-		res := &current.Result{CNIVersion: current.ImplementedSpecVersion, IPs: ips, Routes: c.Routes, DNS: c.DNS}
-		return types.PrintResult(res, c.CNIVersion)
+		res = &current.Result{CNIVersion: current.ImplementedSpecVersion, IPs: ips, Routes: c.Routes, DNS: c.DNS}
+		cniVersion = c.CNIVersion
+		return nil
 	})
+	return res, cniVersion, err
 }
 
 // CmdDel releases what the attachment holds; it is idempotent. Without

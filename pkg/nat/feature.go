@@ -50,7 +50,7 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
 	if !p.s.Enabled {
 		return nil
 	}
-	return feature.Fail(ErrMasquerade, "setting up masquerade", Apply(n, ep.Network, p.s, ep.Nets(), ep.Mode))
+	return feature.Fail(ErrMasquerade, "setting up masquerade", Apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode))
 }
 
 // Check verifies that the uplinks carry this build's programs.

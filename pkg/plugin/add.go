@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -203,7 +204,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	for _, ipc := range res.IPs {
 		rec.IPs = append(rec.IPs, ipc.Address.String())
 	}
-	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, PodNS: podNS, Host: pair.Host, Flags: needs.Flags}
+	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, DeviceMode: attach.DeviceMode(c.AttachMode), PodNS: podNS, Host: pair.Host, Flags: needs.Flags}
 	for i, f := range features.All {
 		n.Phase(f.Name())
 		if err := c.Pods[i].Add(n, ep, &undo); err != nil {

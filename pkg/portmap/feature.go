@@ -115,7 +115,7 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := uplink.Ensure(n, ups, ep.Mode); err != nil {
+	if err := uplink.Ensure(n, ups, ep.DeviceMode); err != nil {
 		return fail(err)
 	}
 	if err := Ready(n, p.s.Cgroup); err != nil {

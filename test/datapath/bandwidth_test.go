@@ -446,7 +446,7 @@ func TestBandwidthLifecycle(t *testing.T) {
 			var d maps.CniEndpointDev
 			require.NoError(t, em.Devs.Lookup(uint32(idx), &d))
 			want := maps.CniEndpointFlagsEP_F_BW_EGRESS
-			if testutil.BestMode() == "tc" { // attachMode auto fell back to tc
+			if testutil.DefaultMode() == "tc" { // ebpf-cni's own clsact
 				want |= maps.CniEndpointFlagsEP_F_CLSACT
 			}
 			require.Equal(t, uint16(want), d.Flags)

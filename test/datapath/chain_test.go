@@ -150,11 +150,18 @@ func TestChainedBandwidth(t *testing.T) {
 			e := newEnv(t)
 			e.routeWorldToPods()
 			bw := map[string]any{"type": "bandwidth", "capabilities": map[string]any{"bandwidth": true}}
-			list := e.confList(netOpts{version: v, chained: []map[string]any{bw}})
+			// A chain with the reference plugin asks for tcx where the
+			// kernel has it (attachMode auto): the default, tc, holds the
+			// ingress hook with a clsact qdisc, where the plugin's egress
+			// limit puts its ingress qdisc (docs/configuration.md).
+			list := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{bw}})
 			limits := map[string]any{"ingressRate": 50_000_000, "ingressBurst": 500_000}
 			withEgress := map[string]any{"egressRate": 20_000_000, "egressBurst": 200_000}
 			for k, x := range limits {
 				withEgress[k] = x
+			}
+			if testutil.DefaultMode() == "tc" {
+				requireChainedEgressRefused(t, e, e.confList(netOpts{version: v, chained: []map[string]any{bw}}), map[string]any{"bandwidth": withEgress})
 			}
 			if egress {
 				limits = withEgress

@@ -235,10 +235,10 @@ func TestGC(t *testing.T) {
 	a, d := e.endpointEntries()
 	require.Equal(t, 2, a)
 	require.Equal(t, 1, d)
-	if testutil.BestMode() == "tcx" { // a tc filter is not pinned: CHECK below finds it
+	if testutil.DefaultMode() == "tcx" { // a tc filter is not pinned: CHECK below finds it
 		require.Len(t, e.pinnedLinks(), len(endpoint.Hooks), "one pinned link per hook of the pod that stays")
 	} else {
-		require.Empty(t, e.pinnedLinks(), "attachMode auto fell back to tc: no pinned links")
+		require.Empty(t, e.pinnedLinks(), "the default attachMode, tc: no pinned links")
 	}
 	require.NoError(t, e.cni.Check(list, keep.RT))
 	mustConnect(t, []*nettest.Pod{keep})
