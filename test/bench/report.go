@@ -177,7 +177,7 @@ func (rp report) markdown() string {
 
 // pathDoc says what each path measures.
 var pathDoc = map[string]string{
-	"cni": "CNI ADD and DEL through libcni exactly as a runtime calls the chain, at concurrency 1 and 8 (`_c8`); pods_per_s is ADD+DEL pairs per second (the namespaces are made beforehand); add_cold_ms is the first ADD on a fresh node (fresh bpffs state for EBPF: the programs are loaded and verified), one fresh node per run.",
+	"cni": "CNI ADD and DEL through libcni exactly as a runtime calls the chain, at concurrency 1 and 8 (`_c8`); pods_per_s is ADD+DEL pairs per second (the namespaces are made beforehand); add_cold_ms is the first ADD on a fresh node as its installation leaves it (EBPF: fresh bpffs state, and STATUS run once as the DaemonSet's init container does, which loads and verifies the programs: load_ms), one fresh node per run. Set EBPF_CNI_TIMING to see each ADD's and DEL's phases (docs/performance.md).",
 	"pod-to-pod": "Two pods on one node. rr: 1-byte TCP ping-pong over one connection (the project's load generator; client and server pinned to one CPU, since a cross-CPU wakeup on this VM costs more than the whole round trip); crr: connect, 1-byte request/response, close; tcp: iperf3 with 1 and 2 streams. " +
 		"cpu_us_per_tx/conn: busy time (/proc/stat) of the CPU that client, server and their packets' softirq work share, divided by transactions; other load that ran on that CPU lands in it too. bpf_*_ns_pkt: run_time_ns/run_cnt of each program from BPF run-time statistics, switched on for a separate RR run.",
 	"masquerade": "A pod to a host beyond the node's uplink (the world namespace): RR, CRR, iperf3. REF masquerades with iptables; RAW is routed by the node with no NAT.",
@@ -270,15 +270,15 @@ func pathBase(p string) string {
 type cause struct{ title, why, fix string }
 
 var causes = map[string]cause{
-	"add_cold": {"The first ADD on a node loads and verifies the programs",
-		"the first ADD on a node loads and verifies the programs and creates the pinned maps (once per node and binary version), where REF creates the bridge and its iptables chains.",
-		"nothing on the ADD path is needed; STATUS already loads the programs, so a runtime that calls STATUS before the first pod never pays this on an ADD (the bench does not call STATUS, to show the cost)."},
-	"attach": {"ADD attaches tc programs (tcx: ~16 ms in the kernel)",
-		"with the default attach mode (tcx) the attach alone costs ~16 ms in the kernel on this kernel (DESIGN.md; BenchmarkAttach), against ~0.2 ms for a legacy cls_bpf filter; REF spends its time exec-ing four plugins and iptables.",
-		"`attachMode: tc`, or overlap the attach with the rest of ADD (attach before moving the peer and configuring addresses)."},
-	"detach": {"DEL detaches and unpins the tcx link before deleting the veth",
-		"DEL detaches and unpins the tcx link, then deletes the veth, under the node lock; the detach is the costly kernel step.",
-		"let the veth deletion detach the program (one kernel operation instead of two), or `attachMode: tc`."},
+	"add_cold": {"The first ADD on a node attaches the uplink programs",
+		"the first ADD on a node (after STATUS loaded the programs: load_ms) attaches the uplink programs and writes the node-wide maps, where REF creates the bridge and its iptables chains.",
+		"attach the uplinks at STATUS too."},
+	"attach": {"ADD creates the veth pair and attaches the programs",
+		"ADD's phases (EBPF_CNI_TIMING): the veth pair with its addresses, routes and sysctls (~3 ms), opening the pinned programs (~2 ms), the attach (tc filters, ~0.5 ms), the record; REF spends its time exec-ing four plugins and iptables.",
+		"open only the host veth's programs; batch the netlink calls of the veth."},
+	"detach": {"DEL deletes the veth under RTNL",
+		"DEL removes the endpoint's entries, the veth (its tc filters go with it) and the record, under the node lock.",
+		"see the phases of DEL (EBPF_CNI_TIMING)."},
 	"churn": {"ADD+DEL pairs per second pay both attach and detach",
 		"the sum of the ADD and DEL costs (attach and detach, serialised by the node lock and RTNL), which concurrency cannot hide.",
 		"as for ADD and DEL."},
