@@ -39,11 +39,51 @@ var cniMetrics = func() []metricDecl {
 // ADD+DEL pairs per second; RAW is the limit, the same veth, address and
 // route made in-process with netlink, with no plugin to exec and no IPAM.
 func (b *bench) cniPath() error {
-	b.logf("cni: %d rounds of %d ADD+DEL pairs at concurrency 1 and 8", b.cfg.cniRounds, b.cfg.cniPairs)
 	ss := b.pick("cni", "", cniMetrics, true)
 	b.res.skip("cni", "add_cold_ms", "ms", "lower", RAW, "not applicable: nothing to load")
 	b.res.skip("cni", "load_ms", "ms", "lower", RAW, "not applicable: nothing to load")
-	b.res.skip("cni", "load_ms", "ms", "lower", REF, "not applicable: nothing to load (the bridge is made by the first ADD)")
+	return b.cniMeasure("cni", ss, b.cfg.ref)
+}
+
+// cniUpstream is the cni path against the current upstream reference
+// plugins (containernetworking/plugins at the version go.mod requires,
+// built from the module) instead of Debian's 1.1.1: REF is that chain on
+// a node of its own, EBPF is measured again beside it; RAW is cni's.
+func (b *bench) cniUpstream() error {
+	dir, err := b.upstreamPlugins()
+	if err != nil {
+		return err
+	}
+	for _, m := range cniMetrics {
+		b.res.declare("cni-upstream", m.name, m.unit, m.better)
+		b.res.skip("cni-upstream", m.name, m.unit, m.better, RAW, "not applicable: RAW is the cni path's")
+	}
+	ref, err := b.newSetupWith(REF, "upstream", dir)
+	if err != nil {
+		return err
+	}
+	defer b.closeNode(ref.node)
+	return b.cniMeasure("cni-upstream", []*setup{ref, b.setups[EBPF]}, dir)
+}
+
+// upstreamPlugins builds the upstream reference plugins (bridge,
+// host-local, portmap, bandwidth) into the bench's directory, once.
+func (b *bench) upstreamPlugins() (string, error) {
+	dir := filepath.Join(b.tmp, "upstream-plugins")
+	const mod = "github.com/containernetworking/plugins/plugins/"
+	cmd := exec.Command("go", "build", "-o", dir+"/", mod+"main/bridge", mod+"ipam/host-local", mod+"meta/portmap", mod+"meta/bandwidth")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the upstream reference plugins: %v: %s", err, out)
+	}
+	return dir, nil
+}
+
+// cniMeasure runs the cni metrics for ss (REF's fresh nodes take their
+// plugins from refDir) under path.
+func (b *bench) cniMeasure(path string, ss []*setup, refDir string) error {
+	b.logf("%s: %d rounds of %d ADD+DEL pairs at concurrency 1 and 8", path, b.cfg.cniRounds, b.cfg.cniPairs)
+	b.res.skip(path, "load_ms", "ms", "lower", REF, "not applicable: nothing to load (the bridge is made by the first ADD)")
 	// The first ADD of a node loads (EBPF) or creates (REF: the bridge) what
 	// every later ADD reuses: measured on fresh nodes, one per run.
 	for run := range b.cfg.runs {
@@ -51,13 +91,13 @@ func (b *bench) cniPath() error {
 			if s.name == RAW {
 				continue
 			}
-			d, load, err := b.coldAdd(s.name, fmt.Sprintf("cold-%d", run))
+			d, load, err := b.coldAdd(s.name, fmt.Sprintf("%s-cold-%d", path, run), refDir)
 			if err != nil {
 				return err
 			}
-			b.res.add("cni", "add_cold_ms", "ms", "lower", s.name, durMs(d))
+			b.res.add(path, "add_cold_ms", "ms", "lower", s.name, durMs(d))
 			if s.name == EBPF {
-				b.res.add("cni", "load_ms", "ms", "lower", s.name, durMs(load))
+				b.res.add(path, "load_ms", "ms", "lower", s.name, durMs(load))
 			}
 		}
 	}
@@ -72,11 +112,11 @@ func (b *bench) cniPath() error {
 				if err != nil {
 					return err
 				}
-				b.res.add("cni", "add_p50_ms"+suffix, "ms", "lower", s.name, percentile(adds, .50))
-				b.res.add("cni", "add_p99_ms"+suffix, "ms", "lower", s.name, percentile(adds, .99))
-				b.res.add("cni", "del_p50_ms"+suffix, "ms", "lower", s.name, percentile(dels, .50))
-				b.res.add("cni", "del_p99_ms"+suffix, "ms", "lower", s.name, percentile(dels, .99))
-				b.res.add("cni", "pods_per_s"+suffix, "ADD+DEL/s", "higher", s.name, float64(len(adds))/wall.Seconds())
+				b.res.add(path, "add_p50_ms"+suffix, "ms", "lower", s.name, percentile(adds, .50))
+				b.res.add(path, "add_p99_ms"+suffix, "ms", "lower", s.name, percentile(adds, .99))
+				b.res.add(path, "del_p50_ms"+suffix, "ms", "lower", s.name, percentile(dels, .50))
+				b.res.add(path, "del_p99_ms"+suffix, "ms", "lower", s.name, percentile(dels, .99))
+				b.res.add(path, "pods_per_s"+suffix, "ADD+DEL/s", "higher", s.name, float64(len(adds))/wall.Seconds())
 			}
 		}
 		b.logf("  round %d/%d done", round+1, b.cfg.cniRounds)
@@ -88,8 +128,8 @@ func (b *bench) cniPath() error {
 // removes that node. A node is fresh as its installation leaves it: for
 // EBPF the DaemonSet's init container has run STATUS once, which loads the
 // programs (load, timed on its own); REF has nothing to run.
-func (b *bench) coldAdd(name, tag string) (add, load time.Duration, err error) {
-	s, err := b.newSetup(name, tag)
+func (b *bench) coldAdd(name, tag, refDir string) (add, load time.Duration, err error) {
+	s, err := b.newSetupWith(name, tag, refDir)
 	if err != nil {
 		return 0, 0, err
 	}

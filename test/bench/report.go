@@ -177,7 +177,8 @@ func (rp report) markdown() string {
 
 // pathDoc says what each path measures.
 var pathDoc = map[string]string{
-	"cni": "CNI ADD and DEL through libcni exactly as a runtime calls the chain, at concurrency 1 and 8 (`_c8`); pods_per_s is ADD+DEL pairs per second (the namespaces are made beforehand); add_cold_ms is the first ADD on a fresh node as its installation leaves it (EBPF: fresh bpffs state, and STATUS run once as the DaemonSet's init container does, which loads and verifies the programs: load_ms), one fresh node per run. Set EBPF_CNI_TIMING to see each ADD's and DEL's phases (docs/performance.md).",
+	"cni":          "CNI ADD and DEL through libcni exactly as a runtime calls the chain, at concurrency 1 and 8 (`_c8`); pods_per_s is ADD+DEL pairs per second (the namespaces are made beforehand); add_cold_ms is the first ADD on a fresh node as its installation leaves it (EBPF: fresh bpffs state, and STATUS run once as the DaemonSet's init container does, which loads and verifies the programs: load_ms), one fresh node per run. Set EBPF_CNI_TIMING to see each ADD's and DEL's phases (docs/performance.md).",
+	"cni-upstream": "As cni, with REF the current upstream reference plugins (containernetworking/plugins at the version go.mod requires, built from the module: bridge, host-local, portmap, bandwidth) instead of Debian's 1.1.1, on a node of its own; EBPF measured again beside it.",
 	"pod-to-pod": "Two pods on one node. rr: 1-byte TCP ping-pong over one connection (the project's load generator; client and server pinned to one CPU, since a cross-CPU wakeup on this VM costs more than the whole round trip); crr: connect, 1-byte request/response, close; tcp: iperf3 with 1 and 2 streams. " +
 		"cpu_us_per_tx/conn: busy time (/proc/stat) of the CPU that client, server and their packets' softirq work share, divided by transactions; other load that ran on that CPU lands in it too. bpf_*_ns_pkt: run_time_ns/run_cnt of each program from BPF run-time statistics, switched on for a separate RR run.",
 	"masquerade": "A pod to a host beyond the node's uplink (the world namespace): RR, CRR, iperf3. REF masquerades with iptables; RAW is routed by the node with no NAT.",
@@ -306,13 +307,13 @@ var causes = map[string]cause{
 func causeOf(r Row) string {
 	m := r.Metric
 	switch {
-	case r.Path == "cni" && strings.HasPrefix(m, "add_cold"):
+	case strings.HasPrefix(r.Path, "cni") && strings.HasPrefix(m, "add_cold"):
 		return "add_cold"
-	case r.Path == "cni" && strings.HasPrefix(m, "add"):
+	case strings.HasPrefix(r.Path, "cni") && strings.HasPrefix(m, "add"):
 		return "attach"
-	case r.Path == "cni" && strings.HasPrefix(m, "del"):
+	case strings.HasPrefix(r.Path, "cni") && strings.HasPrefix(m, "del"):
 		return "detach"
-	case r.Path == "cni" && strings.HasPrefix(m, "pods_per_s"):
+	case strings.HasPrefix(r.Path, "cni") && strings.HasPrefix(m, "pods_per_s"):
 		return "churn"
 	case strings.HasPrefix(m, "cpu_"):
 		return "cpu"

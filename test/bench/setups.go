@@ -106,6 +106,12 @@ func (b *bench) newSetups() error {
 // newSetup makes one setup on a fresh node; tag names its state (files,
 // bpfRoot), so two setups of one kind share nothing.
 func (b *bench) newSetup(name, tag string) (*setup, error) {
+	return b.newSetupWith(name, tag, b.cfg.ref)
+}
+
+// newSetupWith is newSetup with REF's plugins taken from refDir (Debian's,
+// or the upstream build of the cni-upstream path).
+func (b *bench) newSetupWith(name, tag, refDir string) (*setup, error) {
 	features := map[string]bool{}
 	for _, f := range b.cfg.features {
 		features[f] = true
@@ -146,7 +152,7 @@ func (b *bench) newSetup(name, tag string) (*setup, error) {
 		if s.list, err = libcni.ConfListFromBytes(raw); err != nil {
 			return nil, err
 		}
-		s.cni = nettest.NewCNI(node, []string{b.cfg.bin, b.cfg.ref}, filepath.Join(dir, "cache"))
+		s.cni = nettest.NewCNI(node, []string{b.cfg.bin, refDir}, filepath.Join(dir, "cache"))
 	}
 	return s, nil
 }

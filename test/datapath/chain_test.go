@@ -33,12 +33,14 @@ func TestChaining(t *testing.T) {
 			portmap := map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}}
 			bandwidth := map[string]any{"type": "bandwidth", "capabilities": map[string]any{"bandwidth": true}}
 			firewall := map[string]any{"type": "firewall"}
-			list := e.confList(netOpts{version: v, chained: []map[string]any{tuning, portmap, bandwidth, firewall}})
+			// The reference bandwidth plugin's egress limit needs tcx
+			// (attachMode auto), see TestChainedBandwidth.
+			list := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{tuning, portmap, bandwidth, firewall}})
 			// Debian's portmap fails every CHECK of an attachment without
 			// IPv6 port rules (containernetworking/plugins#819, whatever the
 			// interface plugin), so CHECK runs the chain without it, with the
 			// same cached result.
-			checkList := e.confList(netOpts{version: v, chained: []map[string]any{tuning, bandwidth, firewall}})
+			checkList := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{tuning, bandwidth, firewall}})
 			bw := map[string]any{"ingressRate": 100_000_000, "ingressBurst": 1_000_000}
 			if chainedEgressLimits() { // else see TestChainedBandwidth
 				bw["egressRate"], bw["egressBurst"] = 100_000_000, 1_000_000
