@@ -100,13 +100,17 @@ func ensureOverlay(n *node.Node, s *Settings, mode attach.Mode) error {
 	if err := ensureRoutes(l, s.Ranges); err != nil {
 		return err
 	}
-	if !attach.HooksAttached(l, Hooks, progs.IDs()) {
+	if !attach.HooksAttached(l, Hooks, progs.IDsOf(Hooks)) {
 		if err := detachOverlay(n); err != nil {
 			return err
 		}
 		set := &node.AttachmentSet{Owner: owner, Name: Device, IfIndex: l.Attrs().Index}
 		for _, h := range Hooks {
-			a, err := attach.Attach(mode, l, h, progs.ByHook[h.Name], tunnelDir(n.BPFRoot))
+			prog, err := progs.Prog(h.Name)
+			var a attach.Attachment
+			if err == nil {
+				a, err = attach.Attach(mode, l, h, prog, tunnelDir(n.BPFRoot))
+			}
 			if err != nil {
 				for _, done := range set.Attachments {
 					_ = attach.DetachNow(done, set.IfIndex, hook(done.Hook))
@@ -266,7 +270,7 @@ func overlayProblems(n *node.Node, s *Settings) []string {
 	if progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects()); err != nil {
 		out = append(out, err.Error())
 	} else {
-		if !attach.HooksAttached(l, Hooks, progs.IDs()) {
+		if !attach.HooksAttached(l, Hooks, progs.IDsOf(Hooks)) {
 			out = append(out, fmt.Sprintf("the overlay programs are not attached to %s", Device))
 		}
 		progs.Close()

@@ -99,7 +99,11 @@ func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	dir := node.LinkDir(n.BPFRoot, ep.HostIfName)
 	undo.Push(func() error { return os.RemoveAll(dir) })
 	for _, h := range Hooks {
-		a, err := attach.Attach(ep.Mode, ep.Host, h, progs.ByHook[h.Name], dir)
+		prog, err := progs.Prog(h.Name)
+		if err != nil {
+			return feature.Fail(node.ErrProgramLoad, "opening the datapath programs", err)
+		}
+		a, err := attach.Attach(ep.Mode, ep.Host, h, prog, dir)
 		if err != nil {
 			return feature.Fail(ErrAttach, "attaching the datapath", err)
 		}

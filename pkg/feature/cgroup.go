@@ -21,7 +21,7 @@ func CgroupDir(bpfRoot string) string { return filepath.Join(bpfRoot, "cgroup") 
 // CgroupAttached reports whether every hook of hooks runs this build's
 // program from its pinned link.
 func CgroupAttached(n *node.Node, progs *programs.Set, hooks []attach.Hook) bool {
-	ids := progs.IDs()
+	ids := progs.IDsOf(hooks)
 	for _, h := range hooks {
 		id, err := attach.PinnedProgram(filepath.Join(CgroupDir(n.BPFRoot), h.Name))
 		if err != nil || ids[id] != h.Name {
@@ -47,7 +47,11 @@ func AttachCgroup(n *node.Node, set, cgroup string, hooks []attach.Hook) error {
 	}
 	s := &node.AttachmentSet{Owner: cgroupOwner, Name: set}
 	for _, h := range hooks {
-		a, err := attach.AttachCgroup(cgroup, h, progs.ByHook[h.Name], CgroupDir(n.BPFRoot))
+		prog, err := progs.Prog(h.Name)
+		if err != nil {
+			return errors.Join(err, DetachCgroup(n, set, hooks))
+		}
+		a, err := attach.AttachCgroup(cgroup, h, prog, CgroupDir(n.BPFRoot))
 		if err != nil {
 			return errors.Join(err, DetachCgroup(n, set, hooks))
 		}

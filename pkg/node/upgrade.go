@@ -39,7 +39,11 @@ func (n *Node) upgrade(p *programs.Set) error {
 		if !ok {
 			return nil
 		}
-		err := attach.Replace(a, ifindex, h, p.ByHook[a.Hook])
+		prog, err := p.Prog(a.Hook)
+		if err != nil {
+			return err
+		}
+		err = attach.Replace(a, ifindex, h, prog)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			if _, lerr := linkByIndexName(ifindex, device); ifindex != 0 && lerr != nil {
 				return nil
@@ -100,9 +104,13 @@ func (n *Node) upgradeUnrecorded(p *programs.Set, done map[string]bool) error {
 			}
 			return nil
 		}
-		prog, ok := p.ByHook[d.Name()]
-		if !ok || done[path] {
+		_, known := p.Hook(d.Name())
+		if !known || done[path] {
 			return nil
+		}
+		prog, err := p.Prog(d.Name())
+		if err != nil {
+			return err
 		}
 		if _, err := attach.PinnedProgram(path); err != nil {
 			return nil // not a link

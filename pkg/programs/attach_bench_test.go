@@ -21,7 +21,7 @@ func BenchmarkAttach(b *testing.B) {
 		b.Run(string(mode), func(b *testing.B) {
 			bpfRoot, _, p := testPrograms(b)
 			n := testutil.NetNS(b)
-			prog := p.ByHook[endpoint.HookFromContainer.Name]
+			prog := mustProg(b, p, endpoint.HookFromContainer.Name)
 			err := n.Do(func(ns.NetNS) error {
 				// A node always has other endpoints attached: keep one, so the
 				// kernel's ingress static keys stay enabled as in production.

@@ -57,7 +57,7 @@ func (e *flowEnv) runProg(t *testing.T, hook string, ifindex int, pkt []byte) (u
 	out := make([]byte, len(pkt)+256)
 	require.NoError(t, e.n.Do(func(ns.NetNS) error {
 		var err error
-		ret, err = e.progs.ByHook[hook].Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbCtx{Ifindex: uint32(ifindex)}})
+		ret, err = mustProg(t, e.progs, hook).Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbCtx{Ifindex: uint32(ifindex)}})
 		return err
 	}))
 	return ret, out[:len(pkt)]

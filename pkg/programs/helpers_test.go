@@ -2,6 +2,7 @@ package programs_test
 
 import (
 	"fmt"
+	"github.com/cilium/ebpf"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -51,4 +52,14 @@ func testVeth(t testing.TB, n ns.NetNS, name string) netlink.Link {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// mustProg is a program of the set, failing the test if it cannot be opened.
+func mustProg(t testing.TB, s *programs.Set, name string) *ebpf.Program {
+	t.Helper()
+	p, err := s.Prog(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -80,7 +80,7 @@ func TestHostPortPrograms(t *testing.T) {
 		}))
 		return ret, out[:len(pkt)]
 	}
-	fromNetdev := e.progs.ByHook[uplink.HookFromNetdev.Name]
+	fromNetdev := mustProg(t, e.progs, uplink.HookFromNetdev.Name)
 
 	// A client outside to the published port: to the pod, client kept.
 	before := e.count(t, maps.CniPktReasonREASON_DNAT)

@@ -77,7 +77,7 @@ func TestNATPrograms(t *testing.T) {
 		}))
 		return ret, out[:len(pkt)]
 	}
-	toNetdev, fromNetdev := p.ByHook[uplink.HookToNetdev.Name], p.ByHook[uplink.HookFromNetdev.Name]
+	toNetdev, fromNetdev := mustProg(t, p, uplink.HookToNetdev.Name), mustProg(t, p, uplink.HookFromNetdev.Name)
 
 	// Out: the pod's SYN leaves with the node's address, port kept.
 	before := e.count(t, maps.CniPktReasonREASON_SNAT)

@@ -110,7 +110,7 @@ type programEnv struct {
 
 func newProgramEnv(t *testing.T) *programEnv {
 	bpfRoot, _, p := testPrograms(t)
-	e := &programEnv{n: testutil.NetNS(t), prog: p.ByHook[endpoint.HookFromContainer.Name], progs: p, bpfRoot: bpfRoot}
+	e := &programEnv{n: testutil.NetNS(t), prog: mustProg(t, p, endpoint.HookFromContainer.Name), progs: p, bpfRoot: bpfRoot}
 	e.hA = testVeth(t, e.n, "hA")
 	e.hB = testVeth(t, e.n, "hB")
 	up := testVeth(t, e.n, "up")

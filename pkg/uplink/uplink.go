@@ -191,7 +191,11 @@ func ensure(n *node.Node, u Uplink, mode attach.Mode, progs *programs.Set) error
 	}
 	set := &node.AttachmentSet{Owner: owner, Name: name, IfIndex: u.Link.Attrs().Index}
 	for _, h := range Hooks {
-		a, err := attach.Attach(mode, u.Link, h, progs.ByHook[h.Name], Dir(n.BPFRoot, name))
+		prog, err := progs.Prog(h.Name)
+		var a attach.Attachment
+		if err == nil {
+			a, err = attach.Attach(mode, u.Link, h, prog, Dir(n.BPFRoot, name))
+		}
 		if err != nil {
 			for _, done := range set.Attachments {
 				_ = attach.DetachNow(done, set.IfIndex, hook(done.Hook))
@@ -206,7 +210,7 @@ func ensure(n *node.Node, u Uplink, mode attach.Mode, progs *programs.Set) error
 
 // attached reports whether every uplink program of progs runs on l.
 func attached(l netlink.Link, progs *programs.Set) bool {
-	return attach.HooksAttached(l, Hooks, progs.IDs())
+	return attach.HooksAttached(l, Hooks, progs.IDsOf(Hooks))
 }
 
 // Problems names what is missing for the uplinks on the node, for CHECK;
