@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
@@ -26,14 +27,17 @@ import (
 // stateDir joined with its endpoint_devs entry (by host ifindex) and what is
 // attached to its host veth. JSON field names are stable.
 type Endpoint struct {
-	ContainerID string     `json:"containerID"`
-	IfName      string     `json:"ifname"`
-	Network     string     `json:"network"`
-	NetNS       string     `json:"netns"`
-	HostVeth    string     `json:"hostVeth"`
-	HostIfIndex int        `json:"hostIfindex"`
-	IPs         []string   `json:"ips"`
-	MAC         string     `json:"mac"`
+	ContainerID string   `json:"containerID"`
+	IfName      string   `json:"ifname"`
+	Network     string   `json:"network"`
+	NetNS       string   `json:"netns"`
+	HostVeth    string   `json:"hostVeth"`
+	HostIfIndex int      `json:"hostIfindex"`
+	IPs         []string `json:"ips"`
+	MAC         string   `json:"mac"`
+	// PodMAC is the MAC the pod's interface has now, when it is not the
+	// one the datapath enforces (MAC): a later plugin changed it.
+	PodMAC      string     `json:"podMAC,omitempty"`
 	HostMAC     string     `json:"hostMAC"`
 	Attachments []Attached `json:"attachments"`
 	Recorded    bool       `json:"recorded"`    // has a record under stateDir
@@ -243,6 +247,13 @@ func (n *snapshot) inspect(e *Endpoint, stateDir string) {
 			e.Qdiscs = append(e.Qdiscs, otherQdisc(q, e.Attachments)...)
 		}
 	}
+	if e.VethPresent && e.InMaps && e.NetNS != "" && e.IfName != "" {
+		if mac := podMAC(e.NetNS, e.IfName); mac != "" && !strings.EqualFold(mac, e.MAC) {
+			e.PodMAC = mac
+			e.Problems = append(e.Problems, fmt.Sprintf("%s in the pod has MAC %s, the datapath enforces %s: every packet of the pod is dropped (drop_spoof_mac); a plugin after ebpf-cni changed it (tuning with mac): give the MAC to ebpf-cni instead (runtimeConfig.mac, args.cni.mac or CNI_ARGS MAC)",
+				e.IfName, mac, e.MAC))
+		}
+	}
 	if !e.VethPresent {
 		e.Problems = append(e.Problems, fmt.Sprintf("host veth %s not in this network namespace (pod gone without DEL, or run ebpf-cni in the node's netns): ebpf-cni gc removes its state", orDash(e.HostVeth)))
 	}
@@ -323,4 +334,22 @@ func endpointRefs(ctx *Context) ([]view.EndpointRef, error) {
 		out = append(out, view.EndpointRef{ContainerID: e.ContainerID, IfName: e.IfName, HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex})
 	}
 	return out, nil
+}
+
+// podMAC is the MAC of ifName in the netns at path, "" when it cannot be
+// read (the pod is gone: reported otherwise).
+func podMAC(path, ifName string) string {
+	podNS, err := ns.GetNS(path)
+	if err != nil {
+		return ""
+	}
+	defer podNS.Close()
+	var mac string
+	_ = podNS.Do(func(ns.NetNS) error {
+		if l, err := netlinksafe.LinkByName(ifName); err == nil {
+			mac = l.Attrs().HardwareAddr.String()
+		}
+		return nil
+	})
+	return mac
 }

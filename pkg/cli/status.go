@@ -17,6 +17,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
@@ -154,6 +155,19 @@ func collectStatus(ctx *Context) *Status {
 		return st
 	}
 	st.Endpoints = len(n.Endpoints)
+	// The node's last endpoint takes the node-wide attachments with it
+	// (DEL, GC, ebpf-cni gc): any left without an endpoint is a leftover.
+	if len(n.Endpoints) == 0 {
+		sets, err := node.AttachmentSets(ctx.StateDir, "")
+		if err != nil {
+			problem("reading the node's attachment records: %v", err)
+		}
+		for _, s := range sets {
+			if len(s.Attachments) > 0 {
+				problem("%s %s: %d program(s) attached with no endpoint on the node: ebpf-cni gc removes them", s.Owner, s.Name, len(s.Attachments))
+			}
+		}
+	}
 	usedBy := map[uint32]int{}
 	for _, e := range n.Endpoints {
 		for _, a := range e.Attachments {
