@@ -3,7 +3,6 @@ package bandwidth
 import (
 	"fmt"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -36,11 +35,8 @@ type netConf struct {
 	// every pod of the network (they win over runtimeConfig.bandwidth, as
 	// in the reference plugin).
 	Entry
-	// CgroupPath is where the pacing hook attaches (hostPort's hooks do
-	// too).
-	CgroupPath string `json:"cgroupPath,omitempty"`
-	// StateDir holds the private cgroup2 mount where none is visible.
-	StateDir      string `json:"stateDir,omitempty"`
+	// Where the pacing hook attaches (hostPort's hooks do too).
+	feature.CgroupKeys
 	RuntimeConfig struct {
 		Bandwidth *Entry `json:"bandwidth,omitempty"` // the bandwidth capability
 	} `json:"runtimeConfig,omitempty"`
@@ -60,9 +56,9 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 	p := pod{limits: l}
 	if l.Any() {
 		// The pacing hook attaches where the hostPort hooks do.
-		p.cgroup, err = attach.ResolveCgroup(c.CgroupPath, config.StateDirOr(c.StateDir))
-		if err != nil && c.CgroupPath != "" {
-			return nil, config.Invalid("cgroupPath", "%s", err.Error())
+		p.cgroup, err = c.CgroupKeys.Resolve()
+		if _, bad := config.AsCNI(err); bad {
+			return nil, err
 		} else if err != nil {
 			return nil, fail(fmt.Errorf("finding the cgroup v2 hierarchy for the pacing hook: %w", err))
 		}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
@@ -67,4 +68,32 @@ func DetachCgroup(n *node.Node, set string, hooks []attach.Hook) error {
 		return err
 	}
 	return n.RemoveAttachments(cgroupOwner, set)
+}
+
+// CgroupKeys are the node-level setting of the cgroup hooks (hostPort's
+// socket hooks, the pacing hook): the cgroup v2 directory whose sockets
+// they see, default the root of the unified hierarchy (found wherever this
+// mount namespace has it, or mounted privately under stateDir).
+type CgroupKeys struct {
+	SocketCgroupPath string `json:"socketCgroupPath,omitempty"`
+	// CgroupPath is socketCgroupPath's deprecated name: the CNI
+	// conventions give cgroupPath to the pod's own cgroup (a capability,
+	// in runtimeConfig). It still works when socketCgroupPath is not set.
+	CgroupPath string `json:"cgroupPath,omitempty"`
+	StateDir   string `json:"stateDir,omitempty"`
+}
+
+// Resolve is the cgroup directory the hooks attach to. An error about a
+// configured directory is a *config.Error naming the key that was set;
+// without one, the error is no configuration's fault.
+func (k CgroupKeys) Resolve() (string, error) {
+	key, path := "socketCgroupPath", k.SocketCgroupPath
+	if path == "" && k.CgroupPath != "" {
+		key, path = "cgroupPath", k.CgroupPath
+	}
+	cg, err := attach.ResolveCgroup(path, config.StateDirOr(k.StateDir))
+	if err != nil && path != "" {
+		return "", config.Invalid(key, "%s", err.Error())
+	}
+	return cg, err
 }

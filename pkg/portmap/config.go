@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
@@ -26,12 +26,9 @@ type Mapping struct {
 
 // Config is the plugin configuration's hostPort keys.
 type Config struct {
-	// CgroupPath is the cgroup v2 directory whose sockets reach hostPorts
-	// through the node's addresses and localhost; default the root of the
-	// unified hierarchy (every process of the node).
-	CgroupPath string `json:"cgroupPath,omitempty"`
-	// StateDir holds the private cgroup2 mount where none is visible.
-	StateDir string `json:"stateDir,omitempty"`
+	// The cgroup whose sockets reach hostPorts through the node's
+	// addresses and localhost (socketCgroupPath).
+	feature.CgroupKeys
 	// Uplinks are where outside clients arrive (shared with masquerade).
 	uplink.Config
 	RuntimeConfig struct {
@@ -117,9 +114,9 @@ func Validate(c Config, ms []Mapping) (*Settings, error) {
 		seen[id] = len(s.Mappings)
 		s.Mappings = append(s.Mappings, m)
 	}
-	cg, err := attach.ResolveCgroup(c.CgroupPath, config.StateDirOr(c.StateDir))
-	if err != nil && c.CgroupPath != "" {
-		return nil, config.Invalid("cgroupPath", "%s", err.Error())
+	cg, err := c.CgroupKeys.Resolve()
+	if _, bad := config.AsCNI(err); bad {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("finding the cgroup v2 hierarchy for the hostPort socket hooks: %w", err)

@@ -2,6 +2,8 @@ package portmap
 
 import (
 	"errors"
+	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"net"
 	"testing"
 
@@ -23,22 +25,32 @@ func TestValidate(t *testing.T) {
 		{"runtimeConfig.portMappings[0].hostIP", Mapping{HostPort: 80, ContainerPort: 80, HostIP: "224.0.0.1"}},
 		{"runtimeConfig.portMappings[0].containerPort", Mapping{HostPort: 80, ContainerPort: 81, Protocol: "SCTP"}},
 	} {
-		_, err := Validate(Config{CgroupPath: cg}, []Mapping{c.m})
+		_, err := Validate(Config{CgroupKeys: feature.CgroupKeys{CgroupPath: cg}}, []Mapping{c.m})
 		var ce *config.Error
 		require.ErrorAs(t, err, &ce, c.key)
 		require.Equal(t, c.key, ce.Key)
 	}
 	// A second mapping of the same port, differently: refused; the same one
 	// twice: merged.
-	_, err := Validate(Config{CgroupPath: cg}, []Mapping{{HostPort: 80, ContainerPort: 80}, {HostPort: 80, ContainerPort: 81, Protocol: "TCP"}})
+	_, err := Validate(Config{CgroupKeys: feature.CgroupKeys{CgroupPath: cg}}, []Mapping{{HostPort: 80, ContainerPort: 80}, {HostPort: 80, ContainerPort: 81, Protocol: "TCP"}})
 	var ce *config.Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "runtimeConfig.portMappings[1].hostPort", ce.Key)
-	_, err = Validate(Config{CgroupPath: cg}, []Mapping{{HostPort: 80, ContainerPort: 80}, {HostPort: 80, ContainerPort: 80, Protocol: "tcp"}})
+	_, err = Validate(Config{CgroupKeys: feature.CgroupKeys{CgroupPath: cg}}, []Mapping{{HostPort: 80, ContainerPort: 80}, {HostPort: 80, ContainerPort: 80, Protocol: "tcp"}})
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "cgroupPath", ce.Key, "valid mappings, then the cgroup is checked")
+	// The key's new name, named in its errors; it wins over the old one.
+	_, err = Validate(Config{CgroupKeys: feature.CgroupKeys{SocketCgroupPath: "relative", CgroupPath: cg}}, []Mapping{{HostPort: 80, ContainerPort: 80}})
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "socketCgroupPath", ce.Key)
+	var s *Settings
+	if root, err := cgroup.V2Root(); err == nil {
+		s, err = Validate(Config{CgroupKeys: feature.CgroupKeys{SocketCgroupPath: root, CgroupPath: "relative"}}, []Mapping{{HostPort: 80, ContainerPort: 80}})
+		require.NoError(t, err)
+		require.Equal(t, root, s.Cgroup)
+	}
 	// No mappings: no cgroup needed.
-	s, err := Validate(Config{CgroupPath: "relative"}, nil)
+	s, err = Validate(Config{CgroupKeys: feature.CgroupKeys{CgroupPath: "relative"}}, nil)
 	require.NoError(t, err)
 	require.Empty(t, s.Mappings)
 }

@@ -81,11 +81,11 @@ func ebpfList(bpfRoot, stateDir, cgroup string, features map[string]bool) ([]byt
 	}
 	if features["hostport"] {
 		o.Capabilities = append(o.Capabilities, "portMappings")
-		o.Keys["cgroupPath"] = cgroup
+		o.Keys["socketCgroupPath"] = cgroup
 	}
 	if features["bandwidth"] {
 		o.Capabilities = append(o.Capabilities, "bandwidth")
-		o.Keys["cgroupPath"] = cgroup
+		o.Keys["socketCgroupPath"] = cgroup
 	}
 	return conflisttest.Bytes(o)
 }

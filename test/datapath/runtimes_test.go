@@ -288,3 +288,29 @@ func TestResultFieldsPerVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestSocketCgroupPath: the node-level cgroup of the socket hooks is
+// socketCgroupPath (cgroupPath, which the CNI conventions give to the
+// pod's cgroup, still works as its deprecated name); a bad value is code 7
+// naming the key that was set, and nothing is left.
+func TestSocketCgroupPath(t *testing.T) {
+	for _, ver := range []string{"0.4.0", "1.0.0", "1.1.0"} {
+		t.Run(ver, func(t *testing.T) {
+			e := newEnv(t)
+			caps := map[string]any{"portMappings": []any{map[string]any{"hostPort": 18090, "containerPort": 80, "protocol": "tcp"}}}
+			for _, key := range []string{"socketCgroupPath", "cgroupPath"} {
+				list := e.confList(netOpts{version: ver, extra: map[string]any{key: "relative/dir", "capabilities": map[string]any{"portMappings": true}}})
+				_, err := e.cni.AddPod(list, "bad-"+key, caps)
+				require.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v", err)
+				require.Contains(t, err.Error(), "invalid "+key+":")
+				e.requireClean()
+				list = e.confList(netOpts{version: ver, extra: map[string]any{key: testutil.Cgroup(t), "capabilities": map[string]any{"portMappings": true}}})
+				p, err := e.cni.AddPod(list, "good-"+key, caps)
+				require.NoError(t, err, key)
+				require.NoError(t, e.cni.DelPod(list, p))
+			}
+			e.requireClean()
+			require.Empty(t, e.ipamOwners())
+		})
+	}
+}

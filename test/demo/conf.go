@@ -16,7 +16,7 @@ const (
 
 // confLists are the two networks the demo attaches pods to: ebpf-cni as
 // the primary plugin exactly as README.md installs it (cniVersion 1.0.0,
-// the capabilities runtimes pass), with bpfRoot, stateDir and cgroupPath
+// the capabilities runtimes pass), with bpfRoot, stateDir and socketCgroupPath
 // pointed at the demo's own; and Debian's reference chain with the same
 // features (bridge with masquerade + host-local + portmap + bandwidth, on
 // iptables) for the side-by-side figures.
@@ -33,7 +33,7 @@ func confLists(bpfRoot, stateDir, cgroupPath, tmp string) (ebpf, ref []byte) {
         "type": "ebpf-ipam",
         "ranges": [ [{ "subnet": %q }], [{ "subnet": %q }] ]
       },
-      "bpfRoot": %q, "stateDir": %q, "cgroupPath": %q
+      "bpfRoot": %q, "stateDir": %q, "socketCgroupPath": %q
     }
   ]
 }`, podNet4, podNet6, bpfRoot, stateDir, cgroupPath)

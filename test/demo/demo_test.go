@@ -44,7 +44,7 @@ type made struct{ netns, dirs []string }
 var (
 	netnsLine = regexp.MustCompile(`node netns (\S+), .* world netns (\S+):`)
 	bpfRoot   = regexp.MustCompile(`"bpfRoot": "(/[^"]+)/bpffs/ebpf-cni"`)
-	cgroupDir = regexp.MustCompile(`"cgroupPath": "(/[^"]+)"`)
+	cgroupDir = regexp.MustCompile(`"socketCgroupPath": "(/[^"]+)"`)
 )
 
 func (m *made) scan(line string) {

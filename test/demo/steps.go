@@ -39,7 +39,7 @@ func (d *demo) run() error {
 	step(1, "The node and its network configuration")
 	say("node netns %s, uplink %s/24 %s/64  <-- veth -->  world netns %s: %s %s",
 		filepath.Base(d.node.NS.Path()), nettest.NodeIP4, nettest.NodeIP6, filepath.Base(d.node.World.Path()), nettest.WorldIP4, nettest.WorldIP6)
-	say("/etc/cni/net.d/10-ebpf-cni.conflist, as README.md installs it; bpfRoot, stateDir and cgroupPath point at this demo's own:")
+	say("/etc/cni/net.d/10-ebpf-cni.conflist, as README.md installs it; bpfRoot, stateDir and socketCgroupPath point at this demo's own:")
 	for _, l := range strings.Split(string(d.list.Bytes), "\n") {
 		say("  %s", l)
 	}

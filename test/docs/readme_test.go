@@ -130,7 +130,7 @@ func TestReadmeKnowsEveryCommand(t *testing.T) {
 // TestReadmeConflist: the conflist README.md installs parses for libcni,
 // declares what runtimes need (cniVersion 1.0.0 for containerd 1.6, the
 // ips capability podman needs next to portMappings and bandwidth), and,
-// with bpfRoot, stateDir and cgroupPath pointed at the test's own, ADDs a
+// with bpfRoot, stateDir and socketCgroupPath pointed at the test's own, ADDs a
 // working dual-stack pod in a simulated node with every capability a
 // runtime passes. Then every ebpf-cni command README.md shows runs, as
 // written, in the node against that pod.
@@ -152,7 +152,7 @@ func TestReadmeConflist(t *testing.T) {
 	var conf map[string]any
 	require.NoError(t, json.Unmarshal(raw, &conf))
 	plugin := conf["plugins"].([]any)[0].(map[string]any)
-	plugin["bpfRoot"], plugin["stateDir"], plugin["cgroupPath"] = bpfRoot, stateDir, cg
+	plugin["bpfRoot"], plugin["stateDir"], plugin["socketCgroupPath"] = bpfRoot, stateDir, cg
 	b, err := json.Marshal(conf)
 	require.NoError(t, err)
 	list, err = libcni.ConfListFromBytes(b)
