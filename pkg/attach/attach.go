@@ -95,6 +95,17 @@ type Hook struct {
 	Cgroup    ebpf.AttachType // cgroup hooks: the attach type
 }
 
+// Find is the hook of hooks named name; a hook of that name alone when
+// none is (detaching needs only what the attachment recorded).
+func Find(hooks []Hook, name string) Hook {
+	for _, h := range hooks {
+		if h.Name == name {
+			return h
+		}
+	}
+	return Hook{Name: name}
+}
+
 // Ingress is a device hook on the device's ingress.
 func Ingress(name string, t Target) Hook {
 	return Hook{Name: name, Target: t, TCXAttach: ebpf.AttachTCXIngress, TCParent: netlink.HANDLE_MIN_INGRESS}

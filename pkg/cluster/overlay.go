@@ -131,14 +131,7 @@ func ensureOverlay(n *node.Node, s *Settings, mode attach.Mode) error {
 	return nil
 }
 
-func hook(name string) attach.Hook {
-	for _, h := range Hooks {
-		if h.Name == name {
-			return h
-		}
-	}
-	return attach.Hook{Name: name}
-}
+func hook(name string) attach.Hook { return attach.Find(Hooks, name) }
 
 // ensureDevice returns the device, made (or remade when its port is not
 // the configured one) and up.

@@ -186,14 +186,7 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 	return problems
 }
 
-func hookByName(name string) attach.Hook {
-	for _, h := range Hooks {
-		if h.Name == name {
-			return h
-		}
-	}
-	return attach.Hook{Name: name}
-}
+func hookByName(name string) attach.Hook { return attach.Find(Hooks, name) }
 
 // Del removes the endpoint's entries, the programs from its host veth,
 // the host veth itself (the pair dies whole), and then its per-device

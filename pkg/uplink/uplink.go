@@ -295,11 +295,4 @@ func Release(n *node.Node) error {
 	return errors.Join(append(errs, err)...)
 }
 
-func hook(name string) attach.Hook {
-	for _, h := range Hooks {
-		if h.Name == name {
-			return h
-		}
-	}
-	return attach.Hook{Name: name}
-}
+func hook(name string) attach.Hook { return attach.Find(Hooks, name) }
