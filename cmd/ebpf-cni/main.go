@@ -6,6 +6,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
@@ -24,5 +25,8 @@ func main() {
 	if _, ok := os.LookupEnv("CNI_COMMAND"); !ok {
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	// A call lives for milliseconds: collecting garbage would only cost
+	// time (loading the programs turns it back on: programs.Load).
+	debug.SetGCPercent(-1)
 	skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About("ebpf-cni"))
 }

@@ -48,10 +48,12 @@ const (
 var DefaultMode = ModeTC
 
 // DefaultDeviceMode is how the node's own devices (uplinks, the overlay)
-// get their programs when the configuration names no attachMode: once per
-// node, so tcx's cost does not count, and tcx leaves those devices' qdiscs
-// to whoever else uses them.
-var DefaultDeviceMode = ModeAuto
+// get their programs when the configuration names no attachMode: tc too.
+// It happens once per node, with its first pod, but then that pod waits
+// for it: two tcx links on the uplink took 23-33 ms of the first ADD. An
+// existing clsact on the uplink is shared; a configured attachMode (auto,
+// tcx) applies to the devices as well.
+var DefaultDeviceMode = ModeTC
 
 // DeviceMode is the mode for the node's devices of a configured attachMode
 // ("" for none).

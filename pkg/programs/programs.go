@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 
 	"github.com/cilium/ebpf"
 
@@ -194,6 +195,9 @@ func Remove(bpfRoot, tag string) error {
 // creating those the objects declare pinned) and pins their programs as
 // tag. The caller holds the node lock exclusively, so one call loads.
 func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
+	// Reading the kernel's BTF allocates hundreds of MB; the plugin runs
+	// with the collector off otherwise (cmd/ebpf-cni).
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	specs := make([]*ebpf.CollectionSpec, len(objs))
 	var names []string
 	seen := map[string]bool{}
