@@ -12,6 +12,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 )
 
 // machineInfo says what the figures were measured on and with.
@@ -32,7 +34,7 @@ func machineInfo(cfg config) [][2]string {
 		{"ebpf-cni", firstLine(filepath.Join(cfg.bin, "ebpf-cni"), "version")},
 		{"ebpf-ipam", firstLine(filepath.Join(cfg.bin, "ebpf-ipam"))},
 		{"reference plugins", "containernetworking-plugins " + firstLine("dpkg-query", "-W", "-f", "${Version}", "containernetworking-plugins") + " (" + cfg.ref + ")"},
-		{"ebpf-cni attachMode", "default (auto: tcx on this kernel)"},
+		{"ebpf-cni attachMode", "default (" + string(attach.DefaultMode) + ")"},
 		{"rr/crr load generator", "this program (1-byte TCP over blocking sockets; sockperf's smallest message is 14 bytes)"},
 	}
 }
