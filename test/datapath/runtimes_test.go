@@ -213,7 +213,7 @@ func fakeIPAM(t *testing.T, how string) string {
 out=$(%s/ebpf-ipam); rc=$?
 case "$CNI_COMMAND/%s" in
 ADD/garbage) echo '{not json'; exit 0 ;;
-ADD/fail|STATUS/fail|DEL/faildel) echo '{"cniVersion":"1.1.0","code":11,"msg":"fake IPAM failure"}'; exit 1 ;;
+ADD/fail|STATUS/fail|DEL/faildel|GC/faildel) echo '{"cniVersion":"1.1.0","code":11,"msg":"fake IPAM failure"}'; exit 1 ;;
 esac
 echo "$out"; exit $rc
 `, testutil.PluginDir(t), how)
@@ -253,6 +253,10 @@ func TestIPAMFailure(t *testing.T) {
 			require.NoError(t, err)
 			err = c.DelPod(list, p)
 			require.Equal(t, uint(11), cniCode(t, err), "IPAM's own error passes through: %v", err)
+			if testutil.AtLeast(ver, "1.1.0") {
+				err = c.GC(list, nil)
+				require.Equal(t, uint(11), cniCode(t, err), "GC passes IPAM's own error through too: %v", err)
+			}
 			nettest.CloseNetNS(p.NS)
 		})
 	}
