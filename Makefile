@@ -49,10 +49,11 @@ deps: ## install the Debian packages and Go modules the project needs (idempoten
 
 generate: ## compile bpf/*.c with bpf2go into pkg/ (reproducible; commit the output)
 	$(GO) generate ./pkg/...
+	$(GO) run ./internal/gendigest
 
 check-generated: ## fail if the committed bpf2go output differs from a fresh generate
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	cp -a go.mod go.sum bpf pkg $$tmp/ && (cd $$tmp && $(GO) generate ./pkg/... >/dev/null) && \
+	cp -a go.mod go.sum bpf pkg internal $$tmp/ && (cd $$tmp && $(GO) generate ./pkg/... >/dev/null && $(GO) run ./internal/gendigest) && \
 	for f in $$(cd $$tmp && ls pkg/*/*_bpfel.go pkg/*/*_bpfel.o pkg/*/*_gen.go); do \
 		cmp -s $$f $$tmp/$$f || { echo "stale generated file: $$f (run make generate and commit)"; exit 1; }; \
 	done; echo "generated objects are current"

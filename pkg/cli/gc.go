@@ -84,7 +84,7 @@ func runGC(ctx *Context, dryRun bool) error {
 	if dryRun {
 		mode = node.Unlocked
 	}
-	nd, err := node.Open(node.Options{BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir, Objects: features.Objects(), Lock: mode})
+	nd, err := node.Open(node.Options{BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: mode})
 	if err != nil {
 		return fmt.Errorf("taking the node lock (--state-dir): %w", err)
 	}

@@ -107,7 +107,7 @@ func runStatus(ctx *Context) error {
 }
 
 func collectStatus(ctx *Context) *Status {
-	st := &Status{Version: buildinfo.Version, ProgramTag: programs.Tag(features.Objects()), BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir,
+	st := &Status{Version: buildinfo.Version, ProgramTag: features.Tag(), BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir,
 		Features: map[string]Feature{}, Programs: []ProgramSet{}, AttachModes: map[string]int{}, Problems: []string{}, Notes: []string{}}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
-	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
 func init() {
@@ -32,7 +31,7 @@ type versionInfo struct {
 }
 
 func runVersion(ctx *Context) error {
-	v := versionInfo{buildinfo.Version, programs.Tag(features.Objects()), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
+	v := versionInfo{buildinfo.Version, features.Tag(), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, v)
 	}

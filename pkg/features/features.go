@@ -45,6 +45,10 @@ func Objects() []programs.Object {
 	return out
 }
 
+// Tag is this build's program tag, programs.Tag(Objects()) from the digest
+// make generate wrote: no call reads the 640 KB of objects to know it.
+func Tag() string { return programs.TagOf(objectsDigest) }
+
 // Commands are the features' operator CLI commands.
 func Commands() []*view.Command {
 	var out []*view.Command

@@ -46,7 +46,10 @@ type Options struct {
 	// Objects are the program objects of every registered feature: the
 	// programs a call loads when no call did yet.
 	Objects []programs.Object
-	Lock    LockMode
+	// Tag is programs.Tag(Objects) when the caller knows it (features.Tag:
+	// generated); empty, the node computes it.
+	Tag  string
+	Lock LockMode
 	// Phases the caller timed before it opened the node (process start,
 	// configuration), and Since, when the first of the node's own phases
 	// ("open": the node lock) began; zero: the node starts timing at Open.
@@ -74,7 +77,7 @@ type Node struct {
 // Open takes the node lock as o says and moves state an older build left
 // in an older layout.
 func Open(o Options) (*Node, error) {
-	n := &Node{BPFRoot: o.BPFRoot, StateDir: o.StateDir, objects: o.Objects, maps: map[string]*ebpf.Map{}, phases: o.Phases}
+	n := &Node{BPFRoot: o.BPFRoot, StateDir: o.StateDir, objects: o.Objects, tag: o.Tag, maps: map[string]*ebpf.Map{}, phases: o.Phases}
 	if !o.Since.IsZero() {
 		n.phase, n.phaseStart = "open", o.Since
 	}
@@ -137,8 +140,8 @@ func (n *Node) PinnedMap(name string) (*ebpf.Map, error) {
 // Objects are the program objects of the registered features.
 func (n *Node) Objects() []programs.Object { return n.objects }
 
-// Tag is this build's program tag (a digest of every object: computed
-// once per call).
+// Tag is this build's program tag: Options.Tag, or a digest of every
+// object computed once per call.
 func (n *Node) Tag() string {
 	if n.tag == "" {
 		n.tag = programs.Tag(n.objects)
