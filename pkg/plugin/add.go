@@ -12,7 +12,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
@@ -52,7 +51,7 @@ func checkIfName(name string) error {
 // openNode is the call's handle on the node, its lock held as mode.
 // w, when the call is timed, hands its phases over to the node's.
 func openNode(c *Config, mode node.LockMode, w *watch) (*node.Node, error) {
-	o := node.Options{BPFRoot: c.BPFRoot, StateDir: c.StateDir, Objects: features.Objects(), Lock: mode}
+	o := node.Options{BPFRoot: c.BPFRoot, StateDir: c.StateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: mode}
 	if w != nil {
 		o.Phases, o.Since = w.phases, w.at
 	}
@@ -129,17 +128,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if _, err := n.Record(hostName); err == nil {
 		return types.NewError(ErrInterfaceExists, fmt.Sprintf("attachment %s/%s already exists (host veth %s); DEL it first", args.ContainerID, args.IfName, hostName), "")
 	}
-	// Checked before IPAM, so a taken name costs no allocation; veth.Create
-	// checks again against a race.
-	var exists bool
-	_ = podNS.Do(func(ns.NetNS) error {
-		_, lerr := netlinksafe.LinkByName(args.IfName)
-		exists = lerr == nil
-		return nil
-	})
-	if exists {
-		return types.NewError(ErrInterfaceExists, fmt.Sprintf("interface %s already exists in %s", args.IfName, args.Netns), "")
-	}
+	// CNI_IFNAME taken in the pod is found by veth.Create (the kernel
+	// refuses the pair), after IPAM, whose allocation the undo releases:
+	// looking first would cost every ADD a trip into the pod's netns.
 
 	var undo feature.Undo
 	defer func() {
@@ -176,7 +167,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if mtu == 0 {
 		mtu = defaultMTU() - needs.Overhead
 	}
-	pair, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName))
+	host, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName))
 	if err != nil {
 		if errors.Is(err, veth.ErrInterfaceExists) {
 			return cniError(ErrInterfaceExists, "creating the veth pair", err)
@@ -184,10 +175,11 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return cniError(ErrLinkSetup, "creating the veth pair", err)
 	}
 	undo.Push(func() error { return veth.DeleteHost(hostName) })
-	if routes, err = veth.ConfigurePod(podNS, args.IfName, res.IPs, routes); err != nil {
+	podLink, routes, err := veth.ConfigurePod(podNS, args.IfName, res.IPs, routes)
+	if err != nil {
 		return cniError(ErrLinkSetup, "configuring "+args.IfName+" in the pod", err)
 	}
-	if err := veth.ConfigureHost(pair.Host, res.IPs); err != nil {
+	if err := veth.ConfigureHost(host, res.IPs); err != nil {
 		return cniError(ErrLinkSetup, "configuring host veth "+hostName, err)
 	}
 
@@ -197,14 +189,14 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		Network:     c.Name,
 		NetNS:       args.Netns,
 		HostIfName:  hostName,
-		HostIfIndex: pair.Host.Attrs().Index,
-		HostMAC:     pair.Host.Attrs().HardwareAddr.String(),
-		MAC:         pair.Container.Attrs().HardwareAddr.String(),
+		HostIfIndex: host.Attrs().Index,
+		HostMAC:     host.Attrs().HardwareAddr.String(),
+		MAC:         podLink.Attrs().HardwareAddr.String(),
 	}
 	for _, ipc := range res.IPs {
 		rec.IPs = append(rec.IPs, ipc.Address.String())
 	}
-	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, DeviceMode: attach.DeviceMode(c.AttachMode), PodNS: podNS, Host: pair.Host, Flags: needs.Flags}
+	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, DeviceMode: attach.DeviceMode(c.AttachMode), PodNS: podNS, Host: host, Flags: needs.Flags}
 	for i, f := range features.All {
 		n.Phase(f.Name())
 		if err := c.Pods[i].Add(n, ep, &undo); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -123,12 +124,14 @@ func hasV4(ips []*current.IPConfig) bool {
 // the spec asks; the interface then gets a table of its own with every
 // route through it, and a rule sending what its addresses send there, so
 // replies from those addresses leave by the interface they belong to (its
-// host veth accepts only them). It returns the routes it added to the
-// main table.
-func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes []*types.Route) ([]*types.Route, error) {
+// host veth accepts only them). It returns the pod's interface and the
+// routes it added to the main table.
+func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes []*types.Route) (netlink.Link, []*types.Route, error) {
 	var added []*types.Route
+	var l netlink.Link
 	err := podNS.Do(func(ns.NetNS) error {
-		l, err := netlinksafe.LinkByName(ifName)
+		var err error
+		l, err = netlinksafe.LinkByName(ifName)
 		if err != nil {
 			return fmt.Errorf("looking up %s: %w", ifName, err)
 		}
@@ -164,7 +167,7 @@ func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes
 		}
 		return nil
 	})
-	return added, err
+	return l, added, err
 }
 
 // ownTable routes what ifName's addresses send through ifName: a table
@@ -225,12 +228,12 @@ func podRoute(ifindex int, r *types.Route) *netlink.Route {
 func ConfigureHost(host netlink.Link, ips []*current.IPConfig) error {
 	name := host.Attrs().Name
 	if hasV4(ips) {
-		if _, err := sysctl.Sysctl("net/ipv4/ip_forward", "1"); err != nil {
+		if err := ensureSysctl("net/ipv4/ip_forward", "1"); err != nil {
 			return fmt.Errorf("enabling ipv4 forwarding: %w", err)
 		}
 	}
 	if hasV6(ips) {
-		if _, err := sysctl.Sysctl("net/ipv6/conf/all/forwarding", "1"); err != nil {
+		if err := ensureSysctl("net/ipv6/conf/all/forwarding", "1"); err != nil {
 			return fmt.Errorf("enabling ipv6 forwarding: %w", err)
 		}
 		for k, v := range map[string]string{"disable_ipv6": "0", "accept_ra": "0"} {
@@ -295,4 +298,15 @@ func RoutePresent(l netlink.Link, r *types.Route) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// ensureSysctl sets key to value unless it has it already: a write of
+// IPv6's forwarding switch takes RTNL even when the value stays (and
+// restarts while another ADD holds it); a read takes nothing.
+func ensureSysctl(key, value string) error {
+	if got, err := sysctl.Sysctl(key); err == nil && strings.TrimSpace(got) == value {
+		return nil
+	}
+	_, err := sysctl.Sysctl(key, value)
+	return err
 }

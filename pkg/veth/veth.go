@@ -52,28 +52,12 @@ func IsOurs(l netlink.Link) bool {
 
 // Pair is a created pair: the host end in the current netns, the container
 // end in the pod's.
-type Pair struct {
-	Host      *netlink.Veth
-	Container netlink.Link
-}
-
 // Create creates the pair from the host netns, with the peer born
 // directly inside podNS as ifName (no rename or move, so nothing is ever
-// left half-made in the wrong namespace).
-func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.HardwareAddr, alias string) (*Pair, error) {
-	err := podNS.Do(func(ns.NetNS) error {
-		if _, err := netlinksafe.LinkByName(ifName); err == nil {
-			return fmt.Errorf("%s in %s: %w", ifName, podNS.Path(), ErrInterfaceExists)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := netlinksafe.LinkByName(hostName); err == nil {
-		return nil, fmt.Errorf("host veth %s: %w", hostName, ErrInterfaceExists)
-	}
-
+// left half-made in the wrong namespace), and returns the host end. A name
+// taken on either side is ErrInterfaceExists: the kernel refuses the pair,
+// so nobody looks first.
+func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.HardwareAddr, alias string) (*netlink.Veth, error) {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = hostName
 	attrs.MTU = mtu
@@ -86,7 +70,7 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 	}
 	if err := netlink.LinkAdd(v); err != nil {
 		if errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("creating veth %s/%s: %w", hostName, ifName, ErrInterfaceExists)
+			return nil, fmt.Errorf("%s in %s, or host veth %s: %w", ifName, podNS.Path(), hostName, ErrInterfaceExists)
 		}
 		return nil, fmt.Errorf("creating veth %s/%s: %w", hostName, ifName, err)
 	}
@@ -103,16 +87,8 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 	if err != nil {
 		return nil, fmt.Errorf("looking up %s: %w", hostName, err)
 	}
-	out := &Pair{Host: host.(*netlink.Veth)}
-	err = podNS.Do(func(ns.NetNS) error {
-		out.Container, err = netlinksafe.LinkByName(ifName)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("looking up %s in %s: %w", ifName, podNS.Path(), err)
-	}
 	ok = true
-	return out, nil
+	return host.(*netlink.Veth), nil
 }
 
 // DeleteHost removes the host end (and with it the pair, its routes and
