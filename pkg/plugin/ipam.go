@@ -1,13 +1,10 @@
 package plugin
 
 import (
-	"context"
 	"os"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ipam"
 
 	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 )
@@ -71,13 +68,22 @@ func (inProcessIPAM) Check(c *Config) error  { return ebpfipam.CmdCheck(ipamArgs
 func (inProcessIPAM) Status(c *Config) error { return ebpfipam.CmdStatus(ipamArgs(c)) }
 func (inProcessIPAM) GC(c *Config) error     { return ebpfipam.CmdGC(ipamArgs(c)) }
 
-// execIPAM runs the IPAM plugin as a child process.
+// execIPAM runs the IPAM plugin as a child process (delegate.go).
 type execIPAM struct{}
 
-func (execIPAM) Add(c *Config) (types.Result, error) { return ipam.ExecAdd(c.IPAMType, c.IPAMConf) }
-func (execIPAM) Del(c *Config) error                 { return ipam.ExecDel(c.IPAMType, c.IPAMConf) }
-func (execIPAM) Check(c *Config) error               { return ipam.ExecCheck(c.IPAMType, c.IPAMConf) }
-func (execIPAM) Status(c *Config) error              { return ipam.ExecStatus(c.IPAMType, c.IPAMConf) }
-func (execIPAM) GC(c *Config) error {
-	return invoke.DelegateGC(context.TODO(), c.IPAMType, c.IPAMConf, nil)
+func (execIPAM) Add(c *Config) (types.Result, error) {
+	out, err := delegate("ADD", c.IPAMType, c.IPAMConf)
+	if err != nil {
+		return nil, err
+	}
+	return delegatedResult(c.IPAMConf, out)
+}
+func (execIPAM) Del(c *Config) error    { return delegateNoResult("DEL", c) }
+func (execIPAM) Check(c *Config) error  { return delegateNoResult("CHECK", c) }
+func (execIPAM) Status(c *Config) error { return delegateNoResult("STATUS", c) }
+func (execIPAM) GC(c *Config) error     { return delegateNoResult("GC", c) }
+
+func delegateNoResult(verb string, c *Config) error {
+	_, err := delegate(verb, c.IPAMType, c.IPAMConf)
+	return err
 }

@@ -1,0 +1,80 @@
+package plugin
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeIPAM writes an IPAM "plugin" (a shell script) into a CNI_PATH of its
+// own and returns the configuration that names it.
+func fakeIPAM(t *testing.T, script string) *Config {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "fake-ipam"), []byte("#!/bin/sh\n"+script), 0o755))
+	t.Setenv("CNI_PATH", filepath.Join(t.TempDir(), "empty")+string(filepath.ListSeparator)+dir)
+	t.Setenv("CNI_COMMAND", "ADD")
+	return &Config{IPAMType: "fake-ipam", IPAMConf: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"fake-ipam"}}`)}
+}
+
+// The delegated plugin gets the verb in CNI_COMMAND, the rest of the
+// environment, and the configuration on stdin; a result without a
+// cniVersion is read as the configuration's.
+func TestDelegateAdd(t *testing.T) {
+	c := fakeIPAM(t, `
+[ "$CNI_COMMAND" = ADD ] || { echo '{"code":4,"msg":"command '$CNI_COMMAND'"}'; exit 1; }
+[ "$CNI_IFNAME" = eth7 ] || { echo '{"code":4,"msg":"ifname '$CNI_IFNAME'"}'; exit 1; }
+grep -q '"type":"fake-ipam"' || { echo '{"code":4,"msg":"stdin"}'; exit 1; }
+echo '{"ips":[{"address":"10.1.2.3/24"}]}'
+`)
+	t.Setenv("CNI_IFNAME", "eth7")
+	r, err := execIPAM{}.Add(c)
+	require.NoError(t, err)
+	require.Equal(t, "1.0.0", r.Version())
+	res, err := current.NewResultFromResult(r)
+	require.NoError(t, err)
+	require.Len(t, res.IPs, 1)
+	require.Equal(t, "10.1.2.3/24", res.IPs[0].Address.String())
+
+	// The verb is DEL although this call's CNI_COMMAND is ADD: the script
+	// refuses it.
+	err = execIPAM{}.Del(c)
+	require.ErrorContains(t, err, "command DEL")
+}
+
+// A failing plugin's own error comes through with its code; one that
+// prints nothing usable is code 0, which ipamError makes ErrIPAM.
+func TestDelegateErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		script string
+		code   uint
+		msg    string
+	}{
+		"its error":   {`echo '{"cniVersion":"1.0.0","code":11,"msg":"no addresses left"}'; exit 1`, 11, "no addresses left"},
+		"garbage":     {`echo 'panic: oops'; exit 2`, ErrIPAM, "error parsing its diagnostic message"},
+		"stderr only": {`echo 'segfault' >&2; exit 2`, ErrIPAM, "segfault"},
+		"silent":      {`exit 3`, ErrIPAM, "no error message"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := execIPAM{}.Add(fakeIPAM(t, tc.script))
+			err = ipamError("ADD", err)
+			var te *types.Error
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, tc.code, te.Code, te.Error())
+			require.Contains(t, te.Error(), tc.msg)
+		})
+	}
+	t.Run("not in CNI_PATH", func(t *testing.T) {
+		c := fakeIPAM(t, "exit 0")
+		c.IPAMType = "no-such-ipam"
+		err := execIPAM{}.Del(c)
+		require.ErrorContains(t, err, `failed to find plugin "no-such-ipam"`)
+	})
+	t.Run("result is not JSON", func(t *testing.T) {
+		_, err := execIPAM{}.Add(fakeIPAM(t, "echo hello"))
+		require.ErrorContains(t, err, "unmarshal")
+	})
+}
