@@ -132,6 +132,7 @@ func TestUpgradeFromOlderLayout(t *testing.T) {
 	cg := testutil.Cgroup(t)
 	for _, mode := range []string{"tcx", "tc"} {
 		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
 			e := newEnv(t)
 			list := e.hostPortList("1.1.0", mode, cg, map[string]any{"ipMasq": true, "egressRate": 50_000_000, "egressBurst": 5_000_000})
 			a := e.addPodWith(list, "old-a", mapping(8080, 80, "tcp"))

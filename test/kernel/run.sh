@@ -36,8 +36,9 @@ ROOTFS_PKGS=iproute2,iptables,nftables,iperf3,sockperf,iputils-ping,containernet
 # Bump when the recipe below changes, so cached images are rebuilt.
 ROOTFS_RECIPE=1
 
-# Versions the upgrade test runs as "a newer release" (testutil.VersionDir).
-VERSIONS=upgrade-test
+# Versions the upgrade tests run as "a newer release": every name the tests
+# pass to testutil.VersionDir.
+VERSIONS=$(grep -rhoE 'VersionDir\(t, "[A-Za-z0-9._-]+"' test | sed -E 's/.*"(.*)"/\1/' | sort -u)
 
 log() { printf 'test-kernel: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
