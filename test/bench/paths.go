@@ -108,7 +108,7 @@ func (b *bench) cniMeasure(path string, ss []*setup, refDir string) error {
 				suffix = "_c8"
 			}
 			for _, s := range ss {
-				adds, dels, wall, err := b.churn(s, conc, b.cfg.cniPairs)
+				adds, dels, wall, err := b.churnTimed(path, s, conc, round)
 				if err != nil {
 					return err
 				}

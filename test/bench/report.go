@@ -127,6 +127,10 @@ func (rp report) markdown() string {
 		if d := pathDoc[strings.TrimRightFunc(p, func(r rune) bool { return r == '-' || (r >= '0' && r <= '9') })]; d != "" {
 			w("%s\n\n", d)
 		}
+		if p == phasesPath {
+			w("%s\n", phaseTable(rp.Rows))
+			continue
+		}
 		w("| metric | unit | better | REF | EBPF | RAW | EBPF/REF | EBPF/RAW | gap closed | noise | EBPF vs REF |\n")
 		w("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
 		nulls := map[string][]string{} // "SETUP: reason" -> metrics
@@ -178,6 +182,7 @@ func (rp report) markdown() string {
 // pathDoc says what each path measures.
 var pathDoc = map[string]string{
 	"cni":          "CNI ADD and DEL through libcni exactly as a runtime calls the chain, at concurrency 1 and 8 (`_c8`); pods_per_s is ADD+DEL pairs per second (the namespaces are made beforehand); add_cold_ms is the first ADD on a fresh node as its installation leaves it (EBPF: fresh bpffs state, and STATUS run once as the DaemonSet's init container does, which loads and verifies the programs: load_ms), one fresh node per run. Set EBPF_CNI_TIMING to see each ADD's and DEL's phases (docs/performance.md).",
+	phasesPath:     "Where EBPF's ADDs and DELs of the cni path spend their time, from the plugin's own phase timings (EBPF_CNI_TIMING, written to a file during the churn): the median of each phase per round, then the median of the rounds. ADD: start (the Go runtime, reading stdin), parse, netns, open (the node lock), programs (finding the pinned set), ipam (in-process ebpf-ipam), veth (the pair, its addresses, routes, sysctls), then one phase per feature (masquerade checks the uplinks; endpoint attaches the host veth's programs), record, print. DEL: teardown (the endpoint's entries, the veth and its filters), ipam, release. total is the plugin's own time from its process start; outside is the caller's ADD (or DEL) p50 less total: the exec and libcni. What the phases showed and what was changed: docs/performance.md.",
 	"cni-upstream": "As cni, with REF the current upstream reference plugins (containernetworking/plugins at the version go.mod requires, built from the module: bridge, host-local, portmap, bandwidth) instead of Debian's 1.1.1, on a node of its own; EBPF measured again beside it.",
 	"pod-to-pod": "Two pods on one node. rr: 1-byte TCP ping-pong over one connection (the project's load generator; client and server pinned to one CPU, since a cross-CPU wakeup on this VM costs more than the whole round trip); crr: connect, 1-byte request/response, close; tcp: iperf3 with 1 and 2 streams. " +
 		"cpu_us_per_tx/conn: busy time (/proc/stat) of the CPU that client, server and their packets' softirq work share, divided by transactions; other load that ran on that CPU lands in it too. bpf_*_ns_pkt: run_time_ns/run_cnt of each program from BPF run-time statistics, switched on for a separate RR run.",
