@@ -25,6 +25,14 @@ const HostPrefix = "ec"
 // device someone else named alike.
 const aliasPrefix = "ebpf-cni:"
 
+// Group is the device group (IFLA_GROUP) of every host veth ebpf-cni
+// creates. Unlike the alias, which the kernel takes only after the link
+// exists (IFLA_IFALIAS is ignored by RTM_NEWLINK's create), the group is
+// set by the message that creates the pair: no kill point leaves a pair of
+// ours that cannot be recognised. 0xeb9f: "eBPF", out of the way of the
+// small numbers administrators give groups.
+const Group uint32 = 0xeb9f
+
 // ErrInterfaceExists means the container interface name is taken in the
 // pod's netns, or the host veth name is already on the node.
 var ErrInterfaceExists = errors.New("interface already exists")
@@ -45,9 +53,52 @@ func Alias(containerID, ifName string) string {
 	return a
 }
 
-// IsOurs reports whether a host link was created by ebpf-cni.
+// IsOurs reports whether a host link was created by ebpf-cni: a veth
+// named like ours (HostName's shape) that carries our group or our alias
+// (builds before the group set only the alias).
 func IsOurs(l netlink.Link) bool {
-	return strings.HasPrefix(l.Attrs().Name, HostPrefix) && strings.HasPrefix(l.Attrs().Alias, aliasPrefix)
+	a := l.Attrs()
+	if !ourName(a.Name) {
+		return false
+	}
+	return a.Group == Group || strings.HasPrefix(a.Alias, aliasPrefix)
+}
+
+// ourName reports whether name has HostName's shape: the prefix and 12
+// lowercase hex digits.
+func ourName(name string) bool {
+	if len(name) != len(HostPrefix)+12 || !strings.HasPrefix(name, HostPrefix) {
+		return false
+	}
+	for _, c := range name[len(HostPrefix):] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Owner is the attachment (container ID, ifname) a host veth's alias
+// names; ok is false when the alias is missing (a call killed between
+// creating the pair and naming it) or not ours.
+func Owner(l netlink.Link) (containerID, ifName string, ok bool) {
+	rest, found := strings.CutPrefix(l.Attrs().Alias, aliasPrefix)
+	if !found {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 || i == len(rest)-1 || HostName(rest[:i], rest[i+1:]) != l.Attrs().Name {
+		return "", "", false // not ours, or cut at IFALIASZ
+	}
+	return rest[:i], rest[i+1:], true
+}
+
+// SetAlias names the attachment on a host veth that lacks its alias.
+func SetAlias(l netlink.Link, containerID, ifName string) error {
+	if err := netlink.LinkSetAlias(l, Alias(containerID, ifName)); err != nil {
+		return fmt.Errorf("setting alias of %s: %w", l.Attrs().Name, err)
+	}
+	return nil
 }
 
 // Pair is a created pair: the host end in the current netns, the container
@@ -61,6 +112,7 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = hostName
 	attrs.MTU = mtu
+	attrs.Group = Group
 	v := &netlink.Veth{
 		LinkAttrs:        attrs,
 		PeerName:         ifName,
@@ -110,6 +162,12 @@ func DeleteHost(name string) error {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
+}
+
+// Exists reports whether a host veth of ours named name is on the node.
+func Exists(name string) bool {
+	l, err := netlinksafe.LinkByName(name)
+	return err == nil && IsOurs(l)
 }
 
 // HostLinks lists the host veths ebpf-cni created in the current netns.
