@@ -16,6 +16,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // Plugin error codes of the node's state (the CNI spec reserves 0-99;
@@ -203,7 +204,12 @@ func (n *Node) Lock(name string) (*Lock, error) {
 
 // ReleaseIfEmpty runs release once the node has no endpoint left, and
 // reports whether it did. It takes the node lock exclusively first (and
-// keeps it), so no ADD is half-way, and checks again.
+// keeps it), so no ADD is half-way, and checks again. The records are a
+// cache: no record is the cheap first answer, but only the kernel proves
+// the node empty: no host veth of ours is left (records lost with a wiped
+// stateDir must not take masquerade and hostPorts away from live pods).
+// Callers hold no attachment lock (AttachmentLock): the upgrade waits for
+// every other call's shared hold.
 func (n *Node) ReleaseIfEmpty(release func()) bool {
 	if has, err := HasEndpoints(n.StateDir); err != nil || has {
 		return false
@@ -217,8 +223,38 @@ func (n *Node) ReleaseIfEmpty(release func()) bool {
 	if has, err := HasEndpoints(n.StateDir); err != nil || has {
 		return false
 	}
+	if links, err := veth.HostLinks(); err != nil || len(links) > 0 {
+		return false
+	}
 	release()
 	return true
+}
+
+// AttachmentLock takes the lock of one attachment (by its host veth's
+// name) exclusively, for the whole of an ADD, DEL or CHECK of it, and for
+// a repair or reclaim of it: calls of the same container never interleave
+// (runtimes retry after timeouts, which the spec forbids but happens), so
+// one call's undo never frees what another made. 256 lock files, by the
+// last two hex digits of the name, so none is left per container. Take it
+// after Programs and release it before ReleaseIfEmpty: both upgrade the
+// node lock, which waits for every shared holder, some of which may wait
+// for this lock.
+func (n *Node) AttachmentLock(hostIfName string) (*Lock, error) {
+	return FileLock(attachmentLockPath(n.StateDir, hostIfName), true)
+}
+
+// TryAttachmentLock is AttachmentLock without waiting: nil, nil when a
+// call holds it (that call is working on the attachment).
+func (n *Node) TryAttachmentLock(hostIfName string) (*Lock, error) {
+	return TryFileLock(attachmentLockPath(n.StateDir, hostIfName))
+}
+
+func attachmentLockPath(stateDir, hostIfName string) string {
+	stripe := hostIfName
+	if len(stripe) > 2 {
+		stripe = stripe[len(stripe)-2:]
+	}
+	return filepath.Join(stateDir, "locks", "attachment-"+stripe+".lock")
 }
 
 // Records lists every endpoint record of the node.
