@@ -55,6 +55,14 @@ type Feature interface {
 	Commands() []*view.Command
 }
 
+// Rebuilder is a feature that keeps per-endpoint state in the record and
+// can tell it again from its maps, for a record rebuilt from the kernel
+// after its file was lost (ep.Rebuilt; the core has filled in the
+// addresses).
+type Rebuilder interface {
+	Rebuild(n *node.Node, ep *Endpoint) error
+}
+
 // Pod is a feature configured for one call.
 type Pod interface {
 	// Needs is what the feature needs of the core's part of the endpoint,

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // ErrNotFound is the sentinel for state that is not there.
@@ -19,9 +20,17 @@ var ErrNotFound = errors.New("not found")
 // Record is what one attachment made, kept under stateDir so DEL and GC can
 // undo it even when the pod's netns (and with it the veth) is gone.
 type Record struct {
-	ContainerID string   `json:"containerID"`
-	IfName      string   `json:"ifname"`
-	Network     string   `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+	Network     string `json:"network"`
+	// NetID is the network's key in the maps (maps.NetID), for a record
+	// rebuilt from the kernel that knows the network by it alone (Network
+	// is then empty until a call of that network names it).
+	NetID uint32 `json:"netID,omitempty"`
+	// Rebuilt: the record was rebuilt from the kernel after its file was
+	// lost; features that keep state only in records fill in what the maps
+	// still tell (feature.Rebuilder).
+	Rebuilt     bool     `json:"rebuilt,omitempty"`
 	NetNS       string   `json:"netns,omitempty"`
 	HostIfName  string   `json:"hostIfname"`
 	HostIfIndex int      `json:"hostIfindex"`
@@ -123,6 +132,15 @@ func (r *Record) Feature(feature string, v any) (bool, error) {
 		return true, fmt.Errorf("decoding the %s state of %s: %w", feature, r.HostIfName, err)
 	}
 	return true, nil
+}
+
+// InNetwork reports whether the record's attachment belongs to the network
+// name (by its name, or by its key for a rebuilt record).
+func (r *Record) InNetwork(name string) bool {
+	if r.Network != "" {
+		return r.Network == name
+	}
+	return r.NetID != 0 && r.NetID == maps.NetID(name)
 }
 
 // Addrs parses the record's addresses.
@@ -246,6 +264,25 @@ func RemoveRecord(stateDir, hostIfName string) error {
 
 // Records lists every endpoint record of the node.
 func Records(stateDir string) ([]*Record, error) { return readDir[Record](recordDir(stateDir)) }
+
+// RecordNames lists the host veths that have a record (names only: no
+// record is read).
+func RecordNames(stateDir string) ([]string, error) {
+	ents, err := os.ReadDir(recordDir(stateDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", recordDir(stateDir), err)
+	}
+	var out []string
+	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
 
 // HasEndpoints reports whether any endpoint record exists (names only: no
 // record is read).

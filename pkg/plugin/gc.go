@@ -35,13 +35,19 @@ func CmdGC(args *skel.CmdArgs) error {
 		valid[[2]string{a.ContainerID, a.IfName}] = true
 	}
 	var errs []error
+	// The kernel first: live veths whose records were lost get them back
+	// (so the valid attachments below keep them), pairs nobody owns and
+	// attachments whose pod is gone go.
+	if _, err := Heal(n, HealOptions{Config: c}); err != nil {
+		errs = append(errs, err)
+	}
 	recs, err := n.Records()
 	if err != nil {
 		return cniError(types.ErrIOFailure, "listing endpoint records", err)
 	}
 	kept := map[string]*node.Record{}
 	for _, r := range recs {
-		if r.Network != c.Name || valid[[2]string{r.ContainerID, r.IfName}] {
+		if !r.InNetwork(c.Name) || valid[[2]string{r.ContainerID, r.IfName}] {
 			kept[r.HostIfName] = r
 			continue
 		}
@@ -50,13 +56,14 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 
-	// Orphans: ours, but in no record.
+	// Orphans: ours, in no record, and no owner to rebuild one for (Heal
+	// could not mend them).
 	links, err := veth.HostLinks()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, l := range links {
-		if kept[l.Attrs().Name] == nil {
+		if _, _, named := veth.Owner(l); !named && kept[l.Attrs().Name] == nil {
 			if err := Teardown(n, l.Attrs().Name); err != nil {
 				errs = append(errs, err)
 			}

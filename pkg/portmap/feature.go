@@ -202,3 +202,37 @@ func (Feature) Release(n *node.Node) error { return Teardown(n) }
 
 // Commands: ports.
 func (Feature) Commands() []*view.Command { return []*view.Command{command} }
+
+var _ feature.Rebuilder = Feature{}
+
+// Rebuild finds the ports published to the endpoint's addresses, for a
+// record rebuilt from the kernel: its DEL unpublishes them.
+func (Feature) Rebuild(n *node.Node, ep *feature.Endpoint) error {
+	m, err := n.PinnedMap(maps.CniMapHostports)
+	if err != nil || m == nil {
+		return err
+	}
+	all, err := List(m)
+	if err != nil {
+		return err
+	}
+	own := map[string]bool{}
+	for _, ip := range ep.Addrs() {
+		own[ip.String()] = true
+	}
+	var ports []HostPort
+	for _, p := range all {
+		if !own[p.PodIP] {
+			continue
+		}
+		hp := HostPort{Proto: p.Proto, HostIP: p.HostIP, HostPort: p.HostPort, PodIP: p.PodIP, ContainerPort: p.ContainerPort}
+		if hp.HostIP == "*" {
+			hp.HostIP = ""
+		}
+		ports = append(ports, hp)
+	}
+	if len(ports) == 0 {
+		return nil
+	}
+	return ep.SetFeature(name, ports)
+}
