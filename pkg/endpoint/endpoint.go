@@ -116,7 +116,27 @@ func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 			}
 		}
 	}
+	ep.Record.Flags = e.Flags
 	return nil
+}
+
+var _ feature.Restorer = Feature{}
+
+// Restore writes the endpoint's entries again when endpoint_devs lacks
+// them (maps lost with the bpffs and not rescued): the programs forward to
+// the pod and let its packets out again.
+func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
+	em, err := MapsOf(n)
+	if err != nil {
+		return err
+	}
+	var d maps.CniEndpointDev
+	if em.Devs.Lookup(uint32(ep.HostIfIndex), &d) == nil {
+		return nil
+	}
+	e := entry(ep)
+	e.Flags = ep.Record.Flags
+	return em.Put(e)
 }
 
 // entry is the endpoint as the maps hold it.

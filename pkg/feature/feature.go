@@ -63,6 +63,14 @@ type Rebuilder interface {
 	Rebuild(n *node.Node, ep *Endpoint) error
 }
 
+// Restorer is a feature that keeps per-endpoint map entries which a bpffs
+// remount can empty (when no program kept the maps alive to pin them
+// again): Restore writes what is missing again from the record (ep.Host is
+// the live host veth). Idempotent.
+type Restorer interface {
+	Restore(n *node.Node, ep *Endpoint) error
+}
+
 // Pod is a feature configured for one call.
 type Pod interface {
 	// Needs is what the feature needs of the core's part of the endpoint,

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -69,6 +71,10 @@ type Node struct {
 	progs     *programs.Set
 	loaded    bool
 	tag       string
+
+	// Rescued are the maps this call pinned again after a bpffs remount
+	// (Programs).
+	Rescued []string
 
 	phase      string
 	phaseStart time.Time
@@ -181,15 +187,49 @@ func (n *Node) Programs() (*programs.Set, error) {
 		n.progs = p
 		return p, err // another call loaded them while we waited
 	}
+	// No program of any build pinned, yet programs run on the node's
+	// devices: the bpffs was remounted under live pods. Their maps live on
+	// in the kernel; pinned again, the programs loaded now share them, and
+	// every recorded attachment is moved to those programs.
+	rescued := false
+	if tags, err := programs.Installed(n.BPFRoot); err == nil && len(tags) == 0 {
+		if ids := attachedPrograms(programs.Hooks(n.objects)); len(ids) > 0 {
+			n.Rescued, err = maps.Rescue(n.BPFRoot, ids)
+			if err != nil {
+				return nil, err
+			}
+			rescued = true
+		}
+	}
 	if p, err = programs.Load(n.BPFRoot, tag, n.objects); err != nil {
 		return nil, err
 	}
-	if err := n.upgrade(p); err != nil {
+	if err := n.upgrade(p, rescued); err != nil {
 		p.Close()
 		return nil, err
 	}
 	n.progs, n.loaded = p, true
 	return p, nil
+}
+
+// attachedPrograms lists the programs attached at hooks on every device
+// of the current network namespace (tcx or tc).
+func attachedPrograms(hooks []attach.Hook) []ebpf.ProgramID {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil
+	}
+	var out []ebpf.ProgramID
+	for _, l := range links {
+		for _, h := range hooks {
+			if h.TCParent == 0 {
+				continue // a cgroup hook: its pinned link went with the bpffs
+			}
+			ids, _ := attach.AttachedIDs(l, h)
+			out = append(out, ids...)
+		}
+	}
+	return out
 }
 
 // Loaded reports whether this call loaded the programs.

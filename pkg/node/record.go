@@ -37,6 +37,9 @@ type Record struct {
 	HostMAC     string   `json:"hostMAC"`
 	MAC         string   `json:"mac"`
 	IPs         []string `json:"ips"` // CIDR
+	// Flags are the endpoint's flags in the maps (enum endpoint_flags), so
+	// its entries can be written again after the maps were lost.
+	Flags uint32 `json:"flags,omitempty"`
 	// Attachments are the programs on the host veth: an upgrade re-points
 	// them, DEL detaches them.
 	Attachments []attach.Attachment `json:"attachments"`

@@ -128,7 +128,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
-	if healDue(n) {
+	if healDue(n) || n.Loaded() {
 		n.Phase("heal")
 		_ = healNode(n, c, hostName) // STATUS reports what it cannot mend; this pod is added anyway
 	}

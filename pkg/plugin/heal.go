@@ -18,6 +18,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -91,9 +92,15 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	}
 	present := map[string]bool{}
 	var errs []error
+	// This call loaded the programs: after a bpffs remount, the maps no
+	// live program kept (and so could not be pinned again) are empty.
+	restore := n.Loaded() && !o.DryRun
 	for _, l := range links {
 		name := l.Attrs().Name
 		present[name] = true
+		if recorded[name] && restore && name != o.Skip {
+			errs = append(errs, withAttachment(n, name, func() error { return restoreEndpoint(n, l, h) }))
+		}
 		if recorded[name] || name == o.Skip {
 			continue
 		}
@@ -153,6 +160,25 @@ func withAttachment(n *node.Node, hostIfName string, f func() error) error {
 	return f()
 }
 
+// restoreEndpoint writes the features' map entries of a recorded endpoint
+// again where they are missing (feature.Restorer).
+func restoreEndpoint(n *node.Node, l netlink.Link, h *Healed) error {
+	r, err := n.Record(l.Attrs().Name)
+	if err != nil || r.HostIfIndex != l.Attrs().Index {
+		return nil
+	}
+	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l}
+	var errs []error
+	for _, f := range features.All {
+		if rs, ok := f.(feature.Restorer); ok {
+			if err := rs.Restore(n, ep); err != nil {
+				errs = append(errs, fmt.Errorf("restoring %s of %s: %w", f.Name(), r.HostIfName, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // healLink rebuilds the record of a live host veth, or removes a pair
 // nobody can own.
 func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) error {
@@ -180,7 +206,17 @@ func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) error {
 			return err
 		}
 	}
-	return n.WriteRecord(r)
+	if err := n.WriteRecord(r); err != nil {
+		return err
+	}
+	// ebpf-ipam's own state may be lost too (its files with the stateDir,
+	// its map with the bpffs): the pod's addresses must stay taken.
+	if o.Config != nil && r.Network == o.Config.Name && o.Config.IPAMType == DefaultIPAM {
+		if _, err := ebpfipam.Adopt(o.Config.IPAMConf, "", r.ContainerID, r.IfName, r.Addrs()); err != nil {
+			return fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
+		}
+	}
+	return nil
 }
 
 // Rebuild is the record of the live host veth l as the kernel tells it;

@@ -236,3 +236,35 @@ func (Feature) Rebuild(n *node.Node, ep *feature.Endpoint) error {
 	}
 	return ep.SetFeature(name, ports)
 }
+
+var _ feature.Restorer = Feature{}
+
+// Restore publishes the endpoint's ports again and makes the node serve
+// them (socket hooks on the recorded cgroup), after the bpffs lost them.
+func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
+	ports, err := Ports(ep.Record)
+	if err != nil || len(ports) == 0 {
+		return err
+	}
+	em, err := endpoint.MapsOf(n)
+	if err != nil {
+		return err
+	}
+	if err := Publish(n, ports, em.Owner); err != nil {
+		return err
+	}
+	cgroup := ""
+	if sets, err := n.AttachmentSets("cgroup"); err == nil {
+		for _, s := range sets {
+			if s.Name == cgroupSet {
+				cgroup = s.Cgroup
+			}
+		}
+	}
+	if cgroup == "" {
+		if cgroup, err = attach.ResolveCgroup("", n.StateDir); err != nil {
+			return err
+		}
+	}
+	return Ready(n, cgroup)
+}
