@@ -56,8 +56,13 @@ type repairOutput struct {
 }
 
 func runRepair(ctx *Context, dryRun bool) error {
-	if err := checkRoot(ctx.BPFRoot); err != nil {
+	// A remounted bpffs has no bpfRoot any more: repair makes it again.
+	dir, mounted, err := bpffsMount(ctx.BPFRoot)
+	if err != nil {
 		return err
+	}
+	if !mounted {
+		return fmt.Errorf("bpffs not mounted at %s: mount -t bpf bpf %s, then run ebpf-cni repair again", dir, dir)
 	}
 	nd, err := node.Open(node.Options{BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: node.Shared})
 	if err != nil {

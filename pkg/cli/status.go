@@ -145,6 +145,11 @@ func collectStatus(ctx *Context) *Status {
 		return st
 	}
 	if dir != filepath.Clean(ctx.BPFRoot) {
+		if recs, _ := node.RecordNames(ctx.StateDir); len(recs) > 0 {
+			problem("%s is gone but %d endpoint(s) are recorded under %s: the bpffs was remounted and lost every pin; the next CNI STATUS or ADD restores them, ebpf-cni repair does it now",
+				ctx.BPFRoot, len(recs), ctx.StateDir)
+			return st
+		}
 		note("nothing under %s yet: no pod was added on this node, or --bpf-root is not the plugin's bpfRoot", ctx.BPFRoot)
 		return st
 	}

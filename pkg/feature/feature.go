@@ -71,6 +71,13 @@ type Restorer interface {
 	Restore(n *node.Node, ep *Endpoint) error
 }
 
+// NodeRebuilder is a feature with node-wide attachments that can record
+// them again from the kernel after the stateDir lost their records.
+// Idempotent.
+type NodeRebuilder interface {
+	RebuildNode(n *node.Node) error
+}
+
 // Pod is a feature configured for one call.
 type Pod interface {
 	// Needs is what the feature needs of the core's part of the endpoint,

@@ -89,7 +89,9 @@ func rescueOne(dir string, id ebpf.MapID, byKernelName map[string]*ebpf.MapSpec)
 	if _, err := os.Stat(path); err == nil {
 		return "", nil // pinned already: that one is the node's
 	}
-	if err := m.Pin(path); err != nil {
+	if err := m.Pin(path); errors.Is(err, os.ErrExist) {
+		return "", nil // a concurrent call pinned it
+	} else if err != nil {
 		return "", fmt.Errorf("pinning map %s (id %d) again: %w", ms.Name, id, err)
 	}
 	return ms.Name, nil

@@ -98,8 +98,34 @@ func Open(o Options) (*Node, error) {
 			l.Unlock()
 			return nil, err
 		}
+		if err := n.rescue(); err != nil {
+			l.Unlock()
+			return nil, err
+		}
 	}
 	return n, nil
+}
+
+// rescue pins again the maps of the programs that run on the node's
+// devices when bpfRoot has no program pinned: a bpffs remounted under live
+// pods lost every pin, but their maps live on in the kernel (maps.Rescue).
+// Every call does it first thing, before any of them opens (and so
+// creates) an empty map of the same name. On a node in order it costs one
+// directory listing.
+func (n *Node) rescue() error {
+	if maps.CheckBPFFS(n.BPFRoot) != nil {
+		return nil // no bpffs: the verbs say so
+	}
+	if tags, err := programs.Installed(n.BPFRoot); err != nil || len(tags) > 0 {
+		return err
+	}
+	ids := attachedPrograms(programs.Hooks(n.objects))
+	if len(ids) == 0 {
+		return nil
+	}
+	var err error
+	n.Rescued, err = maps.Rescue(n.BPFRoot, ids)
+	return err
 }
 
 // Close releases the maps, the programs and the lock; nil-safe.
@@ -187,24 +213,18 @@ func (n *Node) Programs() (*programs.Set, error) {
 		n.progs = p
 		return p, err // another call loaded them while we waited
 	}
-	// No program of any build pinned, yet programs run on the node's
-	// devices: the bpffs was remounted under live pods. Their maps live on
-	// in the kernel; pinned again, the programs loaded now share them, and
-	// every recorded attachment is moved to those programs.
-	rescued := false
-	if tags, err := programs.Installed(n.BPFRoot); err == nil && len(tags) == 0 {
-		if ids := attachedPrograms(programs.Hooks(n.objects)); len(ids) > 0 {
-			n.Rescued, err = maps.Rescue(n.BPFRoot, ids)
-			if err != nil {
-				return nil, err
-			}
-			rescued = true
-		}
+	// No program of any build was pinned: a fresh node, or a bpffs
+	// remounted under live pods (Open pinned their maps again): every
+	// recorded attachment moves to the programs loaded now, and what lost
+	// its pinned link is attached again.
+	tags, err := programs.Installed(n.BPFRoot)
+	if err != nil {
+		return nil, err
 	}
 	if p, err = programs.Load(n.BPFRoot, tag, n.objects); err != nil {
 		return nil, err
 	}
-	if err := n.upgrade(p, rescued); err != nil {
+	if err := n.upgrade(p, len(tags) == 0); err != nil {
 		p.Close()
 		return nil, err
 	}

@@ -112,6 +112,14 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 		}
 		errs = append(errs, withAttachment(n, name, func() error { return reclaim(n, name, o, h) }))
 	}
+	if len(h.Rebuilt) > 0 && !o.DryRun {
+		// The node-wide records went with the endpoints' (one stateDir).
+		for _, f := range features.All {
+			if nr, ok := f.(feature.NodeRebuilder); ok {
+				errs = append(errs, nr.RebuildNode(n))
+			}
+		}
+	}
 	sort.Strings(h.Rebuilt)
 	sort.Strings(h.Reclaimed)
 	return h, errors.Join(errs...)

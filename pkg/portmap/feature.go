@@ -268,3 +268,9 @@ func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
 	}
 	return Ready(n, cgroup)
 }
+
+var _ feature.NodeRebuilder = Feature{}
+
+// RebuildNode records the uplinks' programs again (hostPort shares them
+// with masquerade).
+func (Feature) RebuildNode(n *node.Node) error { return uplink.Rebuild(n) }

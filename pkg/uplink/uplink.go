@@ -301,6 +301,47 @@ func Release(n *node.Node) error {
 	return errors.Join(append(errs, err)...)
 }
 
+// Rebuild records the uplinks that carry our programs but have no
+// attachment record (a wiped stateDir): the uplinks map knows them by
+// ifindex, the kernel knows what runs there. Idempotent.
+func Rebuild(n *node.Node) error {
+	m, err := n.PinnedMap(maps.CniMapUplinks)
+	if err != nil || m == nil {
+		return err
+	}
+	sets, err := n.AttachmentSets(owner)
+	if err != nil {
+		return err
+	}
+	known := map[int]bool{}
+	for _, s := range sets {
+		known[s.IfIndex] = true
+	}
+	var idx uint32
+	var info maps.CniUplinkInfo
+	var errs []error
+	it := m.Iterate()
+	for it.Next(&idx, &info) {
+		if known[int(idx)] {
+			continue
+		}
+		l, err := netlink.LinkByIndex(int(idx))
+		if err != nil {
+			continue
+		}
+		set := &node.AttachmentSet{Owner: owner, Name: l.Attrs().Name, IfIndex: int(idx)}
+		for _, h := range Hooks {
+			if a, ok := attach.Observed(l, h, Dir(n.BPFRoot, l.Attrs().Name)); ok {
+				set.Attachments = append(set.Attachments, a)
+			}
+		}
+		if len(set.Attachments) > 0 {
+			errs = append(errs, n.SaveAttachments(set))
+		}
+	}
+	return errors.Join(append(errs, it.Err())...)
+}
+
 // detachUnrecorded takes our programs off the uplinks in the uplinks map
 // (keyed by ifindex) that no attachment record names.
 func detachUnrecorded(n *node.Node, m *ebpf.Map, done map[int]bool) error {
