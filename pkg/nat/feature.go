@@ -19,7 +19,10 @@ type Feature struct{}
 var _ feature.Feature = Feature{}
 
 // Name is the feature's name.
-func (Feature) Name() string { return "masquerade" }
+func (Feature) Name() string { return name }
+
+// name keys the feature's state in endpoint records.
+const name = "masquerade"
 
 // Programs are the uplinks'.
 func (Feature) Programs() []programs.Object { return uplink.Objects() }
@@ -50,7 +53,10 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
 	if !p.s.Enabled {
 		return nil
 	}
-	return feature.Fail(ErrMasquerade, "setting up masquerade", Apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode))
+	if err := Apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode); err != nil {
+		return feature.Fail(ErrMasquerade, "setting up masquerade", err)
+	}
+	return ep.SetFeature(name, appliedOf(p.s, ep.DeviceMode))
 }
 
 // Check verifies that the uplinks carry this build's programs.

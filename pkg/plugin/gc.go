@@ -35,6 +35,13 @@ func CmdGC(args *skel.CmdArgs) error {
 		valid[[2]string{a.ContainerID, a.IfName}] = true
 	}
 	var errs []error
+	// Programs lost with a remounted bpffs are loaded again first, so the
+	// live pods' attachments move to them and their entries are restored.
+	if n.CheckBPFFS() == nil {
+		if _, err := n.Programs(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// The kernel first: live veths whose records were lost get them back
 	// (so the valid attachments below keep them), pairs nobody owns and
 	// attachments whose pod is gone go.
