@@ -19,6 +19,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 func init() {
@@ -148,6 +149,11 @@ func collectStatus(ctx *Context) *Status {
 		if recs, _ := node.RecordNames(ctx.StateDir); len(recs) > 0 {
 			problem("%s is gone but %d endpoint(s) are recorded under %s: the bpffs was remounted and lost every pin; the next CNI STATUS or ADD restores them, ebpf-cni repair does it now",
 				ctx.BPFRoot, len(recs), ctx.StateDir)
+			return st
+		}
+		if links, _ := veth.HostLinks(); len(links) > 0 {
+			problem("%s is gone and %s holds no record, yet %d host veth(s) of ebpf-cni live: the bpffs was remounted and the stateDir lost; the next CNI STATUS or ADD rebuilds what the kernel still tells, ebpf-cni repair does it now",
+				ctx.BPFRoot, ctx.StateDir, len(links))
 			return st
 		}
 		note("nothing under %s yet: no pod was added on this node, or --bpf-root is not the plugin's bpfRoot", ctx.BPFRoot)

@@ -78,6 +78,13 @@ type NodeRebuilder interface {
 	RebuildNode(n *node.Node) error
 }
 
+// PodRebuilder is a feature configured from a network's configuration
+// (STATUS, ADD) that can give a record rebuilt from the kernel the state
+// the configuration tells, writing its maps as ADD would. Idempotent.
+type PodRebuilder interface {
+	Rebuild(n *node.Node, ep *Endpoint) error
+}
+
 // Pod is a feature configured for one call.
 type Pod interface {
 	// Needs is what the feature needs of the core's part of the endpoint,

@@ -69,3 +69,11 @@ func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
 	}
 	return Apply(n, ep.Network, a.settings(), ep.Nets(), a.Mode)
 }
+
+var _ feature.PodRebuilder = pod{}
+
+// Rebuild applies the network's masquerade settings for a record rebuilt
+// from the kernel, as ADD did, and keeps them in it.
+func (p pod) Rebuild(n *node.Node, ep *feature.Endpoint) error {
+	return p.Add(n, ep, nil)
+}

@@ -191,7 +191,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if mtu == 0 {
 		mtu = defaultMTU() - needs.Overhead
 	}
-	host, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName))
+	host, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName, c.Name))
 	if err != nil {
 		if errors.Is(err, veth.ErrInterfaceExists) {
 			keepIPAM = veth.Exists(hostName)

@@ -70,7 +70,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		errs = append(errs, err)
 	}
 	for _, l := range links {
-		if _, _, named := veth.Owner(l); !named && kept[l.Attrs().Name] == nil {
+		if _, named := veth.Owner(l); !named && kept[l.Attrs().Name] == nil {
 			if err := Teardown(n, l.Attrs().Name); err != nil {
 				errs = append(errs, err)
 			}

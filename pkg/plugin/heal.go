@@ -92,19 +92,18 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	}
 	present := map[string]bool{}
 	var errs []error
-	// This call loaded the programs: after a bpffs remount, the maps no
-	// live program kept (and so could not be pinned again) are empty.
-	restore := n.Loaded() && !o.DryRun
+	rebuilt := map[string]bool{}
 	for _, l := range links {
 		name := l.Attrs().Name
 		present[name] = true
-		if recorded[name] && restore && name != o.Skip {
-			errs = append(errs, withAttachment(n, name, func() error { return restoreEndpoint(n, l, h) }))
-		}
 		if recorded[name] || name == o.Skip {
 			continue
 		}
-		errs = append(errs, withAttachment(n, name, func() error { return healLink(n, l, o, h) }))
+		errs = append(errs, withAttachment(n, name, func() error {
+			ok, err := healLink(n, l, o, h)
+			rebuilt[name] = ok
+			return err
+		}))
 	}
 	for _, name := range names {
 		if present[name] || name == o.Skip {
@@ -112,12 +111,32 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 		}
 		errs = append(errs, withAttachment(n, name, func() error { return reclaim(n, name, o, h) }))
 	}
-	if len(h.Rebuilt) > 0 && !o.DryRun {
+	if o.DryRun {
+		return h, errors.Join(errs...)
+	}
+	if len(h.Rebuilt) > 0 {
 		// The node-wide records went with the endpoints' (one stateDir).
 		for _, f := range features.All {
 			if nr, ok := f.(feature.NodeRebuilder); ok {
 				errs = append(errs, nr.RebuildNode(n))
 			}
+		}
+	}
+	// This call loaded the programs (after a bpffs remount, the maps that
+	// no surviving program kept are empty), or records were rebuilt (their
+	// programs and entries may be gone with them): every live endpoint gets
+	// what it lacks written again.
+	if n.Loaded() || len(h.Rebuilt) > 0 {
+		var pods []feature.Pod
+		if o.Config != nil {
+			pods = configuredPods(o.Config)
+		}
+		for _, l := range links {
+			name := l.Attrs().Name
+			if name == o.Skip || !(recorded[name] || rebuilt[name]) {
+				continue
+			}
+			errs = append(errs, withAttachment(n, name, func() error { return restoreEndpoint(n, l, pods, rebuilt[name], o) }))
 		}
 	}
 	sort.Strings(h.Rebuilt)
@@ -168,15 +187,44 @@ func withAttachment(n *node.Node, hostIfName string, f func() error) error {
 	return f()
 }
 
+// configuredPods are the features configured from the calling network's
+// configuration, as far as it configures them (STATUS has no runtime
+// configuration); a feature that cannot parse it is left out.
+func configuredPods(c *Config) []feature.Pod {
+	pods := make([]feature.Pod, len(features.All))
+	for i, f := range features.All {
+		if p, err := f.Parse(c.IPAMConf); err == nil {
+			pods[i] = p
+		}
+	}
+	return pods
+}
+
 // restoreEndpoint writes the features' map entries of a recorded endpoint
-// again where they are missing (feature.Restorer).
-func restoreEndpoint(n *node.Node, l netlink.Link, h *Healed) error {
+// again where they are missing (feature.Restorer); a record rebuilt in the
+// calling network first gets the state its features can tell from the
+// network's configuration (feature.PodRebuilder).
+func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt bool, o HealOptions) error {
 	r, err := n.Record(l.Attrs().Name)
 	if err != nil || r.HostIfIndex != l.Attrs().Index {
 		return nil
 	}
-	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l}
+	mode := attach.DefaultMode
+	if o.Config != nil {
+		mode = o.Config.Mode
+	}
+	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l, Mode: mode}
 	var errs []error
+	if rebuilt && o.Config != nil && r.Network == o.Config.Name {
+		ep.DeviceMode = attach.DeviceMode(o.Config.AttachMode)
+		for i, p := range pods {
+			if pr, ok := p.(feature.PodRebuilder); ok {
+				if err := pr.Rebuild(n, ep); err != nil {
+					errs = append(errs, fmt.Errorf("rebuilding %s of %s: %w", features.All[i].Name(), r.HostIfName, err))
+				}
+			}
+		}
+	}
 	for _, f := range features.All {
 		if rs, ok := f.(feature.Restorer); ok {
 			if err := rs.Restore(n, ep); err != nil {
@@ -184,47 +232,47 @@ func restoreEndpoint(n *node.Node, l netlink.Link, h *Healed) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, n.WriteRecord(r))...)
 }
 
-// healLink rebuilds the record of a live host veth, or removes a pair
-// nobody can own.
-func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) error {
+// healLink rebuilds the record of a live host veth (true), or removes a
+// pair nobody can own.
+func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) (bool, error) {
 	name := l.Attrs().Name
 	if _, err := n.Record(name); err == nil {
-		return nil // its call wrote it meanwhile
+		return false, nil // its call wrote it meanwhile
 	}
 	r, ok := Rebuild(n, l)
 	if !ok {
 		h.Removed = append(h.Removed, fmt.Sprintf("host veth %s: no owner (a call killed before it was named); removed", name))
 		if o.DryRun {
-			return nil
+			return false, nil
 		}
-		return veth.DeleteHost(name)
+		return false, veth.DeleteHost(name)
 	}
 	if o.Config != nil && r.InNetwork(o.Config.Name) {
 		r.Network = o.Config.Name
 	}
 	h.Rebuilt = append(h.Rebuilt, fmt.Sprintf("record of %s/%s (host veth %s) rebuilt from the kernel", r.ContainerID, r.IfName, name))
 	if o.DryRun {
-		return nil
+		return false, nil
 	}
-	if _, _, named := veth.Owner(l); !named {
-		if err := veth.SetAlias(l, r.ContainerID, r.IfName); err != nil {
-			return err
+	if _, named := veth.Owner(l); !named {
+		if err := veth.SetAlias(l, r.ContainerID, r.IfName, r.Network); err != nil {
+			return false, err
 		}
 	}
 	if err := n.WriteRecord(r); err != nil {
-		return err
+		return false, err
 	}
 	// ebpf-ipam's own state may be lost too (its files with the stateDir,
 	// its map with the bpffs): the pod's addresses must stay taken.
 	if o.Config != nil && r.Network == o.Config.Name && o.Config.IPAMType == DefaultIPAM {
 		if _, err := ebpfipam.Adopt(o.Config.IPAMConf, "", r.ContainerID, r.IfName, r.Addrs()); err != nil {
-			return fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
+			return true, fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // Rebuild is the record of the live host veth l as the kernel tells it;
@@ -238,7 +286,8 @@ func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) error {
 func Rebuild(n *node.Node, l netlink.Link) (*node.Record, bool) {
 	a := l.Attrs()
 	r := &node.Record{HostIfName: a.Name, HostIfIndex: a.Index, HostMAC: a.HardwareAddr.String(), Rebuilt: true}
-	cid, ifName, named := veth.Owner(l)
+	owned, named := veth.Owner(l)
+	cid, ifName := owned.ContainerID, owned.IfName
 	var dev maps.CniEndpointDev
 	haveDev := false
 	if m, err := n.PinnedMap(maps.CniMapEndpointDevs); err == nil && m != nil {
@@ -254,8 +303,10 @@ func Rebuild(n *node.Node, l netlink.Link) (*node.Record, bool) {
 	var ips []net.IP
 	if haveDev {
 		r.MAC = net.HardwareAddr(dev.Mac[:]).String()
+		r.Flags = uint32(dev.Flags)
 		ips = maps.EndpointIPs(&dev)
 	} else {
+		r.MAC = veth.PeerMAC(l)
 		ips = hostRouteIPs(l)
 	}
 	for _, ip := range ips {
@@ -271,6 +322,9 @@ func Rebuild(n *node.Node, l netlink.Link) (*node.Record, bool) {
 		if m.Lookup(&k, &info) == nil && int(info.Ifindex) == a.Index {
 			r.NetID = info.NetId
 		}
+	}
+	if owned.Network != "" {
+		r.Network, r.NetID = owned.Network, maps.NetID(owned.Network)
 	}
 	dir := node.LinkDir(n.BPFRoot, a.Name)
 	for _, hook := range endpointHooks() {

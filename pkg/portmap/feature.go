@@ -234,6 +234,7 @@ func (Feature) Rebuild(n *node.Node, ep *feature.Endpoint) error {
 	if len(ports) == 0 {
 		return nil
 	}
+	ep.Record.Flags |= uint32(maps.CniEndpointFlagsEP_F_HOSTPORT) // its replies need reverse DNAT
 	return ep.SetFeature(name, ports)
 }
 

@@ -335,6 +335,15 @@ func Rebuild(n *node.Node) error {
 				set.Attachments = append(set.Attachments, a)
 			}
 		}
+		// The programs were loaded again before this record existed (a
+		// bpffs remounted too): move the uplink to them.
+		if progs, err := n.Programs(); err == nil && !attached(l, progs) {
+			for _, a := range set.Attachments {
+				if prog, err := progs.Prog(a.Hook); err == nil {
+					errs = append(errs, attach.Replace(a, int(idx), hook(a.Hook), prog))
+				}
+			}
+		}
 		if len(set.Attachments) > 0 {
 			errs = append(errs, n.SaveAttachments(set))
 		}

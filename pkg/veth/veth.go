@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,9 +45,15 @@ func HostName(containerID, ifName string) string {
 	return HostPrefix + hex.EncodeToString(sum[:])[:12]
 }
 
-// Alias is the ifalias ebpf-cni gives a host veth.
-func Alias(containerID, ifName string) string {
+// Alias is the ifalias ebpf-cni gives a host veth: the attachment and its
+// network, "ebpf-cni:<container ID>/<ifname> <network>" (an interface name
+// has no blank), so a record lost with the stateDir can be rebuilt from
+// the kernel alone.
+func Alias(containerID, ifName, network string) string {
 	a := aliasPrefix + containerID + "/" + ifName
+	if network != "" && !strings.ContainsAny(network, " \t\n") {
+		a += " " + network
+	}
 	if len(a) > 255 { // IFALIASZ - 1
 		a = a[:255]
 	}
@@ -78,24 +85,36 @@ func ourName(name string) bool {
 	return true
 }
 
-// Owner is the attachment (container ID, ifname) a host veth's alias
-// names; ok is false when the alias is missing (a call killed between
-// creating the pair and naming it) or not ours.
-func Owner(l netlink.Link) (containerID, ifName string, ok bool) {
+// Owned is whose a host veth is, as its alias says.
+type Owned struct {
+	ContainerID, IfName string
+	// Network is empty when the alias does not name it (builds before
+	// it did, or a name cut at IFALIASZ).
+	Network string
+}
+
+// Owner is the attachment a host veth's alias names; ok is false when the
+// alias is missing (a call killed between creating the pair and naming
+// it) or not ours.
+func Owner(l netlink.Link) (o Owned, ok bool) {
 	rest, found := strings.CutPrefix(l.Attrs().Alias, aliasPrefix)
 	if !found {
-		return "", "", false
+		return o, false
 	}
-	i := strings.LastIndexByte(rest, '/')
-	if i <= 0 || i == len(rest)-1 || HostName(rest[:i], rest[i+1:]) != l.Attrs().Name {
-		return "", "", false // not ours, or cut at IFALIASZ
+	att, network, _ := strings.Cut(rest, " ")
+	i := strings.LastIndexByte(att, '/')
+	if i <= 0 || i == len(att)-1 || HostName(att[:i], att[i+1:]) != l.Attrs().Name {
+		return o, false // not ours, or cut at IFALIASZ
 	}
-	return rest[:i], rest[i+1:], true
+	if len(l.Attrs().Alias) == 255 {
+		network = "" // maybe cut
+	}
+	return Owned{ContainerID: att[:i], IfName: att[i+1:], Network: network}, true
 }
 
 // SetAlias names the attachment on a host veth that lacks its alias.
-func SetAlias(l netlink.Link, containerID, ifName string) error {
-	if err := netlink.LinkSetAlias(l, Alias(containerID, ifName)); err != nil {
+func SetAlias(l netlink.Link, containerID, ifName, network string) error {
+	if err := netlink.LinkSetAlias(l, Alias(containerID, ifName, network)); err != nil {
 		return fmt.Errorf("setting alias of %s: %w", l.Attrs().Name, err)
 	}
 	return nil
@@ -183,4 +202,29 @@ func HostLinks() ([]netlink.Link, error) {
 		}
 	}
 	return out, nil
+}
+
+// PeerMAC is the MAC of the host veth l's peer in the pod, asked of the
+// kernel across namespaces (IFLA_TARGET_NETNSID): a record rebuilt
+// without the endpoint maps learns the pod's MAC without a path to its
+// netns. Empty when the kernel does not tell.
+func PeerMAC(l netlink.Link) string {
+	a := l.Attrs()
+	if a.ParentIndex == 0 || a.NetNsID < 0 {
+		return ""
+	}
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(a.ParentIndex)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFLA_TARGET_NETNSID, nl.Uint32Attr(uint32(a.NetNsID))))
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
+	if err != nil || len(msgs) != 1 {
+		return ""
+	}
+	peer, err := netlink.LinkDeserialize(nil, msgs[0])
+	if err != nil || peer.Attrs().HardwareAddr == nil {
+		return ""
+	}
+	return peer.Attrs().HardwareAddr.String()
 }

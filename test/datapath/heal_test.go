@@ -57,6 +57,11 @@ func (h *healNode) works(t *testing.T, when string) {
 	}
 	for _, ip := range []net.IP{nettest.NodeIP4, nettest.NodeIP6} {
 		c, err := dialFrom(h.node.World, 0, ip, 8080)
+		if err != nil {
+			ports, _ := h.cliRun("ports")
+			eps, _ := h.cliRun("endpoints")
+			t.Logf("ports:\n%s\nendpoints:\n%s", ports, eps)
+		}
 		require.NoError(t, err, "%s: hostPort: TCP from the world to %s", when, hp(ip, 8080))
 		c.Close()
 	}
