@@ -40,7 +40,9 @@ JSON: {"dryRun", "programsLoaded", "rebuilt": [], "reclaimed": [],
 something could not be mended, 3 when problems remain.`,
 		Flags: func(fs *flag.FlagSet) func(*Context) error {
 			dry := fs.Bool("dry-run", false, "list what would be mended, change nothing")
-			return func(ctx *Context) error { return runRepair(ctx, *dry) }
+			confDir := fs.String("cni-conf-dir", "/etc/cni/net.d", "where the runtime's network configurations are: each ebpf-cni network found there (with this --bpf-root and --state-dir) is mended as its CNI STATUS would")
+			accept := fs.Bool("accept-loss", false, "keep the pods whose published ports and limits were lost with both the stateDir and the bpffs as they are (CNI STATUS fails until then)")
+			return func(ctx *Context) error { return runRepair(ctx, repairOptions{dryRun: *dry, confDir: *confDir, acceptLoss: *accept}) }
 		},
 	})
 }
@@ -55,7 +57,13 @@ type repairOutput struct {
 	Problems       []string `json:"problems"`
 }
 
-func runRepair(ctx *Context, dryRun bool) error {
+type repairOptions struct {
+	dryRun, acceptLoss bool
+	confDir            string
+}
+
+func runRepair(ctx *Context, ro repairOptions) error {
+	dryRun := ro.dryRun
 	// A remounted bpffs has no bpfRoot any more: repair makes it again.
 	dir, mounted, err := bpffsMount(ctx.BPFRoot)
 	if err != nil {
@@ -81,7 +89,31 @@ func runRepair(ctx *Context, dryRun bool) error {
 	if err != nil {
 		failed = append(failed, err)
 	}
-	out.Rebuilt, out.Reclaimed, out.Removed, out.Problems = h.Rebuilt, h.Reclaimed, h.Removed, h.Problems
+	// Then as each network's STATUS would: what only a network's
+	// configuration tells (its masquerade settings, its IPAM) completes
+	// the records rebuilt above.
+	confs, notes := networkConfigs(ro.confDir, ctx)
+	out.Problems = append(out.Problems, notes...)
+	for _, c := range confs {
+		hc, err := plugin.Heal(nd, plugin.HealOptions{Config: c, DryRun: dryRun})
+		if err != nil {
+			failed = append(failed, fmt.Errorf("network %s: %w", c.Name, err))
+		}
+		h.Reclaimed = append(h.Reclaimed, hc.Reclaimed...) // their IPAM released with the network's
+		h.Lost = hc.Lost
+	}
+	if ro.acceptLoss && !dryRun {
+		for _, name := range h.Lost {
+			if err := node.Unmark(ctx.StateDir, node.MarkLossy, name); err != nil {
+				failed = append(failed, err)
+			}
+		}
+		h.Lost = nil
+	}
+	for _, name := range h.Lost {
+		h.Problems = append(h.Problems, fmt.Sprintf("host veth %s: its record was rebuilt with neither the stateDir nor the bpffs: published ports and bandwidth limits it had are lost; delete and recreate its pod, or ebpf-cni repair --accept-loss", name))
+	}
+	out.Rebuilt, out.Reclaimed, out.Removed, out.Problems = h.Rebuilt, h.Reclaimed, h.Removed, append(out.Problems, h.Problems...)
 	for _, r := range h.Gone {
 		released, note, err := releaseIPAM(ctx, r, dryRun)
 		out.IPAMReleased = append(out.IPAMReleased, released...)

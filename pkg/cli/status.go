@@ -166,6 +166,9 @@ func collectStatus(ctx *Context) *Status {
 		return st
 	}
 	st.Endpoints = len(n.Endpoints)
+	for _, name := range node.Marked(ctx.StateDir, node.MarkLossy) {
+		problem("host veth %s: its record was rebuilt with neither the stateDir nor the bpffs: published ports and bandwidth limits it had are lost (CNI STATUS fails with 51 until then): delete and recreate its pod, or ebpf-cni repair --accept-loss", name)
+	}
 	// The node's last endpoint takes the node-wide attachments with it
 	// (DEL, GC, ebpf-cni gc): any left without an endpoint is a leftover.
 	if len(n.Endpoints) == 0 {

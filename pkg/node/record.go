@@ -256,13 +256,64 @@ func ReadRecord(stateDir, hostIfName string) (*Record, error) {
 	return r, nil
 }
 
-// RemoveRecord deletes a record; a missing one is fine.
+// RemoveRecord deletes a record, and its marks; a missing one is fine.
 func RemoveRecord(stateDir, hostIfName string) error {
 	err := os.Remove(recordPath(stateDir, hostIfName))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing record of %s: %w", hostIfName, err)
 	}
+	for _, m := range []Mark{MarkPending, MarkLossy} {
+		_ = Unmark(stateDir, m, hostIfName)
+	}
 	return nil
+}
+
+// Mark is a fact about a record rebuilt from the kernel, kept beside it as
+// an empty file, so a STATUS finds the records that need it without
+// reading every record.
+type Mark string
+
+const (
+	// MarkPending: rebuilt without its network's configuration (the
+	// operator's repair); the next call of its network completes it.
+	MarkPending Mark = "pending"
+	// MarkLossy: rebuilt with neither its file nor the maps: what only
+	// they held (published ports, bandwidth limits) is lost.
+	MarkLossy Mark = "lossy"
+)
+
+func markPath(stateDir string, m Mark, hostIfName string) string {
+	return filepath.Join(stateDir, "marks", string(m), hostIfName)
+}
+
+// SetMark marks the record of hostIfName.
+func SetMark(stateDir string, m Mark, hostIfName string) error {
+	p := markPath(stateDir, m, hostIfName)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(p), err)
+	}
+	return os.WriteFile(p, nil, 0o600)
+}
+
+// Unmark removes a mark; a missing one is fine.
+func Unmark(stateDir string, m Mark, hostIfName string) error {
+	if err := os.Remove(markPath(stateDir, m, hostIfName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Marked lists the host veths whose records carry m.
+func Marked(stateDir string, m Mark) []string {
+	ents, err := os.ReadDir(filepath.Dir(markPath(stateDir, m, "x")))
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
 }
 
 // Records lists every endpoint record of the node.

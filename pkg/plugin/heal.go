@@ -47,6 +47,10 @@ type Healed struct {
 	Reclaimed []string `json:"reclaimed"`
 	Removed   []string `json:"removed"`
 	Problems  []string `json:"problems"`
+	// Lost are the host veths whose records were rebuilt with neither
+	// their file nor the maps (node.MarkLossy): STATUS fails until their
+	// pods are deleted or the operator accepts the loss.
+	Lost []string `json:"lost"`
 	// Gone are the records of the reclaimed attachments (the operator's
 	// repair releases their ebpf-ipam addresses).
 	Gone []*node.Record `json:"-"`
@@ -74,7 +78,7 @@ type HealOptions struct {
 // pod is gone. It runs in the node's network namespace; the caller holds
 // the node lock (shared or exclusive) or none.
 func Heal(n *node.Node, o HealOptions) (*Healed, error) {
-	h := &Healed{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Problems: []string{}}
+	h := &Healed{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Problems: []string{}, Lost: []string{}}
 	links, err := veth.HostLinks()
 	if err != nil {
 		return h, err
@@ -114,6 +118,27 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	if o.DryRun {
 		return h, errors.Join(errs...)
 	}
+	// Records rebuilt by a call without this network's configuration.
+	if o.Config != nil {
+		for _, name := range node.Marked(n.StateDir, node.MarkPending) {
+			if !present[name] || rebuilt[name] || name == o.Skip {
+				continue
+			}
+			errs = append(errs, withAttachment(n, name, func() error {
+				r, err := n.Record(name)
+				if err != nil || !r.InNetwork(o.Config.Name) {
+					return nil
+				}
+				rebuilt[name] = true
+				return adopt(n, r, o.Config)
+			}))
+		}
+	}
+	for _, name := range node.Marked(n.StateDir, node.MarkLossy) {
+		if present[name] {
+			h.Lost = append(h.Lost, name)
+		}
+	}
 	if len(h.Rebuilt) > 0 {
 		// The node-wide records went with the endpoints' (one stateDir).
 		for _, f := range features.All {
@@ -126,7 +151,7 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	// no surviving program kept are empty), or records were rebuilt (their
 	// programs and entries may be gone with them): every live endpoint gets
 	// what it lacks written again.
-	if n.Loaded() || len(h.Rebuilt) > 0 {
+	if n.Loaded() || len(rebuilt) > 0 {
 		var pods []feature.Pod
 		if o.Config != nil {
 			pods = configuredPods(o.Config)
@@ -165,8 +190,16 @@ func healNode(n *node.Node, c *Config, skip string) error {
 	for _, line := range append(append(h.Rebuilt, h.Reclaimed...), h.Removed...) {
 		fmt.Fprintln(os.Stderr, "ebpf-cni: healed: "+line)
 	}
+	if err == nil && len(h.Lost) > 0 {
+		err = fmt.Errorf("%w: host veths %s: delete and recreate their pods (their published ports and bandwidth limits, if they had any, were lost with both the stateDir and the bpffs); ebpf-cni repair --accept-loss keeps them as they are",
+			errLost, strings.Join(h.Lost, ", "))
+	}
 	return err
 }
+
+// errLost: pods whose records were rebuilt with neither the files nor the
+// maps.
+var errLost = errors.New("pods lost what only the stateDir and the bpffs held")
 
 // healStamp is the file whose time says when the node was last healed.
 const healStamp = "healed"
@@ -242,7 +275,7 @@ func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) (bool, err
 	if _, err := n.Record(name); err == nil {
 		return false, nil // its call wrote it meanwhile
 	}
-	r, ok := Rebuild(n, l)
+	r, lossy, ok := Rebuild(n, l)
 	if !ok {
 		h.Removed = append(h.Removed, fmt.Sprintf("host veth %s: no owner (a call killed before it was named); removed", name))
 		if o.DryRun {
@@ -265,27 +298,49 @@ func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) (bool, err
 	if err := n.WriteRecord(r); err != nil {
 		return false, err
 	}
-	// ebpf-ipam's own state may be lost too (its files with the stateDir,
-	// its map with the bpffs): the pod's addresses must stay taken.
-	if o.Config != nil && r.Network == o.Config.Name && o.Config.IPAMType == DefaultIPAM {
-		if _, err := ebpfipam.Adopt(o.Config.IPAMConf, "", r.ContainerID, r.IfName, r.Addrs()); err != nil {
-			return true, fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
+	if lossy {
+		if err := node.SetMark(n.StateDir, node.MarkLossy, name); err != nil {
+			return true, err
 		}
 	}
-	return true, nil
+	if o.Config == nil || !r.InNetwork(o.Config.Name) {
+		// Its network's next call completes it (adopt).
+		return true, node.SetMark(n.StateDir, node.MarkPending, name)
+	}
+	return true, adopt(n, r, o.Config)
+}
+
+// adopt completes a rebuilt record with what its network's configuration
+// tells: its name, and, where ebpf-ipam keeps the addresses, the pod's
+// addresses kept taken (ebpf-ipam's own state may be lost too: its files
+// with the stateDir, its map with the bpffs).
+func adopt(n *node.Node, r *node.Record, c *Config) error {
+	if r.Network == "" {
+		r.Network = c.Name
+		if err := n.WriteRecord(r); err != nil {
+			return err
+		}
+	}
+	if c.IPAMType == DefaultIPAM {
+		if _, err := ebpfipam.Adopt(c.IPAMConf, "", r.ContainerID, r.IfName, r.Addrs()); err != nil {
+			return fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
+		}
+	}
+	return node.Unmark(n.StateDir, node.MarkPending, r.HostIfName)
 }
 
 // Rebuild is the record of the live host veth l as the kernel tells it;
-// false when nothing tells whose it is. The owner comes from the veth's
+// ok is false when nothing tells whose it is, lossy true when the maps
+// were lost with it. The owner comes from the veth's
 // alias, or from its endpoint_devs entry (a call killed before the alias
 // had written it); the name must be that owner's (veth.HostName). The
 // addresses come from endpoint_devs, or from the host routes to the pod;
 // the network from the endpoint entries' key; the attachments from the
 // veth's hooks; each feature fills in what its maps tell
 // (feature.Rebuilder).
-func Rebuild(n *node.Node, l netlink.Link) (*node.Record, bool) {
+func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 	a := l.Attrs()
-	r := &node.Record{HostIfName: a.Name, HostIfIndex: a.Index, HostMAC: a.HardwareAddr.String(), Rebuilt: true}
+	r = &node.Record{HostIfName: a.Name, HostIfIndex: a.Index, HostMAC: a.HardwareAddr.String(), Rebuilt: true}
 	owned, named := veth.Owner(l)
 	cid, ifName := owned.ContainerID, owned.IfName
 	var dev maps.CniEndpointDev
@@ -297,7 +352,7 @@ func Rebuild(n *node.Node, l netlink.Link) (*node.Record, bool) {
 		cid, ifName = maps.GoString(dev.ContainerId[:]), maps.GoString(dev.Ifname[:])
 	}
 	if cid == "" || veth.HostName(cid, ifName) != a.Name {
-		return nil, false
+		return nil, false, false
 	}
 	r.ContainerID, r.IfName = cid, ifName
 	var ips []net.IP
@@ -338,7 +393,10 @@ func Rebuild(n *node.Node, l netlink.Link) (*node.Record, bool) {
 			_ = rb.Rebuild(n, ep) // what a feature cannot tell stays out of the record; GC sweeps it
 		}
 	}
-	return r, true
+	// Without the endpoint maps the features' per-pod state (published
+	// ports, bandwidth limits) is known to neither the files nor the
+	// kernel: lost.
+	return r, !haveDev, true
 }
 
 // endpointHooks are the hooks the features put on host veths.

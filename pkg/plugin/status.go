@@ -47,8 +47,12 @@ func CmdStatus(args *skel.CmdArgs) error {
 	// containerd 2.x calls STATUS every 5 s: the kernel and the records
 	// are compared and mended here (heal.go).
 	if err := healNode(n, c, ""); err != nil {
-		return types.NewError(ErrUnavailableDamaged, "repairing the node's state failed: existing pods may have lost connectivity",
-			err.Error()+"; run ebpf-cni status in the node's network namespace for what is wrong, and ebpf-cni repair")
+		msg := "repairing the node's state failed: existing pods may have lost connectivity"
+		if errors.Is(err, errLost) {
+			msg = "existing pods lost part of their network state"
+		}
+		return types.NewError(ErrUnavailableDamaged, msg+": "+err.Error(),
+			"run ebpf-cni status in the node's network namespace for what is wrong, and ebpf-cni repair")
 	}
 	if err := Delegate.Status(c); err != nil {
 		// An IPAM plugin that cannot allocate makes ADD fail: for the
