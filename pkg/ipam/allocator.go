@@ -95,6 +95,9 @@ func allocateInSet(s *Store, c *Config, i int, set RangeSet, prev *Attachment, c
 			}
 			return nil, false, types.NewError(ErrAddressInUse, fmt.Sprintf("requested address %s is already held by %s", requested, who), "")
 		}
+		if isMapFull(err) {
+			return nil, false, mapFullError(maps.CniMapIpamAllocs, s.allocs, "one per address held on this node")
+		}
 		if err != nil {
 			return nil, false, types.NewError(types.ErrIOFailure, fmt.Sprintf("reserving %s", requested), err.Error())
 		}
@@ -128,12 +131,18 @@ func nextFree(s *Store, i int, set RangeSet, containerID, ifname string) (net.IP
 			if err == nil {
 				if err := s.SetCursor(i, ip); err != nil {
 					_ = s.Release(ip)
+					if isMapFull(err) {
+						return nil, mapFullError(maps.CniMapIpamCursors, s.cursors, "one per range set of every network with an address on this node")
+					}
 					return nil, types.NewError(types.ErrIOFailure, "recording allocation cursor", err.Error())
 				}
 				return ip, nil
 			}
+			if isMapFull(err) {
+				return nil, mapFullError(maps.CniMapIpamAllocs, s.allocs, "one per address held on this node")
+			}
 			if !errors.Is(err, ebpf.ErrKeyExist) {
-				return nil, types.NewError(ErrRangeFull, fmt.Sprintf("reserving %s (is the allocation map full?)", ip), err.Error())
+				return nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("reserving %s", ip), err.Error())
 			}
 		}
 		ip = nextIP(ip)

@@ -84,6 +84,9 @@ func ParseDelConfig(stdin []byte) (*Config, *NetConf, error) {
 	if n.IPAM == nil {
 		return nil, nil, invalidConfig("ipam", "missing ipam section")
 	}
+	if err := checkNetworkName(n.Name); err != nil {
+		return nil, nil, err
+	}
 	c := &Config{Network: n.Name, CNIVersion: n.CNIVersion, BPFRoot: n.IPAM.BPFRoot, StateDir: n.IPAM.StateDir}
 	if c.BPFRoot == "" {
 		c.BPFRoot = config.DefaultBPFRoot
@@ -232,3 +235,23 @@ func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet) (map[int]net.IP, 
 }
 
 func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }
+
+// MaxNetworkName is the longest network name, in bytes: the name is the
+// name of the network's state directory, and a file name holds 255 bytes.
+const MaxNetworkName = 255
+
+// ValidNetworkName reports whether name can name a network's state: not
+// empty, at most MaxNetworkName bytes, and one path element.
+func ValidNetworkName(name string) bool { return checkNetworkName(name) == nil }
+
+func checkNetworkName(name string) error {
+	switch {
+	case name == "":
+		return invalidConfig("name", "missing network name")
+	case len(name) > MaxNetworkName:
+		return invalidConfig("name", fmt.Sprintf("network name of %d bytes; at most %d", len(name), MaxNetworkName))
+	case name == "." || name == ".." || strings.ContainsAny(name, "/\x00"):
+		return invalidConfig("name", fmt.Sprintf("network name %q is not a file name (no \"/\", NUL, \".\" or \"..\")", name))
+	}
+	return nil
+}
