@@ -462,6 +462,9 @@ func (s *Store) Attachments() ([]*Attachment, error) {
 	}
 	dir := filepath.Join(s.dir, "owners")
 	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
