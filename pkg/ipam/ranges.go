@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"strings"
 )
 
 // Range is one canonical address range inside a subnet.
@@ -61,7 +62,7 @@ func (r *Range) String() string {
 	return fmt.Sprintf("%s-%s", r.Start, r.End)
 }
 
-func parseRangeSets(raw []rawRangeSet, key string) ([]RangeSet, error) {
+func parseRangeSets(raw []rawRangeSet, key string, node []NodeNet) ([]RangeSet, error) {
 	var sets []RangeSet
 	for i, rs := range raw {
 		setKey := fmt.Sprintf("%s[%d]", key, i)
@@ -79,6 +80,9 @@ func parseRangeSets(raw []rawRangeSet, key string) ([]RangeSet, error) {
 			}
 			r, err := rr.parse(rKey)
 			if err != nil {
+				return nil, err
+			}
+			if err := checkSubnet(rKey+".subnet", &r.Subnet, r.Gateway, node); err != nil {
 				return nil, err
 			}
 			if len(set) > 0 && family(r.Subnet.IP) != set.Family() {
@@ -117,6 +121,9 @@ func (rr rawRange) parse(key string) (*Range, error) {
 	ip, subnet, err := net.ParseCIDR(rr.Subnet)
 	if err != nil {
 		return nil, invalidConfig(key+".subnet", fmt.Sprintf("%q is not a CIDR", rr.Subnet))
+	}
+	if ip.To4() != nil && strings.Contains(rr.Subnet, ":") {
+		return nil, invalidConfig(key+".subnet", fmt.Sprintf("%q is an IPv4-mapped IPv6 subnet: write the IPv4 subnet", rr.Subnet))
 	}
 	subnet.IP = canonicalIP(subnet.IP)
 	ones, bits := subnet.Mask.Size()

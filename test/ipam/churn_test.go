@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
@@ -137,8 +138,11 @@ func TestNetworkChurn(t *testing.T) {
 			continue
 		}
 		stdin := ipamConf(name)
-		inProcessAdd(t, stdin, "c")
-		inProcessDel(t, stdin, "c")
+		require.NoError(t, node.NS.Do(func(ns.NetNS) error { // where ebpf-cni runs it
+			inProcessAdd(t, stdin, "c")
+			inProcessDel(t, stdin, "c")
+			return nil
+		}))
 		if i%5000 == 1 {
 			readBookkeeping(t, node.BPFRoot, node.StateDir).requireOnly(t)
 		}
@@ -220,7 +224,11 @@ func TestForgetWhileOthersWait(t *testing.T) {
 			for r := 0; r < rounds && err == nil; r++ {
 				id := fmt.Sprintf("w%d-%d", w, r)
 				for _, cmd := range []string{"ADD", "DEL"} {
-					out := testutil.Run(t, e.bin, testutil.Call{Command: cmd, ContainerID: id, NetNS: "/var/run/netns/none", IfName: "eth0", Path: "/nonexistent", Stdin: stdin})
+					var out *testutil.Output
+					_ = e.node.NS.Do(func(ns.NetNS) error {
+						out = testutil.Run(t, e.bin, testutil.Call{Command: cmd, ContainerID: id, NetNS: "/var/run/netns/none", IfName: "eth0", Path: "/nonexistent", Stdin: stdin})
+						return nil
+					})
 					if out.ExitCode != 0 {
 						err = fmt.Errorf("%s %s: exit %d: %s", cmd, id, out.ExitCode, out.Stdout)
 						break
