@@ -14,9 +14,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
