@@ -15,7 +15,13 @@ import (
 // Allocate gives (containerID, ifname) one address per range set. A repeated
 // ADD returns what the attachment already holds. If any range set fails,
 // every address this call took is released again.
-func Allocate(s *Store, c *Config, containerID, ifname string) (_ []*current.IPConfig, err error) {
+func Allocate(s *Store, c *Config, containerID, ifname string) ([]*current.IPConfig, error) {
+	return AllocateIn(s, c, containerID, ifname, "")
+}
+
+// AllocateIn is Allocate recording the attachment's network namespace
+// (CNI_NETNS), so that a leak is told from a live attachment later.
+func AllocateIn(s *Store, c *Config, containerID, ifname, netns string) (_ []*current.IPConfig, err error) {
 	prev, err := s.Attachment(containerID, ifname)
 	if err != nil {
 		return nil, types.NewError(types.ErrIOFailure, "reading attachment record", err.Error())
@@ -29,7 +35,7 @@ func Allocate(s *Store, c *Config, containerID, ifname string) (_ []*current.IPC
 		}
 	}()
 
-	att := &Attachment{ContainerID: containerID, IfName: ifname}
+	att := &Attachment{ContainerID: containerID, IfName: ifname, NetNS: netns}
 	var out []*current.IPConfig
 	for i, set := range c.RangeSets {
 		ip, fresh, err := allocateInSet(s, c, i, set, prev, containerID, ifname)

@@ -59,7 +59,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 // cniVersion to print it in: CmdAdd, and ebpf-cni's in-process IPAM.
 func Add(args *skel.CmdArgs) (res *current.Result, cniVersion string, err error) {
 	err = withStore(args, true, true, func(s *Store, c *Config, _ *NetConf) error {
-		ips, err := Allocate(s, c, args.ContainerID, args.IfName)
+		ips, err := AllocateIn(s, c, args.ContainerID, args.IfName, args.Netns)
 		if err != nil {
 			_, _ = s.Forget() // a failed ADD on a new network leaves nothing of it
 			return err

@@ -54,6 +54,9 @@ type Attachment struct {
 	ContainerID string       `json:"containerID"`
 	IfName      string       `json:"ifname"`
 	IPs         []Allocation `json:"ips"`
+	// NetNS is the CNI_NETNS of the ADD: when that namespace is gone, so
+	// is the container, and `ebpf-cni gc` releases what it holds.
+	NetNS string `json:"netns,omitempty"`
 }
 
 // Allocation is one address and the range set it came from.
