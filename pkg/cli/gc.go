@@ -278,28 +278,15 @@ func releaseIPAM(ctx *Context, rec *node.Record, dryRun bool) (released []string
 		// record says instead.
 		return rec.IPs, "", nil
 	}
-	s, err := ipam.Open(&ipam.Config{Network: netName, BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir})
+	// The network's bookkeeping goes with its last address, as on DEL.
+	ips, err := ipam.ReleaseHeld(ctx.BPFRoot, ctx.StateDir, netName, rec.ContainerID, rec.IfName)
+	for _, ip := range ips {
+		released = append(released, ip.String())
+	}
 	if err != nil {
-		return nil, "", fmt.Errorf("opening ebpf-ipam state of %s: %w", netName, err)
+		return released, "", fmt.Errorf("releasing the addresses of %s/%s: %w", rec.ContainerID, rec.IfName, err)
 	}
-	defer s.Close()
-	att, err := s.Attachment(rec.ContainerID, rec.IfName)
-	if err != nil {
-		return nil, "", fmt.Errorf("reading ebpf-ipam record of %s/%s: %w", rec.ContainerID, rec.IfName, err)
-	}
-	before := map[string]bool{}
-	if att != nil {
-		for _, al := range att.IPs {
-			if o, err := s.Owner(al.Address); err == nil && o != nil &&
-				maps.GoString(o.ContainerId[:]) == rec.ContainerID && maps.GoString(o.Ifname[:]) == rec.IfName {
-				before[al.Address.String()] = true
-			}
-		}
-	}
-	if err := ipam.ReleaseAttachment(s, rec.ContainerID, rec.IfName); err != nil {
-		return nil, "", fmt.Errorf("releasing the addresses of %s/%s: %w", rec.ContainerID, rec.IfName, err)
-	}
-	return sortedKeys(before), "", nil
+	return released, "", nil
 }
 
 func printGC(ctx *Context, out *gcOutput) error {

@@ -225,3 +225,47 @@ func Sweep(bpfRoot, stateDir string) ([]string, error) {
 	}
 	return forgot, errors.Join(errs...)
 }
+
+// Room reports, for STATUS, the first node-wide map an ADD on this network
+// would find full (nil when there is room): ipam_allocs always, ipam_nets
+// when the network is not registered, ipam_cursors when it has no cursor.
+func (s *Store) Room() error {
+	if err := s.openCursors(); err != nil {
+		return err
+	}
+	if s.nets == nil {
+		var err error
+		if s.nets, err = s.openMap(maps.CniMapIpamNets); err != nil {
+			return err
+		}
+	}
+	allocs, err := maps.Entries[maps.CniIpamKey, maps.CniIpamOwner](s.allocs)
+	if err != nil {
+		return err
+	}
+	if uint32(len(allocs)) >= s.allocs.MaxEntries() {
+		return mapFullError(maps.CniMapIpamAllocs, s.allocs, "one per address held on this node")
+	}
+	var v maps.CniIpamNet
+	if err := s.nets.Lookup(s.NetID, &v); errors.Is(err, ebpf.ErrKeyNotExist) {
+		nets, err := maps.Entries[uint32, maps.CniIpamNet](s.nets)
+		if err != nil {
+			return err
+		}
+		if uint32(len(nets)) >= s.nets.MaxEntries() {
+			return mapFullError(maps.CniMapIpamNets, s.nets, "every network with an address on this node has one")
+		}
+	}
+	cursors, err := maps.Entries[maps.CniIpamCursorKey, maps.CniIpamCursor](s.cursors)
+	if err != nil {
+		return err
+	}
+	mine := false
+	for _, c := range cursors {
+		mine = mine || c.Key.NetId == s.NetID
+	}
+	if !mine && uint32(len(cursors)) >= s.cursors.MaxEntries() {
+		return mapFullError(maps.CniMapIpamCursors, s.cursors, "one per range set of every network with an address on this node")
+	}
+	return nil
+}

@@ -159,6 +159,13 @@ func CmdStatus(args *skel.CmdArgs) error {
 		}
 	}
 	err := withStore(args, true, false, func(s *Store, c *Config, _ *NetConf) error {
+		if err := s.Room(); err != nil {
+			var e *types.Error
+			if errors.As(err, &e) {
+				return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: "+e.Msg, "")
+			}
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading its maps", err.Error())
+		}
 		used, size, err := Usage(s, c)
 		if err != nil {
 			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading the allocation map", err.Error())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
@@ -189,7 +190,13 @@ func TestFullRegistry(t *testing.T) {
 			break
 		}
 	}
-	cerr := e.run("ADD", "x", other, "").Error(t)
+	cerr := e.run("STATUS", "", other, "").Error(t)
+	require.Equal(t, types.ErrPluginNotAvailable, cerr.Code, cerr.Msg)
+	require.Contains(t, cerr.Msg, "ipam_nets is full")
+	e.network = "testnet"
+	e.run("STATUS", "", stdin, "").Must(t) // registered: its ADD needs no room there
+	e.network = "unknown"
+	cerr = e.run("ADD", "x", other, "").Error(t)
 	require.Equal(t, ipam.ErrMapFull, cerr.Code, cerr.Msg)
 	require.Contains(t, cerr.Msg, "ipam_nets is full (4096 entries")
 	require.Contains(t, cerr.Msg, "ebpf-cni gc")
