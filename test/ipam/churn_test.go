@@ -25,12 +25,13 @@ import (
 // ebpf-ipam map and the directories under <stateDir>/ipam.
 type bookkeeping struct {
 	Allocs, Cursors, Nets map[uint32]int // network ID -> entries
+	Masq                  map[uint32]int // masq_nets, masquerade's settings per network
 	Dirs                  []string
 }
 
 func readBookkeeping(t *testing.T, bpfRoot, stateDir string) bookkeeping {
 	t.Helper()
-	b := bookkeeping{Allocs: map[uint32]int{}, Cursors: map[uint32]int{}, Nets: map[uint32]int{}}
+	b := bookkeeping{Allocs: map[uint32]int{}, Cursors: map[uint32]int{}, Nets: map[uint32]int{}, Masq: map[uint32]int{}}
 	open := func(name string) *ebpf.Map {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(bpfRoot), name), nil)
 		if errors.Is(err, os.ErrNotExist) {
@@ -61,6 +62,13 @@ func readBookkeeping(t *testing.T, bpfRoot, stateDir string) bookkeeping {
 			b.Nets[e.Key]++
 		}
 	}
+	if m := open(maps.CniMapMasqNets); m != nil {
+		es, err := maps.Entries[maps.CniMasqNetKey, maps.CniMasqNet](m)
+		require.NoError(t, err)
+		for _, e := range es {
+			b.Masq[e.Key.NetId]++
+		}
+	}
 	ents, err := os.ReadDir(filepath.Join(stateDir, "ipam"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
@@ -79,7 +87,7 @@ func (b bookkeeping) requireOnly(t *testing.T, live ...string) {
 	for _, n := range live {
 		ids[ipam.NetID(n)] = true
 	}
-	for what, m := range map[string]map[uint32]int{maps.CniMapIpamAllocs: b.Allocs, maps.CniMapIpamCursors: b.Cursors, maps.CniMapIpamNets: b.Nets} {
+	for what, m := range map[string]map[uint32]int{maps.CniMapIpamAllocs: b.Allocs, maps.CniMapIpamCursors: b.Cursors, maps.CniMapIpamNets: b.Nets, maps.CniMapMasqNets: b.Masq} {
 		for id := range m {
 			require.True(t, ids[id], "%s holds network %#x, which has no address", what, id)
 		}

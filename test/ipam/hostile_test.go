@@ -1,6 +1,7 @@
 package ipam_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -79,4 +80,32 @@ func TestHostileRangesThroughEbpfCNI(t *testing.T) {
 		require.Contains(t, cerr.Msg, "ipam.ranges[", cerr.Msg)
 		readBookkeeping(t, node.BPFRoot, node.StateDir).requireOnly(t)
 	}
+}
+
+// A network name is the name of its state directory: over 255 bytes, or
+// not a file name, it is a configuration error naming `name` (not a state
+// error), for every verb, and leaves nothing; 255 bytes work.
+func TestNetworkNames(t *testing.T) {
+	e := newEnv(t)
+	for _, bad := range []string{strings.Repeat("n", 256), "..", "a/b", ""} {
+		e.network = bad
+		stdin := e.conf("1.1.0", `"subnet":"10.73.0.0/24"`)
+		for _, verb := range []string{"ADD", "DEL", "CHECK", "GC", "STATUS"} {
+			cerr := e.run(verb, "c", stdin, "").Error(t)
+			require.Equal(t, types.ErrInvalidNetworkConfig, cerr.Code, "%s %q: %s", verb, bad, cerr.Msg)
+			// skel refuses names with characters the spec does not allow
+			// before the plugin sees them; the plugin checks the length.
+			require.Contains(t, cerr.Msg, "name", "%s %q", verb, bad)
+			if len(bad) > 255 {
+				require.Contains(t, cerr.Msg, "invalid name: network name of 256 bytes; at most 255", verb)
+			}
+		}
+		readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+	}
+	e.network = strings.Repeat("n", 255)
+	stdin := e.conf("1.1.0", `"subnet":"10.73.0.0/24"`)
+	require.Len(t, e.add("c", stdin, "").IPs, 1)
+	readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t, e.network)
+	e.run("DEL", "c", stdin, "").Must(t)
+	readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
 }
