@@ -119,10 +119,16 @@ func open(c *Config, create bool) (*Store, error) {
 			}
 			break // rebuild the records from the map
 		}
-		if err := s.lockOnce(false, LockTimeout); err != nil && err != errNoState {
+		err := s.lockOnce(false, LockTimeout)
+		if err != nil && err != errNoState {
 			return nil, err
 		}
-		// errNoState: Forget removed the directory meanwhile; look again.
+		if err == errNoState {
+			if _, serr := os.Stat(s.dir); serr == nil {
+				break // a directory without its lock file (a Forget cut short): lock it anew
+			}
+			// Forget removed the directory meanwhile: look again.
+		}
 	}
 	if s.lock == nil {
 		if err := s.takeLock(); err != nil {
@@ -602,9 +608,14 @@ func (s *Store) releasedDir() string { return filepath.Join(s.dir, "released") }
 // after a reboot) is success, and creates nothing.
 func ReleaseWithoutMaps(c *Config, containerID, ifname string) error {
 	s := newStore(c)
-	if err := s.lockOnce(false, LockTimeout); err == errNoState {
-		return nil
-	} else if err != nil {
+	err := s.lockOnce(false, LockTimeout)
+	if err == errNoState {
+		if _, serr := os.Stat(s.dir); serr != nil {
+			return nil
+		}
+		err = s.takeLock() // a directory without its lock file
+	}
+	if err != nil {
 		return err
 	}
 	defer s.Close()
