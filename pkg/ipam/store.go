@@ -191,7 +191,8 @@ var errBusy = errors.New("network locked by another call")
 func (s *Store) takeLock() error {
 	deadline := time.Now().Add(LockTimeout)
 	for {
-		err := s.lockOnce(true, time.Until(deadline))
+		// At least a moment: a wait of 0 means "do not wait" (errBusy).
+		err := s.lockOnce(true, max(time.Until(deadline), time.Millisecond))
 		if err != errStaleLock {
 			return err
 		}
