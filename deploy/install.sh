@@ -38,10 +38,14 @@ die() {
 record=()
 mkdirs() {
 	local d=$1 missing=()
-	while [ ! -e "$DESTDIR$d" ]; do
+	# dirname / is /: stop there. A DESTDIR that does not exist yet is a
+	# staging root: it is made (with its parents) and, like any DESTDIR,
+	# not recorded, so uninstall leaves it, empty.
+	while [ ! -e "$DESTDIR$d" ] && [ "$d" != / ]; do
 		missing=("$d" "${missing[@]}")
 		d=$(dirname "$d")
 	done
+	[ -e "$DESTDIR$d" ] || mkdir -p -m 0755 "$DESTDIR" || die "cannot create DESTDIR $DESTDIR"
 	[ -d "$DESTDIR$d" ] || die "$DESTDIR$d is not a directory"
 	for d in "${missing[@]}"; do
 		mkdir -m 0755 "$DESTDIR$d"

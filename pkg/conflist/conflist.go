@@ -234,8 +234,9 @@ type rangeEntry struct {
 }
 
 // Capabilities are the ones ebpf-cni declares (see the package comment for
-// why "ips" is among them).
-var Capabilities = []string{"bandwidth", "ips", "portMappings"}
+// why "ips" is among them); ebpf-cni honours runtimeConfig.mac (`podman run
+// --mac-address`), so "mac" is declared too.
+var Capabilities = []string{"bandwidth", "ips", "mac", "portMappings"}
 
 // Build returns the conflist for o, indented, with a trailing newline.
 func Build(o Options) ([]byte, error) {

@@ -73,7 +73,7 @@ func TestBuildSingleNode(t *testing.T) {
 	if p.Type != "ebpf-cni" || !p.IPMasq || p.IPAM.Type != "ebpf-ipam" {
 		t.Fatalf("plugin: %s", b)
 	}
-	for _, c := range []string{"ips", "portMappings", "bandwidth"} {
+	for _, c := range []string{"ips", "mac", "portMappings", "bandwidth"} {
 		if !p.Capabilities[c] {
 			t.Errorf("capability %q missing: %s", c, b)
 		}

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"io/fs"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/stretchr/testify/require"
@@ -93,7 +95,8 @@ func TestMakeInstall(t *testing.T) {
 	require.Equal(t, "1.0.0", list.CNIVersion)
 	require.Len(t, list.Plugins, 1)
 	require.Equal(t, "ebpf-cni", list.Plugins[0].Network.Type)
-	require.Equal(t, map[string]bool{"portMappings": true, "bandwidth": true, "ips": true}, list.Plugins[0].Network.Capabilities)
+	require.Equal(t, map[string]bool{"portMappings": true, "bandwidth": true, "ips": true, "mac": true}, list.Plugins[0].Network.Capabilities,
+		"the capabilities README.md's conflist sample lists")
 	addPodFrom(t, list, filepath.Join(dest, "opt/cni/bin"), "10.244.1.0/24")
 
 	// Reinstalling keeps the conflist; FORCE=1 replaces it.
@@ -121,6 +124,36 @@ func TestMakeInstall(t *testing.T) {
 	out, err = makeTarget(t, "uninstall", vars...)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "nothing was installed here")
+}
+
+// TestMakeInstallIntoNewDestdir: a DESTDIR that does not exist yet (a
+// packaging staging root) is made, the install is complete there, and
+// uninstall removes what install wrote. Bounded, so a loop in the script
+// fails the test instead of hanging it.
+func TestMakeInstallIntoNewDestdir(t *testing.T) {
+	testutil.RequireRoot(t)
+	dest, bin := filepath.Join(t.TempDir(), "stage", "root"), t.TempDir()
+	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
+	vars := []string{"DESTDIR=" + dest, "BIN=" + bin, "BPF_ROOT=" + bpfRoot, "STATE_DIR=" + stateDir, "POD_CIDR=10.244.3.0/24"}
+	run := func(target string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", "-C", testutil.ModuleRoot(), target}, vars...)...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, ctx.Err(), "make %s did not return: %s", target, out)
+		require.NoError(t, err, "make %s: %s", target, out)
+		return string(out)
+	}
+	run("install")
+	require.Equal(t, []string{
+		"etc/", "etc/cni/", "etc/cni/net.d/", "etc/cni/net.d/10-ebpf-cni.conflist",
+		"opt/", "opt/cni/", "opt/cni/bin/", "opt/cni/bin/.ebpf-cni.installed",
+		"opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam",
+	}, tree(t, dest))
+	list := loadInstalled(t, filepath.Join(dest, "etc/cni/net.d"))
+	require.True(t, list.Plugins[0].Network.Capabilities["mac"])
+	run("uninstall")
+	require.Empty(t, tree(t, dest), "uninstall removes all that install wrote; the staging root stays, empty")
 }
 
 // loadInstalled loads the network from confDir the way runtimes do: the
