@@ -75,6 +75,19 @@ func ReleaseHeld(bpfRoot, stateDir, network, containerID, ifname string) ([]net.
 		return nil, err
 	}
 	var released []net.IP
+	if len(att.IPs) == 0 {
+		// An ADD killed half-way (Allocate writes the record first): what
+		// it reserved is only in the map.
+		entries, err := s.Entries()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if owns(&e.Owner, containerID, ifname) {
+				released = append(released, e.IP)
+			}
+		}
+	}
 	for _, al := range att.IPs {
 		if o, err := s.Owner(al.Address); err == nil && owns(o, containerID, ifname) {
 			released = append(released, al.Address)
@@ -85,4 +98,23 @@ func ReleaseHeld(bpfRoot, stateDir, network, containerID, ifname string) ([]net.
 	}
 	_, err = s.Forget()
 	return released, err
+}
+
+// CountHeld is how many attachments hold addresses in network under
+// stateDir (names only: no record is read), for a cheap first look.
+func CountHeld(stateDir, network string) int {
+	if !ValidNetworkName(network) {
+		return 0
+	}
+	ents, err := os.ReadDir(filepath.Join(stateDir, "ipam", network, "owners"))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".tmp") {
+			n++
+		}
+	}
+	return n
 }

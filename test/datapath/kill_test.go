@@ -141,10 +141,14 @@ func TestKillSweep(t *testing.T) {
 			case 1: // the runtime lost it; its GC lists the live ones
 				require.NoError(t, e.cni.GC(list, []types.GCAttachment{{ContainerID: "keep", IfName: "eth0"}}))
 			case 2: // the pod went away; the next STATUS reclaims
-				if os.Getenv("KILLTEST_GC") != "" {
-					require.NoError(t, e.cni.GC(list, []types.GCAttachment{{ContainerID: "keep", IfName: "eth0"}}))
-				}
 				nettest.CloseNetNS(pod)
+				// The kernel removes the pod's veth with its netns, a moment later.
+				require.NoError(t, e.node.NS.Do(func(ns.NetNS) error {
+					for start := time.Now(); veth.Exists(veth.HostName(id, "eth0")) && time.Since(start) < 5*time.Second; {
+						time.Sleep(10 * time.Millisecond)
+					}
+					return nil
+				}))
 				require.NoError(t, e.cni.Status(list))
 			}
 			require.Empty(t, e.leftOf(id), "%s killed after %s (point %d), then %s", verb, at, i, []string{"DEL", "GC", "STATUS"}[i%3])
