@@ -46,11 +46,12 @@ type InstallConfig struct {
 	Logger    *slog.Logger
 }
 
-// Install copies the plugins, waits until the Node has spec.podCIDRs, and
-// writes the conflist for them (replacing the one it wrote before: the
-// DaemonSet owns that file). A node without a conflist is one the runtime
-// reports as not ready (NetworkPluginNotReady), so kubelet schedules no pod
-// there until this is done.
+// Install copies the plugins, waits until the Node has spec.podCIDRs, runs
+// the plugin's STATUS (WarmUp), and then writes the conflist for them
+// (replacing the one it wrote before: the DaemonSet owns that file). A node
+// without a conflist is one the runtime reports as not ready
+// (NetworkPluginNotReady), so kubelet schedules no pod there until this is
+// done; when STATUS fails, the conflist of an earlier run is removed.
 func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -81,19 +82,41 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 	if err != nil {
 		return err
 	}
+	// The conflist last, once STATUS passed: a runtime reports the node's
+	// network ready as soon as it finds one, and must not with a plugin
+	// that cannot load here.
+	if cfg.WarmUp {
+		start := time.Now()
+		if err := warmUp(ctx, cfg.CNIBinDir, data); err != nil {
+			return cfg.withdraw(err)
+		}
+		cfg.Logger.Info("plugin ready (STATUS)", "took", time.Since(start).Round(time.Millisecond).String())
+	}
 	path, err := conflist.Write(cfg.CNIConfDir, cfg.ConfFile, data, true)
 	if err != nil {
 		return err
 	}
 	cfg.Logger.Info("conflist written", "path", path, "podCIDRs", fmt.Sprint(cidrs))
-	if cfg.WarmUp {
-		start := time.Now()
-		if err := warmUp(ctx, cfg.CNIBinDir, data); err != nil {
-			return err
-		}
-		cfg.Logger.Info("plugin ready (STATUS)", "took", time.Since(start).Round(time.Millisecond).String())
-	}
 	return nil
+}
+
+// withdraw removes the conflist an earlier run wrote, after STATUS failed
+// with err: the plugins were replaced already, and a runtime that does not
+// call STATUS itself (containerd 1.x) would keep the node Ready with a
+// plugin that cannot load. Without the file every runtime reports the
+// network not ready until a later run (kubelet restarts the init
+// container) passes STATUS.
+func (cfg *InstallConfig) withdraw(err error) error {
+	path := filepath.Join(cfg.CNIConfDir, cfg.ConfFile)
+	switch rerr := os.Remove(path); {
+	case rerr == nil:
+		cfg.Logger.Error("removed the conflist: the node's network is not ready until STATUS passes", "path", path)
+		return fmt.Errorf("%w; removed %s", err, path)
+	case errors.Is(rerr, os.ErrNotExist):
+		return fmt.Errorf("%w; no conflist written", err)
+	default:
+		return fmt.Errorf("%w; removing %s: %v", err, path, rerr)
+	}
 }
 
 // check is what can be checked without the node's ranges, so that a bad
