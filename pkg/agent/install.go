@@ -41,6 +41,11 @@ type InstallConfig struct {
 	// and a node whose kernel cannot run the plugin fails here, in the
 	// DaemonSet pod's log, rather than at every pod's start.
 	WarmUp bool
+	// BPFRootMount is where the plugin's bpfRoot is mounted in this
+	// container, when not at its path on the node (Conf.BPFRoot, or the
+	// plugin's default), which the conflist keeps: the warm-up STATUS
+	// runs with it.
+	BPFRootMount string
 	// PollEvery is how often the Node is read while it has no pod range.
 	PollEvery time.Duration
 	Logger    *slog.Logger
@@ -87,7 +92,7 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 	// that cannot load here.
 	if cfg.WarmUp {
 		start := time.Now()
-		if err := warmUp(ctx, cfg.CNIBinDir, data); err != nil {
+		if err := warmUp(ctx, cfg.CNIBinDir, data, cfg.BPFRootMount); err != nil {
 			return cfg.withdraw(err)
 		}
 		cfg.Logger.Info("plugin ready (STATUS)", "took", time.Since(start).Round(time.Millisecond).String())
@@ -202,8 +207,9 @@ func copyFile(src, dst string, mode os.FileMode) (bool, error) {
 }
 
 // warmUp runs STATUS of the installed plugin on the conflist's plugin
-// configuration, as a runtime with CNI 1.1.0 would.
-func warmUp(ctx context.Context, binDir string, list []byte) error {
+// configuration, as a runtime with CNI 1.1.0 would, with bpfRoot, when set,
+// where this container sees it.
+func warmUp(ctx context.Context, binDir string, list []byte, bpfRoot string) error {
 	var l struct {
 		Name    string           `json:"name"`
 		Plugins []map[string]any `json:"plugins"`
@@ -212,7 +218,10 @@ func warmUp(ctx context.Context, binDir string, list []byte) error {
 		return fmt.Errorf("reading the conflist for STATUS: %v", err)
 	}
 	conf := l.Plugins[0]
-	conf["name"], conf["cniVersion"] = l.Name, "1.1.0" // STATUS exists from 1.1.0
+	conf["name"], conf["cniVersion"] = l.Name, conflist.NewestVersion // STATUS exists from 1.1.0
+	if bpfRoot != "" {
+		conf["bpfRoot"] = bpfRoot
+	}
 	stdin, err := json.Marshal(conf)
 	if err != nil {
 		return err

@@ -2,13 +2,11 @@ package deploy_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,16 +27,8 @@ func podman(t *testing.T, args ...string) string {
 // reports that version, and the paths the DaemonSet uses are there.
 func TestMakeImage(t *testing.T) {
 	testutil.RequireRoot(t)
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Fatal("podman is missing (make deps installs it)")
-	}
-	version := fmt.Sprintf("test-%d", time.Now().UnixNano())
-	image := "localhost/ebpf-cni:" + version
-	bin := t.TempDir()
-	cmd := exec.Command("unshare", "--net", "--", "make", "--no-print-directory", "-C", testutil.ModuleRoot(), "image", "BIN="+bin, "VERSION="+version)
-	out, err := cmd.CombinedOutput()
-	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "-f", image).Run() })
-	require.NoError(t, err, "%s", out)
+	image, bin := makeImage(t)
+	version := strings.TrimPrefix(image, "localhost/ebpf-cni:")
 
 	var inspect []struct {
 		Config struct {
