@@ -23,6 +23,15 @@ import (
 // Plugins are the binaries Install puts on the node.
 var Plugins = []string{"ebpf-cni", "ebpf-ipam"}
 
+// Loopback is the reference plugin that brings up a pod's lo. containerd
+// runs it before every pod's network (and CRI-O has it built in): when the
+// node has none, the pod's ADD fails after ebpf-cni's succeeded, and the
+// teardown stops at loopback's failing DEL, so ebpf-cni's DEL is never
+// called and the pod's address and endpoint leak. The image carries one
+// (containernetworking/plugins, built by make build); Install puts it on a
+// node that lacks one and never replaces the node's own.
+const Loopback = "loopback"
+
 // InstallConfig is what the DaemonSet's init container does.
 type InstallConfig struct {
 	NodeName string
@@ -77,6 +86,9 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 		}
 		cfg.Logger.Info("plugin installed", "path", filepath.Join(cfg.CNIBinDir, b), "changed", changed)
 	}
+	if err := cfg.installLoopback(); err != nil {
+		return err
+	}
 	cidrs, err := waitForPodCIDRs(ctx, client, cfg)
 	if err != nil {
 		return err
@@ -122,6 +134,27 @@ func (cfg *InstallConfig) withdraw(err error) error {
 	default:
 		return fmt.Errorf("%w; removing %s: %v", err, path, rerr)
 	}
+}
+
+// installLoopback puts the image's loopback into the node's bin dir when
+// the node has none, and says loudly when neither has one.
+func (cfg *InstallConfig) installLoopback() error {
+	dst := filepath.Join(cfg.CNIBinDir, Loopback)
+	if _, err := os.Stat(dst); err == nil {
+		cfg.Logger.Info("kept the node's loopback plugin", "path", dst)
+		return nil
+	}
+	src := filepath.Join(cfg.SrcDir, Loopback)
+	if _, err := os.Stat(src); err != nil {
+		cfg.Logger.Error("the node has no loopback plugin and there is none to install: the runtime fails every pod after ebpf-cni's ADD and never calls its DEL (addresses leak); install containernetworking-plugins' loopback into the CNI bin dir",
+			"path", dst)
+		return nil
+	}
+	if _, err := copyFile(src, dst, 0o755); err != nil {
+		return err
+	}
+	cfg.Logger.Info("plugin installed (the node had no loopback)", "path", dst)
+	return nil
 }
 
 // check is what can be checked without the node's ranges, so that a bad

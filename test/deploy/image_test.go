@@ -22,7 +22,8 @@ func podman(t *testing.T, args ...string) string {
 }
 
 // TestMakeImage: make image, with no network at all (its own network
-// namespace), builds an image of exactly the three static binaries tagged
+// namespace), builds an image of exactly the four static binaries (the agent, the
+// two plugins, the reference loopback plugin) tagged
 // with the build version; the binaries in it are the ones built, the agent
 // reports that version, and the paths the DaemonSet uses are there.
 func TestMakeImage(t *testing.T) {
@@ -47,8 +48,8 @@ func TestMakeImage(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("podman", "image", "unmount", image).Run() })
 	files := tree(t, root)
 	src := strings.TrimPrefix(agent.DefaultSrcDir, "/")
-	require.ElementsMatch(t, []string{"ebpf-cni-agent", "opt/", "opt/ebpf-cni/", src + "/", src + "/ebpf-cni", src + "/ebpf-ipam"}, files)
-	for _, b := range []string{"ebpf-cni-agent", src + "/ebpf-cni", src + "/ebpf-ipam"} {
+	require.ElementsMatch(t, []string{"ebpf-cni-agent", "opt/", "opt/ebpf-cni/", src + "/", src + "/ebpf-cni", src + "/ebpf-ipam", src + "/loopback"}, files)
+	for _, b := range []string{"ebpf-cni-agent", src + "/ebpf-cni", src + "/ebpf-ipam", src + "/loopback"} {
 		want, err := os.ReadFile(filepath.Join(bin, filepath.Base(b)))
 		require.NoError(t, err)
 		got, err := os.ReadFile(filepath.Join(root, b))

@@ -22,7 +22,7 @@ import (
 )
 
 // TestInstallFromNode is the DaemonSet's init container: it copies the
-// plugins, waits (writing no conflist, so the runtime keeps the node not
+// plugins (and loopback, which the node lacks), waits (writing no conflist, so the runtime keeps the node not
 // ready) while the Node has no spec.podCIDRs, then writes the conflist for
 // them and runs the plugin's STATUS, which loads the programs. The conflist
 // it wrote gives a pod an address from the Node's range on a simulated node.
@@ -71,7 +71,7 @@ func TestInstallFromNode(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("install did not finish after the node got its range")
 	}
-	for _, b := range agent.Plugins {
+	for _, b := range append(agent.Plugins, agent.Loopback) { // the node had no loopback
 		want, _ := os.ReadFile(filepath.Join(cfg.SrcDir, b))
 		got, err := os.ReadFile(filepath.Join(bin, b))
 		require.NoError(t, err)
@@ -93,12 +93,18 @@ func TestInstallFromNode(t *testing.T) {
 	require.Equal(t, []string{conflist.DefaultVersion, conflist.NewestVersion}, header.CNIVersions)
 	addPodFrom(t, list, bin, "10.244.5.0/24", "fd00:10:244:5::/64")
 
-	// Run again (a restarted DaemonSet pod): same files, nothing else.
+	// Run again (a restarted DaemonSet pod): same files, nothing else. A
+	// loopback the node has (its distribution's) is never replaced.
+	theirs := filepath.Join(bin, agent.Loopback)
+	require.NoError(t, os.WriteFile(theirs, []byte("the node's loopback"), 0o755))
 	require.NoError(t, agent.Install(context.Background(), client, cfg))
 	entries, _ = os.ReadDir(conf)
 	require.Len(t, entries, 1)
 	entries, _ = os.ReadDir(bin)
-	require.Len(t, entries, 2)
+	require.Len(t, entries, 3)
+	got, err := os.ReadFile(theirs)
+	require.NoError(t, err)
+	require.Equal(t, "the node's loopback", string(got))
 }
 
 // TestInstallStatusFails: the init container writes the conflist only

@@ -99,7 +99,8 @@ func podRun(t *testing.T, m *manifest, c corev1.Container, image, netnsPath stri
 // real container runtime (podman with runc), from the image make image
 // builds, with the manifest's command, environment, security context and
 // mounts, in a simulated node's network namespace whose loopback holds a
-// test API server. The init container installs the plugins, runs STATUS
+// test API server. The init container installs the plugins (and loopback,
+// which the node lacks), runs STATUS
 // (the programs pinned in the plugin's bpfRoot through its mount) and
 // writes the conflist; the agent starts, in mode direct routes to the
 // other node and reports ready on the node's loopback, and in mode vxlan
@@ -149,6 +150,8 @@ func TestManifestUnderRuntime(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	require.Subset(t, names, agent.Plugins)
+	require.Contains(t, names, agent.Loopback, "the node had no loopback: the image's is installed")
+	require.Contains(t, string(out), "plugin installed (the node had no loopback)")
 	programs, err := os.ReadDir(filepath.Join(bpfRoot, "programs"))
 	require.NoError(t, err, "STATUS pinned no programs in the plugin's bpfRoot")
 	require.NotEmpty(t, programs)
