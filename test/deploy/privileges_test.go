@@ -102,8 +102,8 @@ func without(caps []corev1.Capability, drop corev1.Capability) []corev1.Capabili
 // agent's container has NET_ADMIN and BPF: in direct mode it routes with
 // NET_ADMIN and cannot without it, in vxlan mode it writes the tunnel
 // endpoints with BPF and cannot without it, and in each it drops the other. (What a container adds
-// beyond capabilities, seccomp and the mount namespace, is not tested here:
-// no kubelet runs in this sandbox.)
+// beyond capabilities, seccomp and the mount namespace, is
+// TestManifestUnderRuntime's.)
 func TestManifestPrivileges(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("setpriv"); err != nil {
