@@ -137,6 +137,17 @@ func TestFlowPrograms(t *testing.T) {
 		require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_FLOW_NEW))
 		f, _ := e.flow(t, ipA4, 5300, world4, 53, 17)
 		require.Equal(t, maps.CniFlowVerdictFLOW_PENDING, f.Verdict)
+		// With its entry in conntrack, it stays fast.
+		put(17, 5304, 0)
+		require.NoError(t, e.n.Do(func(ns.NetNS) error {
+			return netlink.ConntrackCreate(netlink.ConntrackTable, netlink.FAMILY_V4, &netlink.ConntrackFlow{FamilyType: netlink.FAMILY_V4,
+				Forward: netlink.IPTuple{SrcIP: ipA4, DstIP: world4, Protocol: 17, SrcPort: 5304, DstPort: 53},
+				Reverse: netlink.IPTuple{SrcIP: world4, DstIP: ipA4, Protocol: 17, SrcPort: 53, DstPort: 5304}, TimeOut: 120})
+		}))
+		ret, _ = e.runProg(t, from, a, udp4(macA, ipA4, world4, 5304, 53))
+		require.Equal(t, uint32(tcActRedirect), ret, "conntrack has its entry: the fast path")
+		f, _ = e.flow(t, ipA4, 5304, world4, 53, 17)
+		require.Equal(t, maps.CniFlowVerdictFLOW_FAST, f.Verdict)
 		// Conntrack does not track it (seen leaving without an entry),
 		// one opened toward the pod, or TCP: not asked, fast.
 		for _, c := range []struct {
