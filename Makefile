@@ -25,7 +25,8 @@ endif
 
 # Debian packages the build, tests, demo and benchmarks need (ca-certificates:
 # go mod download over TLS, a minimal Debian 12 has none; podman: make image
-# and its test).
+# and its test; runc: the test that starts the DaemonSet's containers, with
+# the runtime a kubelet's containerd uses).
 DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman runc
 
 .PHONY: help deps generate check-generated build plugins test install uninstall image manifest clean bench
