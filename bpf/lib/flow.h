@@ -25,10 +25,10 @@
  *    not track the flow, FLOW_FAST with FLOW_F_UNTRACKED), or a reply
  *    arrives (no entry: FLOW_FAST).
  *  - A FLOW_FAST UDP flow the pod opened asks conntrack at every packet
- *    (unless FLOW_F_UNTRACKED, which lasts a second): when its entry is gone (kube-proxy deletes
- *    a Service's UDP entries when its endpoints change; an idle entry
- *    times out) it is FLOW_PENDING again, so that netfilter decides anew,
- *    as it would for a bridge's packet.
+ *    (unless FLOW_F_UNTRACKED, which lasts a second): when its entry is
+ *    gone (kube-proxy deletes a Service's UDP entries when its endpoints
+ *    change; an idle entry times out) it is FLOW_PENDING again, so that
+ *    netfilter decides anew, as it would for a bridge's packet.
  *  - A packet for a pod from outside whose flow is unknown: conntrack
  *    decides too (the reply of a flow netfilter DNATed on this node keeps
  *    the pod's address as destination but not the tuple the pod sent), and
