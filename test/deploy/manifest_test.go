@@ -71,6 +71,12 @@ func loadManifest(t *testing.T) *manifest {
 	return m
 }
 
+// containers are the DaemonSet's init container and its agent.
+func (m *manifest) containers() (install, run corev1.Container) {
+	spec := m.ds.Spec.Template.Spec
+	return spec.InitContainers[0], spec.Containers[0]
+}
+
 // The strict decoding catches what a typo would do silently.
 func TestManifestDecodingIsStrict(t *testing.T) {
 	var ds appsv1.DaemonSet
@@ -104,7 +110,7 @@ func TestManifest(t *testing.T) {
 	require.Equal(t, m.ds.Spec.Selector.MatchLabels, m.ds.Spec.Template.Labels)
 	require.Len(t, spec.InitContainers, 1)
 	require.Len(t, spec.Containers, 1)
-	install, run := spec.InitContainers[0], spec.Containers[0]
+	install, run := m.containers()
 	require.Equal(t, []string{"/ebpf-cni-agent", "install", "-bpf-root-mount", agent.BPFRootMount}, install.Command)
 	require.Equal(t, []string{"/ebpf-cni-agent", "run", "-bpf-root", agent.BPFRootMount}, run.Command)
 	require.Equal(t, install.Image, run.Image)
@@ -188,7 +194,7 @@ func hostPathOf(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[strin
 func TestManifestMountsWhatThePluginNeeds(t *testing.T) {
 	m := loadManifest(t)
 	spec := m.ds.Spec.Template.Spec
-	install, run := spec.InitContainers[0], spec.Containers[0]
+	install, run := m.containers()
 
 	require.Equal(t, map[string]string{
 		agent.DefaultCNIBinDir:  "/opt/cni/bin",

@@ -110,8 +110,7 @@ func TestManifestPrivileges(t *testing.T) {
 		t.Fatal("setpriv (util-linux) is missing")
 	}
 	m := loadManifest(t)
-	spec := m.ds.Spec.Template.Spec
-	install, run := spec.InitContainers[0], spec.Containers[0]
+	install, run := m.containers()
 	bin := agentBinary(t)
 
 	api, err := kubetest.New()

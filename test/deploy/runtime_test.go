@@ -113,8 +113,7 @@ func TestManifestUnderRuntime(t *testing.T) {
 		t.Fatal("runc is missing (make deps installs it)")
 	}
 	m := loadManifest(t)
-	spec := m.ds.Spec.Template.Spec
-	install, run := spec.InitContainers[0], spec.Containers[0]
+	install, run := m.containers()
 	image, _ := makeImage(t)
 
 	a := &simNode{name: "node-a", ip4: net.ParseIP("192.0.2.21"), ip6: net.ParseIP("2001:db8:ffff::21"),
