@@ -23,11 +23,13 @@ func TestTable(t *testing.T) {
 	put("10.0.0.2", "198.51.100.7", 40001, maps.CniFlowVerdictFLOW_FAST, 0)
 	put("fd00::2", "2001:db8::7", 40002, maps.CniFlowVerdictFLOW_FAST, maps.CniFlowFlagsFLOW_F_INBOUND)
 	put("10.0.0.3", "198.51.100.7", 40003, maps.CniFlowVerdictFLOW_PENDING, 0)
+	put("10.0.0.3", "198.51.100.8", 40004, maps.CniFlowVerdictFLOW_FAST, maps.CniFlowFlagsFLOW_F_UNTRACKED)
 
 	list, err := tb.List()
 	require.NoError(t, err)
-	require.Len(t, list, 4)
+	require.Len(t, list, 5)
 	for _, f := range list {
+		require.Equal(t, f.PodPort == 40004, f.Untracked, "%+v", f)
 		if f.Pod.Equal(net.ParseIP("fd00::2")) {
 			require.True(t, f.Inbound)
 			require.Equal(t, uint16(40002), f.PodPort)
@@ -40,7 +42,7 @@ func TestTable(t *testing.T) {
 	require.Equal(t, 3, n)
 	n, err = tb.GC(func(ip net.IP) bool { return !ip.Equal(net.ParseIP("10.0.0.3")) })
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, 2, n)
 	list, err = tb.List()
 	require.NoError(t, err)
 	require.Empty(t, list)

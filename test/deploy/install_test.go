@@ -49,7 +49,9 @@ func tree(t *testing.T, root string) []string {
 }
 
 // TestMakeInstall is the Must-hold of the deployment issue on one node:
-// make install into a DESTDIR writes both binaries and a conflist that
+// make install into a DESTDIR writes both binaries, the reference loopback
+// plugin where there is none (a runtime runs it for every pod), and a
+// conflist that
 // libcni loads and that gives a pod an address from POD_CIDR, with the
 // capabilities runtimes need; reinstalling keeps an existing conflist
 // unless FORCE=1; make uninstall leaves the DESTDIR as it was, files of
@@ -78,9 +80,10 @@ func TestMakeInstall(t *testing.T) {
 	require.Equal(t, []string{
 		"etc/", "etc/cni/", "etc/cni/net.d/", "etc/cni/net.d/10-ebpf-cni.conflist",
 		"opt/", "opt/cni/", "opt/cni/bin/", "opt/cni/bin/.ebpf-cni.installed",
-		"opt/cni/bin/bridge", "opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam",
+		"opt/cni/bin/bridge", "opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam", "opt/cni/bin/loopback",
 	}, tree(t, dest))
-	for _, b := range []string{"ebpf-cni", "ebpf-ipam"} {
+	require.Contains(t, out, "loopback (the runtime runs it for every pod; there was none)")
+	for _, b := range []string{"ebpf-cni", "ebpf-ipam", "loopback"} {
 		want, err := os.ReadFile(filepath.Join(bin, b))
 		require.NoError(t, err)
 		got, err := os.ReadFile(filepath.Join(dest, "opt/cni/bin", b))
@@ -92,7 +95,7 @@ func TestMakeInstall(t *testing.T) {
 
 	confDir := filepath.Join(dest, "etc/cni/net.d")
 	list := loadInstalled(t, confDir)
-	require.Equal(t, "1.0.0", list.CNIVersion)
+	require.Equal(t, "1.1.0", list.CNIVersion, "libcni v1.2+ takes 1.1.0 from cniVersions (1.0.0 is cniVersion)")
 	require.Len(t, list.Plugins, 1)
 	require.Equal(t, "ebpf-cni", list.Plugins[0].Network.Type)
 	require.Equal(t, map[string]bool{"portMappings": true, "bandwidth": true, "ips": true, "mac": true}, list.Plugins[0].Network.Capabilities,
@@ -124,6 +127,18 @@ func TestMakeInstall(t *testing.T) {
 	out, err = makeTarget(t, "uninstall", vars...)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "nothing was installed here")
+
+	// A loopback that was there (the distribution's) is kept, and stays.
+	theirs := filepath.Join(dest, "opt/cni/bin/loopback")
+	require.NoError(t, os.WriteFile(theirs, []byte("the node's loopback"), 0o755))
+	out, err = makeTarget(t, "install", append(vars, "POD_CIDR=10.244.1.0/24")...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "kept the existing "+theirs)
+	out, err = makeTarget(t, "uninstall", vars...)
+	require.NoError(t, err, out)
+	got, err := os.ReadFile(theirs)
+	require.NoError(t, err)
+	require.Equal(t, "the node's loopback", string(got))
 }
 
 // TestMakeInstallIntoNewDestdir: a DESTDIR that does not exist yet (a
