@@ -56,11 +56,6 @@ type Healed struct {
 	Gone []*node.Record `json:"-"`
 }
 
-// Empty reports whether nothing was found.
-func (h *Healed) Empty() bool {
-	return len(h.Rebuilt)+len(h.Reclaimed)+len(h.Removed)+len(h.Problems) == 0
-}
-
 // HealOptions say what Heal may do.
 type HealOptions struct {
 	// Config is the calling network's (STATUS, ADD): its attachments'
