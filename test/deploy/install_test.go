@@ -163,7 +163,7 @@ func TestMakeInstallIntoNewDestdir(t *testing.T) {
 	require.Equal(t, []string{
 		"etc/", "etc/cni/", "etc/cni/net.d/", "etc/cni/net.d/10-ebpf-cni.conflist",
 		"opt/", "opt/cni/", "opt/cni/bin/", "opt/cni/bin/.ebpf-cni.installed",
-		"opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam",
+		"opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam", "opt/cni/bin/loopback", // the bin dir had none
 	}, tree(t, dest))
 	list := loadInstalled(t, filepath.Join(dest, "etc/cni/net.d"))
 	require.True(t, list.Plugins[0].Network.Capabilities["mac"])
