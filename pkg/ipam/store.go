@@ -382,7 +382,8 @@ type Entry struct {
 	Family int
 }
 
-// Entries lists every address of this network held in the allocation map.
+// Entries lists every address of this network held in the allocation map
+// (read in batches: STATUS reads it every 5 s).
 func (s *Store) Entries() ([]Entry, error) {
 	all, err := maps.Entries[maps.CniIpamKey, maps.CniIpamOwner](s.allocs)
 	if err != nil {

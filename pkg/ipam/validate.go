@@ -1,10 +1,16 @@
 package ipam
 
 import (
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 )
 
@@ -48,9 +54,12 @@ type NodeNet struct {
 // nodeNets reads the node's addresses: every address in the current
 // network namespace (the node's, where runtimes run plugins) but the
 // link-local ones, which are all ebpf-cni's host veths carry (fe80::1 and
-// the kernel's own) and which no range may touch anyway. Tests replace it.
+// the kernel's own) and which no range may touch anyway. IPv4 from a
+// netlink dump (host veths have no IPv4 address: it stays short), IPv6
+// from /proc's list, which the kernel writes at a quarter of a dump's cost
+// with two link-local addresses per pod. Tests replace it.
 var nodeNets = func() ([]NodeNet, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := netlinksafe.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		return nil, fmt.Errorf("listing the node's addresses: %w", err)
 	}
@@ -70,6 +79,34 @@ var nodeNets = func() ([]NodeNet, error) {
 			names[a.LinkIndex] = name
 		}
 		out = append(out, NodeNet{Net: net.IPNet{IP: canonicalIP(a.IP), Mask: a.Mask}, Iface: name})
+	}
+	v6, err := nodeNets6()
+	return append(out, v6...), err
+}
+
+// nodeNets6 reads /proc/thread-self/net/if_inet6 (the current thread's
+// netns): "<32 hex digits> <ifindex> <prefix length> <scope> <flags>
+// <name>", scope 0 global. Without IPv6 the file is absent: no address.
+func nodeNets6() ([]NodeNet, error) {
+	b, err := os.ReadFile("/proc/thread-self/net/if_inet6")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the node's IPv6 addresses: %w", err)
+	}
+	var out []NodeNet
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 6 || len(f[0]) != 32 {
+			continue
+		}
+		ip, err := hex.DecodeString(f[0])
+		plen, perr := strconv.ParseUint(f[2], 16, 8)
+		if err != nil || perr != nil || f[3] != "00" {
+			continue // not global: link-local, loopback, site-local
+		}
+		out = append(out, NodeNet{Net: net.IPNet{IP: net.IP(ip), Mask: net.CIDRMask(int(plen), 128)}, Iface: f[5]})
 	}
 	return out, nil
 }

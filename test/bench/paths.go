@@ -171,6 +171,9 @@ func (b *bench) status(s *setup) (time.Duration, error) {
 	err = s.node.NS.Do(func(ns.NetNS) error {
 		cmd := exec.Command(filepath.Join(b.cfg.bin, "ebpf-cni"))
 		cmd.Env = []string{"CNI_COMMAND=STATUS", "CNI_PATH=" + b.cfg.bin, "PATH=" + os.Getenv("PATH")}
+		if t := os.Getenv(timingEnv); t != "" {
+			cmd.Env = append(cmd.Env, timingEnv+"="+t)
+		}
 		cmd.Stdin = bytes.NewReader(stdin)
 		t0 := time.Now()
 		out, err := cmd.CombinedOutput()
@@ -204,6 +207,11 @@ func (b *bench) statusAt(path string, s *setup, n int) error {
 		pods = append(pods, p)
 	}
 	var ds []float64
+	file := filepath.Join(b.tmp, "timing-status")
+	if err := os.Setenv(timingEnv, file); err != nil {
+		return err
+	}
+	defer os.Unsetenv(timingEnv)
 	for range 30 {
 		d, err := b.status(s)
 		if err != nil {
@@ -213,6 +221,17 @@ func (b *bench) statusAt(path string, s *setup, n int) error {
 	}
 	b.res.add(path, "status_p50_ms_100pods", "ms", "lower", s.name, percentile(ds, .50))
 	b.res.add(path, "status_p99_ms_100pods", "ms", "lower", s.name, percentile(ds, .99))
+	// Its phases (EBPF_CNI_TIMING), beside ADD's and DEL's.
+	calls, order, err := readTimings(file, "")
+	if err != nil {
+		return err
+	}
+	for _, k := range order {
+		b.res.add(phasesPath, k+"_ms", "ms", "lower", EBPF, median(calls[k]))
+		for _, r := range []string{REF, RAW} {
+			b.res.skip(phasesPath, k+"_ms", "ms", "lower", r, "the phases are ebpf-cni's own (EBPF_CNI_TIMING)")
+		}
+	}
 	return nil
 }
 

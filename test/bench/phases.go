@@ -124,7 +124,7 @@ func phaseTable(rows []Row) string {
 	}
 	var b strings.Builder
 	b.WriteString("| call | phase | EBPF, ms | EBPF, 8 in parallel, ms |\n| --- | --- | ---: | ---: |\n")
-	for _, verb := range []string{"add", "del"} {
+	for _, verb := range []string{"add", "del", "status"} {
 		for _, k := range order {
 			phase, ok := strings.CutPrefix(k, verb+"_")
 			if !ok {
