@@ -111,6 +111,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if err := checkIfName(args.IfName); err != nil {
 		return err
 	}
+	if err := refuseNodeNetNS(args); err != nil {
+		return err
+	}
 	w.lap("parse")
 	podNS, n, err := openPod(c, args.Netns, w)
 	if err != nil {
