@@ -89,6 +89,7 @@ func release(n *node.Node) error {
 	for _, f := range features.All {
 		errs = append(errs, f.Release(n))
 	}
+	errs = append(errs, removeAllRanges())
 	return errors.Join(errs...)
 }
 
@@ -184,6 +185,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	if err := veth.ConfigureHost(host, res.IPs); err != nil {
 		return cniError(ErrLinkSetup, "configuring host veth "+hostName, err)
+	}
+	if err := ensureRanges(n, &undo, hostName, res.IPs); err != nil {
+		return err
 	}
 
 	rec := &node.Record{

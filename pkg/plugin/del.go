@@ -76,6 +76,9 @@ func Teardown(n *node.Node, hostName string) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := releaseRecordRanges(n, rec); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		if err := n.RemoveRecord(hostName); err != nil {
 			errs = append(errs, err)
