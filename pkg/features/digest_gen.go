@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "92476d1b306c"
+const objectsDigest = "0d4d26c4a651"
