@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
@@ -112,18 +113,53 @@ func Teardown(n *node.Node) error {
 	return errors.Join(errs...)
 }
 
-// ForgetNetworks removes the settings of networks without a live endpoint.
-func ForgetNetworks(n *node.Node, live func(netID uint32) bool) error {
+// ForgetNetworks finds the settings of networks without a live endpoint
+// and, unless dryRun, removes them; one line each.
+func ForgetNetworks(n *node.Node, live func(netID uint32) bool, dryRun bool) ([]string, error) {
+	sw := &feature.Sweep{DryRun: dryRun}
 	var errs []error
 	if m, err := n.PinnedMap(maps.CniMapMasqNets); err != nil || m == nil {
 		errs = append(errs, err)
 	} else {
-		errs = append(errs, maps.DeleteWhere[maps.CniMasqNetKey, maps.CniMasqNet](m, func(k maps.CniMasqNetKey) bool { return !live(k.NetId) }))
+		var k maps.CniMasqNetKey
+		var v maps.CniMasqNet
+		var dead []maps.CniMasqNetKey
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			if !live(k.NetId) {
+				dead = append(dead, k)
+			}
+		}
+		errs = append(errs, it.Err())
+		for _, k := range dead {
+			sw.Remove(fmt.Sprintf("%s[network %#x, IPv%d] (no pod of the network left)", maps.CniMapMasqNets, k.NetId, k.Family), func() error { return deleteKey(m, &k) })
+		}
 	}
 	if m, err := n.PinnedMap(maps.CniMapMasqSkip); err != nil || m == nil {
 		errs = append(errs, err)
 	} else {
-		errs = append(errs, maps.DeleteWhere[maps.CniMasqSkipKey, uint32](m, func(k maps.CniMasqSkipKey) bool { return !live(k.NetId) }))
+		var k maps.CniMasqSkipKey
+		var v uint32
+		var dead []maps.CniMasqSkipKey
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			if !live(k.NetId) {
+				dead = append(dead, k)
+			}
+		}
+		errs = append(errs, it.Err())
+		for _, k := range dead {
+			cidr := &net.IPNet{IP: maps.IP(k.Family, k.Addr), Mask: net.CIDRMask(int(k.Prefixlen)-40, 8*len(maps.IP(k.Family, k.Addr)))}
+			sw.Remove(fmt.Sprintf("%s[network %#x, %s] (no pod of the network left)", maps.CniMapMasqSkip, k.NetId, cidr), func() error { return deleteKey(m, &k) })
+		}
 	}
-	return errors.Join(errs...)
+	found, err := sw.Result()
+	return found, errors.Join(append(errs, err)...)
+}
+
+func deleteKey(m *ebpf.Map, k any) error {
+	if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting from %s: %w", m, err)
+	}
+	return nil
 }
