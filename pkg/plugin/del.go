@@ -17,6 +17,7 @@ import (
 // success. It needs neither the pod's netns nor a valid full configuration.
 func CmdDel(args *skel.CmdArgs) (err error) {
 	w := newWatch()
+	noSkelNetNSCheck(args)
 	c, err := ParseConfig(args.StdinData, args.Args, false)
 	if err != nil {
 		return err

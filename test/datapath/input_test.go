@@ -89,6 +89,14 @@ func TestNodeNetNSRefused(t *testing.T) {
 			require.Equal(t, before, e.nodeState(), "the node's network changed")
 			e.requireClean()
 			require.Empty(t, e.ipamOwners(), "an address was allocated")
+
+			// The runtime cleans up after the failed ADD: DEL succeeds
+			// (skel's own check would fail it after the fact, code 8).
+			o = e.runPlugin(testutil.Call{Command: "DEL", ContainerID: "node-itself", NetNS: e.node.NS.Path(), IfName: "eth0",
+				Stdin: e.pluginConf(ver, nil)})
+			require.Zero(t, o.ExitCode, "DEL: %s %s", o.Stdout, o.Stderr)
+			require.Empty(t, o.Stdout)
+			require.Equal(t, before, e.nodeState(), "DEL changed the node's network")
 		})
 	}
 	// The same namespace by another path is the same namespace.
