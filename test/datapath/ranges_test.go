@@ -159,6 +159,8 @@ func TestFreePodAddress(t *testing.T) {
 			mustConnect(t, []*nettest.Pod{a, b})
 			for _, fam := range []int{4, 6} {
 				require.NoError(t, nettest.TCP(far, a.NS, a.IP(fam)), "far host -> pod %s", a.IP(fam))
+				o, err := nettest.Ping(far, a.IP(fam), 1)
+				require.NoError(t, err, "far host pings pod %s (its reply keeps the pod's address): %s", a.IP(fam), o)
 			}
 
 			free4, free6 := net.ParseIP("10.244.1.200"), net.ParseIP("fd00:244:1::c8")
