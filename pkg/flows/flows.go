@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -134,12 +133,9 @@ func (t *Table) GC(live func(ip net.IP) bool, dryRun bool) ([]string, error) {
 
 // describe is GC's line for a flow.
 func describe(e *entry, why string) string {
-	proto := view.ProtoNames[e.Key.Proto]
-	if proto == "" {
-		proto = strconv.Itoa(int(e.Key.Proto))
-	}
+	proto := view.ProtoName(e.Key.Proto)
 	ap := func(addr [16]uint8, port uint16) string {
-		return net.JoinHostPort(maps.IP(e.Key.Family, addr).String(), strconv.Itoa(int(maps.Port(port))))
+		return view.AddrPort(maps.IP(e.Key.Family, addr), maps.Port(port))
 	}
 	return fmt.Sprintf("%s %s %s -> %s, %s (%s)", maps.CniMapFlows, proto, ap(e.Key.Saddr, e.Key.Sport), ap(e.Key.Daddr, e.Key.Dport),
 		VerdictNames[e.Value.Verdict], why)

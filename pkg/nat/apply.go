@@ -117,49 +117,41 @@ func Teardown(n *node.Node) error {
 // and, unless dryRun, removes them; one line each.
 func ForgetNetworks(n *node.Node, live func(netID uint32) bool, dryRun bool) ([]string, error) {
 	sw := &feature.Sweep{DryRun: dryRun}
-	var errs []error
-	if m, err := n.PinnedMap(maps.CniMapMasqNets); err != nil || m == nil {
-		errs = append(errs, err)
-	} else {
-		var k maps.CniMasqNetKey
-		var v maps.CniMasqNet
-		var dead []maps.CniMasqNetKey
-		it := m.Iterate()
-		for it.Next(&k, &v) {
-			if !live(k.NetId) {
-				dead = append(dead, k)
-			}
-		}
-		errs = append(errs, it.Err())
-		for _, k := range dead {
-			sw.Remove(fmt.Sprintf("%s[network %#x, IPv%d] (no pod of the network left)", maps.CniMapMasqNets, k.NetId, k.Family), func() error { return deleteKey(m, &k) })
-		}
-	}
-	if m, err := n.PinnedMap(maps.CniMapMasqSkip); err != nil || m == nil {
-		errs = append(errs, err)
-	} else {
-		var k maps.CniMasqSkipKey
-		var v uint32
-		var dead []maps.CniMasqSkipKey
-		it := m.Iterate()
-		for it.Next(&k, &v) {
-			if !live(k.NetId) {
-				dead = append(dead, k)
-			}
-		}
-		errs = append(errs, it.Err())
-		for _, k := range dead {
-			cidr := &net.IPNet{IP: maps.IP(k.Family, k.Addr), Mask: net.CIDRMask(int(k.Prefixlen)-40, 8*len(maps.IP(k.Family, k.Addr)))}
-			sw.Remove(fmt.Sprintf("%s[network %#x, %s] (no pod of the network left)", maps.CniMapMasqSkip, k.NetId, cidr), func() error { return deleteKey(m, &k) })
-		}
-	}
+	err1 := forget[maps.CniMasqNetKey, maps.CniMasqNet](n, maps.CniMapMasqNets, sw, func(k maps.CniMasqNetKey) (uint32, string) {
+		return k.NetId, fmt.Sprintf("IPv%d", k.Family)
+	}, live)
+	err2 := forget[maps.CniMasqSkipKey, uint32](n, maps.CniMapMasqSkip, sw, func(k maps.CniMasqSkipKey) (uint32, string) {
+		ip := maps.IP(k.Family, k.Addr)
+		return k.NetId, (&net.IPNet{IP: ip, Mask: net.CIDRMask(int(k.Prefixlen)-40, 8*len(ip))}).String()
+	}, live)
 	found, err := sw.Result()
-	return found, errors.Join(append(errs, err)...)
+	return found, errors.Join(err1, err2, err)
 }
 
-func deleteKey(m *ebpf.Map, k any) error {
-	if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("deleting from %s: %w", m, err)
+// forget notes on sw, for removal, the entries of the pinned map name
+// whose network (of) is not live.
+func forget[K, V any](n *node.Node, name string, sw *feature.Sweep, of func(K) (uint32, string), live func(uint32) bool) error {
+	m, err := n.PinnedMap(name)
+	if err != nil || m == nil {
+		return err
 	}
-	return nil
+	var k K
+	var v V
+	var dead []K
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if id, _ := of(k); !live(id) {
+			dead = append(dead, k)
+		}
+	}
+	for _, k := range dead {
+		id, what := of(k)
+		sw.Remove(fmt.Sprintf("%s[network %#x, %s] (no pod of the network left)", name, id, what), func() error {
+			if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("deleting from %s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	return it.Err()
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -269,12 +268,9 @@ func outKeyOf(e *entry) maps.CniNatKey {
 
 // describe is GC's line for an entry.
 func describe(e *entry, why string) string {
-	proto := view.ProtoNames[e.Key.Proto]
-	if proto == "" {
-		proto = strconv.Itoa(int(e.Key.Proto))
-	}
+	proto := view.ProtoName(e.Key.Proto)
 	ap := func(addr [16]uint8, port uint16) string {
-		return net.JoinHostPort(maps.IP(e.Key.Family, addr).String(), strconv.Itoa(int(maps.Port(port))))
+		return view.AddrPort(maps.IP(e.Key.Family, addr), maps.Port(port))
 	}
 	switch e.Key.Dir {
 	case dirOut:

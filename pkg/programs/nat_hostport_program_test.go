@@ -8,7 +8,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
@@ -22,23 +21,10 @@ import (
 // obstacle.
 func TestNATSkipsPublishedPorts(t *testing.T) {
 	e := newProgramEnv(t)
-	var up netlink.Link
-	require.NoError(t, e.n.Do(func(ns.NetNS) error {
-		var err error
-		up, err = netlink.LinkByName("up")
-		return err
-	}))
-	m, err := maps.OpenPinned(e.bpfRoot, maps.CniMapMasqNets, maps.CniMapUplinks, maps.CniMapHostports)
-	require.NoError(t, err)
-	for _, mm := range m {
-		defer mm.Close()
-	}
+	up := e.uplink(t)
 	// A range of two ports, one of them published.
-	require.NoError(t, m[maps.CniMapMasqNets].Put(&maps.CniMasqNetKey{NetId: 0, Family: 4}, &maps.CniMasqNet{PortMin: 61000, PortMax: 61001}))
-	var ui maps.CniUplinkInfo
-	copy(ui.Ip4[:], uplink4)
-	ui.Has4 = 1
-	require.NoError(t, m[maps.CniMapUplinks].Put(uint32(up.Attrs().Index), &ui))
+	e.masquerade(t, up, 61000, 61001)
+	m := e.pinned(t, maps.CniMapHostports)
 	publish := func(proto uint8, port uint16, hostIP net.IP) {
 		v := maps.CniHostportEntry{N: 1}
 		if hostIP == nil {

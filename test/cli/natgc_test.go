@@ -27,13 +27,7 @@ func (e *env) natFlowsOf(ip net.IP) int {
 	defer t.Close()
 	fs, err := t.Flows()
 	require.NoError(e.t, err)
-	n := 0
-	for _, f := range fs {
-		if f.Pod.Equal(ip) {
-			n++
-		}
-	}
-	return n
+	return countOf(fs, ip, func(f nat.Flow) net.IP { return f.Pod })
 }
 
 // flowsOf counts the flow table's entries of pod ip.
@@ -44,13 +38,35 @@ func (e *env) flowsOf(ip net.IP) int {
 	defer t.Close()
 	fs, err := t.List()
 	require.NoError(e.t, err)
+	return countOf(fs, ip, func(f flows.Flow) net.IP { return f.Pod })
+}
+
+// countOf counts the items of l whose pod is ip.
+func countOf[T any](l []T, ip net.IP, pod func(T) net.IP) int {
 	n := 0
-	for _, f := range fs {
-		if f.Pod.Equal(ip) {
+	for _, x := range l {
+		if pod(x).Equal(ip) {
 			n++
 		}
 	}
 	return n
+}
+
+// killPod removes a pod's netns without a DEL (a runtime that lost it) and
+// waits for its host veth to go with it.
+func (e *env) killPod(p *nettest.Pod) {
+	e.t.Helper()
+	veth := p.Result.Interfaces[0].Name
+	nettest.CloseNetNS(p.NS)
+	eventually(e.t, "the dead pod's veth to go", func() bool {
+		var gone bool
+		_ = e.node.NS.Do(func(ns.NetNS) error {
+			_, err := netlink.LinkByName(veth)
+			gone = err != nil
+			return nil
+		})
+		return gone
+	})
 }
 
 // linesWith are the lines of ls that contain every one of subs.
@@ -93,17 +109,7 @@ func TestGCNATFlows(t *testing.T) {
 	require.Equal(t, 2, e.natFlowsOf(keep.IP(4)))
 	deadFlows := e.flowsOf(deadIP)
 
-	deadVeth := dead.Result.Interfaces[0].Name
-	nettest.CloseNetNS(dead.NS)
-	eventually(t, "the dead pod's veth to go", func() bool {
-		var gone bool
-		_ = e.node.NS.Do(func(ns.NetNS) error {
-			_, err := netlink.LinkByName(deadVeth)
-			gone = err != nil
-			return nil
-		})
-		return gone
-	})
+	e.killPod(dead)
 
 	var dry gcJSON
 	e.json(&dry, cli.ExitOK, "gc", "--dry-run")

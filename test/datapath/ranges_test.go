@@ -33,7 +33,7 @@ func (e *env) rangeRoutes() []string {
 
 // snmp reads one counter of /proc/net/snmp (IPv4, "Ip:" lines) or
 // /proc/net/snmp6 (name starting with "Ip6") in netns n.
-func snmp(t *testing.T, n ns.NetNS, name string) int {
+func snmp(t testing.TB, n ns.NetNS, name string) int {
 	t.Helper()
 	if strings.HasPrefix(name, "Ip6") {
 		out, err := nettest.Run(n, "cat", "/proc/net/snmp6")
