@@ -8,6 +8,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,37 +104,82 @@ func RemoveRange(r *net.IPNet) error {
 // records: the kernel is the truth.
 func ReleaseRanges(ranges []*net.IPNet) error {
 	var errs []error
-	for _, r := range ranges {
-		used, err := hostRouteIn(r)
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		var of []*net.IPNet
+		for _, r := range ranges {
+			if (r.IP.To4() != nil) == (fam == netlink.FAMILY_V4) {
+				of = append(of, r)
+			}
+		}
+		if len(of) == 0 {
+			continue
+		}
+		used, err := hostRoutesIn(fam, of)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if !used {
-			errs = append(errs, RemoveRange(r))
+		for i, r := range of {
+			if !used[i] {
+				errs = append(errs, RemoveRange(r))
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// hostRouteIn reports whether the main table has a full-length route to a
-// device for an address of r: a pod's host route (HostRoutes).
-func hostRouteIn(r *net.IPNet) (bool, error) {
-	fam := netlink.FAMILY_V4
-	if r.IP.To4() == nil {
-		fam = netlink.FAMILY_V6
+// hostRoutesIn reports which of the ranges (of family fam) hold a route of
+// the main table to a device for a single address: a pod's host route
+// (HostRoutes). One dump of the family's routes, of which it reads only
+// the header and the destination (a node with 10,000 pods has 10,000 of
+// them: netlink's full parse of each would cost a DEL tens of ms), and
+// stops looking once every range has one.
+func hostRoutesIn(fam int, ranges []*net.IPNet) (map[int]bool, error) {
+	bits := 32
+	if fam == netlink.FAMILY_V6 {
+		bits = 128
 	}
-	routes, err := netlinksafe.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	var used map[int]bool
+	var err error
+	for try := 0; try < 5; try++ {
+		used = map[int]bool{}
+		req := nl.NewNetlinkRequest(unix.RTM_GETROUTE, unix.NLM_F_DUMP)
+		req.AddData(&nl.RtMsg{RtMsg: unix.RtMsg{Family: uint8(fam)}})
+		err = req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWROUTE, func(m []byte) bool {
+			h := nl.DeserializeRtMsg(m)
+			if h.Table != unix.RT_TABLE_MAIN || h.Type != unix.RTN_UNICAST || int(h.Dst_len) != bits || h.Flags&unix.RTM_F_CLONED != 0 {
+				return true
+			}
+			attrs, perr := nl.ParseRouteAttr(m[h.Len():])
+			if perr != nil {
+				return true
+			}
+			var dst net.IP
+			oif := false
+			for _, a := range attrs {
+				switch a.Attr.Type {
+				case unix.RTA_DST:
+					dst = net.IP(a.Value)
+				case unix.RTA_OIF:
+					oif = true
+				}
+			}
+			if dst == nil || !oif {
+				return true
+			}
+			for i, r := range ranges {
+				if !used[i] && r.Contains(dst) {
+					used[i] = true
+				}
+			}
+			return len(used) < len(ranges)
+		})
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
 	if err != nil {
-		return false, fmt.Errorf("listing routes: %w", err)
+		return nil, fmt.Errorf("listing routes: %w", err)
 	}
-	for _, rt := range routes {
-		if rt.Dst == nil || rt.LinkIndex == 0 || rt.Type != unix.RTN_UNICAST {
-			continue
-		}
-		if ones, bits := rt.Dst.Mask.Size(); ones == bits && r.Contains(rt.Dst.IP) {
-			return true, nil
-		}
-	}
-	return false, nil
+	return used, nil
 }
