@@ -386,3 +386,23 @@ func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 	}
 	return ids, nil
 }
+
+// Observed is the attachment of hook on l as the kernel shows it, for a
+// record rebuilt without its file: a tcx link pinned in pinDir, or our tc
+// filter on the hook's clsact parent; false when neither is there.
+func Observed(l netlink.Link, hook Hook, pinDir string) (Attachment, bool) {
+	pin := filepath.Join(pinDir, hook.Name)
+	if _, err := os.Stat(pin); err == nil {
+		return Attachment{Hook: hook.Name, Mode: ModeTCX, Pin: pin}, true
+	}
+	filters, err := netlinksafe.FilterList(l, hook.TCParent)
+	if err != nil {
+		return Attachment{}, false
+	}
+	for _, f := range filters {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Priority == tcPriority && bf.Handle == tcHandle {
+			return Attachment{Hook: hook.Name, Mode: ModeTC, Priority: tcPriority, Handle: tcHandle}, true
+		}
+	}
+	return Attachment{}, false
+}

@@ -255,13 +255,17 @@ func (n *snapshot) inspect(e *Endpoint, stateDir string) {
 		}
 	}
 	if !e.VethPresent {
-		e.Problems = append(e.Problems, fmt.Sprintf("host veth %s not in this network namespace (pod gone without DEL, or run ebpf-cni in the node's netns): ebpf-cni gc removes its state", orDash(e.HostVeth)))
+		e.Problems = append(e.Problems, fmt.Sprintf("host veth %s not in this network namespace (pod gone without DEL, or run ebpf-cni in the node's netns): the next CNI STATUS or ADD reclaims it; ebpf-cni repair (or gc) does it now", orDash(e.HostVeth)))
 	}
 	if e.Recorded && !e.InMaps {
 		e.Problems = append(e.Problems, "no endpoint_devs entry: the datapath drops the pod's packets (drop_no_endpoint); DEL and ADD the pod again")
 	}
 	if !e.Recorded {
-		e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints (left by a crash, or --state-dir is not the plugin's stateDir): the CNI GC of its network removes it", stateDir))
+		if e.VethPresent {
+			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints, but its host veth is alive (the stateDir was wiped or remounted, a call was killed, or --state-dir is not the plugin's stateDir): the next CNI STATUS rebuilds it from the kernel; ebpf-cni repair does it now", stateDir))
+		} else {
+			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints and no host veth (left by a crash): ebpf-cni gc removes its map entries", stateDir))
+		}
 	}
 	if e.Problems == nil {
 		e.Problems = []string{}

@@ -19,6 +19,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 func init() {
@@ -145,6 +146,16 @@ func collectStatus(ctx *Context) *Status {
 		return st
 	}
 	if dir != filepath.Clean(ctx.BPFRoot) {
+		if recs, _ := node.RecordNames(ctx.StateDir); len(recs) > 0 {
+			problem("%s is gone but %d endpoint(s) are recorded under %s: the bpffs was remounted and lost every pin; the next CNI STATUS or ADD restores them, ebpf-cni repair does it now",
+				ctx.BPFRoot, len(recs), ctx.StateDir)
+			return st
+		}
+		if links, _ := veth.HostLinks(); len(links) > 0 {
+			problem("%s is gone and %s holds no record, yet %d host veth(s) of ebpf-cni live: the bpffs was remounted and the stateDir lost; the next CNI STATUS or ADD rebuilds what the kernel still tells, ebpf-cni repair does it now",
+				ctx.BPFRoot, ctx.StateDir, len(links))
+			return st
+		}
 		note("nothing under %s yet: no pod was added on this node, or --bpf-root is not the plugin's bpfRoot", ctx.BPFRoot)
 		return st
 	}
@@ -155,6 +166,9 @@ func collectStatus(ctx *Context) *Status {
 		return st
 	}
 	st.Endpoints = len(n.Endpoints)
+	for _, name := range node.Marked(ctx.StateDir, node.MarkLossy) {
+		problem("host veth %s: its record was rebuilt with neither the stateDir nor the bpffs: published ports and bandwidth limits it had are lost (CNI STATUS fails with 51 until then): delete and recreate its pod, or ebpf-cni repair --accept-loss", name)
+	}
 	// The node's last endpoint takes the node-wide attachments with it
 	// (DEL, GC, ebpf-cni gc): any left without an endpoint is a leftover.
 	if len(n.Endpoints) == 0 {

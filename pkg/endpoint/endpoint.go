@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -114,6 +115,62 @@ func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 			if err := em.Put(e); err != nil {
 				return feature.Fail(node.ErrBPFFS, "updating the endpoint", err)
 			}
+		}
+	}
+	ep.Record.Flags = e.Flags
+	return nil
+}
+
+var _ feature.Restorer = Feature{}
+
+// Restore writes the endpoint's entries again when endpoint_devs lacks
+// them (maps lost with the bpffs and not rescued), and makes this build's
+// programs run on its host veth (a record rebuilt after the tcx links died
+// with their pins has none): the programs forward to the pod and let its
+// packets out again. The record's attachments are updated.
+func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
+	em, err := MapsOf(n)
+	if err != nil {
+		return err
+	}
+	var d maps.CniEndpointDev
+	if em.Devs.Lookup(uint32(ep.HostIfIndex), &d) != nil && ep.MAC != "" {
+		e := entry(ep)
+		e.Flags = ep.Record.Flags
+		if err := em.Put(e); err != nil {
+			return err
+		}
+	}
+	progs, err := n.Programs()
+	if err != nil {
+		return err
+	}
+	dir := node.LinkDir(n.BPFRoot, ep.HostIfName)
+	for _, h := range Hooks {
+		prog, err := progs.Prog(h.Name)
+		if err != nil {
+			return err
+		}
+		if attach.HooksAttached(ep.Host, []attach.Hook{h}, progs.IDsOf([]attach.Hook{h})) {
+			continue
+		}
+		i := slices.IndexFunc(ep.Attachments, func(a attach.Attachment) bool { return a.Hook == h.Name })
+		if i >= 0 && attach.Replace(ep.Attachments[i], ep.HostIfIndex, h, prog) == nil {
+			continue
+		}
+		mode := attach.DefaultMode
+		if i >= 0 {
+			mode = ep.Attachments[i].Mode
+			_ = attach.DetachNow(ep.Attachments[i], ep.HostIfIndex, h)
+			ep.Attachments = slices.Delete(ep.Attachments, i, i+1)
+		}
+		a, err := attach.Attach(mode, ep.Host, h, prog, dir)
+		if err != nil {
+			return err
+		}
+		ep.Attachments = append(ep.Attachments, a)
+		if a.Mode == attach.ModeTC {
+			ep.Record.Flags |= uint32(maps.CniEndpointFlagsEP_F_CLSACT)
 		}
 	}
 	return nil

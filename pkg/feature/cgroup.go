@@ -46,7 +46,7 @@ func AttachCgroup(n *node.Node, set, cgroup string, hooks []attach.Hook) error {
 	if err := DetachCgroup(n, set, hooks); err != nil {
 		return err
 	}
-	s := &node.AttachmentSet{Owner: cgroupOwner, Name: set}
+	s := &node.AttachmentSet{Owner: cgroupOwner, Name: set, Cgroup: cgroup}
 	for _, h := range hooks {
 		prog, err := progs.Prog(h.Name)
 		if err != nil {

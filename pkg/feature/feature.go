@@ -55,6 +55,36 @@ type Feature interface {
 	Commands() []*view.Command
 }
 
+// Rebuilder is a feature that keeps per-endpoint state in the record and
+// can tell it again from its maps, for a record rebuilt from the kernel
+// after its file was lost (ep.Rebuilt; the core has filled in the
+// addresses).
+type Rebuilder interface {
+	Rebuild(n *node.Node, ep *Endpoint) error
+}
+
+// Restorer is a feature that keeps per-endpoint map entries which a bpffs
+// remount can empty (when no program kept the maps alive to pin them
+// again): Restore writes what is missing again from the record (ep.Host is
+// the live host veth). Idempotent.
+type Restorer interface {
+	Restore(n *node.Node, ep *Endpoint) error
+}
+
+// NodeRebuilder is a feature with node-wide attachments that can record
+// them again from the kernel after the stateDir lost their records.
+// Idempotent.
+type NodeRebuilder interface {
+	RebuildNode(n *node.Node) error
+}
+
+// PodRebuilder is a feature configured from a network's configuration
+// (STATUS, ADD) that can give a record rebuilt from the kernel the state
+// the configuration tells, writing its maps as ADD would. Idempotent.
+type PodRebuilder interface {
+	Rebuild(n *node.Node, ep *Endpoint) error
+}
+
 // Pod is a feature configured for one call.
 type Pod interface {
 	// Needs is what the feature needs of the core's part of the endpoint,

@@ -26,10 +26,21 @@ func Allocate(s *Store, c *Config, containerID, ifname string) (_ []*current.IPC
 			for _, ip := range taken {
 				_ = s.Release(ip)
 			}
+			if prev == nil {
+				_ = s.RemoveAttachment(containerID, ifname)
+			}
 		}
 	}()
 
 	att := &Attachment{ContainerID: containerID, IfName: ifname}
+	if prev == nil {
+		// The record first, empty: a call killed between reserving in the
+		// map and writing the record leaves one that says so, and DEL
+		// then finds the reservations in the map (ReleaseAttachment).
+		if err := s.SaveAttachment(att); err != nil {
+			return nil, types.NewError(types.ErrIOFailure, "writing attachment record", err.Error())
+		}
+	}
 	var out []*current.IPConfig
 	for i, set := range c.RangeSets {
 		ip, fresh, err := allocateInSet(s, c, i, set, prev, containerID, ifname)
@@ -164,6 +175,18 @@ func ReleaseAttachment(s *Store, containerID, ifname string) error {
 	att, err := s.Attachment(containerID, ifname)
 	if err != nil {
 		return err
+	}
+	if att != nil && len(att.IPs) == 0 {
+		// An ADD killed half-way: what it reserved is only in the map.
+		entries, err := s.Entries()
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if owns(&e.Owner, containerID, ifname) {
+				att.IPs = append(att.IPs, Allocation{Address: e.IP})
+			}
+		}
 	}
 	if att != nil {
 		for _, al := range att.IPs {

@@ -20,7 +20,10 @@ type Feature struct{}
 var _ feature.Feature = Feature{}
 
 // Name is the feature's name.
-func (Feature) Name() string { return "masquerade" }
+func (Feature) Name() string { return name }
+
+// name keys the feature's state in endpoint records.
+const name = "masquerade"
 
 // Programs are the uplinks'.
 func (Feature) Programs() []programs.Object { return uplink.Objects() }
@@ -51,7 +54,10 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
 	if !p.s.Enabled {
 		return nil
 	}
-	return feature.Fail(ErrMasquerade, "setting up masquerade", Apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode))
+	if err := Apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode); err != nil {
+		return feature.Fail(ErrMasquerade, "setting up masquerade", err)
+	}
+	return ep.SetFeature(name, appliedOf(p.s, ep.DeviceMode))
 }
 
 // Check verifies that the uplinks carry this build's programs.
@@ -93,3 +99,9 @@ func (Feature) Release(n *node.Node) error { return Teardown(n) }
 
 // Commands: nat.
 func (Feature) Commands() []*view.Command { return []*view.Command{command} }
+
+var _ feature.NodeRebuilder = Feature{}
+
+// RebuildNode records the uplinks' programs again after the stateDir lost
+// their records.
+func (Feature) RebuildNode(n *node.Node) error { return uplink.Rebuild(n) }

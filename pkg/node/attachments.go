@@ -19,9 +19,12 @@ import (
 type AttachmentSet struct {
 	// Owner groups the sets of one feature ("uplinks"); Name is the set
 	// within it (the device's name, "hostport").
-	Owner       string              `json:"-"`
-	Name        string              `json:"name"`
-	IfIndex     int                 `json:"ifindex,omitempty"` // the device; 0 for cgroup hooks
+	Owner   string `json:"-"`
+	Name    string `json:"name"`
+	IfIndex int    `json:"ifindex,omitempty"` // the device; 0 for cgroup hooks
+	// Cgroup is the cgroup v2 directory of cgroup hooks: a repair attaches
+	// them there again when their pinned links were lost with the bpffs.
+	Cgroup      string              `json:"cgroup,omitempty"`
 	Attachments []attach.Attachment `json:"attachments"`
 }
 

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,9 +22,10 @@ func NodeLock(stateDir string, exclusive bool) (*Lock, error) {
 	return FileLock(filepath.Join(stateDir, "node.lock"), exclusive)
 }
 
-// FileLock takes a flock on path (created if missing), shared or exclusive.
+// FileLock takes a flock on path (created if missing, with its
+// directory), shared or exclusive.
 func FileLock(path string, exclusive bool) (*Lock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openLockFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock %s: %w", path, err)
 	}
@@ -36,6 +38,34 @@ func FileLock(path string, exclusive bool) (*Lock, error) {
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	return &Lock{f: f}, nil
+}
+
+// TryFileLock takes path exclusively if nobody holds it: nil, nil when
+// somebody does.
+func TryFileLock(path string) (*Lock, error) {
+	f, err := openLockFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	if err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return &Lock{f: f}, nil
+}
+
+func openLockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	}
+	return f, err
 }
 
 func flock(f *os.File, how int) error {

@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // Plugin error codes of the node's state (the CNI spec reserves 0-99;
@@ -69,6 +72,10 @@ type Node struct {
 	loaded    bool
 	tag       string
 
+	// Rescued are the maps this call pinned again after a bpffs remount
+	// (Programs).
+	Rescued []string
+
 	phase      string
 	phaseStart time.Time
 	phases     []Phase
@@ -91,8 +98,34 @@ func Open(o Options) (*Node, error) {
 			l.Unlock()
 			return nil, err
 		}
+		if err := n.rescue(); err != nil {
+			l.Unlock()
+			return nil, err
+		}
 	}
 	return n, nil
+}
+
+// rescue pins again the maps of the programs that run on the node's
+// devices when bpfRoot has no program pinned: a bpffs remounted under live
+// pods lost every pin, but their maps live on in the kernel (maps.Rescue).
+// Every call does it first thing, before any of them opens (and so
+// creates) an empty map of the same name. On a node in order it costs one
+// directory listing.
+func (n *Node) rescue() error {
+	if maps.CheckBPFFS(n.BPFRoot) != nil {
+		return nil // no bpffs: the verbs say so
+	}
+	if tags, err := programs.Installed(n.BPFRoot); err != nil || len(tags) > 0 {
+		return err
+	}
+	ids := attachedPrograms(programs.Hooks(n.objects))
+	if len(ids) == 0 {
+		return nil
+	}
+	var err error
+	n.Rescued, err = maps.Rescue(n.BPFRoot, ids)
+	return err
 }
 
 // Close releases the maps, the programs and the lock; nil-safe.
@@ -180,15 +213,43 @@ func (n *Node) Programs() (*programs.Set, error) {
 		n.progs = p
 		return p, err // another call loaded them while we waited
 	}
+	// No program of any build was pinned: a fresh node, or a bpffs
+	// remounted under live pods (Open pinned their maps again): every
+	// recorded attachment moves to the programs loaded now, and what lost
+	// its pinned link is attached again.
+	tags, err := programs.Installed(n.BPFRoot)
+	if err != nil {
+		return nil, err
+	}
 	if p, err = programs.Load(n.BPFRoot, tag, n.objects); err != nil {
 		return nil, err
 	}
-	if err := n.upgrade(p); err != nil {
+	if err := n.upgrade(p, len(tags) == 0); err != nil {
 		p.Close()
 		return nil, err
 	}
 	n.progs, n.loaded = p, true
 	return p, nil
+}
+
+// attachedPrograms lists the programs attached at hooks on every device
+// of the current network namespace (tcx or tc).
+func attachedPrograms(hooks []attach.Hook) []ebpf.ProgramID {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil
+	}
+	var out []ebpf.ProgramID
+	for _, l := range links {
+		for _, h := range hooks {
+			if h.TCParent == 0 {
+				continue // a cgroup hook: its pinned link went with the bpffs
+			}
+			ids, _ := attach.AttachedIDs(l, h)
+			out = append(out, ids...)
+		}
+	}
+	return out
 }
 
 // Loaded reports whether this call loaded the programs.
@@ -203,7 +264,12 @@ func (n *Node) Lock(name string) (*Lock, error) {
 
 // ReleaseIfEmpty runs release once the node has no endpoint left, and
 // reports whether it did. It takes the node lock exclusively first (and
-// keeps it), so no ADD is half-way, and checks again.
+// keeps it), so no ADD is half-way, and checks again. The records are a
+// cache: no record is the cheap first answer, but only the kernel proves
+// the node empty: no host veth of ours is left (records lost with a wiped
+// stateDir must not take masquerade and hostPorts away from live pods).
+// Callers hold no attachment lock (AttachmentLock): the upgrade waits for
+// every other call's shared hold.
 func (n *Node) ReleaseIfEmpty(release func()) bool {
 	if has, err := HasEndpoints(n.StateDir); err != nil || has {
 		return false
@@ -217,8 +283,38 @@ func (n *Node) ReleaseIfEmpty(release func()) bool {
 	if has, err := HasEndpoints(n.StateDir); err != nil || has {
 		return false
 	}
+	if links, err := veth.HostLinks(); err != nil || len(links) > 0 {
+		return false
+	}
 	release()
 	return true
+}
+
+// AttachmentLock takes the lock of one attachment (by its host veth's
+// name) exclusively, for the whole of an ADD, DEL or CHECK of it, and for
+// a repair or reclaim of it: calls of the same container never interleave
+// (runtimes retry after timeouts, which the spec forbids but happens), so
+// one call's undo never frees what another made. 256 lock files, by the
+// last two hex digits of the name, so none is left per container. Take it
+// after Programs and release it before ReleaseIfEmpty: both upgrade the
+// node lock, which waits for every shared holder, some of which may wait
+// for this lock.
+func (n *Node) AttachmentLock(hostIfName string) (*Lock, error) {
+	return FileLock(attachmentLockPath(n.StateDir, hostIfName), true)
+}
+
+// TryAttachmentLock is AttachmentLock without waiting: nil, nil when a
+// call holds it (that call is working on the attachment).
+func (n *Node) TryAttachmentLock(hostIfName string) (*Lock, error) {
+	return TryFileLock(attachmentLockPath(n.StateDir, hostIfName))
+}
+
+func attachmentLockPath(stateDir, hostIfName string) string {
+	stripe := hostIfName
+	if len(stripe) > 2 {
+		stripe = stripe[len(stripe)-2:]
+	}
+	return filepath.Join(stateDir, "locks", "attachment-"+stripe+".lock")
 }
 
 // Records lists every endpoint record of the node.

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // ErrNotFound is the sentinel for state that is not there.
@@ -19,15 +20,26 @@ var ErrNotFound = errors.New("not found")
 // Record is what one attachment made, kept under stateDir so DEL and GC can
 // undo it even when the pod's netns (and with it the veth) is gone.
 type Record struct {
-	ContainerID string   `json:"containerID"`
-	IfName      string   `json:"ifname"`
-	Network     string   `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+	Network     string `json:"network"`
+	// NetID is the network's key in the maps (maps.NetID), for a record
+	// rebuilt from the kernel that knows the network by it alone (Network
+	// is then empty until a call of that network names it).
+	NetID uint32 `json:"netID,omitempty"`
+	// Rebuilt: the record was rebuilt from the kernel after its file was
+	// lost; features that keep state only in records fill in what the maps
+	// still tell (feature.Rebuilder).
+	Rebuilt     bool     `json:"rebuilt,omitempty"`
 	NetNS       string   `json:"netns,omitempty"`
 	HostIfName  string   `json:"hostIfname"`
 	HostIfIndex int      `json:"hostIfindex"`
 	HostMAC     string   `json:"hostMAC"`
 	MAC         string   `json:"mac"`
 	IPs         []string `json:"ips"` // CIDR
+	// Flags are the endpoint's flags in the maps (enum endpoint_flags), so
+	// its entries can be written again after the maps were lost.
+	Flags uint32 `json:"flags,omitempty"`
 	// Attachments are the programs on the host veth: an upgrade re-points
 	// them, DEL detaches them.
 	Attachments []attach.Attachment `json:"attachments"`
@@ -123,6 +135,15 @@ func (r *Record) Feature(feature string, v any) (bool, error) {
 		return true, fmt.Errorf("decoding the %s state of %s: %w", feature, r.HostIfName, err)
 	}
 	return true, nil
+}
+
+// InNetwork reports whether the record's attachment belongs to the network
+// name (by its name, or by its key for a rebuilt record).
+func (r *Record) InNetwork(name string) bool {
+	if r.Network != "" {
+		return r.Network == name
+	}
+	return r.NetID != 0 && r.NetID == maps.NetID(name)
 }
 
 // Addrs parses the record's addresses.
@@ -235,17 +256,87 @@ func ReadRecord(stateDir, hostIfName string) (*Record, error) {
 	return r, nil
 }
 
-// RemoveRecord deletes a record; a missing one is fine.
+// RemoveRecord deletes a record, and its marks; a missing one is fine.
 func RemoveRecord(stateDir, hostIfName string) error {
 	err := os.Remove(recordPath(stateDir, hostIfName))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing record of %s: %w", hostIfName, err)
 	}
+	for _, m := range []Mark{MarkPending, MarkLossy} {
+		_ = Unmark(stateDir, m, hostIfName)
+	}
 	return nil
+}
+
+// Mark is a fact about a record rebuilt from the kernel, kept beside it as
+// an empty file, so a STATUS finds the records that need it without
+// reading every record.
+type Mark string
+
+const (
+	// MarkPending: rebuilt without its network's configuration (the
+	// operator's repair); the next call of its network completes it.
+	MarkPending Mark = "pending"
+	// MarkLossy: rebuilt with neither its file nor the maps: what only
+	// they held (published ports, bandwidth limits) is lost.
+	MarkLossy Mark = "lossy"
+)
+
+func markPath(stateDir string, m Mark, hostIfName string) string {
+	return filepath.Join(stateDir, "marks", string(m), hostIfName)
+}
+
+// SetMark marks the record of hostIfName.
+func SetMark(stateDir string, m Mark, hostIfName string) error {
+	p := markPath(stateDir, m, hostIfName)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(p), err)
+	}
+	return os.WriteFile(p, nil, 0o600)
+}
+
+// Unmark removes a mark; a missing one is fine.
+func Unmark(stateDir string, m Mark, hostIfName string) error {
+	if err := os.Remove(markPath(stateDir, m, hostIfName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Marked lists the host veths whose records carry m.
+func Marked(stateDir string, m Mark) []string {
+	ents, err := os.ReadDir(filepath.Dir(markPath(stateDir, m, "x")))
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
 }
 
 // Records lists every endpoint record of the node.
 func Records(stateDir string) ([]*Record, error) { return readDir[Record](recordDir(stateDir)) }
+
+// RecordNames lists the host veths that have a record (names only: no
+// record is read).
+func RecordNames(stateDir string) ([]string, error) {
+	ents, err := os.ReadDir(recordDir(stateDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", recordDir(stateDir), err)
+	}
+	var out []string
+	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
 
 // HasEndpoints reports whether any endpoint record exists (names only: no
 // record is read).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -22,19 +23,23 @@ import (
 // attachments, every attachment set), then any pinned link named after one
 // of p's hooks that no record accounts for (builds before attachment sets
 // kept their cgroup links without a record).
-func (n *Node) upgrade(p *programs.Set) error {
+//
+// force (after a bpffs remount, see Programs) re-points even when p's are
+// the only programs pinned, and attaches again what lost its pinned link
+// (tcx and cgroup links die with their pins).
+func (n *Node) upgrade(p *programs.Set, force bool) error {
 	tags, err := programs.Installed(n.BPFRoot)
 	if err != nil {
 		return err
 	}
-	if len(tags) <= 1 {
+	if len(tags) <= 1 && !force {
 		return nil
 	}
 	done := map[string]bool{}
 	// repoint swaps the program of a. A device that is gone (a pod gone
 	// without DEL) has nothing to upgrade: DEL or GC removes its record.
 	// Anything else must not be half-done silently.
-	repoint := func(a attach.Attachment, ifindex int, device, what string) error {
+	repoint := func(a attach.Attachment, ifindex int, device, cgroup, what string) error {
 		h, ok := p.Hook(a.Hook)
 		if !ok {
 			return nil
@@ -44,6 +49,9 @@ func (n *Node) upgrade(p *programs.Set) error {
 			return err
 		}
 		err = attach.Replace(a, ifindex, h, prog)
+		if errors.Is(err, os.ErrNotExist) && force && a.Pin != "" {
+			err = reattach(a, ifindex, device, cgroup, h, prog)
+		}
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			if _, lerr := linkByIndexName(ifindex, device); ifindex != 0 && lerr != nil {
 				return nil
@@ -61,7 +69,7 @@ func (n *Node) upgrade(p *programs.Set) error {
 	}
 	for _, r := range recs {
 		for _, a := range r.Attachments {
-			if err := repoint(a, r.HostIfIndex, r.HostIfName, r.HostIfName); err != nil {
+			if err := repoint(a, r.HostIfIndex, r.HostIfName, "", r.HostIfName); err != nil {
 				return err
 			}
 		}
@@ -72,7 +80,7 @@ func (n *Node) upgrade(p *programs.Set) error {
 	}
 	for _, s := range sets {
 		for _, a := range s.Attachments {
-			if err := repoint(a, s.IfIndex, s.Name, s.Owner+"/"+s.Name); err != nil {
+			if err := repoint(a, s.IfIndex, s.Name, s.Cgroup, s.Owner+"/"+s.Name); err != nil {
 				return err
 			}
 		}
@@ -88,6 +96,24 @@ func (n *Node) upgrade(p *programs.Set) error {
 		}
 	}
 	return nil
+}
+
+// reattach attaches prog at h again where the pinned link of a was lost:
+// on the device ifindex (if it still is device), or on the cgroup.
+func reattach(a attach.Attachment, ifindex int, device, cgroup string, h attach.Hook, prog *ebpf.Program) error {
+	switch {
+	case a.Mode == attach.ModeCgroup && cgroup != "":
+		_, err := attach.AttachCgroup(cgroup, h, prog, filepath.Dir(a.Pin))
+		return err
+	case a.Mode == attach.ModeTCX && ifindex != 0:
+		l, err := linkByIndexName(ifindex, device)
+		if err != nil {
+			return os.ErrNotExist // gone: GC or healing removes its record
+		}
+		_, err = attach.Attach(attach.ModeTCX, l, h, prog, filepath.Dir(a.Pin))
+		return err
+	}
+	return os.ErrNotExist
 }
 
 // upgradeUnrecorded re-points the pinned links under bpfRoot that done

@@ -82,8 +82,11 @@ func openPod(c *Config, netns string, w *watch) (ns.NetNS, *node.Node, error) {
 	return podNS, n, nil
 }
 
-// release takes every feature's node-wide state away: the node has no
-// endpoint left. Best effort: GC retries what fails.
+// ReleaseNode takes every feature's node-wide state away: the node has no
+// endpoint left (the caller holds the node lock exclusively:
+// node.ReleaseIfEmpty). Best effort: GC retries what fails.
+func ReleaseNode(n *node.Node) error { return release(n) }
+
 func release(n *node.Node) error {
 	var errs []error
 	for _, f := range features.All {
@@ -129,6 +132,17 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
+	if healDue(n) || n.Loaded() {
+		n.Phase("heal")
+		_ = healNode(n, c, hostName) // STATUS reports what it cannot mend; this pod is added anyway
+	}
+	// The same container's calls never interleave: a second ADD waits and
+	// finds the first one's record (or its veth), a DEL waits for the ADD.
+	al, err := n.AttachmentLock(hostName)
+	if err != nil {
+		return cniError(types.ErrIOFailure, "locking the attachment (stateDir)", err)
+	}
+	defer al.Unlock()
 	if _, err := n.Record(hostName); err == nil {
 		return types.NewError(ErrInterfaceExists, fmt.Sprintf("attachment %s/%s already exists (host veth %s); DEL it first", args.ContainerID, args.IfName, hostName), "")
 	}
@@ -140,6 +154,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	defer func() {
 		if err != nil {
 			_ = undo.Run()
+			al.Unlock()
 			// The node's last endpoint takes the features' node-wide state
 			// with it; so does a failed first ADD.
 			n.ReleaseIfEmpty(func() { _ = release(n) })
@@ -154,7 +169,16 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		_ = Delegate.Del(c)
 		return ipamError("ADD", err)
 	}
-	undo.Push(func() error { return Delegate.Del(c) })
+	// An attachment whose host veth exists already (its record lost) holds
+	// the addresses IPAM just handed back again: this ADD's undo must not
+	// release them under it.
+	keepIPAM := false
+	undo.Push(func() error {
+		if keepIPAM {
+			return nil
+		}
+		return Delegate.Del(c)
+	})
 	res, err := current.NewResultFromResult(r)
 	if err != nil {
 		return cniError(ErrIPAM, "converting the IPAM result", err)
@@ -171,9 +195,10 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if mtu == 0 {
 		mtu = defaultMTU() - needs.Overhead
 	}
-	host, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName))
+	host, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName, c.Name))
 	if err != nil {
 		if errors.Is(err, veth.ErrInterfaceExists) {
+			keepIPAM = veth.Exists(hostName)
 			return cniError(ErrInterfaceExists, "creating the veth pair", err)
 		}
 		return cniError(ErrLinkSetup, "creating the veth pair", err)

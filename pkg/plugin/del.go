@@ -31,7 +31,18 @@ func CmdDel(args *skel.CmdArgs) (err error) {
 	defer func() { logTiming("DEL", args, n, err) }()
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
+	al, err := n.AttachmentLock(hostName)
+	if err != nil {
+		return cniError(types.ErrIOFailure, "locking the attachment (stateDir)", err)
+	}
+	defer al.Unlock()
 	var errs []error
+	if rec, err := n.Record(hostName); err == nil && args.Netns != "" {
+		// A second interface's source rules (veth.ownTable) live in the pod.
+		if err := veth.RemoveOwnRules(args.Netns, rec.Addrs()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	n.Phase("teardown")
 	if err := Teardown(n, hostName); err != nil {
 		errs = append(errs, err)
@@ -47,6 +58,7 @@ func CmdDel(args *skel.CmdArgs) (err error) {
 		return cniError(types.ErrIOFailure, fmt.Sprintf("deleting %s/%s", args.ContainerID, args.IfName), errors.Join(errs...))
 	}
 	n.Phase("release")
+	al.Unlock()
 	n.ReleaseIfEmpty(func() { _ = release(n) })
 	return nil
 }

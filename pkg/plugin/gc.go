@@ -35,13 +35,26 @@ func CmdGC(args *skel.CmdArgs) error {
 		valid[[2]string{a.ContainerID, a.IfName}] = true
 	}
 	var errs []error
+	// Programs lost with a remounted bpffs are loaded again first, so the
+	// live pods' attachments move to them and their entries are restored.
+	if n.CheckBPFFS() == nil {
+		if _, err := n.Programs(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The kernel first: live veths whose records were lost get them back
+	// (so the valid attachments below keep them), pairs nobody owns and
+	// attachments whose pod is gone go.
+	if _, err := Heal(n, HealOptions{Config: c}); err != nil {
+		errs = append(errs, err)
+	}
 	recs, err := n.Records()
 	if err != nil {
 		return cniError(types.ErrIOFailure, "listing endpoint records", err)
 	}
 	kept := map[string]*node.Record{}
 	for _, r := range recs {
-		if r.Network != c.Name || valid[[2]string{r.ContainerID, r.IfName}] {
+		if !r.InNetwork(c.Name) || valid[[2]string{r.ContainerID, r.IfName}] {
 			kept[r.HostIfName] = r
 			continue
 		}
@@ -50,13 +63,14 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 
-	// Orphans: ours, but in no record.
+	// Orphans: ours, in no record, and no owner to rebuild one for (Heal
+	// could not mend them).
 	links, err := veth.HostLinks()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, l := range links {
-		if kept[l.Attrs().Name] == nil {
+		if _, named := veth.Owner(l); !named && kept[l.Attrs().Name] == nil {
 			if err := Teardown(n, l.Attrs().Name); err != nil {
 				errs = append(errs, err)
 			}

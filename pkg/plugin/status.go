@@ -33,14 +33,26 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
 		return cniError(types.ErrPluginNotAvailable, "bpfRoot unusable", err)
 	}
-	// Unlocked: loading takes the node lock exclusively, for that moment.
-	n, err := openNode(c, node.Unlocked, nil)
+	// Shared, as the other verbs: loading takes the node lock exclusively
+	// for that moment, and so does the release of the node's last
+	// endpoint when healing reclaimed it.
+	n, err := openNode(c, node.Shared, nil)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
 	if _, err := n.Programs(); err != nil {
 		return cniError(types.ErrPluginNotAvailable, "datapath programs unavailable", err)
+	}
+	// containerd 2.x calls STATUS every 5 s: the kernel and the records
+	// are compared and mended here (heal.go).
+	if err := healNode(n, c, ""); err != nil {
+		msg := "repairing the node's state failed: existing pods may have lost connectivity"
+		if errors.Is(err, errLost) {
+			msg = "existing pods lost part of their network state"
+		}
+		return types.NewError(ErrUnavailableDamaged, msg+": "+err.Error(),
+			"run ebpf-cni status in the node's network namespace for what is wrong, and ebpf-cni repair")
 	}
 	if err := Delegate.Status(c); err != nil {
 		// An IPAM plugin that cannot allocate makes ADD fail: for the

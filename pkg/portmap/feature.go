@@ -202,3 +202,76 @@ func (Feature) Release(n *node.Node) error { return Teardown(n) }
 
 // Commands: ports.
 func (Feature) Commands() []*view.Command { return []*view.Command{command} }
+
+var _ feature.Rebuilder = Feature{}
+
+// Rebuild finds the ports published to the endpoint's addresses, for a
+// record rebuilt from the kernel: its DEL unpublishes them.
+func (Feature) Rebuild(n *node.Node, ep *feature.Endpoint) error {
+	m, err := n.PinnedMap(maps.CniMapHostports)
+	if err != nil || m == nil {
+		return err
+	}
+	all, err := List(m)
+	if err != nil {
+		return err
+	}
+	own := map[string]bool{}
+	for _, ip := range ep.Addrs() {
+		own[ip.String()] = true
+	}
+	var ports []HostPort
+	for _, p := range all {
+		if !own[p.PodIP] {
+			continue
+		}
+		hp := HostPort{Proto: p.Proto, HostIP: p.HostIP, HostPort: p.HostPort, PodIP: p.PodIP, ContainerPort: p.ContainerPort}
+		if hp.HostIP == "*" {
+			hp.HostIP = ""
+		}
+		ports = append(ports, hp)
+	}
+	if len(ports) == 0 {
+		return nil
+	}
+	ep.Record.Flags |= uint32(maps.CniEndpointFlagsEP_F_HOSTPORT) // its replies need reverse DNAT
+	return ep.SetFeature(name, ports)
+}
+
+var _ feature.Restorer = Feature{}
+
+// Restore publishes the endpoint's ports again and makes the node serve
+// them (socket hooks on the recorded cgroup), after the bpffs lost them.
+func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
+	ports, err := Ports(ep.Record)
+	if err != nil || len(ports) == 0 {
+		return err
+	}
+	em, err := endpoint.MapsOf(n)
+	if err != nil {
+		return err
+	}
+	if err := Publish(n, ports, em.Owner); err != nil {
+		return err
+	}
+	cgroup := ""
+	if sets, err := n.AttachmentSets("cgroup"); err == nil {
+		for _, s := range sets {
+			if s.Name == cgroupSet {
+				cgroup = s.Cgroup
+			}
+		}
+	}
+	if cgroup == "" {
+		if cgroup, err = attach.ResolveCgroup("", n.StateDir); err != nil {
+			return err
+		}
+	}
+	return Ready(n, cgroup)
+}
+
+var _ feature.NodeRebuilder = Feature{}
+
+// RebuildNode records the uplinks' programs again (hostPort shares them
+// with masquerade).
+func (Feature) RebuildNode(n *node.Node) error { return uplink.Rebuild(n) }

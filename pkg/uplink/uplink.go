@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -283,14 +284,19 @@ func Release(n *node.Node) error {
 		return err
 	}
 	var errs []error
+	done := map[int]bool{}
 	for _, s := range sets {
 		errs = append(errs, detach(n, s.Name))
+		done[s.IfIndex] = true
 	}
 	if n.CheckBPFFS() != nil {
 		return errors.Join(errs...)
 	}
 	m, err := n.PinnedMap(maps.CniMapUplinks)
 	if err == nil && m != nil {
+		// The records are a cache: an uplink the map knows and no record
+		// does (a wiped stateDir) loses its programs too.
+		errs = append(errs, detachUnrecorded(n, m, done))
 		err = maps.Clear(m)
 	}
 	errs = append(errs, err)
@@ -304,6 +310,84 @@ func Release(n *node.Node) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Rebuild records the uplinks that carry our programs but have no
+// attachment record (a wiped stateDir): the uplinks map knows them by
+// ifindex, the kernel knows what runs there. Idempotent.
+func Rebuild(n *node.Node) error {
+	m, err := n.PinnedMap(maps.CniMapUplinks)
+	if err != nil || m == nil {
+		return err
+	}
+	sets, err := n.AttachmentSets(owner)
+	if err != nil {
+		return err
+	}
+	known := map[int]bool{}
+	for _, s := range sets {
+		known[s.IfIndex] = true
+	}
+	var idx uint32
+	var info maps.CniUplinkInfo
+	var errs []error
+	it := m.Iterate()
+	for it.Next(&idx, &info) {
+		if known[int(idx)] {
+			continue
+		}
+		l, err := netlink.LinkByIndex(int(idx))
+		if err != nil {
+			continue
+		}
+		set := &node.AttachmentSet{Owner: owner, Name: l.Attrs().Name, IfIndex: int(idx)}
+		for _, h := range Hooks {
+			if a, ok := attach.Observed(l, h, Dir(n.BPFRoot, l.Attrs().Name)); ok {
+				set.Attachments = append(set.Attachments, a)
+			}
+		}
+		// The programs were loaded again before this record existed (a
+		// bpffs remounted too): move the uplink to them.
+		if progs, err := n.Programs(); err == nil && !attached(l, progs) {
+			for _, a := range set.Attachments {
+				if prog, err := progs.Prog(a.Hook); err == nil {
+					errs = append(errs, attach.Replace(a, int(idx), hook(a.Hook), prog))
+				}
+			}
+		}
+		if len(set.Attachments) > 0 {
+			errs = append(errs, n.SaveAttachments(set))
+		}
+	}
+	return errors.Join(append(errs, it.Err())...)
+}
+
+// detachUnrecorded takes our programs off the uplinks in the uplinks map
+// (keyed by ifindex) that no attachment record names.
+func detachUnrecorded(n *node.Node, m *ebpf.Map, done map[int]bool) error {
+	var idx uint32
+	var info maps.CniUplinkInfo
+	var errs []error
+	it := m.Iterate()
+	for it.Next(&idx, &info) {
+		if done[int(idx)] {
+			continue
+		}
+		l, err := netlink.LinkByIndex(int(idx))
+		if err != nil {
+			continue // the device is gone, and its programs with it
+		}
+		dir := Dir(n.BPFRoot, l.Attrs().Name)
+		for _, h := range Hooks {
+			if a, ok := attach.Observed(l, h, dir); ok {
+				if err := attach.DetachNow(a, int(idx), h); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+		}
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	return errors.Join(append(errs, it.Err())...)
 }
 
 func hook(name string) attach.Hook { return attach.Find(Hooks, name) }

@@ -310,3 +310,41 @@ func ensureSysctl(key, value string) error {
 	_, err := sysctl.Sysctl(key, value)
 	return err
 }
+
+// RemoveOwnRules deletes, in the pod's netns at netnsPath, the source rules
+// ownTable added for ips (DEL of an interface that got a table of its own:
+// its table's routes go with the interface, its rules would stay). A netns
+// that is gone has nothing left to remove.
+func RemoveOwnRules(netnsPath string, ips []net.IP) error {
+	if netnsPath == "" || len(ips) == 0 {
+		return nil
+	}
+	podNS, err := ns.GetNS(netnsPath)
+	if err != nil {
+		return nil
+	}
+	defer podNS.Close()
+	return podNS.Do(func(ns.NetNS) error {
+		var errs []error
+		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+			rules, err := netlinksafe.RuleList(fam)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("listing rules: %w", err))
+				continue
+			}
+			for _, r := range rules {
+				if r.Priority != ownRulePriority || r.Table < ownTableBase || r.Src == nil {
+					continue
+				}
+				for _, ip := range ips {
+					if ones, bits := r.Src.Mask.Size(); ones == bits && r.Src.IP.Equal(ip) {
+						if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+							errs = append(errs, fmt.Errorf("deleting rule from %s lookup %d: %w", ip, r.Table, err))
+						}
+					}
+				}
+			}
+		}
+		return errors.Join(errs...)
+	})
+}

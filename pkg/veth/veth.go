@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,6 +25,14 @@ const HostPrefix = "ec"
 // aliasPrefix marks host veths as ours (ifalias), so GC never touches a
 // device someone else named alike.
 const aliasPrefix = "ebpf-cni:"
+
+// Group is the device group (IFLA_GROUP) of every host veth ebpf-cni
+// creates. Unlike the alias, which the kernel takes only after the link
+// exists (IFLA_IFALIAS is ignored by RTM_NEWLINK's create), the group is
+// set by the message that creates the pair: no kill point leaves a pair of
+// ours that cannot be recognised. 0xeb9f: "eBPF", out of the way of the
+// small numbers administrators give groups.
+const Group uint32 = 0xeb9f
 
 // ErrInterfaceExists means the container interface name is taken in the
 // pod's netns, or the host veth name is already on the node.
@@ -36,18 +45,79 @@ func HostName(containerID, ifName string) string {
 	return HostPrefix + hex.EncodeToString(sum[:])[:12]
 }
 
-// Alias is the ifalias ebpf-cni gives a host veth.
-func Alias(containerID, ifName string) string {
+// Alias is the ifalias ebpf-cni gives a host veth: the attachment and its
+// network, "ebpf-cni:<container ID>/<ifname> <network>" (an interface name
+// has no blank), so a record lost with the stateDir can be rebuilt from
+// the kernel alone.
+func Alias(containerID, ifName, network string) string {
 	a := aliasPrefix + containerID + "/" + ifName
+	if network != "" && !strings.ContainsAny(network, " \t\n") {
+		a += " " + network
+	}
 	if len(a) > 255 { // IFALIASZ - 1
 		a = a[:255]
 	}
 	return a
 }
 
-// IsOurs reports whether a host link was created by ebpf-cni.
+// IsOurs reports whether a host link was created by ebpf-cni: a veth
+// named like ours (HostName's shape) that carries our group or our alias
+// (builds before the group set only the alias).
 func IsOurs(l netlink.Link) bool {
-	return strings.HasPrefix(l.Attrs().Name, HostPrefix) && strings.HasPrefix(l.Attrs().Alias, aliasPrefix)
+	a := l.Attrs()
+	if !ourName(a.Name) {
+		return false
+	}
+	return a.Group == Group || strings.HasPrefix(a.Alias, aliasPrefix)
+}
+
+// ourName reports whether name has HostName's shape: the prefix and 12
+// lowercase hex digits.
+func ourName(name string) bool {
+	if len(name) != len(HostPrefix)+12 || !strings.HasPrefix(name, HostPrefix) {
+		return false
+	}
+	for _, c := range name[len(HostPrefix):] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Owned is whose a host veth is, as its alias says.
+type Owned struct {
+	ContainerID, IfName string
+	// Network is empty when the alias does not name it (builds before
+	// it did, or a name cut at IFALIASZ).
+	Network string
+}
+
+// Owner is the attachment a host veth's alias names; ok is false when the
+// alias is missing (a call killed between creating the pair and naming
+// it) or not ours.
+func Owner(l netlink.Link) (o Owned, ok bool) {
+	rest, found := strings.CutPrefix(l.Attrs().Alias, aliasPrefix)
+	if !found {
+		return o, false
+	}
+	att, network, _ := strings.Cut(rest, " ")
+	i := strings.LastIndexByte(att, '/')
+	if i <= 0 || i == len(att)-1 || HostName(att[:i], att[i+1:]) != l.Attrs().Name {
+		return o, false // not ours, or cut at IFALIASZ
+	}
+	if len(l.Attrs().Alias) == 255 {
+		network = "" // maybe cut
+	}
+	return Owned{ContainerID: att[:i], IfName: att[i+1:], Network: network}, true
+}
+
+// SetAlias names the attachment on a host veth that lacks its alias.
+func SetAlias(l netlink.Link, containerID, ifName, network string) error {
+	if err := netlink.LinkSetAlias(l, Alias(containerID, ifName, network)); err != nil {
+		return fmt.Errorf("setting alias of %s: %w", l.Attrs().Name, err)
+	}
+	return nil
 }
 
 // Pair is a created pair: the host end in the current netns, the container
@@ -61,6 +131,7 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = hostName
 	attrs.MTU = mtu
+	attrs.Group = Group
 	v := &netlink.Veth{
 		LinkAttrs:        attrs,
 		PeerName:         ifName,
@@ -112,6 +183,12 @@ func DeleteHost(name string) error {
 	return nil
 }
 
+// Exists reports whether a host veth of ours named name is on the node.
+func Exists(name string) bool {
+	l, err := netlinksafe.LinkByName(name)
+	return err == nil && IsOurs(l)
+}
+
 // HostLinks lists the host veths ebpf-cni created in the current netns.
 func HostLinks() ([]netlink.Link, error) {
 	all, err := netlinksafe.LinkList()
@@ -125,4 +202,29 @@ func HostLinks() ([]netlink.Link, error) {
 		}
 	}
 	return out, nil
+}
+
+// PeerMAC is the MAC of the host veth l's peer in the pod, asked of the
+// kernel across namespaces (IFLA_TARGET_NETNSID): a record rebuilt
+// without the endpoint maps learns the pod's MAC without a path to its
+// netns. Empty when the kernel does not tell.
+func PeerMAC(l netlink.Link) string {
+	a := l.Attrs()
+	if a.ParentIndex == 0 || a.NetNsID < 0 {
+		return ""
+	}
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(a.ParentIndex)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFLA_TARGET_NETNSID, nl.Uint32Attr(uint32(a.NetNsID))))
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
+	if err != nil || len(msgs) != 1 {
+		return ""
+	}
+	peer, err := netlink.LinkDeserialize(nil, msgs[0])
+	if err != nil || peer.Attrs().HardwareAddr == nil {
+		return ""
+	}
+	return peer.Attrs().HardwareAddr.String()
 }

@@ -160,6 +160,14 @@ func TestSecondNetwork(t *testing.T) {
 			require.NoError(t, e.cni.Del(first, &libcni.RuntimeConf{ContainerID: "multi", NetNS: p.RT.NetNS, IfName: "net2"}))
 			out, err := nettest.Ping(e.node.NS, p.IP(4), 1)
 			require.NoError(t, err, "the first interface still answers: %s", out)
+			// The second interfaces' source rules went with them.
+			require.NoError(t, p.NS.Do(func(ns.NetNS) error {
+				rules, err := netlink.RuleList(netlink.FAMILY_ALL)
+				for _, r := range rules {
+					require.False(t, r.Priority == 1000 && r.Table >= 1000, "rule left in the pod after DEL: %v", r)
+				}
+				return err
+			}))
 		})
 	}
 }

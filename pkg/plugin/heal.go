@@ -1,0 +1,516 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
+)
+
+// The kernel is the truth, the records are a cache. Heal compares the two
+// and mends the cache:
+//
+//   - a host veth of ours without a record (the stateDir was wiped or
+//     remounted, a call was killed between the veth and its record) gets
+//     its record rebuilt from the kernel: the pair's name and alias (or
+//     group), the endpoint maps, the routes and programs on the veth;
+//   - a pair whose owner cannot be told (killed before the alias and the
+//     map entries, so its ADD never succeeded) is removed;
+//   - a record whose host veth is gone (the pod's netns was destroyed
+//     without a DEL: the kernel removed the pair) is reclaimed: its
+//     features' state, its record and, for the calling network, its IPAM
+//     addresses; never while its pod's interface is alive somewhere.
+//
+// Every attachment is handled under its attachment lock, taken without
+// waiting: one that a call holds is that call's business.
+
+// Healed is what Heal found, one line per item.
+type Healed struct {
+	Rebuilt   []string `json:"rebuilt"`
+	Reclaimed []string `json:"reclaimed"`
+	Removed   []string `json:"removed"`
+	Problems  []string `json:"problems"`
+	// Lost are the host veths whose records were rebuilt with neither
+	// their file nor the maps (node.MarkLossy): STATUS fails until their
+	// pods are deleted or the operator accepts the loss.
+	Lost []string `json:"lost"`
+	// Gone are the records of the reclaimed attachments (the operator's
+	// repair releases their ebpf-ipam addresses).
+	Gone []*node.Record `json:"-"`
+}
+
+// Empty reports whether nothing was found.
+func (h *Healed) Empty() bool {
+	return len(h.Rebuilt)+len(h.Reclaimed)+len(h.Removed)+len(h.Problems) == 0
+}
+
+// HealOptions say what Heal may do.
+type HealOptions struct {
+	// Config is the calling network's (STATUS, ADD): its attachments'
+	// IPAM addresses are released through its IPAM when reclaimed, and
+	// rebuilt records of its network get its name. Nil for the operator's
+	// repair, which releases ebpf-ipam's addresses itself.
+	Config *Config
+	// DryRun lists what would be done and changes nothing.
+	DryRun bool
+	// Skip is an attachment (host veth) the caller is working on.
+	Skip string
+}
+
+// Heal mends the records from the kernel and reclaims attachments whose
+// pod is gone. It runs in the node's network namespace; the caller holds
+// the node lock (shared or exclusive) or none.
+func Heal(n *node.Node, o HealOptions) (*Healed, error) {
+	h := &Healed{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Problems: []string{}, Lost: []string{}}
+	links, err := veth.HostLinks()
+	if err != nil {
+		return h, err
+	}
+	// Names first: a node in order costs one link dump and one directory
+	// listing (STATUS runs every 5 s); records are read only for what
+	// differs.
+	names, err := node.RecordNames(n.StateDir)
+	if err != nil {
+		return h, err
+	}
+	recorded := map[string]bool{}
+	for _, name := range names {
+		recorded[name] = true
+	}
+	present := map[string]bool{}
+	var errs []error
+	rebuilt := map[string]bool{}
+	for _, l := range links {
+		name := l.Attrs().Name
+		present[name] = true
+		if recorded[name] || name == o.Skip {
+			continue
+		}
+		errs = append(errs, withAttachment(n, name, func() error {
+			ok, err := healLink(n, l, o, h)
+			rebuilt[name] = ok
+			return err
+		}))
+	}
+	for _, name := range names {
+		if present[name] || name == o.Skip {
+			continue
+		}
+		errs = append(errs, withAttachment(n, name, func() error { return reclaim(n, name, o, h) }))
+	}
+	if o.DryRun {
+		return h, errors.Join(errs...)
+	}
+	// Records rebuilt by a call without this network's configuration.
+	if o.Config != nil {
+		for _, name := range node.Marked(n.StateDir, node.MarkPending) {
+			if !present[name] || rebuilt[name] || name == o.Skip {
+				continue
+			}
+			errs = append(errs, withAttachment(n, name, func() error {
+				r, err := n.Record(name)
+				if err != nil || !r.InNetwork(o.Config.Name) {
+					return nil
+				}
+				rebuilt[name] = true
+				return adopt(n, r, o.Config)
+			}))
+		}
+	}
+	for _, name := range node.Marked(n.StateDir, node.MarkLossy) {
+		if present[name] {
+			h.Lost = append(h.Lost, name)
+		}
+	}
+	if len(h.Rebuilt) > 0 {
+		// The node-wide records went with the endpoints' (one stateDir).
+		for _, f := range features.All {
+			if nr, ok := f.(feature.NodeRebuilder); ok {
+				errs = append(errs, nr.RebuildNode(n))
+			}
+		}
+	}
+	// This call loaded the programs (after a bpffs remount, the maps that
+	// no surviving program kept are empty), or records were rebuilt (their
+	// programs and entries may be gone with them): every live endpoint gets
+	// what it lacks written again.
+	if n.Loaded() || len(rebuilt) > 0 {
+		var pods []feature.Pod
+		if o.Config != nil {
+			pods = configuredPods(o.Config)
+		}
+		for _, l := range links {
+			name := l.Attrs().Name
+			if name == o.Skip || !(recorded[name] || rebuilt[name]) {
+				continue
+			}
+			errs = append(errs, withAttachment(n, name, func() error { return restoreEndpoint(n, l, pods, rebuilt[name], o) }))
+		}
+	}
+	sort.Strings(h.Rebuilt)
+	sort.Strings(h.Reclaimed)
+	return h, errors.Join(errs...)
+}
+
+// ErrUnavailableDamaged is the spec's STATUS code 51: the plugin is not
+// available, and existing containers in the network may have limited
+// connectivity.
+const ErrUnavailableDamaged uint = 51
+
+// HealPeriod is how often an ADD heals the node when no STATUS did (a
+// runtime that does not call STATUS: containerd before 2.0, CRI-O, podman).
+var HealPeriod = 5 * time.Second
+
+// healNode is Heal as the verbs run it: with the call's network, then the
+// node's node-wide state released if that took its last endpoint. skip is
+// the caller's own attachment.
+func healNode(n *node.Node, c *Config, skip string) error {
+	h, err := Heal(n, HealOptions{Config: c, Skip: skip})
+	_ = os.WriteFile(filepath.Join(n.StateDir, healStamp), nil, 0o600)
+	if len(h.Reclaimed) > 0 {
+		n.ReleaseIfEmpty(func() { _ = release(n) })
+	}
+	for _, line := range append(append(h.Rebuilt, h.Reclaimed...), h.Removed...) {
+		fmt.Fprintln(os.Stderr, "ebpf-cni: healed: "+line)
+	}
+	if err == nil && len(h.Lost) > 0 {
+		err = fmt.Errorf("%w: host veths %s: delete and recreate their pods (their published ports and bandwidth limits, if they had any, were lost with both the stateDir and the bpffs); ebpf-cni repair --accept-loss keeps them as they are",
+			errLost, strings.Join(h.Lost, ", "))
+	}
+	return err
+}
+
+// errLost: pods whose records were rebuilt with neither the files nor the
+// maps.
+var errLost = errors.New("pods lost what only the stateDir and the bpffs held")
+
+// healStamp is the file whose time says when the node was last healed.
+const healStamp = "healed"
+
+// healDue reports whether no call healed the node for HealPeriod.
+func healDue(n *node.Node) bool {
+	fi, err := os.Stat(filepath.Join(n.StateDir, healStamp))
+	return err != nil || time.Since(fi.ModTime()) > HealPeriod
+}
+
+// withAttachment runs f under the attachment's lock if no call holds it.
+func withAttachment(n *node.Node, hostIfName string, f func() error) error {
+	l, err := n.TryAttachmentLock(hostIfName)
+	if err != nil || l == nil {
+		return err
+	}
+	defer l.Unlock()
+	return f()
+}
+
+// configuredPods are the features configured from the calling network's
+// configuration, as far as it configures them (STATUS has no runtime
+// configuration); a feature that cannot parse it is left out.
+func configuredPods(c *Config) []feature.Pod {
+	pods := make([]feature.Pod, len(features.All))
+	for i, f := range features.All {
+		if p, err := f.Parse(c.IPAMConf); err == nil {
+			pods[i] = p
+		}
+	}
+	return pods
+}
+
+// restoreEndpoint writes the features' map entries of a recorded endpoint
+// again where they are missing (feature.Restorer); a record rebuilt in the
+// calling network first gets the state its features can tell from the
+// network's configuration (feature.PodRebuilder).
+func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt bool, o HealOptions) error {
+	r, err := n.Record(l.Attrs().Name)
+	if err != nil || r.HostIfIndex != l.Attrs().Index {
+		return nil
+	}
+	mode := attach.DefaultMode
+	if o.Config != nil {
+		mode = o.Config.Mode
+	}
+	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l, Mode: mode}
+	var errs []error
+	if rebuilt && o.Config != nil && r.Network == o.Config.Name {
+		ep.DeviceMode = attach.DeviceMode(o.Config.AttachMode)
+		for i, p := range pods {
+			if pr, ok := p.(feature.PodRebuilder); ok {
+				if err := pr.Rebuild(n, ep); err != nil {
+					errs = append(errs, fmt.Errorf("rebuilding %s of %s: %w", features.All[i].Name(), r.HostIfName, err))
+				}
+			}
+		}
+	}
+	for _, f := range features.All {
+		if rs, ok := f.(feature.Restorer); ok {
+			if err := rs.Restore(n, ep); err != nil {
+				errs = append(errs, fmt.Errorf("restoring %s of %s: %w", f.Name(), r.HostIfName, err))
+			}
+		}
+	}
+	return errors.Join(append(errs, n.WriteRecord(r))...)
+}
+
+// healLink rebuilds the record of a live host veth (true), or removes a
+// pair nobody can own.
+func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) (bool, error) {
+	name := l.Attrs().Name
+	if _, err := n.Record(name); err == nil {
+		return false, nil // its call wrote it meanwhile
+	}
+	r, lossy, ok := Rebuild(n, l)
+	if !ok {
+		h.Removed = append(h.Removed, fmt.Sprintf("host veth %s: no owner (a call killed before it was named); removed", name))
+		if o.DryRun {
+			return false, nil
+		}
+		return false, veth.DeleteHost(name)
+	}
+	if o.Config != nil && r.InNetwork(o.Config.Name) {
+		r.Network = o.Config.Name
+	}
+	h.Rebuilt = append(h.Rebuilt, fmt.Sprintf("record of %s/%s (host veth %s) rebuilt from the kernel", r.ContainerID, r.IfName, name))
+	if o.DryRun {
+		return false, nil
+	}
+	if _, named := veth.Owner(l); !named {
+		if err := veth.SetAlias(l, r.ContainerID, r.IfName, r.Network); err != nil {
+			return false, err
+		}
+	}
+	if err := n.WriteRecord(r); err != nil {
+		return false, err
+	}
+	if lossy {
+		if err := node.SetMark(n.StateDir, node.MarkLossy, name); err != nil {
+			return true, err
+		}
+	}
+	if o.Config == nil || !r.InNetwork(o.Config.Name) {
+		// Its network's next call completes it (adopt).
+		return true, node.SetMark(n.StateDir, node.MarkPending, name)
+	}
+	return true, adopt(n, r, o.Config)
+}
+
+// adopt completes a rebuilt record with what its network's configuration
+// tells: its name, and, where ebpf-ipam keeps the addresses, the pod's
+// addresses kept taken (ebpf-ipam's own state may be lost too: its files
+// with the stateDir, its map with the bpffs).
+func adopt(n *node.Node, r *node.Record, c *Config) error {
+	if r.Network == "" {
+		r.Network = c.Name
+		if err := n.WriteRecord(r); err != nil {
+			return err
+		}
+	}
+	if c.IPAMType == DefaultIPAM {
+		if _, err := ebpfipam.Adopt(c.IPAMConf, "", r.ContainerID, r.IfName, r.Addrs()); err != nil {
+			return fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
+		}
+	}
+	return node.Unmark(n.StateDir, node.MarkPending, r.HostIfName)
+}
+
+// Rebuild is the record of the live host veth l as the kernel tells it;
+// ok is false when nothing tells whose it is, lossy true when the maps
+// were lost with it. The owner comes from the veth's
+// alias, or from its endpoint_devs entry (a call killed before the alias
+// had written it); the name must be that owner's (veth.HostName). The
+// addresses come from endpoint_devs, or from the host routes to the pod;
+// the network from the endpoint entries' key; the attachments from the
+// veth's hooks; each feature fills in what its maps tell
+// (feature.Rebuilder).
+func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
+	a := l.Attrs()
+	r = &node.Record{HostIfName: a.Name, HostIfIndex: a.Index, HostMAC: a.HardwareAddr.String(), Rebuilt: true}
+	owned, named := veth.Owner(l)
+	cid, ifName := owned.ContainerID, owned.IfName
+	var dev maps.CniEndpointDev
+	haveDev := false
+	if m, err := n.PinnedMap(maps.CniMapEndpointDevs); err == nil && m != nil {
+		haveDev = m.Lookup(uint32(a.Index), &dev) == nil && net.HardwareAddr(dev.HostMac[:]).String() == r.HostMAC
+	}
+	if !named && haveDev {
+		cid, ifName = maps.GoString(dev.ContainerId[:]), maps.GoString(dev.Ifname[:])
+	}
+	if cid == "" || veth.HostName(cid, ifName) != a.Name {
+		return nil, false, false
+	}
+	r.ContainerID, r.IfName = cid, ifName
+	var ips []net.IP
+	if haveDev {
+		r.MAC = net.HardwareAddr(dev.Mac[:]).String()
+		r.Flags = uint32(dev.Flags)
+		ips = maps.EndpointIPs(&dev)
+	} else {
+		r.MAC = veth.PeerMAC(l)
+		ips = hostRouteIPs(l)
+	}
+	for _, ip := range ips {
+		bits := 8 * len(ip)
+		if ip.To4() != nil {
+			ip, bits = ip.To4(), 32
+		}
+		r.IPs = append(r.IPs, (&net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}).String())
+	}
+	if m, err := n.PinnedMap(maps.CniMapEndpoints); err == nil && m != nil && len(ips) > 0 {
+		var info maps.CniEndpointInfo
+		k := maps.EndpointKey(ips[0])
+		if m.Lookup(&k, &info) == nil && int(info.Ifindex) == a.Index {
+			r.NetID = info.NetId
+		}
+	}
+	if owned.Network != "" {
+		r.Network, r.NetID = owned.Network, maps.NetID(owned.Network)
+	}
+	dir := node.LinkDir(n.BPFRoot, a.Name)
+	for _, hook := range endpointHooks() {
+		if at, ok := attach.Observed(l, hook, dir); ok {
+			r.Attachments = append(r.Attachments, at)
+		}
+	}
+	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l}
+	for _, f := range features.All {
+		if rb, ok := f.(feature.Rebuilder); ok {
+			_ = rb.Rebuild(n, ep) // what a feature cannot tell stays out of the record; GC sweeps it
+		}
+	}
+	// Without the endpoint maps the features' per-pod state (published
+	// ports, bandwidth limits) is known to neither the files nor the
+	// kernel: lost.
+	return r, !haveDev, true
+}
+
+// endpointHooks are the hooks the features put on host veths.
+func endpointHooks() []attach.Hook {
+	var out []attach.Hook
+	for _, o := range features.Objects() {
+		for _, h := range o.Hooks {
+			if h.Target == attach.Endpoint {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// hostRouteIPs are the pod addresses the node routes to through l (the
+// host routes ADD adds: one per address, full length).
+func hostRouteIPs(l netlink.Link) []net.IP {
+	routes, err := netlinksafe.RouteList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	var out []net.IP
+	for _, rt := range routes {
+		if rt.Dst == nil {
+			continue
+		}
+		if ones, bits := rt.Dst.Mask.Size(); ones == bits && !rt.Dst.IP.IsLinkLocalUnicast() {
+			out = append(out, rt.Dst.IP)
+		}
+	}
+	return out
+}
+
+// reclaim removes an attachment whose host veth is gone: its pod is gone
+// (a veth pair dies whole, with the pod's netns). Never one whose pod's
+// interface is alive in the netns the record names: then the caller runs
+// in the wrong netns.
+func reclaim(n *node.Node, name string, o HealOptions, h *Healed) error {
+	r, err := n.Record(name)
+	if errors.Is(err, node.ErrNotFound) {
+		return nil // its DEL finished meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	if veth.Exists(name) {
+		return nil // its ADD made it meanwhile
+	}
+	what := fmt.Sprintf("%s/%s (host veth %s, %s)", r.ContainerID, r.IfName, r.HostIfName, strings.Join(r.IPs, ","))
+	if podAlive(r) {
+		h.Problems = append(h.Problems, fmt.Sprintf("%s: host veth not in this network namespace, but the pod's %s is alive in %s: run in the node's network namespace", what, r.IfName, r.NetNS))
+		return nil
+	}
+	ipam := o.Config != nil && r.InNetwork(o.Config.Name)
+	line := what + ": pod gone without DEL; reclaimed"
+	if ipam {
+		line += " with its addresses"
+	}
+	h.Reclaimed = append(h.Reclaimed, line)
+	h.Gone = append(h.Gone, r)
+	if o.DryRun {
+		return nil
+	}
+	if err := Teardown(n, r.HostIfName); err != nil {
+		return err
+	}
+	if !ipam {
+		return nil // another network's: its own STATUS or ADD, or ebpf-cni gc, releases its addresses
+	}
+	return asAttachment(r.ContainerID, r.IfName, r.NetNS, func() error { return Delegate.Del(o.Config) })
+}
+
+// podAlive reports whether the pod's interface still lives in the netns
+// the record names (a bind mount that a runtime keeps).
+func podAlive(r *node.Record) bool {
+	if r.NetNS == "" || r.MAC == "" {
+		return false
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(r.NetNS, &st) != nil || st.Type != unix.NSFS_MAGIC {
+		return false
+	}
+	alive := false
+	_ = ns.WithNetNSPath(r.NetNS, func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(r.IfName)
+		alive = err == nil && l.Type() == "veth" && strings.EqualFold(l.Attrs().HardwareAddr.String(), r.MAC)
+		return nil
+	})
+	return alive
+}
+
+// asAttachment runs f as a call about another attachment: the IPAM step
+// reads the attachment's identity from the CNI_* variables, as a
+// delegated plugin does.
+func asAttachment(containerID, ifName, netns string, f func() error) error {
+	vars := map[string]string{"CNI_CONTAINERID": containerID, "CNI_IFNAME": ifName, "CNI_NETNS": netns, "CNI_ARGS": ""}
+	old := map[string]*string{}
+	for k, v := range vars {
+		if cur, ok := os.LookupEnv(k); ok {
+			old[k] = &cur
+		} else {
+			old[k] = nil
+		}
+		os.Setenv(k, v)
+	}
+	defer func() {
+		for k, v := range old {
+			if v == nil {
+				os.Unsetenv(k)
+			} else {
+				os.Setenv(k, *v)
+			}
+		}
+	}()
+	return f()
+}
