@@ -13,7 +13,7 @@ import (
 )
 
 // The node ends its responsibility for the pod ranges it hands addresses
-// of (docs/datapath.md, "Routes"): an unreachable route per range, the
+// of (docs/datapath.md): an unreachable route per range, the
 // pods' host routes more specific, added with the range's first pod and
 // removed with its last. The check "no pod left in the range" and the add
 // run under one lock, so a DEL never removes the route of a range an ADD
