@@ -25,8 +25,9 @@ endif
 
 # Debian packages the build, tests, demo and benchmarks need (ca-certificates:
 # go mod download over TLS, a minimal Debian 12 has none; podman: make image
-# and its test).
-DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman
+# and its test; runc: the test that starts the DaemonSet's containers, with
+# the runtime a kubelet's containerd uses).
+DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman runc
 
 .PHONY: help deps generate check-generated build plugins test install uninstall image manifest clean bench
 
@@ -60,11 +61,16 @@ check-generated: ## fail if the committed bpf2go output differs from a fresh gen
 
 # Static binaries: a plugin is exec'd for every call, and ld.so plus libc
 # initialisation cost more than the IPAM work itself.
-build: ## build bin/ebpf-cni, bin/ebpf-ipam and bin/ebpf-cni-agent (static)
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam ./cmd/ebpf-cni-agent
+# loopback: the reference plugin (containernetworking/plugins, a module
+# dependency) that runtimes run for each pod's lo; make install and the
+# DaemonSet put it where a node has none (docs/deploy.md).
+LOOPBACK := github.com/containernetworking/plugins/plugins/main/loopback
 
-plugins: ## build bin/ebpf-cni and bin/ebpf-ipam only (what make install needs)
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam
+build: ## build bin/ebpf-cni, bin/ebpf-ipam, bin/ebpf-cni-agent and bin/loopback (static)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam ./cmd/ebpf-cni-agent $(LOOPBACK)
+
+plugins: ## build bin/ebpf-cni, bin/ebpf-ipam and bin/loopback only (what make install needs)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/ebpf-cni ./cmd/ebpf-ipam $(LOOPBACK)
 
 test: deps build check-generated ## run every test (unit, integration in namespaces); as root
 	$(GO) vet ./...

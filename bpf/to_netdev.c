@@ -10,6 +10,8 @@
  * Both paths out of a pod end here: the datapath's fib_lookup +
  * redirect_neigh, and the stack's forwarding. Replies of flows opened
  * toward a pod (lib/flow.h: FLOW_F_INBOUND) keep the pod's address.
+ * A pod's packet of a pending flow leaving here passed netfilter: its flow
+ * is settled (lib/flow.h: flow_left).
  * Everything else (the node's own traffic) passes untouched. */
 
 #include <linux/bpf.h>
@@ -55,6 +57,9 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 			return TC_ACT_OK; /* the node's own traffic */
 		net_id = ep->net_id;
 	}
+	/* A pod's packet the stack let through, untranslated: its pending
+	 * flow is settled (lib/flow.h). */
+	flow_left(skb, s);
 	{
 		struct masq_net_key mk = { .net_id = net_id, .family = s->p.family };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ebpf-cni on one node: `make install` and `make uninstall` run this.
 #
-#   install.sh install    the plugins into $DESTDIR$CNI_BIN_DIR and, unless a
+#   install.sh install    the plugins (and loopback where there is none)
+#                         into $DESTDIR$CNI_BIN_DIR and, unless a
 #                         file of that name is there (FORCE=1 replaces it), a
 #                         conflist for $POD_CIDR into $DESTDIR$CNI_CONF_DIR
 #   install.sh uninstall  removes exactly what install wrote
@@ -38,10 +39,14 @@ die() {
 record=()
 mkdirs() {
 	local d=$1 missing=()
-	while [ ! -e "$DESTDIR$d" ]; do
+	# dirname / is /: stop there. A DESTDIR that does not exist yet is a
+	# staging root: it is made (with its parents) and, like any DESTDIR,
+	# not recorded, so uninstall leaves it, empty.
+	while [ ! -e "$DESTDIR$d" ] && [ "$d" != / ]; do
 		missing=("$d" "${missing[@]}")
 		d=$(dirname "$d")
 	done
+	[ -e "$DESTDIR$d" ] || mkdir -p -m 0755 "$DESTDIR" || die "cannot create DESTDIR $DESTDIR"
 	[ -d "$DESTDIR$d" ] || die "$DESTDIR$d is not a directory"
 	for d in "${missing[@]}"; do
 		mkdir -m 0755 "$DESTDIR$d"
@@ -63,7 +68,7 @@ put() {
 
 install_node() {
 	[ -n "$POD_CIDR" ] || die "POD_CIDR is required: this node's pod range, e.g. POD_CIDR=10.244.1.0/24 (dual stack: POD_CIDR=10.244.1.0/24,fd00:10:244:1::/64)"
-	for b in ebpf-cni ebpf-ipam; do
+	for b in ebpf-cni ebpf-ipam loopback; do
 		[ -x "$BIN/$b" ] || die "$BIN/$b is missing (make build)"
 	done
 	[ -z "$DESTDIR" ] || [ "${DESTDIR:0:1}" = / ] || die "DESTDIR must be an absolute path, not $DESTDIR"
@@ -85,6 +90,16 @@ install_node() {
 		record+=("file $CNI_BIN_DIR/$b")
 		echo "installed $DESTDIR$CNI_BIN_DIR/$b"
 	done
+	# Runtimes run loopback for every pod (containerd before ebpf-cni):
+	# without one, each pod's ADD fails after ours and our DEL never comes.
+	# Ours goes where the bin dir has none (or has ours), never over another.
+	if [ ! -e "$DESTDIR$CNI_BIN_DIR/loopback" ] || grep -qx "file $CNI_BIN_DIR/loopback" "$manifest" 2>/dev/null; then
+		put "$BIN/loopback" "$DESTDIR$CNI_BIN_DIR/loopback" 0755
+		record+=("file $CNI_BIN_DIR/loopback")
+		echo "installed $DESTDIR$CNI_BIN_DIR/loopback (the runtime runs it for every pod; there was none)"
+	else
+		echo "kept the existing $DESTDIR$CNI_BIN_DIR/loopback"
+	fi
 
 	local target="$DESTDIR$CNI_CONF_DIR/$CNI_CONF_FILE"
 	if [ -e "$target" ] && [ "$FORCE" != 1 ]; then

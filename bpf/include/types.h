@@ -260,13 +260,15 @@ struct nat_lifetimes {
  * translated it (or the stack alone can deliver it); every other flow keeps
  * the fast path both ways (lib/flow.h). */
 enum flow_verdict : __u8 {
-	FLOW_PENDING = 1, /* its first packets went to the stack; conntrack not asked yet */
+	FLOW_PENDING = 1, /* to the stack until netfilter is seen to let a packet of it through */
 	FLOW_FAST = 2,    /* netfilter leaves it alone: redirected both ways */
 	FLOW_STACK = 3,   /* netfilter translated it, or the stack delivered it: the stack both ways */
 };
 
 enum flow_flags : __u8 {
-	FLOW_F_INBOUND = 1, /* opened toward the pod: its replies are never masqueraded */
+	FLOW_F_INBOUND = 1,   /* opened toward the pod: its replies are never masqueraded */
+	FLOW_F_UNTRACKED = 2, /* left the node through netfilter without a conntrack entry: conntrack
+			       * does not track it, nothing to ask it again (lib/flow.h) */
 };
 
 /* Key of flows: a flow as the pod sends it, the pod's address and port as
@@ -285,7 +287,7 @@ struct flow_key {
 struct flow_entry {
 	enum flow_verdict verdict;
 	enum flow_flags flags;
-	__u8 pending;    /* packets sent to the stack while the verdict was pending */
+	__u8 pending;    /* packets sent to the stack while the verdict was pending (saturates at 255) */
 	__u8 pad[5];
 	__u64 last_seen; /* bpf_ktime_get_ns, refreshed at most once a second */
 };

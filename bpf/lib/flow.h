@@ -15,11 +15,20 @@
  *    wait for: conntrack is asked at once.
  *  - The next packet of the flow in either direction asks conntrack
  *    (bpf_skb_ct_lookup): translated (IPS_SRC_NAT or IPS_DST_NAT) is
- *    FLOW_STACK, anything else FLOW_FAST. No entry on the reply side means
- *    conntrack does not track the flow (not active in this netns): FAST.
- *    On the pod's side, no entry may also mean the first packet is still
- *    on its way on another CPU: up to FLOW_PENDING_MAX packets go to the
- *    stack before the flow is FAST anyway.
+ *    FLOW_STACK, anything else FLOW_FAST. A flow without an entry stays
+ *    FLOW_PENDING, its packets on the stack path, until netfilter let one
+ *    of them through: netfilter may have dropped or rejected it (a Service
+ *    without endpoints), and only a packet that meets netfilter again can
+ *    be translated once the Service has one. Two signs that it did: to_netdev
+ *    sees the pod's packet leave the node (after POSTROUTING, where
+ *    conntrack confirms its entries: no entry there means conntrack does
+ *    not track the flow, FLOW_FAST with FLOW_F_UNTRACKED), or a reply
+ *    arrives (no entry: FLOW_FAST).
+ *  - A FLOW_FAST UDP flow the pod opened asks conntrack at every packet
+ *    (unless FLOW_F_UNTRACKED, which lasts a second): when its entry is
+ *    gone (kube-proxy deletes a Service's UDP entries when its endpoints
+ *    change; an idle entry times out) it is FLOW_PENDING again, so that
+ *    netfilter decides anew, as it would for a bridge's packet.
  *  - A packet for a pod from outside whose flow is unknown: conntrack
  *    decides too (the reply of a flow netfilter DNATed on this node keeps
  *    the pod's address as destination but not the tuple the pod sent), and
@@ -43,7 +52,6 @@
 #include "nat.h"
 
 #define FLOW_MAX_ENTRIES 65536
-#define FLOW_PENDING_MAX 3 /* packets to the stack before a flow conntrack does not know is FAST */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -157,7 +165,8 @@ static __always_inline int flow_syn(const struct nat_pkt *p)
  * lifetime of its protocol (UDP, established TCP), or a TCP connection that
  * starts anew on the tuple of a settled one. It refreshes the clock at most
  * once a second (the LRU needs no more, and a write a packet would bounce
- * the entry between CPUs). */
+ * the entry between CPUs), and then forgets that conntrack did not track
+ * the flow. */
 static __always_inline struct flow_entry *flow_get(const struct flow_key *k, const struct nat_pkt *p, __u64 now)
 {
 	struct flow_entry *e = bpf_map_lookup_elem(&flows, k);
@@ -171,6 +180,10 @@ static __always_inline struct flow_entry *flow_get(const struct flow_key *k, con
 		if (now - e->last_seen > nat_lifetime(&life, p->proto))
 			return NULL;
 		e->last_seen = now;
+		/* Conntrack may have become active in the netns since (kube-proxy
+		 * started): ask it again, once a second at most. */
+		if (e->flags & FLOW_F_UNTRACKED)
+			e->flags &= ~FLOW_F_UNTRACKED;
 	}
 	return e;
 }
@@ -241,18 +254,60 @@ static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch
 		return 1;
 	}
 	if (e->verdict == FLOW_PENDING) {
+		/* Until netfilter let one of its packets through (flow_left, or
+		 * a reply), every packet meets it: the first ones may have been
+		 * dropped or rejected (a Service without endpoints, kube-proxy
+		 * not synced yet), and a later one may be translated. */
 		ct = flow_ct(skb, p, &s->tuple);
-		if (ct != FLOW_CT_NONE) {
-			e->verdict = flow_verdict_of(ct);
-		} else if (e->pending < FLOW_PENDING_MAX) {
-			e->pending++;
+		if (ct == FLOW_CT_NONE) {
+			if (e->pending < 255)
+				e->pending++;
 			*why = REASON_FLOW_NEW;
 			return 1;
-		} else {
-			e->verdict = FLOW_FAST;
+		}
+		e->verdict = flow_verdict_of(ct);
+	} else if (e->verdict == FLOW_FAST && p->proto == IPPROTO_UDP &&
+		   !(e->flags & (FLOW_F_INBOUND | FLOW_F_UNTRACKED))) {
+		/* A UDP flow conntrack no longer knows: kube-proxy deleted its
+		 * entry (the Service's endpoints changed), or it timed out.
+		 * Back to the stack, where netfilter decides anew. TCP is not
+		 * asked: kube-proxy cleans up UDP flows only, and a packet of
+		 * an established TCP flow skips the stack for good. */
+		if (flow_ct(skb, p, &s->tuple) == FLOW_CT_NONE) {
+			e->verdict = FLOW_PENDING;
+			e->pending = 1;
+			*why = REASON_FLOW_NEW;
+			return 1;
 		}
 	}
 	return e->verdict == FLOW_STACK;
+}
+
+/* flow_left settles the pending flow of a pod's packet s->p (not
+ * translated by netfilter: it carries the pod's tuple) that is leaving the
+ * node through an uplink (to_netdev: tc egress, after netfilter's
+ * POSTROUTING, where conntrack confirms a new entry). The stack let it
+ * through: an entry makes the flow's verdict; none means conntrack does not
+ * track it (not active in the node's netns, or a NOTRACK rule), and no
+ * packet of it is waited for again. */
+static __always_inline void flow_left(struct __sk_buff *skb, struct nat_scratch *s)
+{
+	struct flow_entry *e;
+	int ct;
+
+	if (s->p.frag || !flow_tracked(s->p.proto))
+		return;
+	flow_key_of(&s->fk, &s->p, 1);
+	e = bpf_map_lookup_elem(&flows, &s->fk);
+	if (!e || e->verdict != FLOW_PENDING)
+		return;
+	ct = flow_ct(skb, &s->p, &s->tuple);
+	if (ct == FLOW_CT_NONE) {
+		e->flags |= FLOW_F_UNTRACKED;
+		e->verdict = FLOW_FAST;
+		return;
+	}
+	e->verdict = flow_verdict_of(ct);
 }
 
 /* flow_ingress decides for a packet s->p for a pod of this node that came

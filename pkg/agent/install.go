@@ -23,6 +23,15 @@ import (
 // Plugins are the binaries Install puts on the node.
 var Plugins = []string{"ebpf-cni", "ebpf-ipam"}
 
+// Loopback is the reference plugin that brings up a pod's lo. containerd
+// runs it before every pod's network (and CRI-O has it built in): when the
+// node has none, the pod's ADD fails after ebpf-cni's succeeded, and the
+// teardown stops at loopback's failing DEL, so ebpf-cni's DEL is never
+// called and the pod's address and endpoint leak. The image carries one
+// (containernetworking/plugins, built by make build); Install puts it on a
+// node that lacks one and never replaces the node's own.
+const Loopback = "loopback"
+
 // InstallConfig is what the DaemonSet's init container does.
 type InstallConfig struct {
 	NodeName string
@@ -41,16 +50,22 @@ type InstallConfig struct {
 	// and a node whose kernel cannot run the plugin fails here, in the
 	// DaemonSet pod's log, rather than at every pod's start.
 	WarmUp bool
+	// BPFRootMount is where the plugin's bpfRoot is mounted in this
+	// container, when not at its path on the node (Conf.BPFRoot, or the
+	// plugin's default), which the conflist keeps: the warm-up STATUS
+	// runs with it.
+	BPFRootMount string
 	// PollEvery is how often the Node is read while it has no pod range.
 	PollEvery time.Duration
 	Logger    *slog.Logger
 }
 
-// Install copies the plugins, waits until the Node has spec.podCIDRs, and
-// writes the conflist for them (replacing the one it wrote before: the
-// DaemonSet owns that file). A node without a conflist is one the runtime
-// reports as not ready (NetworkPluginNotReady), so kubelet schedules no pod
-// there until this is done.
+// Install copies the plugins, waits until the Node has spec.podCIDRs, runs
+// the plugin's STATUS (WarmUp), and then writes the conflist for them
+// (replacing the one it wrote before: the DaemonSet owns that file). A node
+// without a conflist is one the runtime reports as not ready
+// (NetworkPluginNotReady), so kubelet schedules no pod there until this is
+// done; when STATUS fails, the conflist of an earlier run is removed.
 func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -71,6 +86,9 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 		}
 		cfg.Logger.Info("plugin installed", "path", filepath.Join(cfg.CNIBinDir, b), "changed", changed)
 	}
+	if err := cfg.installLoopback(); err != nil {
+		return err
+	}
 	cidrs, err := waitForPodCIDRs(ctx, client, cfg)
 	if err != nil {
 		return err
@@ -81,18 +99,61 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 	if err != nil {
 		return err
 	}
+	// The conflist last, once STATUS passed: a runtime reports the node's
+	// network ready as soon as it finds one, and must not with a plugin
+	// that cannot load here.
+	if cfg.WarmUp {
+		start := time.Now()
+		if err := warmUp(ctx, cfg.CNIBinDir, data, cfg.BPFRootMount); err != nil {
+			return cfg.withdraw(err)
+		}
+		cfg.Logger.Info("plugin ready (STATUS)", "took", time.Since(start).Round(time.Millisecond).String())
+	}
 	path, err := conflist.Write(cfg.CNIConfDir, cfg.ConfFile, data, true)
 	if err != nil {
 		return err
 	}
 	cfg.Logger.Info("conflist written", "path", path, "podCIDRs", fmt.Sprint(cidrs))
-	if cfg.WarmUp {
-		start := time.Now()
-		if err := warmUp(ctx, cfg.CNIBinDir, data); err != nil {
-			return err
-		}
-		cfg.Logger.Info("plugin ready (STATUS)", "took", time.Since(start).Round(time.Millisecond).String())
+	return nil
+}
+
+// withdraw removes the conflist an earlier run wrote, after STATUS failed
+// with err: the plugins were replaced already, and a runtime that does not
+// call STATUS itself (containerd 1.x) would keep the node Ready with a
+// plugin that cannot load. Without the file every runtime reports the
+// network not ready until a later run (kubelet restarts the init
+// container) passes STATUS.
+func (cfg *InstallConfig) withdraw(err error) error {
+	path := filepath.Join(cfg.CNIConfDir, cfg.ConfFile)
+	switch rerr := os.Remove(path); {
+	case rerr == nil:
+		cfg.Logger.Error("removed the conflist: the node's network is not ready until STATUS passes", "path", path)
+		return fmt.Errorf("%w; removed %s", err, path)
+	case errors.Is(rerr, os.ErrNotExist):
+		return fmt.Errorf("%w; no conflist written", err)
+	default:
+		return fmt.Errorf("%w; removing %s: %v", err, path, rerr)
 	}
+}
+
+// installLoopback puts the image's loopback into the node's bin dir when
+// the node has none, and says loudly when neither has one.
+func (cfg *InstallConfig) installLoopback() error {
+	dst := filepath.Join(cfg.CNIBinDir, Loopback)
+	if _, err := os.Stat(dst); err == nil {
+		cfg.Logger.Info("kept the node's loopback plugin", "path", dst)
+		return nil
+	}
+	src := filepath.Join(cfg.SrcDir, Loopback)
+	if _, err := os.Stat(src); err != nil {
+		cfg.Logger.Error("the node has no loopback plugin and there is none to install: the runtime fails every pod after ebpf-cni's ADD and never calls its DEL (addresses leak); install containernetworking-plugins' loopback into the CNI bin dir",
+			"path", dst)
+		return nil
+	}
+	if _, err := copyFile(src, dst, 0o755); err != nil {
+		return err
+	}
+	cfg.Logger.Info("plugin installed (the node had no loopback)", "path", dst)
 	return nil
 }
 
@@ -179,8 +240,9 @@ func copyFile(src, dst string, mode os.FileMode) (bool, error) {
 }
 
 // warmUp runs STATUS of the installed plugin on the conflist's plugin
-// configuration, as a runtime with CNI 1.1.0 would.
-func warmUp(ctx context.Context, binDir string, list []byte) error {
+// configuration, as a runtime with CNI 1.1.0 would, with bpfRoot, when set,
+// where this container sees it.
+func warmUp(ctx context.Context, binDir string, list []byte, bpfRoot string) error {
 	var l struct {
 		Name    string           `json:"name"`
 		Plugins []map[string]any `json:"plugins"`
@@ -189,7 +251,10 @@ func warmUp(ctx context.Context, binDir string, list []byte) error {
 		return fmt.Errorf("reading the conflist for STATUS: %v", err)
 	}
 	conf := l.Plugins[0]
-	conf["name"], conf["cniVersion"] = l.Name, "1.1.0" // STATUS exists from 1.1.0
+	conf["name"], conf["cniVersion"] = l.Name, conflist.NewestVersion // STATUS exists from 1.1.0
+	if bpfRoot != "" {
+		conf["bpfRoot"] = bpfRoot
+	}
 	stdin, err := json.Marshal(conf)
 	if err != nil {
 		return err

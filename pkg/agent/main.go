@@ -44,6 +44,10 @@ const (
 	DefaultSrcDir     = "/opt/ebpf-cni/bin"
 	DefaultCNIBinDir  = "/host/opt/cni/bin"
 	DefaultCNIConfDir = "/host/etc/cni/net.d"
+	// BPFRootMount is where both containers mount the plugin's bpfRoot:
+	// not at its path on the node, under /sys, where a runtime mounts a
+	// read-only sysfs and cannot make the mount point.
+	BPFRootMount = "/bpf-root"
 )
 
 // The environment variables the agent reads (the DaemonSet sets them from
@@ -258,7 +262,8 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 	fs.IntVar(&cfg.Conf.MTU, "mtu", 0, "pod `MTU` (EBPF_CNI_MTU; default: the uplink's, less the overlay's overhead)")
 	fs.IntVar(&cfg.Conf.VXLANPort, "vxlan-port", 0, "UDP `PORT` of the overlay, mode vxlan (EBPF_CNI_VXLAN_PORT; default 4789)")
 	fs.IntVar(&cfg.Conf.VXLANVNI, "vxlan-vni", 0, "`VNI` of the overlay, mode vxlan (EBPF_CNI_VXLAN_VNI; default 1)")
-	fs.StringVar(&cfg.Conf.BPFRoot, "bpf-root", "", "the plugin's bpfRoot `DIR` (default: the plugin's)")
+	fs.StringVar(&cfg.Conf.BPFRoot, "bpf-root", "", "the plugin's bpfRoot `DIR` on the node, written into the conflist (default: the plugin's)")
+	fs.StringVar(&cfg.BPFRootMount, "bpf-root-mount", "", "where the plugin's bpfRoot is mounted here, for the warm-up STATUS (`DIR`; default: -bpf-root)")
 	fs.StringVar(&cfg.Conf.StateDir, "state-dir", "", "the plugin's stateDir `DIR` (default: the plugin's)")
 	fs.BoolVar(&cfg.WarmUp, "warm-up", true, "run the installed plugin's STATUS: load its programs now, fail here if it cannot")
 	if err := parse(fs, args); err != nil {

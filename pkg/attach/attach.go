@@ -406,3 +406,29 @@ func Observed(l netlink.Link, hook Hook, pinDir string) (Attachment, bool) {
 	}
 	return Attachment{}, false
 }
+
+// DetachStale takes off hook on l the tcx links that run another program
+// than keep: links whose pin was lost (a remounted bpffs) and that a
+// repair replaces; nothing else holds them to detach them by.
+func DetachStale(l netlink.Link, hook Hook, keep ebpf.ProgramID) error {
+	res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.TCXAttach})
+	if err != nil || res == nil {
+		return nil // no tcx here
+	}
+	var errs []error
+	for _, p := range res.Programs {
+		id, ok := p.LinkID()
+		if !ok || p.ID == keep {
+			continue
+		}
+		lk, err := link.NewFromID(id)
+		if err != nil {
+			continue // released meanwhile
+		}
+		if err := lk.Detach(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("detaching stale tcx link %d (program %d) from %s: %w", id, p.ID, l.Attrs().Name, err))
+		}
+		lk.Close()
+	}
+	return errors.Join(errs...)
+}

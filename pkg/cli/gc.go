@@ -42,15 +42,27 @@ runs in the wrong netns: it says so), nor, outside the node's netns, one
 without a record attached with tc (it has no link to follow). It holds the node lock exclusively,
 as the plugin's GC does, so no ADD or DEL is half-way.
 
+Addresses ebpf-ipam holds for an attachment with no endpoint (a runtime
+that never called DEL, or the pod of another interface plugin) are released
+when the network namespace their ADD was given is gone, or, with
+--live-containers, when their container is not among those named; the
+others are kept, and listed.
+
 --dry-run lists what would be removed and changes nothing.
 
 JSON: {"dryRun", "endpoints": [{"containerID", "ifname", "network",
 "hostVeth", "hostIfindex", "reason", "ips", "ipamReleased", "error"}],
-"leftovers": [], "skipped": [], "notes": []}. Exit status 1 if anything
-could not be removed.`,
+"ipamLeaks": [{"network", "containerID", "ifname", "netns", "ips", "gone",
+"released", "error"}], "leftovers": [], "skipped": [], "notes": []}. Exit
+status 1 if anything could not be removed.`,
 		Flags: func(fs *flag.FlagSet) func(*Context) error {
 			dry := fs.Bool("dry-run", false, "list what would be removed, remove nothing")
-			return func(ctx *Context) error { return runGC(ctx, *dry) }
+			live := fs.String("live-containers", "", "the container `IDS` alive on the node (comma or space separated, e.g. $(crictl pods -q)): ebpf-ipam addresses held for any other container without an endpoint are released")
+			return func(ctx *Context) error {
+				given := false
+				fs.Visit(func(f *flag.Flag) { given = given || f.Name == "live-containers" })
+				return runGC(ctx, *dry, parseLive(*live, given))
+			}
 		},
 	})
 }
@@ -71,12 +83,13 @@ type Collected struct {
 type gcOutput struct {
 	DryRun    bool         `json:"dryRun"`
 	Endpoints []*Collected `json:"endpoints"`
+	IPAMLeaks []*IPAMLeak  `json:"ipamLeaks"`
 	Leftovers []string     `json:"leftovers"`
 	Skipped   []string     `json:"skipped"`
 	Notes     []string     `json:"notes"`
 }
 
-func runGC(ctx *Context, dryRun bool) error {
+func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
 	if err := checkRoot(ctx.BPFRoot); err != nil {
 		return err
 	}
@@ -93,7 +106,7 @@ func runGC(ctx *Context, dryRun bool) error {
 	if err != nil {
 		return err
 	}
-	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
+	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, IPAMLeaks: []*IPAMLeak{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
 	kept := map[string]*node.Record{}
 	var failed []error
 	// In the node's netns some host veth is found; elsewhere a host veth
@@ -162,6 +175,8 @@ func runGC(ctx *Context, dryRun bool) error {
 			failed = append(failed, err)
 		}
 	}
+
+	failed = append(failed, gcIPAMLeaks(ctx, n, live, out)...)
 
 	// Map entries with no record at all, while the maps hold endpoints,
 	// most likely mean --state-dir is not the plugin's: sweeping would cut
@@ -263,28 +278,15 @@ func releaseIPAM(ctx *Context, rec *node.Record, dryRun bool) (released []string
 		// record says instead.
 		return rec.IPs, "", nil
 	}
-	s, err := ipam.Open(&ipam.Config{Network: netName, BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir})
+	// The network's bookkeeping goes with its last address, as on DEL.
+	ips, err := ipam.ReleaseHeld(ctx.BPFRoot, ctx.StateDir, netName, rec.ContainerID, rec.IfName)
+	for _, ip := range ips {
+		released = append(released, ip.String())
+	}
 	if err != nil {
-		return nil, "", fmt.Errorf("opening ebpf-ipam state of %s: %w", netName, err)
+		return released, "", fmt.Errorf("releasing the addresses of %s/%s: %w", rec.ContainerID, rec.IfName, err)
 	}
-	defer s.Close()
-	att, err := s.Attachment(rec.ContainerID, rec.IfName)
-	if err != nil {
-		return nil, "", fmt.Errorf("reading ebpf-ipam record of %s/%s: %w", rec.ContainerID, rec.IfName, err)
-	}
-	before := map[string]bool{}
-	if att != nil {
-		for _, al := range att.IPs {
-			if o, err := s.Owner(al.Address); err == nil && o != nil &&
-				maps.GoString(o.ContainerId[:]) == rec.ContainerID && maps.GoString(o.Ifname[:]) == rec.IfName {
-				before[al.Address.String()] = true
-			}
-		}
-	}
-	if err := ipam.ReleaseAttachment(s, rec.ContainerID, rec.IfName); err != nil {
-		return nil, "", fmt.Errorf("releasing the addresses of %s/%s: %w", rec.ContainerID, rec.IfName, err)
-	}
-	return sortedKeys(before), "", nil
+	return released, "", nil
 }
 
 func printGC(ctx *Context, out *gcOutput) error {
@@ -309,7 +311,8 @@ func printGC(ctx *Context, out *gcOutput) error {
 	for _, s := range []struct {
 		title string
 		lines []string
-	}{{verb + " leftovers (no endpoint accounts for them)", out.Leftovers}, {"kept", out.Skipped}, {"notes", out.Notes}} {
+	}{{verb + " leftovers (no endpoint accounts for them)", out.Leftovers}, {verb + " ebpf-ipam addresses of gone containers", leakLines(out.IPAMLeaks)},
+		{"kept", out.Skipped}, {"notes", out.Notes}} {
 		if len(s.lines) > 0 {
 			fmt.Fprintf(w, "\n%s:\n  %s\n", s.title, strings.Join(s.lines, "\n  "))
 		}

@@ -42,7 +42,9 @@ something could not be mended, 3 when problems remain.`,
 			dry := fs.Bool("dry-run", false, "list what would be mended, change nothing")
 			confDir := fs.String("cni-conf-dir", "/etc/cni/net.d", "where the runtime's network configurations are: each ebpf-cni network found there (with this --bpf-root and --state-dir) is mended as its CNI STATUS would")
 			accept := fs.Bool("accept-loss", false, "keep the pods whose published ports and limits were lost with both the stateDir and the bpffs as they are (CNI STATUS fails until then)")
-			return func(ctx *Context) error { return runRepair(ctx, repairOptions{dryRun: *dry, confDir: *confDir, acceptLoss: *accept}) }
+			return func(ctx *Context) error {
+				return runRepair(ctx, repairOptions{dryRun: *dry, confDir: *confDir, acceptLoss: *accept})
+			}
 		},
 	})
 }

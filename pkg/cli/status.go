@@ -35,7 +35,9 @@ kube-proxy do not work from pods; docs/kernels.md says what each needs). The pro
 many endpoints run them, and whether they are this binary's. The attach
 modes (tcx, tc) the endpoints use. Then every problem found, each saying
 what to do: endpoints whose veth is gone, records without map entries (or
-the reverse), nothing or a stale program attached, stale program tags.
+the reverse), nothing or a stale program attached, stale program tags,
+ebpf-ipam addresses held with no endpoint for a netns that is gone (a note
+when it is there: another plugin's pod, or a leak).
 
 A problem must be seen twice, a quarter second apart, to be reported, so
 an ADD or DEL in progress is not one. Exit status 3 when there are
@@ -199,6 +201,7 @@ func collectStatus(ctx *Context) *Status {
 			problem("endpoint %s (%s): %s", e.Name(), orDash(e.HostVeth), p)
 		}
 	}
+	statusIPAMLeaks(ctx, n, problem, note)
 
 	cur := false
 	for _, tag := range n.Tags {

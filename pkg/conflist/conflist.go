@@ -7,6 +7,10 @@
 //   - cniVersion 1.0.0 by default: containerd 1.6 and 1.7 and podman 4's CNI
 //     backend take no 1.1.0 result, and every pod fails there ("unsupported
 //     CNI result version") while the runtime still reports the network ready;
+//     and cniVersions (spec 1.1) naming 1.1.0 too: a runtime with libcni
+//     v1.2 or newer takes the highest version it knows from that list, so
+//     containerd 2.x calls STATUS (it does only for 1.1.0 lists), while an
+//     older libcni ignores the key and reads cniVersion;
 //   - `"ips": true` among ebpf-cni's capabilities next to portMappings and
 //     bandwidth: on `podman run --ip` and `podman network reload`, podman
 //     replaces the first plugin's capabilities with {"ips": true} unless
@@ -36,6 +40,9 @@ import (
 const (
 	DefaultName    = "ebpf-cni"
 	DefaultVersion = "1.0.0"
+	// NewestVersion is the newest spec version the plugins speak: every
+	// list names it in cniVersions.
+	NewestVersion = "1.1.0"
 	// DefaultFile sorts before the runtimes' own defaults (containerd's
 	// 10-containerd-net, podman's 87-podman) only where those are absent:
 	// a runtime takes the first file in lexical order, see docs/deploy.md.
@@ -203,9 +210,10 @@ func contains(list []string, s string) bool {
 
 // The shapes Build writes: structs, so the keys come out in a fixed order.
 type confList struct {
-	CNIVersion string       `json:"cniVersion"`
-	Name       string       `json:"name"`
-	Plugins    []pluginConf `json:"plugins"`
+	CNIVersion  string       `json:"cniVersion"`
+	CNIVersions []string     `json:"cniVersions"`
+	Name        string       `json:"name"`
+	Plugins     []pluginConf `json:"plugins"`
 }
 
 type pluginConf struct {
@@ -234,8 +242,9 @@ type rangeEntry struct {
 }
 
 // Capabilities are the ones ebpf-cni declares (see the package comment for
-// why "ips" is among them).
-var Capabilities = []string{"bandwidth", "ips", "portMappings"}
+// why "ips" is among them); ebpf-cni honours runtimeConfig.mac (`podman run
+// --mac-address`), so "mac" is declared too.
+var Capabilities = []string{"bandwidth", "ips", "mac", "portMappings"}
 
 // Build returns the conflist for o, indented, with a trailing newline.
 func Build(o Options) ([]byte, error) {
@@ -273,10 +282,21 @@ func Build(o Options) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(confList{CNIVersion: o.CNIVersion, Name: o.Name, Plugins: []pluginConf{p}}); err != nil {
+	if err := enc.Encode(confList{CNIVersion: o.CNIVersion, CNIVersions: CNIVersions(o.CNIVersion), Name: o.Name, Plugins: []pluginConf{p}}); err != nil {
 		return nil, fmt.Errorf("encoding the conflist: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// CNIVersions is the cniVersions list of a conflist whose cniVersion is v:
+// v, and NewestVersion when v is older. A runtime whose libcni knows
+// cniVersions (v1.2 and newer) uses the highest entry it supports, one
+// whose libcni does not (v1.1 and older) reads cniVersion alone.
+func CNIVersions(v string) []string {
+	if v == NewestVersion {
+		return []string{v}
+	}
+	return []string{v, NewestVersion}
 }
 
 // ErrExists is returned by Write when the file is there and force is off.

@@ -29,9 +29,10 @@ func prefixes(t *testing.T, s string) []netip.Prefix {
 
 // decoded is what a test reads back from Build's output.
 type decoded struct {
-	CNIVersion string `json:"cniVersion"`
-	Name       string `json:"name"`
-	Plugins    []struct {
+	CNIVersion  string   `json:"cniVersion"`
+	CNIVersions []string `json:"cniVersions"`
+	Name        string   `json:"name"`
+	Plugins     []struct {
 		Type         string          `json:"type"`
 		MTU          int             `json:"mtu"`
 		BPFRoot      string          `json:"bpfRoot"`
@@ -66,14 +67,14 @@ func build(t *testing.T, o Options) (decoded, []byte) {
 
 func TestBuildSingleNode(t *testing.T) {
 	d, b := build(t, Options{PodCIDRs: prefixes(t, "10.244.1.0/24"), Masquerade: true})
-	if d.CNIVersion != "1.0.0" || d.Name != "ebpf-cni" || len(d.Plugins) != 1 {
+	if d.CNIVersion != "1.0.0" || strings.Join(d.CNIVersions, ",") != "1.0.0,1.1.0" || d.Name != "ebpf-cni" || len(d.Plugins) != 1 {
 		t.Fatalf("header: %s", b)
 	}
 	p := d.Plugins[0]
 	if p.Type != "ebpf-cni" || !p.IPMasq || p.IPAM.Type != "ebpf-ipam" {
 		t.Fatalf("plugin: %s", b)
 	}
-	for _, c := range []string{"ips", "portMappings", "bandwidth"} {
+	for _, c := range []string{"ips", "mac", "portMappings", "bandwidth"} {
 		if !p.Capabilities[c] {
 			t.Errorf("capability %q missing: %s", c, b)
 		}
@@ -102,7 +103,7 @@ func TestBuildDualStackCluster(t *testing.T) {
 		StateDir:     "/run/x",
 	})
 	p := d.Plugins[0]
-	if d.CNIVersion != "1.1.0" || d.Name != "k8s-pod-network" || p.MTU != 1450 || p.BPFRoot != "/sys/fs/bpf/x" || p.StateDir != "/run/x" {
+	if d.CNIVersion != "1.1.0" || strings.Join(d.CNIVersions, ",") != "1.1.0" || d.Name != "k8s-pod-network" || p.MTU != 1450 || p.BPFRoot != "/sys/fs/bpf/x" || p.StateDir != "/run/x" {
 		t.Errorf("options not written: %+v", d)
 	}
 	// One range set per family, in the order given (the primary family first).
@@ -249,6 +250,36 @@ func TestBuildLoadsAndParses(t *testing.T) {
 				t.Errorf("ebpf-ipam read %d range sets, requested %v", len(ic.RangeSets), ic.Requested)
 			}
 		})
+	}
+}
+
+// TestCNIVersionsUnderLibcni: the versions a runtime takes from what Build
+// writes. libcni v1.2 and newer (containerd 2.x) read cniVersions and take
+// its highest entry they know, 1.1.0, which is when containerd calls STATUS;
+// libcni v1.1 and older (containerd 1.6 and 1.7, podman 4) do not know the
+// key and read cniVersion, here with the key removed as they ignore it.
+func TestCNIVersionsUnderLibcni(t *testing.T) {
+	for _, v := range Versions {
+		b, err := Build(Options{CNIVersion: v, PodCIDRs: prefixes(t, "10.244.1.0/24")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := libcni.ConfListFromBytes(b)
+		if err != nil {
+			t.Fatalf("libcni rejects the %s list: %v", v, err)
+		}
+		if list.CNIVersion != NewestVersion {
+			t.Errorf("cniVersion %s: libcni takes %s, want %s", v, list.CNIVersion, NewestVersion)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "cniVersions")
+		old, _ := json.Marshal(m)
+		if list, err = libcni.ConfListFromBytes(old); err != nil || list.CNIVersion != v {
+			t.Errorf("cniVersion %s without cniVersions: %v %v", v, list, err)
+		}
 	}
 }
 

@@ -158,7 +158,20 @@ func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
 		if i >= 0 && attach.Replace(ep.Attachments[i], ep.HostIfIndex, h, prog) == nil {
 			continue
 		}
-		mode := attach.DefaultMode
+		// A tcx link whose pin went with the bpffs runs the old program
+		// until it is taken off.
+		info, err := prog.Info()
+		if err != nil {
+			return err
+		}
+		id, _ := info.ID()
+		if err := attach.DetachStale(ep.Host, h, id); err != nil {
+			return err
+		}
+		mode := ep.Mode
+		if mode == "" {
+			mode = attach.DefaultMode
+		}
 		if i >= 0 {
 			mode = ep.Attachments[i].Mode
 			_ = attach.DetachNow(ep.Attachments[i], ep.HostIfIndex, h)

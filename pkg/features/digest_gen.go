@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "525794605843"
+const objectsDigest = "e761b4006fbd"

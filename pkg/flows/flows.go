@@ -32,6 +32,7 @@ type Flow struct {
 	RemotePort uint16
 	Verdict    maps.CniFlowVerdict
 	Inbound    bool // opened toward the pod: never masqueraded
+	Untracked  bool // left the node without a conntrack entry (for a second, conntrack is not asked)
 	Idle       time.Duration
 }
 
@@ -74,7 +75,8 @@ func List(m *ebpf.Map) ([]Flow, error) {
 	for _, e := range es {
 		f := Flow{Proto: e.Key.Proto, Pod: maps.IP(e.Key.Family, e.Key.Saddr), PodPort: maps.Port(e.Key.Sport),
 			Remote: maps.IP(e.Key.Family, e.Key.Daddr), RemotePort: maps.Port(e.Key.Dport),
-			Verdict: e.Value.Verdict, Inbound: e.Value.Flags&maps.CniFlowFlagsFLOW_F_INBOUND != 0}
+			Verdict: e.Value.Verdict, Inbound: e.Value.Flags&maps.CniFlowFlagsFLOW_F_INBOUND != 0,
+			Untracked: e.Value.Flags&maps.CniFlowFlagsFLOW_F_UNTRACKED != 0}
 		if now > e.Value.LastSeen {
 			f.Idle = time.Duration(now - e.Value.LastSeen)
 		}

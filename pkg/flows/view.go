@@ -17,14 +17,19 @@ var command = &view.Command{
 	Summary: "flows the datapath tracks for netfilter (kube-proxy): fast path or through the stack",
 	Help: `Every entry of the pinned flow table (flows): a pod's flow, as the pod sends
 it, that netfilter may translate (to a destination outside the cluster's pod
-ranges, or opened toward the pod), and its verdict: pending (its first
-packets went through the stack, conntrack not asked yet), fast (netfilter
-leaves it alone: redirected both ways), stack (netfilter translated it, a
-Service, or the stack delivered it: through the stack both ways). inbound:
-opened toward the pod, its replies are never masqueraded.
+ranges, or opened toward the pod), and its verdict: pending (through the
+stack until netfilter is seen to let one of its packets through: the
+clients of a Service without endpoints stay pending), fast (netfilter
+leaves it alone: redirected both ways; a UDP flow whose conntrack entry
+goes is pending again), stack (netfilter translated it, a Service, or the
+stack delivered it: through the stack both ways). inbound: opened toward
+the pod, its replies are never masqueraded. untracked: it left the node
+without a conntrack entry (conntrack is not active in the node's network
+namespace), conntrack is not asked again for a second.
 
 JSON: a list of {"proto", "pod", "podPort", "remote", "remotePort",
-"verdict", "inbound", "idleSeconds"}, ordered by pod, protocol and remote.`,
+"verdict", "inbound", "untracked", "idleSeconds"}, ordered by pod, protocol
+and remote.`,
 	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
 		pod := fs.String("pod", "", "show only the flows of the pod address `IP`")
 		return func(ctx *view.Context) error { return runFlows(ctx, *pod) }
@@ -40,6 +45,7 @@ type FlowEntry struct {
 	RemotePort  uint16  `json:"remotePort"`
 	Verdict     string  `json:"verdict"`
 	Inbound     bool    `json:"inbound"`
+	Untracked   bool    `json:"untracked"`
 	IdleSeconds float64 `json:"idleSeconds"`
 
 	f Flow
@@ -72,7 +78,7 @@ func runFlows(ctx *view.Context, pod string) error {
 			}
 			proto := view.ProtoName(f.Proto)
 			out = append(out, &FlowEntry{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
-				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, IdleSeconds: f.Idle.Seconds(), f: f})
+				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, IdleSeconds: f.Idle.Seconds(), f: f})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -91,6 +97,9 @@ func runFlows(ctx *view.Context, pod string) error {
 		v := f.Verdict
 		if f.Inbound {
 			v += ",inbound"
+		}
+		if f.Untracked {
+			v += ",untracked"
 		}
 		t.Row(f.Proto, net.JoinHostPort(f.Pod, strconv.Itoa(int(f.PodPort))), net.JoinHostPort(f.Remote, strconv.Itoa(int(f.RemotePort))),
 			v, view.HumanAge(f.f.Idle))

@@ -57,7 +57,8 @@ func Adopt(stdin []byte, cniArgs, containerID, ifname string, ips []net.IP) (ado
 		}
 	}
 	if len(att.IPs) == 0 {
-		return adopted, nil
+		_, err := s.Forget() // nothing of it in this network: Open must leave no network behind
+		return adopted, err
 	}
 	return adopted, s.SaveAttachment(att)
 }

@@ -15,7 +15,13 @@ import (
 // Allocate gives (containerID, ifname) one address per range set. A repeated
 // ADD returns what the attachment already holds. If any range set fails,
 // every address this call took is released again.
-func Allocate(s *Store, c *Config, containerID, ifname string) (_ []*current.IPConfig, err error) {
+func Allocate(s *Store, c *Config, containerID, ifname string) ([]*current.IPConfig, error) {
+	return AllocateIn(s, c, containerID, ifname, "")
+}
+
+// AllocateIn is Allocate recording the attachment's network namespace
+// (CNI_NETNS), so that a leak is told from a live attachment later.
+func AllocateIn(s *Store, c *Config, containerID, ifname, netns string) (_ []*current.IPConfig, err error) {
 	prev, err := s.Attachment(containerID, ifname)
 	if err != nil {
 		return nil, types.NewError(types.ErrIOFailure, "reading attachment record", err.Error())
@@ -32,7 +38,7 @@ func Allocate(s *Store, c *Config, containerID, ifname string) (_ []*current.IPC
 		}
 	}()
 
-	att := &Attachment{ContainerID: containerID, IfName: ifname}
+	att := &Attachment{ContainerID: containerID, IfName: ifname, NetNS: netns}
 	if prev == nil {
 		// The record first, empty: a call killed between reserving in the
 		// map and writing the record leaves one that says so, and DEL
@@ -106,6 +112,9 @@ func allocateInSet(s *Store, c *Config, i int, set RangeSet, prev *Attachment, c
 			}
 			return nil, false, types.NewError(ErrAddressInUse, fmt.Sprintf("requested address %s is already held by %s", requested, who), "")
 		}
+		if isMapFull(err) {
+			return nil, false, mapFullError(maps.CniMapIpamAllocs, s.allocs, "one per address held on this node")
+		}
 		if err != nil {
 			return nil, false, types.NewError(types.ErrIOFailure, fmt.Sprintf("reserving %s", requested), err.Error())
 		}
@@ -139,12 +148,18 @@ func nextFree(s *Store, i int, set RangeSet, containerID, ifname string) (net.IP
 			if err == nil {
 				if err := s.SetCursor(i, ip); err != nil {
 					_ = s.Release(ip)
+					if isMapFull(err) {
+						return nil, mapFullError(maps.CniMapIpamCursors, s.cursors, "one per range set of every network with an address on this node")
+					}
 					return nil, types.NewError(types.ErrIOFailure, "recording allocation cursor", err.Error())
 				}
 				return ip, nil
 			}
+			if isMapFull(err) {
+				return nil, mapFullError(maps.CniMapIpamAllocs, s.allocs, "one per address held on this node")
+			}
 			if !errors.Is(err, ebpf.ErrKeyExist) {
-				return nil, types.NewError(ErrRangeFull, fmt.Sprintf("reserving %s (is the allocation map full?)", ip), err.Error())
+				return nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("reserving %s", ip), err.Error())
 			}
 		}
 		ip = nextIP(ip)

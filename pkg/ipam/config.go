@@ -84,6 +84,9 @@ func ParseDelConfig(stdin []byte) (*Config, *NetConf, error) {
 	if n.IPAM == nil {
 		return nil, nil, invalidConfig("ipam", "missing ipam section")
 	}
+	if err := checkNetworkName(n.Name); err != nil {
+		return nil, nil, err
+	}
 	c := &Config{Network: n.Name, CNIVersion: n.CNIVersion, BPFRoot: n.IPAM.BPFRoot, StateDir: n.IPAM.StateDir}
 	if c.BPFRoot == "" {
 		c.BPFRoot = config.DefaultBPFRoot
@@ -120,7 +123,11 @@ func ParseConfig(stdin []byte, cniArgs string) (*Config, *NetConf, error) {
 	if len(raw) == 0 {
 		return nil, nil, invalidConfig("ipam.ranges", "no address ranges configured (set ipam.ranges or ipam.subnet)")
 	}
-	if c.RangeSets, err = parseRangeSets(raw, key); err != nil {
+	node, err := nodeNets()
+	if err != nil {
+		return nil, nil, types.NewError(types.ErrIOFailure, "reading the node's addresses", err.Error())
+	}
+	if c.RangeSets, err = parseRangeSets(raw, key, node); err != nil {
 		return nil, nil, err
 	}
 	if err := checkFamiliesForVersion(c.RangeSets, n.CNIVersion); err != nil {
@@ -142,7 +149,7 @@ func ParseConfig(stdin []byte, cniArgs string) (*Config, *NetConf, error) {
 		c.DNS = *dns
 	}
 
-	if c.Requested, err = requestedIPs(n, cniArgs, c.RangeSets); err != nil {
+	if c.Requested, err = requestedIPs(n, cniArgs, c.RangeSets, node); err != nil {
 		return nil, nil, err
 	}
 	return c, n, nil
@@ -183,7 +190,7 @@ func (r rawRoute) parse(key string) (*types.Route, error) {
 // args.cni.ips and runtimeConfig.ips, and maps each to its range set.
 // args.cni.ips, when given, replaces CNI_ARGS IP (CONVENTIONS.md: a plugin
 // that understands the args key must ignore the equivalent CNI_ARGS field).
-func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet) (map[int]net.IP, error) {
+func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet, node []NodeNet) (map[int]net.IP, error) {
 	type source struct {
 		key  string
 		code uint
@@ -212,6 +219,9 @@ func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet) (map[int]net.IP, 
 			if ip == nil {
 				return nil, types.NewError(src.code, fmt.Sprintf("invalid address %q in %s", s, src.key), "")
 			}
+			if why := forbiddenRequest(ip, sets, node); why != "" {
+				return nil, invalidConfig(src.key, fmt.Sprintf("requested address %s: %s; no pod may have it", ip, why))
+			}
 			idx := -1
 			for i := range sets {
 				if sets[i].Contains(ip) {
@@ -232,3 +242,43 @@ func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet) (map[int]net.IP, 
 }
 
 func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }
+
+// MaxNetworkName is the longest network name, in bytes: the name is the
+// name of the network's state directory, and a file name holds 255 bytes.
+const MaxNetworkName = 255
+
+// ValidNetworkName reports whether name can name a network's state: not
+// empty, at most MaxNetworkName bytes, and one path element.
+func ValidNetworkName(name string) bool { return checkNetworkName(name) == nil }
+
+func checkNetworkName(name string) error {
+	switch {
+	case name == "":
+		return invalidConfig("name", "missing network name")
+	case len(name) > MaxNetworkName:
+		return invalidConfig("name", fmt.Sprintf("network name of %d bytes; at most %d", len(name), MaxNetworkName))
+	case name == "." || name == ".." || strings.ContainsAny(name, "/\x00"):
+		return invalidConfig("name", fmt.Sprintf("network name %q is not a file name (no \"/\", NUL, \".\" or \"..\")", name))
+	}
+	return nil
+}
+
+// forbiddenRequest says why a requested address may not be handed out:
+// reserved, the node's, or the network address, broadcast address or
+// gateway of a range whose subnet holds it.
+func forbiddenRequest(ip net.IP, sets []RangeSet, node []NodeNet) string {
+	if why := forbidden(ip, nil, nil, node); why != "" {
+		return why
+	}
+	for _, set := range sets {
+		for j := range set {
+			r := &set[j]
+			if r.Subnet.Contains(ip) {
+				if why := forbidden(ip, &r.Subnet, r.Gateway, nil); why != "" {
+					return why
+				}
+			}
+		}
+	}
+	return ""
+}

@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -101,7 +102,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"start after end", conf(`"subnet":"10.0.0.0/24","rangeStart":"10.0.0.9","rangeEnd":"10.0.0.5"`), "", types.ErrInvalidNetworkConfig, "ipam.rangeEnd"},
 		{"gateway outside", conf(`"subnet":"10.0.0.0/24","gateway":"10.9.9.9"`), "", types.ErrInvalidNetworkConfig, "ipam.gateway"},
 		{"mixed families", conf(`"ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"fd00::/64"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[0][1].subnet"},
-		{"overlap across sets", conf(`"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.0.0.0/25"}]]`), "", types.ErrInvalidNetworkConfig, "overlaps"},
+		{"overlap across sets", conf(`"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.0.0.0/25"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[1][0]"},
+		{"overlap within a set, later first", conf(`"ranges":[[{"subnet":"10.0.1.0/24"},{"subnet":"10.0.0.0/16"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[0][1]"},
+		{"overlap past a short range", conf(`"ranges":[[{"subnet":"10.0.0.0/16"},{"subnet":"10.0.1.0/24"},{"subnet":"10.1.0.0/24"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[0][1]"},
+		{"overlap of a range far behind", conf(`"ranges":[[{"subnet":"10.0.0.0/16"},{"subnet":"10.0.1.0/24"}],[{"subnet":"10.0.200.0/24"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[0][1]"},
+		{"overlap of v6 ranges", conf(`"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"fd01::/64"},{"subnet":"fd01::/120"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[1][1]"},
+		{"overlap by rangeStart and rangeEnd", conf(`"ranges":[[{"subnet":"10.0.0.0/24","rangeEnd":"10.0.0.20"},{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.20"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.ranges[0][1]"},
 		{"both shorthand and ranges", conf(`"subnet":"10.0.0.0/24","ranges":[[{"subnet":"10.1.0.0/24"}]]`), "", types.ErrInvalidNetworkConfig, "ipam.subnet"},
 		{"bad route", conf(`"subnet":"10.0.0.0/24","routes":[{"dst":"0.0.0.0"}]`), "", types.ErrInvalidNetworkConfig, "ipam.routes[0].dst"},
 		{"bad route gw", conf(`"subnet":"10.0.0.0/24","routes":[{"dst":"0.0.0.0/0","gw":"x"}]`), "", types.ErrInvalidNetworkConfig, "ipam.routes[0].gw"},
@@ -161,3 +167,22 @@ func TestParseResolvConf(t *testing.T) {
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
+
+// 65,536 ranges (the issue's configuration) parse, and one overlapping
+// pair among them is found and named.
+func TestManyRanges(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 65536; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		a := 10<<24 | i<<2
+		fmt.Fprintf(&b, `{"subnet":"%d.%d.%d.%d/30"}`, a>>24&255, a>>16&255, a>>8&255, a&255)
+	}
+	c, _, err := ParseConfig(conf(`"ranges":[[`+b.String()+`]]`), "")
+	require.NoError(t, err)
+	require.Len(t, c.RangeSets[0], 65536)
+	_, _, err = ParseConfig(conf(`"ranges":[[`+b.String()+`],[{"subnet":"10.3.255.248/29"}]]`), "")
+	require.ErrorContains(t, err, "ipam.ranges[1][0]")
+	require.ErrorContains(t, err, "of ipam.ranges[0][65534]")
+}

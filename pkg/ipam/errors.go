@@ -16,4 +16,8 @@ const (
 	// ErrAllocationMismatch: CHECK found the allocation differs from what
 	// the runtime expects.
 	ErrAllocationMismatch uint = 105
+	// ErrMapFull: a node-wide map of ebpf-ipam (ipam_allocs, ipam_cursors,
+	// ipam_nets) has no room left; the message names it and the remedy.
+	// Not 103: the state is usable, there is only no room in it.
+	ErrMapFull uint = 106
 )

@@ -3,6 +3,8 @@ package ipam
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -21,9 +23,9 @@ func Funcs() skel.CNIFuncs {
 var Versions = version.All
 
 // withStore parses the configuration (all of it, or only what locates the
-// state when full is false), opens the network's store with its lock held,
-// and runs fn.
-func withStore(args *skel.CmdArgs, full bool, fn func(*Store, *Config, *NetConf) error) error {
+// state when full is false), opens the network's store with its lock held
+// (creating it only for ADD: see OpenExisting), and runs fn.
+func withStore(args *skel.CmdArgs, full, create bool, fn func(*Store, *Config, *NetConf) error) error {
 	parse := ParseConfig
 	if !full {
 		parse = func(stdin []byte, _ string) (*Config, *NetConf, error) { return ParseDelConfig(stdin) }
@@ -32,7 +34,11 @@ func withStore(args *skel.CmdArgs, full bool, fn func(*Store, *Config, *NetConf)
 	if err != nil {
 		return err
 	}
-	s, err := Open(c)
+	open := OpenExisting
+	if create {
+		open = Open
+	}
+	s, err := open(c)
 	if err != nil {
 		return err
 	}
@@ -52,9 +58,10 @@ func CmdAdd(args *skel.CmdArgs) error {
 // Add allocates and returns the result, with the configuration's
 // cniVersion to print it in: CmdAdd, and ebpf-cni's in-process IPAM.
 func Add(args *skel.CmdArgs) (res *current.Result, cniVersion string, err error) {
-	err = withStore(args, true, func(s *Store, c *Config, _ *NetConf) error {
-		ips, err := Allocate(s, c, args.ContainerID, args.IfName)
+	err = withStore(args, true, true, func(s *Store, c *Config, _ *NetConf) error {
+		ips, err := AllocateIn(s, c, args.ContainerID, args.IfName, args.Netns)
 		if err != nil {
+			_, _ = s.Forget() // a failed ADD on a new network leaves nothing of it
 			return err
 		}
 		res = &current.Result{CNIVersion: current.ImplementedSpecVersion, IPs: ips, Routes: c.Routes, DNS: c.DNS}
@@ -82,9 +89,13 @@ func CmdDel(args *skel.CmdArgs) error {
 		}
 		return nil
 	}
-	return withStore(args, false, func(s *Store, _ *Config, _ *NetConf) error {
+	return withStore(args, false, false, func(s *Store, _ *Config, _ *NetConf) error {
 		if err := ReleaseAttachment(s, args.ContainerID, args.IfName); err != nil {
 			return types.NewError(types.ErrIOFailure, fmt.Sprintf("releasing %s/%s", args.ContainerID, args.IfName), err.Error())
+		}
+		// The network's last address gone, its bookkeeping goes too.
+		if _, err := s.Forget(); err != nil {
+			return types.NewError(types.ErrIOFailure, fmt.Sprintf("forgetting network %q after its last address", s.Network), err.Error())
 		}
 		return nil
 	})
@@ -93,7 +104,7 @@ func CmdDel(args *skel.CmdArgs) error {
 // CmdCheck verifies the attachment's allocation against the state and
 // against prevResult.
 func CmdCheck(args *skel.CmdArgs) error {
-	return withStore(args, true, func(s *Store, c *Config, n *NetConf) error {
+	return withStore(args, true, false, func(s *Store, c *Config, n *NetConf) error {
 		var prev *current.Result
 		if n.RawPrevResult != nil {
 			if err := version.ParsePrevResult(&n.NetConf); err != nil {
@@ -109,14 +120,29 @@ func CmdCheck(args *skel.CmdArgs) error {
 }
 
 // CmdGC releases every allocation of the network not listed in
-// cni.dev/valid-attachments.
+// cni.dev/valid-attachments, then forgets the network if that was all it
+// held, and every other network of the node that holds nothing (Sweep).
 func CmdGC(args *skel.CmdArgs) error {
-	return withStore(args, false, func(s *Store, _ *Config, n *NetConf) error {
+	c, _, err := ParseDelConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	err = withStore(args, false, false, func(s *Store, _ *Config, n *NetConf) error {
 		if _, err := GarbageCollect(s, n.ValidAttachments); err != nil {
 			return types.NewError(types.ErrIOFailure, "garbage-collecting allocations", err.Error())
 		}
+		if _, err := s.Forget(); err != nil {
+			return types.NewError(types.ErrIOFailure, fmt.Sprintf("forgetting network %q", s.Network), err.Error())
+		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if _, err := Sweep(c.BPFRoot, c.StateDir); err != nil {
+		return types.NewError(types.ErrIOFailure, "forgetting the networks without addresses", err.Error())
+	}
+	return nil
 }
 
 // CmdStatus reports whether the plugin can serve an ADD now: state usable and
@@ -126,7 +152,20 @@ func CmdGC(args *skel.CmdArgs) error {
 // the network's ID taken by another network, resolvConf unreadable.
 func CmdStatus(args *skel.CmdArgs) error {
 	args.Args = "" // STATUS has no attachment, so no requested addresses
-	err := withStore(args, true, func(s *Store, c *Config, _ *NetConf) error {
+	if c, _, err := ParseDelConfig(args.StdinData); err == nil {
+		// STATUS creates no network state, but ADD will need the directory.
+		if err := os.MkdirAll(filepath.Join(c.StateDir, "ipam"), 0o700); err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: "+stateError("stateDir", err).(*types.Error).Msg, "")
+		}
+	}
+	err := withStore(args, true, false, func(s *Store, c *Config, _ *NetConf) error {
+		if err := s.Room(); err != nil {
+			var e *types.Error
+			if errors.As(err, &e) {
+				return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: "+e.Msg, "")
+			}
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading its maps", err.Error())
+		}
 		used, size, err := Usage(s, c)
 		if err != nil {
 			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading the allocation map", err.Error())

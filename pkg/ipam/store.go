@@ -54,6 +54,9 @@ type Attachment struct {
 	ContainerID string       `json:"containerID"`
 	IfName      string       `json:"ifname"`
 	IPs         []Allocation `json:"ips"`
+	// NetNS is the CNI_NETNS of the ADD: when that namespace is gone, so
+	// is the container, and `ebpf-cni gc` releases what it holds.
+	NetNS string `json:"netns,omitempty"`
 }
 
 // Allocation is one address and the range set it came from.
@@ -67,17 +70,26 @@ func NetID(network string) uint32 { return maps.NetID(network) }
 
 func ownerID(containerID string) string { return maps.Fit(containerID, maps.CniContainerIDLen) }
 
-// Open takes the network's lock and opens its state, creating it on first use.
-func Open(c *Config) (*Store, error) {
-	s := &Store{Network: c.Network, NetID: NetID(c.Network), dir: filepath.Join(c.StateDir, "ipam", c.Network), root: c.BPFRoot}
+// Open takes the network's lock and opens its state, creating it on first
+// use (ADD).
+func Open(c *Config) (*Store, error) { return open(c, true) }
+
+// OpenExisting opens the network's state for DEL, GC, CHECK and STATUS:
+// a network this node keeps nothing of (no state directory, no address in
+// the map) is not created, registered or locked; the Store then holds
+// nothing (Stateless) and every release on it is a no-op. A network whose
+// directory is gone while the map still holds its addresses (stateDir
+// wiped) is rebuilt from the map, as ADD would.
+func OpenExisting(c *Config) (*Store, error) { return open(c, false) }
+
+func newStore(c *Config) *Store {
+	return &Store{Network: c.Network, NetID: NetID(c.Network), dir: filepath.Join(c.StateDir, "ipam", c.Network), root: c.BPFRoot}
+}
+
+func open(c *Config, create bool) (*Store, error) {
+	s := newStore(c)
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
 		return nil, stateError("bpfRoot", err)
-	}
-	if err := os.MkdirAll(filepath.Join(s.dir, "owners"), 0o700); err != nil {
-		return nil, stateError("stateDir", err)
-	}
-	if err := s.takeLock(); err != nil {
-		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -85,17 +97,60 @@ func Open(c *Config) (*Store, error) {
 			s.Close()
 		}
 	}()
-
 	var err error
 	if s.allocs, err = s.openMap(maps.CniMapIpamAllocs); err != nil {
 		return nil, err
 	}
-	if err := s.reconcile(); err != nil {
+	for !create && s.lock == nil {
+		if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
+			held, err := s.Entries()
+			if err != nil {
+				return nil, stateError("bpfRoot", err)
+			}
+			if len(held) == 0 {
+				// Nothing of the network here: create nothing, but a
+				// network ID taken by another name is still refused.
+				if _, err := s.checkRegistry(); err != nil {
+					return nil, err
+				}
+				s.dir = ""
+				ok = true
+				return s, nil
+			}
+			break // rebuild the records from the map
+		}
+		err := s.lockOnce(false, LockTimeout)
+		if err != nil && err != errNoState {
+			return nil, err
+		}
+		if err == errNoState {
+			if _, serr := os.Stat(s.dir); serr == nil {
+				break // a directory without its lock file (a Forget cut short): lock it anew
+			}
+			// Forget removed the directory meanwhile: look again.
+		}
+	}
+	if s.lock == nil {
+		if err := s.takeLock(); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, "owners"), 0o700); err != nil {
+		return nil, stateError("stateDir", err)
+	}
+	if err := s.reconcile(create); err != nil {
+		if create {
+			_, _ = s.Forget() // a network this call made holds nothing: leave nothing
+		}
 		return nil, err
 	}
 	ok = true
 	return s, nil
 }
+
+// Stateless reports whether the node keeps nothing of the network (see
+// OpenExisting): no lock is held and nothing may be written.
+func (s *Store) Stateless() bool { return s.dir == "" }
 
 func (s *Store) openMap(name string) (*ebpf.Map, error) {
 	m, err := maps.OpenPinned(s.root, name)
@@ -125,26 +180,86 @@ func stateError(key string, err error) error {
 	return types.NewError(ErrStateUnavailable, fmt.Sprintf("ebpf-ipam state (%s) unusable: %v%s", key, err, hint), "")
 }
 
+// errNoState: the network's directory is not there and the caller does
+// not create it.
+var errNoState = errors.New("no state of the network")
+
+// errBusy: the network's lock is held and the caller does not wait.
+var errBusy = errors.New("network locked by another call")
+
+// takeLock takes the network's lock, creating its directory.
 func (s *Store) takeLock() error {
-	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	deadline := time.Now().Add(LockTimeout)
+	for {
+		// At least a moment: a wait of 0 means "do not wait" (errBusy).
+		err := s.lockOnce(true, max(time.Until(deadline), time.Millisecond))
+		if err != errStaleLock {
+			return err
+		}
+	}
+}
+
+// errStaleLock: the lock file was removed (Forget) while this call waited
+// for it; the caller tries again with the file now at the path.
+var errStaleLock = errors.New("lock file removed while waiting")
+
+// lockOnce opens the lock file and takes its flock, waiting up to wait
+// (not at all when wait <= 0, then errBusy). Forget removes the directory
+// with the lock held: a call that waited on the removed file gets the flock
+// of an unlinked inode, so the lock only counts if the file at the path is
+// still the one locked; otherwise errStaleLock, and the caller tries again.
+func (s *Store) lockOnce(create bool, wait time.Duration) error {
+	path := filepath.Join(s.dir, "lock")
+	if create {
+		if err := os.MkdirAll(s.dir, 0o700); err != nil {
+			return stateError("stateDir", err)
+		}
+	}
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		if create {
+			return errStaleLock // the directory went between MkdirAll and here
+		}
+		return errNoState
+	}
 	if err != nil {
 		return stateError("stateDir", err)
 	}
 	// Uncontended, the lock is taken at once without a waiting goroutine.
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
+		if wait <= 0 {
+			f.Close()
+			return errBusy
+		}
 		done := make(chan error, 1)
 		go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
 		select {
 		case err = <-done:
-		case <-time.After(LockTimeout):
-			f.Close()
+		case <-time.After(wait):
+			f.Close() // the waiting flock fails with the file, and ends
 			return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("network %q is locked by another ebpf-ipam call for over %s", s.Network, LockTimeout), "")
 		}
 	}
 	if err != nil {
 		f.Close()
 		return stateError("stateDir", fmt.Errorf("locking %s: %w", f.Name(), err))
+	}
+	var held, now syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &held); err != nil {
+		f.Close()
+		return stateError("stateDir", err)
+	}
+	if err := syscall.Stat(path, &now); err != nil || now.Ino != held.Ino || now.Dev != held.Dev {
+		f.Close()
+		if !create {
+			return errNoState
+		}
+		return errStaleLock
 	}
 	s.lock = f
 	return nil
@@ -162,10 +277,35 @@ func (s *Store) register() (err error) {
 	if errors.As(err, &clash) {
 		return types.NewError(ErrNetworkIDClash, clash.Error(), "")
 	}
+	if isMapFull(err) {
+		return mapFullError(maps.CniMapIpamNets, s.nets, "every network with an address on this node has one")
+	}
 	if err != nil {
 		return stateError("bpfRoot", err)
 	}
 	return nil
+}
+
+// checkRegistry refuses a network whose ID the registry gives another
+// name, without registering it; it reports whether the network is
+// registered.
+func (s *Store) checkRegistry() (bool, error) {
+	var err error
+	if s.nets, err = s.openMap(maps.CniMapIpamNets); err != nil {
+		return false, err
+	}
+	var v maps.CniIpamNet
+	err = s.nets.Lookup(s.NetID, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, stateError("bpfRoot", fmt.Errorf("reading %s: %w", maps.CniMapIpamNets, err))
+	}
+	if other := maps.GoString(v.Name[:]); other != maps.Fit(s.Network, maps.CniNetNameLen) {
+		return false, types.NewError(ErrNetworkIDClash, (&maps.NetworkClash{Network: s.Network, Other: other, ID: s.NetID}).Error(), "")
+	}
+	return true, nil
 }
 
 func (s *Store) key(ip net.IP) maps.CniIpamKey {
@@ -244,18 +384,17 @@ type Entry struct {
 
 // Entries lists every address of this network held in the allocation map.
 func (s *Store) Entries() ([]Entry, error) {
-	var (
-		k   maps.CniIpamKey
-		v   maps.CniIpamOwner
-		out []Entry
-	)
-	it := s.allocs.Iterate()
-	for it.Next(&k, &v) {
-		if k.NetId == s.NetID {
-			out = append(out, Entry{IP: maps.IP(k.Family, k.Addr), Owner: v, Family: int(k.Family)})
+	all, err := maps.Entries[maps.CniIpamKey, maps.CniIpamOwner](s.allocs)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, e := range all {
+		if e.Key.NetId == s.NetID {
+			out = append(out, Entry{IP: maps.IP(e.Key.Family, e.Key.Addr), Owner: e.Value, Family: int(e.Key.Family)})
 		}
 	}
-	return out, it.Err()
+	return out, nil
 }
 
 // attachmentFile names the record of an attachment. Container IDs are
@@ -276,6 +415,9 @@ func (s *Store) attachmentFile(containerID, ifname string) string {
 
 // Attachment returns what (containerID, ifname) holds, or nil.
 func (s *Store) Attachment(containerID, ifname string) (*Attachment, error) {
+	if s.Stateless() {
+		return nil, nil
+	}
 	return readAttachment(s.attachmentFile(containerID, ifname))
 }
 
@@ -296,6 +438,9 @@ func readAttachment(path string) (*Attachment, error) {
 
 // SaveAttachment writes the record atomically.
 func (s *Store) SaveAttachment(a *Attachment) error {
+	if s.Stateless() {
+		return errNoState
+	}
 	path := s.attachmentFile(a.ContainerID, a.IfName)
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -310,6 +455,9 @@ func (s *Store) SaveAttachment(a *Attachment) error {
 
 // RemoveAttachment deletes the record; a missing one is not an error.
 func (s *Store) RemoveAttachment(containerID, ifname string) error {
+	if s.Stateless() {
+		return nil
+	}
 	err := os.Remove(s.attachmentFile(containerID, ifname))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -319,8 +467,14 @@ func (s *Store) RemoveAttachment(containerID, ifname string) error {
 
 // Attachments lists every attachment record of the network.
 func (s *Store) Attachments() ([]*Attachment, error) {
+	if s.Stateless() {
+		return nil, nil
+	}
 	dir := filepath.Join(s.dir, "owners")
 	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +496,10 @@ func (s *Store) Attachments() ([]*Attachment, error) {
 
 // reconcile merges the attachment records and the allocation map when the
 // map is not the one they were last synchronised with (see Store).
-func (s *Store) reconcile() error {
+// Only ADD registers the network: a DEL, GC, CHECK or STATUS checks the
+// registry for a clash but adds nothing to it (so a full registry never
+// blocks them), and leaves map-id unwritten so the next ADD registers.
+func (s *Store) reconcile(register bool) error {
 	id, err := maps.ID(s.allocs)
 	if err != nil {
 		return stateError("bpfRoot", err)
@@ -352,7 +509,13 @@ func (s *Store) reconcile() error {
 	if b, err := os.ReadFile(idFile); err == nil && strings.TrimSpace(string(b)) == want {
 		return nil // the network was registered and synchronised with this map
 	}
-	if err := s.register(); err != nil {
+	registered := register
+	if register {
+		err = s.register()
+	} else {
+		registered, err = s.checkRegistry()
+	}
+	if err != nil {
 		return err
 	}
 	if err := s.applyReleased(); err != nil {
@@ -360,6 +523,9 @@ func (s *Store) reconcile() error {
 	}
 	if err := s.sync(want); err != nil {
 		return stateError("stateDir", err)
+	}
+	if !registered {
+		return nil
 	}
 	return os.WriteFile(idFile, []byte(want+"\n"), 0o600)
 }
@@ -442,11 +608,15 @@ func (s *Store) releasedDir() string { return filepath.Join(s.dir, "released") }
 // Nothing to release (no record, or no state of the network at all, as
 // after a reboot) is success, and creates nothing.
 func ReleaseWithoutMaps(c *Config, containerID, ifname string) error {
-	s := &Store{Network: c.Network, NetID: NetID(c.Network), dir: filepath.Join(c.StateDir, "ipam", c.Network), root: c.BPFRoot}
-	if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
-		return nil
+	s := newStore(c)
+	err := s.lockOnce(false, LockTimeout)
+	if err == errNoState {
+		if _, serr := os.Stat(s.dir); serr != nil {
+			return nil
+		}
+		err = s.takeLock() // a directory without its lock file
 	}
-	if err := s.takeLock(); err != nil {
+	if err != nil {
 		return err
 	}
 	defer s.Close()

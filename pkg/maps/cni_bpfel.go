@@ -138,7 +138,8 @@ type CniFlowEntry struct {
 type CniFlowFlags uint8
 
 const (
-	CniFlowFlagsFLOW_F_INBOUND CniFlowFlags = 1
+	CniFlowFlagsFLOW_F_INBOUND   CniFlowFlags = 1
+	CniFlowFlagsFLOW_F_UNTRACKED CniFlowFlags = 2
 )
 
 type CniFlowKey struct {

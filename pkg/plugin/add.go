@@ -17,6 +17,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -185,6 +186,14 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	if len(res.IPs) == 0 {
 		return types.NewError(ErrIPAM, fmt.Sprintf("IPAM plugin %s returned no address", c.IPAMType), "")
+	}
+	// Another IPAM plugin (host-local, dhcp) may hand out what a pod must
+	// never have (an address of the node, a reserved one, its subnet's
+	// gateway); ebpf-ipam refuses those by construction.
+	if c.IPAMType != DefaultIPAM {
+		if err := ebpfipam.CheckResult(res.IPs); err != nil {
+			return err
+		}
 	}
 	veth.Gateways(res.IPs)
 	routes := veth.PodRoutes(res.IPs, res.Routes)

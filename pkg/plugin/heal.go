@@ -56,11 +56,6 @@ type Healed struct {
 	Gone []*node.Record `json:"-"`
 }
 
-// Empty reports whether nothing was found.
-func (h *Healed) Empty() bool {
-	return len(h.Rebuilt)+len(h.Reclaimed)+len(h.Removed)+len(h.Problems) == 0
-}
-
 // HealOptions say what Heal may do.
 type HealOptions struct {
 	// Config is the calling network's (STATUS, ADD): its attachments'
@@ -114,6 +109,9 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 			continue
 		}
 		errs = append(errs, withAttachment(n, name, func() error { return reclaim(n, name, o, h) }))
+	}
+	if o.Config != nil && o.Config.IPAMType == DefaultIPAM {
+		errs = append(errs, releaseStray(n, o, names, present, h))
 	}
 	if o.DryRun {
 		return h, errors.Join(errs...)
@@ -208,6 +206,51 @@ const healStamp = "healed"
 func healDue(n *node.Node) bool {
 	fi, err := os.Stat(filepath.Join(n.StateDir, healStamp))
 	return err != nil || time.Since(fi.ModTime()) > HealPeriod
+}
+
+// releaseStray releases the calling network's ebpf-ipam addresses held for
+// a network namespace that is gone by an attachment no record or veth of
+// the node accounts for: an ADD killed between IPAM and the veth. The
+// records of ebpf-ipam are read only when it holds more attachments than
+// the node has records (names only: on a node in order that is two
+// directory listings).
+func releaseStray(n *node.Node, o HealOptions, recordNames []string, present map[string]bool, h *Healed) error {
+	ic, _, err := ebpfipam.ParseDelConfig(o.Config.IPAMConf)
+	if err != nil || ebpfipam.CountHeld(ic.StateDir, ic.Network) <= len(recordNames) {
+		return nil
+	}
+	held, err := ebpfipam.ListHeld(ic.StateDir)
+	if err != nil {
+		return err
+	}
+	recorded := map[string]bool{}
+	for _, name := range recordNames {
+		recorded[name] = true
+	}
+	var errs []error
+	for _, a := range held {
+		host := veth.HostName(a.ContainerID, a.IfName)
+		if a.Network != ic.Network || a.NetNS == "" || recorded[host] || present[host] || host == o.Skip || isNetNS(a.NetNS) {
+			continue
+		}
+		h.Reclaimed = append(h.Reclaimed, fmt.Sprintf("%s/%s: addresses held in ebpf-ipam for netns %s, which is gone, by no attachment of the node (a call killed half-way); released", a.ContainerID, a.IfName, a.NetNS))
+		if o.DryRun {
+			continue
+		}
+		errs = append(errs, withAttachment(n, host, func() error {
+			if _, err := n.Record(host); err == nil || veth.Exists(host) {
+				return nil // its ADD went on meanwhile
+			}
+			return asAttachment(a.ContainerID, a.IfName, "", func() error { return Delegate.Del(o.Config) })
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+// isNetNS reports whether path is a network namespace (nsfs).
+func isNetNS(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
 // withAttachment runs f under the attachment's lock if no call holds it.
@@ -476,8 +519,7 @@ func podAlive(r *node.Record) bool {
 	if r.NetNS == "" || r.MAC == "" {
 		return false
 	}
-	var st unix.Statfs_t
-	if unix.Statfs(r.NetNS, &st) != nil || st.Type != unix.NSFS_MAGIC {
+	if !isNetNS(r.NetNS) {
 		return false
 	}
 	alive := false

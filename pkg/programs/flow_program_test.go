@@ -91,26 +91,80 @@ func TestFlowPrograms(t *testing.T) {
 	a := e.hA.Attrs().Index
 	from := endpoint.HookFromContainer.Name
 
-	t.Run("a new flow starts through the stack, then settles fast", func(t *testing.T) {
+	t.Run("a new flow goes through the stack until netfilter lets a packet through", func(t *testing.T) {
 		before := e.count(t, maps.CniPktReasonREASON_FLOW_NEW)
 		ret, _ := e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40000, 80, tcpSYN))
 		require.Equal(t, uint32(tcActPass), ret, "the SYN goes to the stack (netfilter sees it)")
 		f, ok := e.flow(t, ipA4, 40000, world4, 80, 6)
 		require.True(t, ok)
 		require.Equal(t, maps.CniFlowVerdictFLOW_PENDING, f.Verdict)
-		// Conntrack knows nothing of it here: a few more packets go to
-		// the stack (the first may still be on another CPU), then fast.
-		for i := 0; i < 2; i++ {
+		// Conntrack knows nothing of it: netfilter may have dropped
+		// every packet so far (a Service without endpoints), so every
+		// one goes to the stack, however many.
+		for i := 0; i < 5; i++ {
 			ret, _ = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40000, 80, tcpACK))
 			require.Equal(t, uint32(tcActPass), ret, "pending packet %d", i+2)
 		}
-		require.Equal(t, before+3, e.count(t, maps.CniPktReasonREASON_FLOW_NEW))
+		require.Equal(t, before+6, e.count(t, maps.CniPktReasonREASON_FLOW_NEW))
+		f, _ = e.flow(t, ipA4, 40000, world4, 80, 6)
+		require.Equal(t, maps.CniFlowVerdictFLOW_PENDING, f.Verdict)
+		require.Equal(t, uint8(6), f.Pending)
+		// One leaves the node (to_netdev, after netfilter) without a
+		// conntrack entry: conntrack does not track it, the fast path.
+		ret, _ = e.runProg(t, uplink.HookToNetdev.Name, e.up.Attrs().Index, tcp4(macA, ipA4, world4, 40000, 80, tcpACK))
+		require.Equal(t, uint32(tcActPass), ret)
+		f, _ = e.flow(t, ipA4, 40000, world4, 80, 6)
+		require.Equal(t, maps.CniFlowVerdictFLOW_FAST, f.Verdict)
+		require.Equal(t, maps.CniFlowFlagsFLOW_F_UNTRACKED, f.Flags, "the pod opened it; conntrack does not track it")
 		ret, out := e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40000, 80, tcpACK))
 		require.Equal(t, uint32(tcActRedirect), ret, "settled: the fast path")
 		require.Equal(t, []byte(macWorld), out[0:6])
-		f, _ = e.flow(t, ipA4, 40000, world4, 80, 6)
+	})
+
+	t.Run("a fast UDP flow conntrack no longer knows goes back to the stack", func(t *testing.T) {
+		put := func(proto uint8, pport uint16, flags maps.CniFlowFlags) {
+			k := maps.CniFlowKey{Family: 4, Proto: proto, Sport: pport>>8 | pport<<8, Dport: 53 << 8,
+				Saddr: maps.Addr16(ipA4), Daddr: maps.Addr16(world4)}
+			require.NoError(t, e.flows.Put(&k, &maps.CniFlowEntry{Verdict: maps.CniFlowVerdictFLOW_FAST, Flags: flags, LastSeen: maps.Monotonic()}))
+		}
+		// Settled fast while conntrack had its entry (a reply); the
+		// entry is gone now (kube-proxy deleted it): netfilter decides
+		// again.
+		put(17, 5300, 0)
+		before := e.count(t, maps.CniPktReasonREASON_FLOW_NEW)
+		ret, _ := e.runProg(t, from, a, udp4(macA, ipA4, world4, 5300, 53))
+		require.Equal(t, uint32(tcActPass), ret, "to the stack")
+		require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_FLOW_NEW))
+		f, _ := e.flow(t, ipA4, 5300, world4, 53, 17)
+		require.Equal(t, maps.CniFlowVerdictFLOW_PENDING, f.Verdict)
+		// With its entry in conntrack, it stays fast.
+		put(17, 5304, 0)
+		require.NoError(t, e.n.Do(func(ns.NetNS) error {
+			return netlink.ConntrackCreate(netlink.ConntrackTable, netlink.FAMILY_V4, &netlink.ConntrackFlow{FamilyType: netlink.FAMILY_V4,
+				Forward: netlink.IPTuple{SrcIP: ipA4, DstIP: world4, Protocol: 17, SrcPort: 5304, DstPort: 53},
+				Reverse: netlink.IPTuple{SrcIP: world4, DstIP: ipA4, Protocol: 17, SrcPort: 53, DstPort: 5304}, TimeOut: 120})
+		}))
+		ret, _ = e.runProg(t, from, a, udp4(macA, ipA4, world4, 5304, 53))
+		require.Equal(t, uint32(tcActRedirect), ret, "conntrack has its entry: the fast path")
+		f, _ = e.flow(t, ipA4, 5304, world4, 53, 17)
 		require.Equal(t, maps.CniFlowVerdictFLOW_FAST, f.Verdict)
-		require.Zero(t, f.Flags, "the pod opened it")
+		// Conntrack does not track it (seen leaving without an entry),
+		// one opened toward the pod, or TCP: not asked, fast.
+		for _, c := range []struct {
+			proto uint8
+			port  uint16
+			flags maps.CniFlowFlags
+		}{{17, 5301, maps.CniFlowFlagsFLOW_F_UNTRACKED}, {17, 5302, maps.CniFlowFlagsFLOW_F_INBOUND}, {6, 5303, 0}} {
+			put(c.proto, c.port, c.flags)
+			pkt := udp4(macA, ipA4, world4, c.port, 53)
+			if c.proto == 6 {
+				pkt = tcp4(macA, ipA4, world4, c.port, 53, tcpACK)
+			}
+			ret, _ = e.runProg(t, from, a, pkt)
+			require.Equal(t, uint32(tcActRedirect), ret, "%+v", c)
+			f, _ = e.flow(t, ipA4, c.port, world4, 53, c.proto)
+			require.Equal(t, maps.CniFlowVerdictFLOW_FAST, f.Verdict, "%+v", c)
+		}
 	})
 
 	t.Run("a reply settles a pending flow at once", func(t *testing.T) {

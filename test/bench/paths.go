@@ -42,6 +42,10 @@ func (b *bench) cniPath() error {
 	ss := b.pick("cni", "", cniMetrics, true)
 	b.res.skip("cni", "add_cold_ms", "ms", "lower", RAW, "not applicable: nothing to load")
 	b.res.skip("cni", "load_ms", "ms", "lower", RAW, "not applicable: nothing to load")
+	for _, m := range []string{"status_p50_ms_100pods", "status_p99_ms_100pods"} {
+		b.res.skip("cni", m, "ms", "lower", REF, "Debian's 1.1.1 plugins have no STATUS (CNI 1.1.0)")
+		b.res.skip("cni", m, "ms", "lower", RAW, "not applicable: no plugin")
+	}
 	return b.cniMeasure("cni", ss, b.cfg.ref)
 }
 
@@ -98,6 +102,13 @@ func (b *bench) cniMeasure(path string, ss []*setup, refDir string) error {
 			b.res.add(path, "add_cold_ms", "ms", "lower", s.name, durMs(d))
 			if s.name == EBPF {
 				b.res.add(path, "load_ms", "ms", "lower", s.name, durMs(load))
+			}
+		}
+	}
+	for _, s := range ss {
+		if s.name == EBPF && path == "cni" {
+			if err := b.statusAt(path, s, 100); err != nil {
+				return err
 			}
 		}
 	}
@@ -170,6 +181,39 @@ func (b *bench) status(s *setup) (time.Duration, error) {
 		return nil
 	})
 	return d, err
+}
+
+// statusAt times STATUS, as containerd 2.x runs it every 5 s, on the
+// setup's node with n pods and nothing broken: each call compares the
+// kernel with the records (heal.go). Whole calls (exec included), 30 of
+// them; the pods are deleted after.
+func (b *bench) statusAt(path string, s *setup, n int) error {
+	b.logf("%s: STATUS with %d pods", path, n)
+	pods := make([]*pod, 0, n)
+	defer func() {
+		for _, p := range pods {
+			_, _ = s.detach(p)
+			b.closeNS(p.ns)
+		}
+	}()
+	for range n {
+		p, _, err := b.addPod(s, nil)
+		if err != nil {
+			return err
+		}
+		pods = append(pods, p)
+	}
+	var ds []float64
+	for range 30 {
+		d, err := b.status(s)
+		if err != nil {
+			return err
+		}
+		ds = append(ds, durMs(d))
+	}
+	b.res.add(path, "status_p50_ms_100pods", "ms", "lower", s.name, percentile(ds, .50))
+	b.res.add(path, "status_p99_ms_100pods", "ms", "lower", s.name, percentile(ds, .99))
+	return nil
 }
 
 var rawSeq atomic.Int64

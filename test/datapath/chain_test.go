@@ -132,6 +132,29 @@ func TestHostLocal(t *testing.T) {
 	}
 }
 
+// TestHostLocalHandsOutTheNode: host-local configured over the node's own
+// uplink subnet hands out the node's address: ebpf-cni refuses the result
+// with code 7 naming it, and leaves nothing (no veth, no record, the
+// address released in host-local). (host-local itself never gives out its
+// range's gateway.)
+func TestHostLocalHandsOutTheNode(t *testing.T) {
+	for _, v := range []string{"0.4.0", "1.0.0"} { // Debian's host-local stops at 1.0.0
+		t.Run(v, func(t *testing.T) {
+			e := newEnv(t)
+			dataDir := t.TempDir()
+			node := nettest.NodeIP4.String()
+			list := e.confList(netOpts{version: v, ipam: map[string]any{"type": "host-local", "dataDir": dataDir,
+				"ranges": []any{[]any{map[string]any{"subnet": "192.0.2.0/24", "rangeStart": node, "rangeEnd": node}}}}})
+			_, err := e.cni.AddPod(list, "hl-node", nil)
+			require.Equal(t, uint(7), cniCode(t, err), "%v", err)
+			require.Contains(t, err.Error(), "ipam result ips[0]")
+			e.requireClean()
+			left, _ := filepath.Glob(filepath.Join(dataDir, "*", node))
+			require.Empty(t, left, "host-local still holds %s", node)
+		})
+	}
+}
+
 // TestChainedBandwidth: the reference bandwidth plugin chained after
 // ebpf-cni shapes the pod as it does behind bridge: its ifb (the pod's
 // egress) and its tbf on the host veth (the pod's ingress) see every

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -176,30 +175,6 @@ func (e *env) attachedProgramIDs() map[ebpf.ProgramID]int {
 		return nil
 	}))
 	return ids
-}
-
-// loadedSchedCLS counts the tc programs loaded in the kernel named like ours.
-func loadedSchedCLS(t *testing.T) int {
-	t.Helper()
-	n := 0
-	var id ebpf.ProgramID
-	for {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
-		info, err := p.Info()
-		p.Close()
-		if err == nil && info.Type == ebpf.SchedCLS && strings.HasPrefix(info.Name, "from_container") {
-			n++
-		}
-	}
-	return n
 }
 
 // counters reads pkt_counters summed over CPUs, by reason index.

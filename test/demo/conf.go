@@ -15,7 +15,7 @@ const (
 )
 
 // confLists are the two networks the demo attaches pods to: ebpf-cni as
-// the primary plugin exactly as README.md installs it (cniVersion 1.0.0,
+// the primary plugin exactly as README.md installs it (cniVersion 1.0.0 and cniVersions,
 // the capabilities runtimes pass), with bpfRoot, stateDir and socketCgroupPath
 // pointed at the demo's own; and Debian's reference chain with the same
 // features (bridge with masquerade + host-local + portmap + bandwidth, on
@@ -23,6 +23,7 @@ const (
 func confLists(bpfRoot, stateDir, cgroupPath, tmp string) (ebpf, ref []byte) {
 	ebpf = fmt.Appendf(nil, `{
   "cniVersion": "1.0.0",
+  "cniVersions": ["1.0.0", "1.1.0"],
   "name": "ebpf-cni",
   "plugins": [
     {

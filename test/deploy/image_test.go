@@ -2,13 +2,11 @@ package deploy_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,21 +22,14 @@ func podman(t *testing.T, args ...string) string {
 }
 
 // TestMakeImage: make image, with no network at all (its own network
-// namespace), builds an image of exactly the three static binaries tagged
+// namespace), builds an image of exactly the four static binaries (the agent, the
+// two plugins, the reference loopback plugin) tagged
 // with the build version; the binaries in it are the ones built, the agent
 // reports that version, and the paths the DaemonSet uses are there.
 func TestMakeImage(t *testing.T) {
 	testutil.RequireRoot(t)
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Fatal("podman is missing (make deps installs it)")
-	}
-	version := fmt.Sprintf("test-%d", time.Now().UnixNano())
-	image := "localhost/ebpf-cni:" + version
-	bin := t.TempDir()
-	cmd := exec.Command("unshare", "--net", "--", "make", "--no-print-directory", "-C", testutil.ModuleRoot(), "image", "BIN="+bin, "VERSION="+version)
-	out, err := cmd.CombinedOutput()
-	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "-f", image).Run() })
-	require.NoError(t, err, "%s", out)
+	image, bin := makeImage(t)
+	version := strings.TrimPrefix(image, "localhost/ebpf-cni:")
 
 	var inspect []struct {
 		Config struct {
@@ -57,8 +48,8 @@ func TestMakeImage(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("podman", "image", "unmount", image).Run() })
 	files := tree(t, root)
 	src := strings.TrimPrefix(agent.DefaultSrcDir, "/")
-	require.ElementsMatch(t, []string{"ebpf-cni-agent", "opt/", "opt/ebpf-cni/", src + "/", src + "/ebpf-cni", src + "/ebpf-ipam"}, files)
-	for _, b := range []string{"ebpf-cni-agent", src + "/ebpf-cni", src + "/ebpf-ipam"} {
+	require.ElementsMatch(t, []string{"ebpf-cni-agent", "opt/", "opt/ebpf-cni/", src + "/", src + "/ebpf-cni", src + "/ebpf-ipam", src + "/loopback"}, files)
+	for _, b := range []string{"ebpf-cni-agent", src + "/ebpf-cni", src + "/ebpf-ipam", src + "/loopback"} {
 		want, err := os.ReadFile(filepath.Join(bin, filepath.Base(b)))
 		require.NoError(t, err)
 		got, err := os.ReadFile(filepath.Join(root, b))

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -21,7 +22,7 @@ import (
 )
 
 // TestInstallFromNode is the DaemonSet's init container: it copies the
-// plugins, waits (writing no conflist, so the runtime keeps the node not
+// plugins (and loopback, which the node lacks), waits (writing no conflist, so the runtime keeps the node not
 // ready) while the Node has no spec.podCIDRs, then writes the conflist for
 // them and runs the plugin's STATUS, which loads the programs. The conflist
 // it wrote gives a pod an address from the Node's range on a simulated node.
@@ -70,7 +71,7 @@ func TestInstallFromNode(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("install did not finish after the node got its range")
 	}
-	for _, b := range agent.Plugins {
+	for _, b := range append(agent.Plugins, agent.Loopback) { // the node had no loopback
 		want, _ := os.ReadFile(filepath.Join(cfg.SrcDir, b))
 		got, err := os.ReadFile(filepath.Join(bin, b))
 		require.NoError(t, err)
@@ -82,13 +83,76 @@ func TestInstallFromNode(t *testing.T) {
 
 	list := loadInstalled(t, conf)
 	require.Equal(t, conflist.DefaultName, list.Name)
-	require.Equal(t, conflist.DefaultVersion, list.CNIVersion)
+	require.Equal(t, conflist.NewestVersion, list.CNIVersion, "libcni v1.2+ takes 1.1.0 from cniVersions")
+	var header struct {
+		CNIVersion  string   `json:"cniVersion"`
+		CNIVersions []string `json:"cniVersions"`
+	}
+	require.NoError(t, json.Unmarshal(list.Bytes, &header))
+	require.Equal(t, conflist.DefaultVersion, header.CNIVersion, "what libcni v1.1 and older read")
+	require.Equal(t, []string{conflist.DefaultVersion, conflist.NewestVersion}, header.CNIVersions)
 	addPodFrom(t, list, bin, "10.244.5.0/24", "fd00:10:244:5::/64")
 
-	// Run again (a restarted DaemonSet pod): same files, nothing else.
+	// Run again (a restarted DaemonSet pod): same files, nothing else. A
+	// loopback the node has (its distribution's) is never replaced.
+	theirs := filepath.Join(bin, agent.Loopback)
+	require.NoError(t, os.WriteFile(theirs, []byte("the node's loopback"), 0o755))
 	require.NoError(t, agent.Install(context.Background(), client, cfg))
 	entries, _ = os.ReadDir(conf)
 	require.Len(t, entries, 1)
 	entries, _ = os.ReadDir(bin)
-	require.Len(t, entries, 2)
+	require.Len(t, entries, 3)
+	got, err := os.ReadFile(theirs)
+	require.NoError(t, err)
+	require.Equal(t, "the node's loopback", string(got))
+}
+
+// TestInstallStatusFails: the init container writes the conflist only
+// after the plugin's STATUS passed. On a node where STATUS fails (here no
+// bpffs at the plugin's bpfRoot), a first install writes none, and a later
+// one (a restarted or upgraded DaemonSet pod: the plugins are replaced
+// already) removes the one an earlier run wrote, so that no runtime
+// reports the network ready with a plugin that cannot load. Once STATUS
+// passes again, the conflist is back.
+func TestInstallStatusFails(t *testing.T) {
+	testutil.RequireRoot(t)
+	n := (&simNode{name: "node-a", ip4: net.ParseIP("192.0.2.2"), ip6: net.ParseIP("2001:db8:ffff::2"),
+		podCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.5.0/24")}}).object()
+	client := fake.NewClientset()
+	_, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	require.NoError(t, err)
+	bin, conf := t.TempDir(), t.TempDir()
+	good := agent.InstallConfig{
+		NodeName: "node-a", SrcDir: testutil.PluginDir(t), CNIBinDir: bin, CNIConfDir: conf,
+		Conf:   conflist.Options{Masquerade: true, BPFRoot: testutil.BPFFS(t), StateDir: t.TempDir()},
+		WarmUp: true, PollEvery: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	broken := good
+	broken.Conf.BPFRoot = filepath.Join(t.TempDir(), "not-bpffs")
+	require.NoError(t, os.Mkdir(broken.Conf.BPFRoot, 0o755))
+	conflists := func() []string {
+		entries, err := os.ReadDir(conf)
+		require.NoError(t, err)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+
+	err = agent.Install(context.Background(), client, broken)
+	require.ErrorContains(t, err, "the plugin's STATUS failed")
+	require.ErrorContains(t, err, "no conflist written")
+	require.Empty(t, conflists(), "a conflist was written although STATUS failed")
+
+	require.NoError(t, agent.Install(context.Background(), client, good))
+	require.Equal(t, []string{conflist.DefaultFile}, conflists())
+
+	err = agent.Install(context.Background(), client, broken)
+	require.ErrorContains(t, err, "the plugin's STATUS failed")
+	require.ErrorContains(t, err, "removed "+filepath.Join(conf, conflist.DefaultFile))
+	require.Empty(t, conflists(), "the earlier conflist stayed although STATUS fails now")
+
+	require.NoError(t, agent.Install(context.Background(), client, good))
+	require.Equal(t, []string{conflist.DefaultFile}, conflists())
 }

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"io/fs"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/stretchr/testify/require"
@@ -47,7 +49,9 @@ func tree(t *testing.T, root string) []string {
 }
 
 // TestMakeInstall is the Must-hold of the deployment issue on one node:
-// make install into a DESTDIR writes both binaries and a conflist that
+// make install into a DESTDIR writes both binaries, the reference loopback
+// plugin where there is none (a runtime runs it for every pod), and a
+// conflist that
 // libcni loads and that gives a pod an address from POD_CIDR, with the
 // capabilities runtimes need; reinstalling keeps an existing conflist
 // unless FORCE=1; make uninstall leaves the DESTDIR as it was, files of
@@ -76,9 +80,10 @@ func TestMakeInstall(t *testing.T) {
 	require.Equal(t, []string{
 		"etc/", "etc/cni/", "etc/cni/net.d/", "etc/cni/net.d/10-ebpf-cni.conflist",
 		"opt/", "opt/cni/", "opt/cni/bin/", "opt/cni/bin/.ebpf-cni.installed",
-		"opt/cni/bin/bridge", "opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam",
+		"opt/cni/bin/bridge", "opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam", "opt/cni/bin/loopback",
 	}, tree(t, dest))
-	for _, b := range []string{"ebpf-cni", "ebpf-ipam"} {
+	require.Contains(t, out, "loopback (the runtime runs it for every pod; there was none)")
+	for _, b := range []string{"ebpf-cni", "ebpf-ipam", "loopback"} {
 		want, err := os.ReadFile(filepath.Join(bin, b))
 		require.NoError(t, err)
 		got, err := os.ReadFile(filepath.Join(dest, "opt/cni/bin", b))
@@ -90,10 +95,11 @@ func TestMakeInstall(t *testing.T) {
 
 	confDir := filepath.Join(dest, "etc/cni/net.d")
 	list := loadInstalled(t, confDir)
-	require.Equal(t, "1.0.0", list.CNIVersion)
+	require.Equal(t, "1.1.0", list.CNIVersion, "libcni v1.2+ takes 1.1.0 from cniVersions (1.0.0 is cniVersion)")
 	require.Len(t, list.Plugins, 1)
 	require.Equal(t, "ebpf-cni", list.Plugins[0].Network.Type)
-	require.Equal(t, map[string]bool{"portMappings": true, "bandwidth": true, "ips": true}, list.Plugins[0].Network.Capabilities)
+	require.Equal(t, map[string]bool{"portMappings": true, "bandwidth": true, "ips": true, "mac": true}, list.Plugins[0].Network.Capabilities,
+		"the capabilities README.md's conflist sample lists")
 	addPodFrom(t, list, filepath.Join(dest, "opt/cni/bin"), "10.244.1.0/24")
 
 	// Reinstalling keeps the conflist; FORCE=1 replaces it.
@@ -121,6 +127,48 @@ func TestMakeInstall(t *testing.T) {
 	out, err = makeTarget(t, "uninstall", vars...)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "nothing was installed here")
+
+	// A loopback that was there (the distribution's) is kept, and stays.
+	theirs := filepath.Join(dest, "opt/cni/bin/loopback")
+	require.NoError(t, os.WriteFile(theirs, []byte("the node's loopback"), 0o755))
+	out, err = makeTarget(t, "install", append(vars, "POD_CIDR=10.244.1.0/24")...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "kept the existing "+theirs)
+	out, err = makeTarget(t, "uninstall", vars...)
+	require.NoError(t, err, out)
+	got, err := os.ReadFile(theirs)
+	require.NoError(t, err)
+	require.Equal(t, "the node's loopback", string(got))
+}
+
+// TestMakeInstallIntoNewDestdir: a DESTDIR that does not exist yet (a
+// packaging staging root) is made, the install is complete there, and
+// uninstall removes what install wrote. Bounded, so a loop in the script
+// fails the test instead of hanging it.
+func TestMakeInstallIntoNewDestdir(t *testing.T) {
+	testutil.RequireRoot(t)
+	dest, bin := filepath.Join(t.TempDir(), "stage", "root"), t.TempDir()
+	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
+	vars := []string{"DESTDIR=" + dest, "BIN=" + bin, "BPF_ROOT=" + bpfRoot, "STATE_DIR=" + stateDir, "POD_CIDR=10.244.3.0/24"}
+	run := func(target string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", "-C", testutil.ModuleRoot(), target}, vars...)...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, ctx.Err(), "make %s did not return: %s", target, out)
+		require.NoError(t, err, "make %s: %s", target, out)
+		return string(out)
+	}
+	run("install")
+	require.Equal(t, []string{
+		"etc/", "etc/cni/", "etc/cni/net.d/", "etc/cni/net.d/10-ebpf-cni.conflist",
+		"opt/", "opt/cni/", "opt/cni/bin/", "opt/cni/bin/.ebpf-cni.installed",
+		"opt/cni/bin/ebpf-cni", "opt/cni/bin/ebpf-ipam", "opt/cni/bin/loopback", // the bin dir had none
+	}, tree(t, dest))
+	list := loadInstalled(t, filepath.Join(dest, "etc/cni/net.d"))
+	require.True(t, list.Plugins[0].Network.Capabilities["mac"])
+	run("uninstall")
+	require.Empty(t, tree(t, dest), "uninstall removes all that install wrote; the staging root stays, empty")
 }
 
 // loadInstalled loads the network from confDir the way runtimes do: the

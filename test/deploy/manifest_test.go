@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"net"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -72,6 +71,12 @@ func loadManifest(t *testing.T) *manifest {
 	return m
 }
 
+// containers are the DaemonSet's init container and its agent.
+func (m *manifest) containers() (install, run corev1.Container) {
+	spec := m.ds.Spec.Template.Spec
+	return spec.InitContainers[0], spec.Containers[0]
+}
+
 // The strict decoding catches what a typo would do silently.
 func TestManifestDecodingIsStrict(t *testing.T) {
 	var ds appsv1.DaemonSet
@@ -105,9 +110,9 @@ func TestManifest(t *testing.T) {
 	require.Equal(t, m.ds.Spec.Selector.MatchLabels, m.ds.Spec.Template.Labels)
 	require.Len(t, spec.InitContainers, 1)
 	require.Len(t, spec.Containers, 1)
-	install, run := spec.InitContainers[0], spec.Containers[0]
-	require.Equal(t, []string{"/ebpf-cni-agent", "install"}, install.Command)
-	require.Equal(t, []string{"/ebpf-cni-agent", "run"}, run.Command)
+	install, run := m.containers()
+	require.Equal(t, []string{"/ebpf-cni-agent", "install", "-bpf-root-mount", agent.BPFRootMount}, install.Command)
+	require.Equal(t, []string{"/ebpf-cni-agent", "run", "-bpf-root", agent.BPFRootMount}, run.Command)
 	require.Equal(t, install.Image, run.Image)
 	require.Equal(t, corev1.PullIfNotPresent, run.ImagePullPolicy, "an image loaded onto the nodes needs no registry")
 
@@ -176,31 +181,37 @@ func hostPathOf(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[strin
 // TestManifestMountsWhatThePluginNeeds: the DaemonSet mounts exactly the
 // host paths its containers use, at the paths the code uses: the init
 // container the node's CNI directories (where install copies and writes),
-// the bpffs holding the plugin's default bpfRoot and its default stateDir
-// (the STATUS it runs loads the programs there); the agent the plugin's
-// default bpfRoot and stateDir (mode vxlan: the tunnel endpoints' map and
-// the lock its writers share; mode direct writes routes in the node's
-// network namespace and uses neither). Privileges: exactly the
-// capabilities TestManifestPrivileges shows are needed, the agent's being
-// those of both modes (the mode is a ConfigMap value read at run time),
-// of which it keeps its mode's.
+// the plugin's default bpfRoot and its default stateDir (the STATUS it runs
+// loads the programs there); the agent the plugin's default bpfRoot and
+// stateDir (mode vxlan: the tunnel endpoints' map and the lock its writers
+// share; mode direct writes routes in the node's network namespace and
+// uses neither). Nothing is mounted under /sys, where a runtime mounts a
+// read-only sysfs and cannot make a mount point (TestManifestUnderRuntime
+// starts the containers). Privileges: exactly the capabilities
+// TestManifestPrivileges shows are needed, the agent's being those of both
+// modes (the mode is a ConfigMap value read at run time), of which it keeps
+// its mode's.
 func TestManifestMountsWhatThePluginNeeds(t *testing.T) {
 	m := loadManifest(t)
 	spec := m.ds.Spec.Template.Spec
-	install, run := spec.InitContainers[0], spec.Containers[0]
+	install, run := m.containers()
 
-	bpffs := path.Dir(config.DefaultBPFRoot)
 	require.Equal(t, map[string]string{
 		agent.DefaultCNIBinDir:  "/opt/cni/bin",
 		agent.DefaultCNIConfDir: "/etc/cni/net.d",
-		bpffs:                   bpffs,
+		agent.BPFRootMount:      config.DefaultBPFRoot,
 		config.DefaultStateDir:  config.DefaultStateDir,
 	}, hostPathOf(t, spec, install))
 	require.Equal(t, map[string]string{
-		config.DefaultBPFRoot:  config.DefaultBPFRoot,
+		agent.BPFRootMount:     config.DefaultBPFRoot,
 		config.DefaultStateDir: config.DefaultStateDir,
 	}, hostPathOf(t, spec, run))
-	require.Len(t, spec.Volumes, 5, "a volume no container mounts")
+	for _, c := range []corev1.Container{install, run} {
+		for _, vm := range c.VolumeMounts {
+			require.False(t, strings.HasPrefix(vm.MountPath, "/sys/"), "%s mounts %s under /sys", c.Name, vm.MountPath)
+		}
+	}
+	require.Len(t, spec.Volumes, 4, "a volume no container mounts")
 	for _, v := range spec.Volumes {
 		require.NotNil(t, v.HostPath, v.Name)
 	}

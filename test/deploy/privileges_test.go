@@ -102,16 +102,15 @@ func without(caps []corev1.Capability, drop corev1.Capability) []corev1.Capabili
 // agent's container has NET_ADMIN and BPF: in direct mode it routes with
 // NET_ADMIN and cannot without it, in vxlan mode it writes the tunnel
 // endpoints with BPF and cannot without it, and in each it drops the other. (What a container adds
-// beyond capabilities, seccomp and the mount namespace, is not tested here:
-// no kubelet runs in this sandbox.)
+// beyond capabilities, seccomp and the mount namespace, is
+// TestManifestUnderRuntime's.)
 func TestManifestPrivileges(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Fatal("setpriv (util-linux) is missing")
 	}
 	m := loadManifest(t)
-	spec := m.ds.Spec.Template.Spec
-	install, run := spec.InitContainers[0], spec.Containers[0]
+	install, run := m.containers()
 	bin := agentBinary(t)
 
 	api, err := kubetest.New()

@@ -128,7 +128,8 @@ func TestReadmeKnowsEveryCommand(t *testing.T) {
 }
 
 // TestReadmeConflist: the conflist README.md installs parses for libcni,
-// declares what runtimes need (cniVersion 1.0.0 for containerd 1.6, the
+// declares what runtimes need (cniVersion 1.0.0 for containerd 1.6,
+// cniVersions with 1.1.0 for containerd 2.x's STATUS, the
 // ips capability podman needs next to portMappings and bandwidth), and,
 // with bpfRoot, stateDir and socketCgroupPath pointed at the test's own, ADDs a
 // working dual-stack pod in a simulated node with every capability a
@@ -139,7 +140,12 @@ func TestReadmeConflist(t *testing.T) {
 	raw := readmeConflist(t, md)
 	list, err := libcni.ConfListFromBytes(raw)
 	require.NoError(t, err, "README.md's conflist does not parse for libcni")
-	require.Equal(t, "1.0.0", list.CNIVersion, "containerd 1.6 cannot take a 1.1.0 result")
+	require.Equal(t, "1.1.0", list.CNIVersion, "libcni v1.2+ (containerd 2.x) takes 1.1.0 from cniVersions")
+	var header struct {
+		CNIVersion string `json:"cniVersion"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &header))
+	require.Equal(t, "1.0.0", header.CNIVersion, "containerd 1.6 reads cniVersion and cannot take a 1.1.0 result")
 	require.Len(t, list.Plugins, 1, "ebpf-cni alone, as the primary plugin")
 	require.Equal(t, "ebpf-cni", list.Plugins[0].Network.Type)
 	for _, c := range []string{"portMappings", "bandwidth", "ips", "mac"} {

@@ -16,31 +16,46 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
-// env is one isolated ebpf-ipam installation.
+// env is one isolated ebpf-ipam installation on a simulated node, where
+// the plugin runs as a runtime runs it: the node's addresses (its uplink's
+// 192.0.2.2/24 and 2001:db8:ffff::2/64) are the test's, not the machine's.
 type env struct {
 	t        *testing.T
 	bin      string
 	bpfRoot  string
 	stateDir string
 	network  string
+	node     *nettest.Node
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	bpfRoot := testutil.BPFFS(t)
+	node, err := nettest.NewNode()
+	require.NoError(t, err)
+	t.Cleanup(node.Close)
 	return &env{
 		t:        t,
 		bin:      filepath.Join(testutil.PluginDir(t), "ebpf-ipam"),
-		bpfRoot:  testutil.BPFFS(t),
+		bpfRoot:  bpfRoot,
 		stateDir: filepath.Join(t.TempDir(), "state"),
 		network:  "testnet",
+		node:     node,
 	}
+}
+
+// in runs f in the node's network namespace.
+func (e *env) in(f func()) {
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error { f(); return nil }))
 }
 
 // conf builds a network configuration whose ipam section holds extra keys.
@@ -58,7 +73,11 @@ func (e *env) conf(version, ipamKeys string, top ...string) []byte {
 
 func (e *env) run(cmd, id string, stdin []byte, args string) *testutil.Output {
 	e.t.Helper()
-	return testutil.Run(e.t, e.bin, testutil.Call{Command: cmd, ContainerID: id, NetNS: "/var/run/netns/none", IfName: "eth0", Args: args, Path: "/nonexistent", Stdin: stdin})
+	var out *testutil.Output
+	e.in(func() {
+		out = testutil.Run(e.t, e.bin, testutil.Call{Command: cmd, ContainerID: id, NetNS: "/var/run/netns/none", IfName: "eth0", Args: args, Path: "/nonexistent", Stdin: stdin})
+	})
+	return out
 }
 
 // add runs ADD and returns the result converted to the current version.

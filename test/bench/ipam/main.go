@@ -41,6 +41,8 @@ func main() {
 	bin := flag.String("bin", "bin", "directory holding ebpf-ipam")
 	ref := flag.String("ref", "/usr/lib/cni", "directory holding Debian's host-local")
 	out := flag.String("out", "test/bench/results/ipam.json", "JSON output")
+	nRanges := flag.Int("ranges", 65536, "ranges (one range set of /30s) in the many-ranges row of ebpf-ipam; 0 skips it")
+	onlyRanges := flag.Bool("only-ranges", false, "measure the many-ranges row only (and print it, writing no JSON)")
 	flag.Parse()
 
 	tmp, err := os.MkdirTemp("", "ipam-bench-")
@@ -67,6 +69,22 @@ func main() {
 		{"host-local", filepath.Join(*ref, "host-local"), fmt.Sprintf(`"type":"host-local","subnet":"10.200.0.0/16","dataDir":%q`, filepath.Join(state, "host-local"))},
 		{"ebpf-ipam", filepath.Join(*bin, "ebpf-ipam"), fmt.Sprintf(`"type":"ebpf-ipam","subnet":"10.200.0.0/16","bpfRoot":%q,"stateDir":%q`, filepath.Join(mnt, "root"), filepath.Join(state, "ebpf-ipam"))},
 	}
+	manyRanges := func() row {
+		// A configuration as large as a runtime may send: every ADD parses
+		// and checks all its ranges. Few pairs: one is what is measured.
+		stdin := manyRangesConf(*nRanges, filepath.Join(mnt, "root"), filepath.Join(state, "ebpf-ipam"))
+		start := time.Now()
+		samples := run(plugins[1].path, stdin, 5, 1)
+		r := summarize("ebpf-ipam", 1, samples, time.Since(start))
+		r.Mode = fmt.Sprintf("%d-ranges", *nRanges)
+		return r
+	}
+	if *onlyRanges {
+		r := manyRanges()
+		fmt.Printf("ebpf-ipam, one ADD+DEL with %d ranges (%d pairs): add p50 %.1f ms p99 %.1f ms, del p50 %.1f ms p99 %.1f ms\n",
+			*nRanges, r.Count, r.AddP50ms, r.AddP99ms, r.DelP50ms, r.DelP99ms)
+		return
+	}
 	fmt.Printf("ebpf-ipam vs host-local: %d ADD+DEL pairs sequential and %d-way parallel\n", *n, *par)
 	for _, p := range plugins {
 		fmt.Printf("  %-10s %s\n", p.name, version(p.path))
@@ -82,6 +100,10 @@ func main() {
 		}
 	}
 
+	if *nRanges > 0 {
+		rows = append(rows, manyRanges())
+	}
+
 	fmt.Printf("\n%-11s %-12s %9s %9s %9s %9s %12s\n", "plugin", "mode", "add p50", "add p99", "del p50", "del p99", "add+del/s")
 	for _, r := range rows {
 		fmt.Printf("%-11s %-12s %7.2fms %7.2fms %7.2fms %7.2fms %12.0f\n", r.Plugin, r.Mode, r.AddP50ms, r.AddP99ms, r.DelP50ms, r.DelP99ms, r.PairsPerSec)
@@ -90,6 +112,22 @@ func main() {
 	b, _ := json.MarshalIndent(rows, "", "  ")
 	check(os.WriteFile(*out, append(b, '\n'), 0o644))
 	fmt.Println("\nwrote", *out)
+}
+
+// manyRangesConf is an ebpf-ipam configuration of n /30 ranges in one
+// range set, from 10.0.0.0 up.
+func manyRangesConf(n int, bpfRoot, stateDir string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"cniVersion":"1.0.0","name":"bench-ranges","type":"bench","ipam":{"type":"ebpf-ipam","bpfRoot":%q,"stateDir":%q,"ranges":[[`, bpfRoot, stateDir)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		a := 10<<24 | i<<2
+		fmt.Fprintf(&b, `{"subnet":"%d.%d.%d.%d/30"}`, a>>24&255, a>>16&255, a>>8&255, a&255)
+	}
+	b.WriteString("]]}}")
+	return []byte(b.String())
 }
 
 // run performs n ADD+DEL pairs spread over workers.

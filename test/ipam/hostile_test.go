@@ -1,0 +1,111 @@
+package ipam_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+)
+
+// hostile is every range and requested address no pod may get, IPv4 and
+// IPv6, on the simulated node (uplink 192.0.2.2/24, 2001:db8:ffff::2/64),
+// with the key the error must name.
+var hostile = []struct {
+	name, ipam, top, args, key string
+}{
+	{"0.0.0.0/0", `"subnet":"0.0.0.0/0"`, "", "", "ipam.subnet"},
+	{"::/0", `"ranges":[[{"subnet":"10.71.0.0/24"}],[{"subnet":"::/0"}]]`, "", "", "ipam.ranges[1][0].subnet"},
+	{"loopback", `"ranges":[[{"subnet":"127.0.0.0/24"}]]`, "", "", "ipam.ranges[0][0].subnet"},
+	{"loopback6", `"ranges":[[{"subnet":"::/127"}]]`, "", "", "ipam.ranges[0][0].subnet"},
+	{"multicast", `"ranges":[[{"subnet":"10.71.0.0/24"},{"subnet":"239.1.0.0/16"}]]`, "", "", "ipam.ranges[0][1].subnet"},
+	{"multicast6", `"ranges":[[{"subnet":"ff05::/64"}]]`, "", "", "ipam.ranges[0][0].subnet"},
+	{"link-local", `"ranges":[[{"subnet":"169.254.0.0/16"}]]`, "", "", "ipam.ranges[0][0].subnet"},
+	{"link-local6", `"ranges":[[{"subnet":"fe80::/64"}]]`, "", "", "ipam.ranges[0][0].subnet"},
+	{"uplink subnet", `"ranges":[[{"subnet":"192.0.2.0/24"}]]`, "", "", "ipam.ranges[0][0].subnet"},
+	{"uplink subnet6", `"ranges":[[{"subnet":"10.71.0.0/24"}],[{"subnet":"2001:db8:ffff::/64"}]]`, "", "", "ipam.ranges[1][0].subnet"},
+	{"runtime ipRanges", `"subnet":"10.71.0.0/24"`, `"runtimeConfig":{"ipRanges":[[{"subnet":"192.0.0.0/16"}]]}`, "", "runtimeConfig.ipRanges[0][0].subnet"},
+
+	{"ips loopback", `"subnet":"10.71.0.0/24"`, `"runtimeConfig":{"ips":["127.0.0.1"]}`, "", "runtimeConfig.ips"},
+	{"ips multicast", `"subnet":"10.71.0.0/24"`, "", "IP=224.0.0.1", "CNI_ARGS IP"},
+	{"ips pods' gateway", `"subnet":"10.71.0.0/24"`, "", "IP=169.254.1.1", "CNI_ARGS IP"},
+	{"ips uplink address", `"subnet":"10.71.0.0/24"`, `"args":{"cni":{"ips":["192.0.2.2"]}}`, "", "args.cni.ips"},
+	{"ips uplink address6", `"ranges":[[{"subnet":"fd71::/64"}]]`, `"runtimeConfig":{"ips":["2001:db8:ffff::2"]}`, "", "runtimeConfig.ips"},
+	{"ips network address", `"subnet":"10.71.0.0/24"`, "", "IP=10.71.0.0", "CNI_ARGS IP"},
+	{"ips broadcast", `"subnet":"10.71.0.0/24"`, "", "IP=10.71.0.255", "CNI_ARGS IP"},
+	{"ips gateway", `"subnet":"10.71.0.0/24"`, "", "IP=10.71.0.1", "CNI_ARGS IP"},
+	{"ips network address6", `"ranges":[[{"subnet":"fd71::/64","gateway":"fd71::9"}]]`, "", "IP=fd71::", "CNI_ARGS IP"},
+	{"ips gateway6", `"ranges":[[{"subnet":"fd71::/64","gateway":"fd71::9"}]]`, `"runtimeConfig":{"ips":["fd71::9"]}`, "", "runtimeConfig.ips"},
+	{"ips link-local6", `"ranges":[[{"subnet":"fd71::/64"}]]`, "", "IP=fe80::1", "CNI_ARGS IP"},
+	{"ips unspecified", `"subnet":"10.71.0.0/24"`, "", "IP=0.0.0.0", "CNI_ARGS IP"},
+}
+
+// TestHostileRangesAndAddresses is the table Must-hold of issue 27: each
+// refused by ADD with code 7 naming the key, under every spec version, and
+// nothing left behind (no allocation, no map entry, no state directory).
+func TestHostileRangesAndAddresses(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range hostile {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, ver := range testutil.SpecVersions {
+				var top []string
+				if tc.top != "" {
+					top = append(top, tc.top)
+				}
+				stdin := e.conf(ver, tc.ipam, top...)
+				cerr := e.run("ADD", "hostile", stdin, tc.args).Error(t)
+				require.Equal(t, types.ErrInvalidNetworkConfig, cerr.Code, "%s: %s", ver, cerr.Msg)
+				require.Contains(t, cerr.Msg, tc.key, ver)
+				readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+				e.run("DEL", "hostile", stdin, tc.args).Must(t)
+				readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+			}
+		})
+	}
+}
+
+// The same ranges through ebpf-cni (ebpf-ipam in its process): the code 7
+// reaches the runtime, and the node keeps nothing.
+func TestHostileRangesThroughEbpfCNI(t *testing.T) {
+	node := testutil.NewNode(t, false)
+	for _, subnets := range [][]string{{"0.0.0.0/0"}, {"10.72.0.0/24", "::/0"}, {"192.0.2.0/25"}, {"fe80::/64"}} {
+		list := node.List(t, conflisttest.Options{Name: "hostile", Subnets: subnets})
+		_, err := node.CNI.AddPod(list, "hostile", nil)
+		var cerr *types.Error
+		require.ErrorAs(t, err, &cerr, "%v", subnets)
+		require.Equal(t, uint(types.ErrInvalidNetworkConfig), cerr.Code, cerr.Msg)
+		require.Contains(t, cerr.Msg, "ipam.ranges[", cerr.Msg)
+		readBookkeeping(t, node.BPFRoot, node.StateDir).requireOnly(t)
+	}
+}
+
+// A network name is the name of its state directory: over 255 bytes, or
+// not a file name, it is a configuration error naming `name` (not a state
+// error), for every verb, and leaves nothing; 255 bytes work.
+func TestNetworkNames(t *testing.T) {
+	e := newEnv(t)
+	for _, bad := range []string{strings.Repeat("n", 256), "..", "a/b", ""} {
+		e.network = bad
+		stdin := e.conf("1.1.0", `"subnet":"10.73.0.0/24"`)
+		for _, verb := range []string{"ADD", "DEL", "CHECK", "GC", "STATUS"} {
+			cerr := e.run(verb, "c", stdin, "").Error(t)
+			require.Equal(t, types.ErrInvalidNetworkConfig, cerr.Code, "%s %q: %s", verb, bad, cerr.Msg)
+			// skel refuses names with characters the spec does not allow
+			// before the plugin sees them; the plugin checks the length.
+			require.Contains(t, cerr.Msg, "name", "%s %q", verb, bad)
+			if len(bad) > 255 {
+				require.Contains(t, cerr.Msg, "invalid name: network name of 256 bytes; at most 255", verb)
+			}
+		}
+		readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+	}
+	e.network = strings.Repeat("n", 255)
+	stdin := e.conf("1.1.0", `"subnet":"10.73.0.0/24"`)
+	require.Len(t, e.add("c", stdin, "").IPs, 1)
+	readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t, e.network)
+	e.run("DEL", "c", stdin, "").Must(t)
+	readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+}
