@@ -47,6 +47,7 @@
 #include "lib/endpoint.h"
 #include "lib/flow.h"
 #include "lib/hostport.h"
+#include "lib/hostport_nat.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
 #include "lib/qdisc.h"

@@ -36,6 +36,7 @@
 #include "lib/endpoint.h"
 #include "lib/flow.h"
 #include "lib/hostport.h"
+#include "lib/hostport_nat.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
 #include "lib/scratch.h"

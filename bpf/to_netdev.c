@@ -98,6 +98,11 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 		*why = REASON_SNAT;
 		return TC_ACT_OK;
 	}
+	/* An echo reply answers a ping toward the pod (routed to its address):
+	 * with the pod's own address, as every reply of a flow opened toward
+	 * a pod. */
+	if (nat_is_echo_reply(&s->p))
+		return TC_ACT_OK;
 	if (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP && !nat_is_echo_request(&s->p))
 		return DROP(REASON_DROP_NAT_UNSUPPORTED);
 

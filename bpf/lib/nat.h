@@ -17,6 +17,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
+#include "addr.h"
+#include "hostport.h"
 #include "skb.h"
 
 #define NAT_MAX_ENTRIES 131072 /* both directions: 65536 flows */
@@ -122,20 +124,6 @@ struct nat_scratch {
 	__u8 from[16];
 	__u8 to[16];
 };
-
-static __always_inline int addr_is_zero(const __u8 *a)
-{
-	const __u32 *w = (const __u32 *)a;
-
-	return !(w[0] | w[1] | w[2] | w[3]);
-}
-
-static __always_inline int addr_equal(const __u8 *a, const __u8 *b)
-{
-	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
-
-	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]));
-}
 
 static __always_inline int is_icmp(__u8 proto)
 {
@@ -455,12 +443,16 @@ static __always_inline struct nat_entry *nat_in_lookup(const struct nat_key *in,
 	return ov;
 }
 
-/* A translated port is taken while a live flow holds it or a socket of the
- * node could receive its replies. */
+/* A translated port is taken while it is published on the address as a
+ * hostPort (the published port's clients must reach its pod, never a
+ * masqueraded flow), a live flow holds it, or a socket of the node could
+ * receive its replies. */
 static __always_inline int nat_port_taken(struct __sk_buff *skb, struct nat_scratch *s, __u64 now)
 {
 	struct nat_entry *iv;
 
+	if (hostport_published(s->in.family, s->in.proto, s->in.dport, s->in.daddr))
+		return 1;
 	if (nat_in_lookup(&s->in, &iv, now, &s->tmp))
 		return 1;
 	return node_socket(skb, &s->in, 1, &s->tuple);

@@ -21,12 +21,16 @@ const (
 	FromTunnelMapEndpointDevs     = "endpoint_devs"
 	FromTunnelMapEndpoints        = "endpoints"
 	FromTunnelMapFlows            = "flows"
+	FromTunnelMapHostportConfig   = "hostport_config"
+	FromTunnelMapHostports        = "hostports"
 	FromTunnelMapMasqNets         = "masq_nets"
 	FromTunnelMapMasqSkip         = "masq_skip"
 	FromTunnelMapNat              = "nat"
 	FromTunnelMapNatTimeouts      = "nat_timeouts"
+	FromTunnelMapNodeAddrs        = "node_addrs"
 	FromTunnelMapPktCounters      = "pkt_counters"
 	FromTunnelMapScratch          = "scratch"
+	FromTunnelMapSockRevnat       = "sock_revnat"
 	FromTunnelMapUplinks          = "uplinks"
 	FromTunnelProgFromTunnel      = "from_tunnel"
 	FromTunnelVarCtOptsSize       = "ct_opts_size"
@@ -87,12 +91,16 @@ type FromTunnelMapSpecs struct {
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
@@ -129,12 +137,16 @@ type FromTunnelMaps struct {
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	Flows            *ebpf.Map `ebpf:"flows"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
@@ -145,12 +157,16 @@ func (m *FromTunnelMaps) Close() error {
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Flows,
+		m.HostportConfig,
+		m.Hostports,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
+		m.NodeAddrs,
 		m.PktCounters,
 		m.Scratch,
+		m.SockRevnat,
 		m.Uplinks,
 	)
 }

@@ -388,8 +388,9 @@ func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) 
 		if err != nil {
 			return nil, err
 		}
+		attached := attachedDevices(n)
 		for _, i := range counted {
-			if !live.IfIndex(i) {
+			if !live.IfIndex(i) && !attached[i] {
 				sw.Remove(fmt.Sprintf("%s[%d]", maps.CniMapEndpointCounters, i), func() error { return counters.DeleteDevices(m, i) })
 			}
 		}

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "37029a441198"
+const objectsDigest = "e761b4006fbd"

@@ -57,15 +57,11 @@ func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 
 // GC deletes the flows of pods that are gone.
 func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
-	if dryRun {
-		return nil, nil
-	}
 	t, err := of(n)
 	if err != nil || t == nil {
 		return nil, err
 	}
-	_, err = t.GC(live.IP)
-	return nil, err
+	return t.GC(live.IP, dryRun)
 }
 
 // Release empties the table with the node's last endpoint.
@@ -74,7 +70,7 @@ func (Feature) Release(n *node.Node) error {
 	if err != nil || t == nil {
 		return err
 	}
-	_, err = t.GC(func(net.IP) bool { return false })
+	_, err = t.prune(func(_ net.IP) bool { return true })
 	return err
 }
 

@@ -5,12 +5,14 @@
 package flows
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"time"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -105,7 +107,38 @@ func (t *Table) FlushPod(ips []net.IP) (int, error) {
 	})
 }
 
-// GC deletes the flows of pods that are not live (the LRU ages the others).
-func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
-	return t.prune(func(pod net.IP) bool { return !live(pod) })
+// GC finds the flows of pods that are not live (the LRU ages the others)
+// and, unless dryRun, deletes them; one line each, so a dry run lists
+// what a real run removes.
+func (t *Table) GC(live func(ip net.IP) bool, dryRun bool) ([]string, error) {
+	es, err := t.entries()
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	var errs []error
+	for _, e := range es {
+		pod := maps.IP(e.Key.Family, e.Key.Saddr)
+		if live(pod) {
+			continue
+		}
+		if !dryRun {
+			if err := t.m.Delete(&e.Key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, fmt.Errorf("deleting a flow of %s: %w", pod, err))
+				continue
+			}
+		}
+		found = append(found, describe(&e, "pod gone"))
+	}
+	return found, errors.Join(errs...)
+}
+
+// describe is GC's line for a flow.
+func describe(e *entry, why string) string {
+	proto := view.ProtoName(e.Key.Proto)
+	ap := func(addr [16]uint8, port uint16) string {
+		return view.AddrPort(maps.IP(e.Key.Family, addr), maps.Port(port))
+	}
+	return fmt.Sprintf("%s %s %s -> %s, %s (%s)", maps.CniMapFlows, proto, ap(e.Key.Saddr, e.Key.Sport), ap(e.Key.Daddr, e.Key.Dport),
+		VerdictNames[e.Value.Verdict], why)
 }

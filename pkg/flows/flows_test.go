@@ -40,9 +40,27 @@ func TestTable(t *testing.T) {
 	n, err := tb.FlushPod([]net.IP{net.ParseIP("10.0.0.2"), net.ParseIP("fd00::2")})
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
-	n, err = tb.GC(func(ip net.IP) bool { return !ip.Equal(net.ParseIP("10.0.0.3")) })
+	put("10.0.0.4", "198.51.100.7", 40005, maps.CniFlowVerdictFLOW_FAST, 0)
+	live := func(ip net.IP) bool { return ip.Equal(net.ParseIP("10.0.0.4")) }
+	// A dry run lists what a real run removes, and removes nothing.
+	dry, err := tb.GC(live, true)
 	require.NoError(t, err)
-	require.Equal(t, 2, n)
+	require.ElementsMatch(t, []string{
+		"flows tcp 10.0.0.3:40003 -> 198.51.100.7:80, pending (pod gone)",
+		"flows tcp 10.0.0.3:40004 -> 198.51.100.8:80, fast (pod gone)",
+	}, dry)
+	list, err = tb.List()
+	require.NoError(t, err)
+	require.Len(t, list, 3)
+	done, err := tb.GC(live, false)
+	require.NoError(t, err)
+	require.ElementsMatch(t, dry, done)
+	list, err = tb.List()
+	require.NoError(t, err)
+	require.Len(t, list, 1, "the live pod's flow stays")
+	done, err = tb.GC(func(net.IP) bool { return false }, false)
+	require.NoError(t, err)
+	require.Len(t, done, 1)
 	list, err = tb.List()
 	require.NoError(t, err)
 	require.Empty(t, list)

@@ -76,10 +76,7 @@ func runFlows(ctx *view.Context, pod string) error {
 			if only != nil && !f.Pod.Equal(only) {
 				continue
 			}
-			proto := view.ProtoNames[f.Proto]
-			if proto == "" {
-				proto = strconv.Itoa(int(f.Proto))
-			}
+			proto := view.ProtoName(f.Proto)
 			out = append(out, &FlowEntry{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
 				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, IdleSeconds: f.Idle.Seconds(), f: f})
 		}

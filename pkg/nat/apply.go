@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
@@ -112,18 +113,45 @@ func Teardown(n *node.Node) error {
 	return errors.Join(errs...)
 }
 
-// ForgetNetworks removes the settings of networks without a live endpoint.
-func ForgetNetworks(n *node.Node, live func(netID uint32) bool) error {
-	var errs []error
-	if m, err := n.PinnedMap(maps.CniMapMasqNets); err != nil || m == nil {
-		errs = append(errs, err)
-	} else {
-		errs = append(errs, maps.DeleteWhere[maps.CniMasqNetKey, maps.CniMasqNet](m, func(k maps.CniMasqNetKey) bool { return !live(k.NetId) }))
+// ForgetNetworks finds the settings of networks without a live endpoint
+// and, unless dryRun, removes them; one line each.
+func ForgetNetworks(n *node.Node, live func(netID uint32) bool, dryRun bool) ([]string, error) {
+	sw := &feature.Sweep{DryRun: dryRun}
+	err1 := forget[maps.CniMasqNetKey, maps.CniMasqNet](n, maps.CniMapMasqNets, sw, func(k maps.CniMasqNetKey) (uint32, string) {
+		return k.NetId, fmt.Sprintf("IPv%d", k.Family)
+	}, live)
+	err2 := forget[maps.CniMasqSkipKey, uint32](n, maps.CniMapMasqSkip, sw, func(k maps.CniMasqSkipKey) (uint32, string) {
+		ip := maps.IP(k.Family, k.Addr)
+		return k.NetId, (&net.IPNet{IP: ip, Mask: net.CIDRMask(int(k.Prefixlen)-40, 8*len(ip))}).String()
+	}, live)
+	found, err := sw.Result()
+	return found, errors.Join(err1, err2, err)
+}
+
+// forget notes on sw, for removal, the entries of the pinned map name
+// whose network (of) is not live.
+func forget[K, V any](n *node.Node, name string, sw *feature.Sweep, of func(K) (uint32, string), live func(uint32) bool) error {
+	m, err := n.PinnedMap(name)
+	if err != nil || m == nil {
+		return err
 	}
-	if m, err := n.PinnedMap(maps.CniMapMasqSkip); err != nil || m == nil {
-		errs = append(errs, err)
-	} else {
-		errs = append(errs, maps.DeleteWhere[maps.CniMasqSkipKey, uint32](m, func(k maps.CniMasqSkipKey) bool { return !live(k.NetId) }))
+	var k K
+	var v V
+	var dead []K
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if id, _ := of(k); !live(id) {
+			dead = append(dead, k)
+		}
 	}
-	return errors.Join(errs...)
+	for _, k := range dead {
+		id, what := of(k)
+		sw.Remove(fmt.Sprintf("%s[network %#x, %s] (no pod of the network left)", name, id, what), func() error {
+			if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("deleting from %s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	return it.Err()
 }

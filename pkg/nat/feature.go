@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"errors"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -84,17 +85,13 @@ func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 // GC removes the flows of pods that are gone and expired flows, and the
 // settings of networks without endpoints.
 func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
-	if dryRun {
-		return nil, nil
-	}
+	var found []string
 	t, err := TableOf(n)
 	if err == nil && t != nil {
-		_, err = t.GC(live.IP)
+		found, err = t.GC(live.IP, dryRun)
 	}
-	if ferr := ForgetNetworks(n, live.Network); err == nil {
-		err = ferr
-	}
-	return nil, err
+	settings, ferr := ForgetNetworks(n, live.Network, dryRun)
+	return append(found, settings...), errors.Join(err, ferr)
 }
 
 // Release takes masquerade off the node.

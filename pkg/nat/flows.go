@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
@@ -195,39 +198,87 @@ func (t *Table) FlushPod(ips []net.IP) (int, error) {
 	})
 }
 
-// GC removes the entries of pods that are not live, and expired ones.
-func (t *Table) GC(live func(ip net.IP) bool) (int, error) {
+// GC finds the entries of pods that are not live and the expired ones
+// and, unless dryRun, removes them. It returns one line per flow (the two
+// entries of a masqueraded flow are one; a reply entry whose flow is
+// already gone is one of its own): what a dry run would remove is what a
+// real run removes.
+func (t *Table) GC(live func(ip net.IP) bool, dryRun bool) ([]string, error) {
 	now := maps.Monotonic()
-	// An IN entry lives as long as its OUT entry: find the OUT entries' fate
-	// first.
 	es, err := t.entries()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	expired := map[maps.CniNatKey]bool{}
+	// An IN entry lives as long as its OUT entry: find the OUT entries' fate
+	// first.
+	why := map[maps.CniNatKey]string{}
+	present := map[maps.CniNatKey]bool{}
 	for _, e := range es {
-		if (e.Key.Dir == dirOut || e.Key.Dir == dirDNAT) && now > e.Value.LastSeen && time.Duration(now-e.Value.LastSeen) > lifetime(&t.timeouts, e.Key.Proto, e.Value.State) {
-			expired[e.Key] = true
+		if e.Key.Dir != dirOut && e.Key.Dir != dirDNAT {
+			continue
+		}
+		present[e.Key] = true
+		switch {
+		case !live(podAddr(&e)):
+			why[e.Key] = "pod gone"
+		case now > e.Value.LastSeen && time.Duration(now-e.Value.LastSeen) > lifetime(&t.timeouts, e.Key.Proto, e.Value.State):
+			why[e.Key] = "expired"
 		}
 	}
-	return t.delete(func(e *entry) bool {
-		if !live(podAddr(e)) {
-			return true
+	sw := &feature.Sweep{DryRun: dryRun}
+	var errs []error
+	for i := range es {
+		e := &es[i]
+		k := e.Key
+		del := func() error {
+			if err := t.nat.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("deleting a NAT entry: %w", err)
+			}
+			return nil
 		}
-		switch e.Key.Dir {
-		case dirOut, dirDNAT:
-			return expired[e.Key]
+		if k.Dir != dirIn {
+			if w := why[k]; w != "" {
+				sw.Remove(describe(e, w), del)
+			}
+			continue
 		}
-		out := maps.CniNatKey{Family: e.Key.Family, Proto: e.Key.Proto, Dir: dirOut, Sport: e.Value.Port, Saddr: e.Value.Addr, Daddr: e.Key.Saddr}
-		if e.Key.Proto == unix.IPPROTO_TCP || e.Key.Proto == unix.IPPROTO_UDP {
-			out.Dport = e.Key.Sport
+		out := outKeyOf(e)
+		switch {
+		case !present[out]:
+			sw.Remove(describe(e, "its flow is gone"), del)
+		case !live(podAddr(e)) || why[out] != "":
+			// Goes with its flow's OUT entry, which has the line.
+			if !dryRun {
+				errs = append(errs, del())
+			}
 		}
-		var ov maps.CniNatEntry
-		if err := t.nat.Lookup(&out, &ov); err != nil {
-			return true // its flow is gone
-		}
-		return expired[out]
-	})
+	}
+	found, err := sw.Result()
+	return found, errors.Join(append(errs, err)...)
+}
+
+// outKeyOf is the OUT entry's key of the flow an IN entry belongs to.
+func outKeyOf(e *entry) maps.CniNatKey {
+	out := maps.CniNatKey{Family: e.Key.Family, Proto: e.Key.Proto, Dir: dirOut, Sport: e.Value.Port, Saddr: e.Value.Addr, Daddr: e.Key.Saddr}
+	if e.Key.Proto == unix.IPPROTO_TCP || e.Key.Proto == unix.IPPROTO_UDP {
+		out.Dport = e.Key.Sport
+	}
+	return out
+}
+
+// describe is GC's line for an entry.
+func describe(e *entry, why string) string {
+	proto := view.ProtoName(e.Key.Proto)
+	ap := func(addr [16]uint8, port uint16) string {
+		return view.AddrPort(maps.IP(e.Key.Family, addr), maps.Port(port))
+	}
+	switch e.Key.Dir {
+	case dirOut:
+		return fmt.Sprintf("%s flow %s %s -> %s as %s (%s)", maps.CniMapNat, proto, ap(e.Key.Saddr, e.Key.Sport), ap(e.Key.Daddr, e.Key.Dport), ap(e.Value.Addr, e.Value.Port), why)
+	case dirDNAT:
+		return fmt.Sprintf("%s hostPort flow %s %s -> %s -> pod %s (%s)", maps.CniMapNat, proto, ap(e.Key.Daddr, e.Key.Dport), ap(e.Value.Addr, e.Value.Port), ap(e.Key.Saddr, e.Key.Sport), why)
+	}
+	return fmt.Sprintf("%s reply entry %s %s -> %s for pod %s (%s)", maps.CniMapNat, proto, ap(e.Key.Saddr, e.Key.Sport), ap(e.Key.Daddr, e.Key.Dport), ap(e.Value.Addr, e.Value.Port), why)
 }
 
 // DirDNAT is the direction of hostPort entries (enum nat_dir).

@@ -78,10 +78,7 @@ func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
 		if only != nil && !f.Pod.Equal(only) {
 			continue
 		}
-		proto := view.ProtoNames[f.Proto]
-		if proto == "" {
-			proto = strconv.Itoa(int(f.Proto))
-		}
+		proto := view.ProtoName(f.Proto)
 		out = append(out, &NATFlow{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(), RemotePort: f.RemotePort,
 			NAT: f.NAT.String(), NATPort: f.NATPort, State: StateNames[f.State], Kept: f.Kept, Replied: f.Replied,
 			AgeSeconds: f.Age.Seconds(), IdleSeconds: f.Idle.Seconds(), Expired: f.Expired, f: f})

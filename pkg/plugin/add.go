@@ -93,6 +93,7 @@ func release(n *node.Node) error {
 	for _, f := range features.All {
 		errs = append(errs, f.Release(n))
 	}
+	errs = append(errs, removeAllRanges())
 	return errors.Join(errs...)
 }
 
@@ -113,6 +114,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return err
 	}
 	if err := checkIfName(args.IfName); err != nil {
+		return err
+	}
+	if err := refuseNodeNetNS(args); err != nil {
 		return err
 	}
 	w.lap("parse")
@@ -215,6 +219,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	if err := veth.ConfigureHost(host, res.IPs); err != nil {
 		return cniError(ErrLinkSetup, "configuring host veth "+hostName, err)
+	}
+	if err := ensureRanges(n, &undo, hostName, res.IPs); err != nil {
+		return err
 	}
 
 	rec := &node.Record{

@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -32,12 +31,9 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if c.RawPrevResult == nil {
 		return invalidConfig("prevResult", "CHECK needs the result of ADD")
 	}
-	if err := version.ParsePrevResult(&c.NetConf.NetConf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
-	}
-	prev, err := current.NewResultFromResult(c.PrevResult)
+	prev, err := prevResult(c)
 	if err != nil {
-		return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
+		return err
 	}
 	podNS, n, err := openPod(c, args.Netns, nil)
 	if err != nil {

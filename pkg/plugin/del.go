@@ -17,6 +17,7 @@ import (
 // success. It needs neither the pod's netns nor a valid full configuration.
 func CmdDel(args *skel.CmdArgs) (err error) {
 	w := newWatch()
+	noSkelNetNSCheck(args)
 	c, err := ParseConfig(args.StdinData, args.Args, false)
 	if err != nil {
 		return err
@@ -87,6 +88,9 @@ func Teardown(n *node.Node, hostName string) error {
 		if err := veth.DeleteHost(hostName); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := releaseRecordRanges(n, rec); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		if err := n.RemoveRecord(hostName); err != nil {

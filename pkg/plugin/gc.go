@@ -109,6 +109,9 @@ func Leftovers(n *node.Node, kept map[string]*node.Record, dryRun bool) ([]strin
 			errs = append(errs, fmt.Errorf("%s: %w", f.Name(), err))
 		}
 	}
+	lines, err := gcRanges(live, dryRun)
+	found = append(found, lines...)
+	errs = append(errs, err)
 	if live.Empty() && !dryRun {
 		errs = append(errs, release(n))
 	}

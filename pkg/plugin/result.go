@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"fmt"
+
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
@@ -21,7 +23,31 @@ func prevResult(c *Config) (*current.Result, error) {
 	if err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
 	}
+	if err := checkResult(prev); err != nil {
+		return nil, err
+	}
 	return prev, nil
+}
+
+// checkResult refuses a prevResult that contradicts itself, as a runtime
+// must never get it back from ADD nor have it accepted by CHECK: an address
+// whose interface index is not one of the result's interfaces (code 7,
+// naming prevResult.ips[i].interface). An address without an index is
+// allowed (the spec makes it optional).
+func checkResult(r *current.Result) error {
+	for i, ipc := range r.IPs {
+		if ipc == nil {
+			return invalidConfig(fmt.Sprintf("prevResult.ips[%d]", i), "null instead of an address")
+		}
+		if ipc.Interface == nil {
+			continue
+		}
+		if idx := *ipc.Interface; idx < 0 || idx >= len(r.Interfaces) {
+			return invalidConfig(fmt.Sprintf("prevResult.ips[%d].interface", i),
+				fmt.Sprintf("%d is not the index of one of the %d interfaces of prevResult", idx, len(r.Interfaces)))
+		}
+	}
+	return nil
 }
 
 // chainResult puts ebpf-cni's own result after prev's interfaces, addresses

@@ -9,7 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -43,17 +42,8 @@ func sctpSum(seg []byte) uint32 {
 // changes address only, so its CRC32c stays right untouched.
 func TestHostPortPrograms(t *testing.T) {
 	e := newProgramEnv(t)
-	var up netlink.Link
-	require.NoError(t, e.n.Do(func(ns.NetNS) error {
-		var err error
-		up, err = netlink.LinkByName("up")
-		return err
-	}))
-	m, err := maps.OpenPinned(e.bpfRoot, maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig)
-	require.NoError(t, err)
-	for _, mm := range m {
-		defer mm.Close()
-	}
+	up := e.uplink(t)
+	m := e.pinned(t, maps.CniMapHostports, maps.CniMapNodeAddrs, maps.CniMapHostportConfig)
 	pub := func(proto uint8, host, pod uint16) {
 		v := maps.CniHostportEntry{Any: 1, N: 1}
 		copy(v.To[0].Addr[:], ipA4.To4())

@@ -9,7 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
@@ -50,22 +49,9 @@ func tcp4(srcMAC net.HardwareAddr, src, dst net.IP, sport, dport uint16, flags b
 // the flow reaches the pod with its quoted header translated too.
 func TestNATPrograms(t *testing.T) {
 	e := newProgramEnv(t)
-	bpfRoot, p := e.bpfRoot, e.progs
-	var up netlink.Link
-	require.NoError(t, e.n.Do(func(ns.NetNS) error {
-		var err error
-		up, err = netlink.LinkByName("up")
-		return err
-	}))
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapMasqNets, maps.CniMapUplinks)
-	require.NoError(t, err)
-	defer m[maps.CniMapMasqNets].Close()
-	defer m[maps.CniMapUplinks].Close()
-	require.NoError(t, m[maps.CniMapMasqNets].Put(&maps.CniMasqNetKey{NetId: 0, Family: 4}, &maps.CniMasqNet{PortMin: 61000, PortMax: 65535}))
-	var ui maps.CniUplinkInfo
-	copy(ui.Ip4[:], uplink4)
-	ui.Has4 = 1
-	require.NoError(t, m[maps.CniMapUplinks].Put(uint32(up.Attrs().Index), &ui))
+	p := e.progs
+	up := e.uplink(t)
+	e.masquerade(t, up, 61000, 65535)
 
 	run := func(prog *ebpf.Program, pkt []byte) (uint32, []byte) {
 		var ret uint32

@@ -144,6 +144,43 @@ func newProgramEnv(t *testing.T) *programEnv {
 	return e
 }
 
+// uplink is the env's uplink device.
+func (e *programEnv) uplink(t *testing.T) netlink.Link {
+	t.Helper()
+	var up netlink.Link
+	require.NoError(t, e.n.Do(func(ns.NetNS) error {
+		var err error
+		up, err = netlink.LinkByName("up")
+		return err
+	}))
+	return up
+}
+
+// pinned opens maps pinned under the env's bpfRoot, closed at cleanup.
+func (e *programEnv) pinned(t *testing.T, names ...string) map[string]*ebpf.Map {
+	t.Helper()
+	m, err := maps.OpenPinned(e.bpfRoot, names...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, mm := range m {
+			mm.Close()
+		}
+	})
+	return m
+}
+
+// masquerade has the uplink masquerade network 0's IPv4 with its address
+// and the ports min-max.
+func (e *programEnv) masquerade(t *testing.T, up netlink.Link, min, max uint16) {
+	t.Helper()
+	m := e.pinned(t, maps.CniMapMasqNets, maps.CniMapUplinks)
+	require.NoError(t, m[maps.CniMapMasqNets].Put(&maps.CniMasqNetKey{NetId: 0, Family: 4}, &maps.CniMasqNet{PortMin: min, PortMax: max}))
+	var ui maps.CniUplinkInfo
+	copy(ui.Ip4[:], uplink4)
+	ui.Has4 = 1
+	require.NoError(t, m[maps.CniMapUplinks].Put(uint32(up.Attrs().Index), &ui))
+}
+
 func (e *programEnv) count(t *testing.T, reason maps.CniPktReason) uint64 {
 	var vals []maps.CniPktCounter
 	require.NoError(t, e.counters.Lookup(uint32(reason), &vals))

@@ -21,12 +21,16 @@ const (
 	ToNetdevMapEndpointDevs     = "endpoint_devs"
 	ToNetdevMapEndpoints        = "endpoints"
 	ToNetdevMapFlows            = "flows"
+	ToNetdevMapHostportConfig   = "hostport_config"
+	ToNetdevMapHostports        = "hostports"
 	ToNetdevMapMasqNets         = "masq_nets"
 	ToNetdevMapMasqSkip         = "masq_skip"
 	ToNetdevMapNat              = "nat"
 	ToNetdevMapNatTimeouts      = "nat_timeouts"
+	ToNetdevMapNodeAddrs        = "node_addrs"
 	ToNetdevMapPktCounters      = "pkt_counters"
 	ToNetdevMapScratch          = "scratch"
+	ToNetdevMapSockRevnat       = "sock_revnat"
 	ToNetdevMapUplinks          = "uplinks"
 	ToNetdevProgToNetdev        = "to_netdev"
 	ToNetdevVarCtOptsSize       = "ct_opts_size"
@@ -87,12 +91,16 @@ type ToNetdevMapSpecs struct {
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
@@ -129,12 +137,16 @@ type ToNetdevMaps struct {
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	Flows            *ebpf.Map `ebpf:"flows"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
@@ -145,12 +157,16 @@ func (m *ToNetdevMaps) Close() error {
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Flows,
+		m.HostportConfig,
+		m.Hostports,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
+		m.NodeAddrs,
 		m.PktCounters,
 		m.Scratch,
+		m.SockRevnat,
 		m.Uplinks,
 	)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
@@ -298,7 +299,17 @@ func Release(n *node.Node) error {
 		errs = append(errs, detachUnrecorded(n, m, done))
 		err = maps.Clear(m)
 	}
-	return errors.Join(append(errs, err)...)
+	errs = append(errs, err)
+	// The programs counted the uplinks' packets per device too: with them
+	// gone, so are those counters (nothing counts there any more).
+	if c, err := n.PinnedMap(maps.CniMapEndpointCounters); err != nil {
+		errs = append(errs, err)
+	} else if c != nil {
+		for _, s := range sets {
+			errs = append(errs, counters.DeleteDevices(c, s.IfIndex))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Rebuild records the uplinks that carry our programs but have no

@@ -7,9 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
@@ -63,16 +61,7 @@ func TestGC(t *testing.T) {
 			require.Len(t, e.endpoints(), 3)
 
 			// The pod's netns goes away without a DEL.
-			nettest.CloseNetNS(dead.NS)
-			eventually(t, "the dead pod's veth to go", func() bool {
-				var gone bool
-				_ = e.node.NS.Do(func(ns.NetNS) error {
-					_, err := netlink.LinkByName(deadVeth)
-					gone = err != nil
-					return nil
-				})
-				return gone
-			})
+			e.killPod(dead)
 
 			var dry gcJSON
 			e.json(&dry, cli.ExitOK, "gc", "--dry-run")

@@ -10,7 +10,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
-	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -38,17 +37,7 @@ func TestGCReleasesTheNode(t *testing.T) {
 	}
 
 	// The pod goes without a DEL; gc collects it and releases the node.
-	deadVeth := p.Result.Interfaces[0].Name
-	nettest.CloseNetNS(p.NS)
-	eventually(t, "the pod's veth to go", func() bool {
-		var gone bool
-		_ = e.node.NS.Do(func(ns.NetNS) error {
-			_, err := netlink.LinkByName(deadVeth)
-			gone = err != nil
-			return nil
-		})
-		return gone
-	})
+	e.killPod(p)
 	var out gcJSON
 	e.json(&out, cli.ExitOK, "gc")
 	require.Len(t, out.Endpoints, 1)

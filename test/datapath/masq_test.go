@@ -1,7 +1,6 @@
 package datapath_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -221,32 +220,7 @@ func (e *env) masqList(version, mode string, extra map[string]any) *libcni.Netwo
 
 // forwarded is the node stack's ForwDatagrams (IPv4): what went through
 // its routing and FORWARD path.
-func (e *env) forwarded() int {
-	e.t.Helper()
-	out, err := nettest.Run(e.node.NS, "cat", "/proc/net/snmp")
-	require.NoError(e.t, err)
-	sc := bufio.NewScanner(strings.NewReader(out))
-	var names []string
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 || f[0] != "Ip:" {
-			continue
-		}
-		if names == nil {
-			names = f
-			continue
-		}
-		for i, n := range names {
-			if n == "ForwDatagrams" {
-				v, err := strconv.Atoi(f[i])
-				require.NoError(e.t, err)
-				return v
-			}
-		}
-	}
-	e.t.Fatal("no ForwDatagrams in /proc/net/snmp")
-	return 0
-}
+func (e *env) forwarded() int { return snmp(e.t, e.node.NS, "ForwDatagrams") }
 
 // flows lists the NAT table's flows.
 func (e *env) flows() []nat.Flow {

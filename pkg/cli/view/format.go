@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -137,6 +138,20 @@ func OrDash(s string) string {
 
 // ProtoNames name the IP protocols the flow tables hold.
 var ProtoNames = map[uint8]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_ICMP: "icmp", unix.IPPROTO_ICMPV6: "icmpv6"}
+
+// ProtoName is the name of an IP protocol the flow tables hold, or its
+// number.
+func ProtoName(p uint8) string {
+	if n := ProtoNames[p]; n != "" {
+		return n
+	}
+	return strconv.Itoa(int(p))
+}
+
+// AddrPort is ip:port as people and scripts read it ([ip]:port for IPv6).
+func AddrPort(ip net.IP, port uint16) string {
+	return net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
+}
 
 // FlowLess orders flows by pod, protocol, remote and the pod's port (the
 // nat and flows commands list theirs so).

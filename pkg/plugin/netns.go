@@ -1,0 +1,49 @@
+package plugin
+
+import (
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"golang.org/x/sys/unix"
+)
+
+// ownNetNS is the network namespace the plugin runs in: the node's. The
+// calling thread's, which is the one that configures links (main locks the
+// OS thread).
+const ownNetNS = "/proc/thread-self/ns/net"
+
+// refuseNodeNetNS refuses a CNI_NETNS that names the plugin's own network
+// namespace (code 4, before anything is made): ADD would configure the node
+// itself as a pod, its addresses, routes and anti-spoofing on the node's
+// interfaces. Two paths name one namespace when they are the same nsfs
+// inode.
+//
+// skel makes the same comparison, but only after ADD has printed its
+// result, and then prints an error too (two JSON documents, code 8): once
+// this check has passed, args.NetnsOverride tells skel not to repeat it, so
+// no ADD prints a result and then an error.
+func refuseNodeNetNS(args *skel.CmdArgs) error {
+	if args.Netns == "" {
+		return nil // openNetNS says it is empty
+	}
+	var pod, own unix.Stat_t
+	if err := unix.Stat(args.Netns, &pod); err != nil {
+		return nil // openNetNS says why it cannot be opened
+	}
+	if err := unix.Stat(ownNetNS, &own); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("invalid CNI_NETNS %q: cannot tell it from the plugin's own network namespace: %v", args.Netns, err), "")
+	}
+	if pod.Dev == own.Dev && pod.Ino == own.Ino {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("invalid CNI_NETNS %q: it is the node's own network namespace (the plugin's), not a pod's", args.Netns), "")
+	}
+	args.NetnsOverride = "1"
+	return nil
+}
+
+// noSkelNetNSCheck turns skel's comparison of CNI_NETNS with the plugin's
+// own namespace off for DEL: skel makes it after DEL succeeded and then
+// fails the call with code 8, so a runtime cleaning up after an ADD that
+// was refused for that very reason would see its DEL fail, for ever. DEL
+// never enters CNI_NETNS: what it removes is the same either way.
+func noSkelNetNSCheck(args *skel.CmdArgs) { args.NetnsOverride = "1" }
