@@ -316,6 +316,8 @@ func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt b
 			}
 		}
 	}
+	// The range's unreachable route: nodes whose pods predate it, or lost it.
+	errs = append(errs, veth.EnsureRanges(veth.RecordRanges(r.IPs)))
 	return errors.Join(append(errs, n.WriteRecord(r))...)
 }
 
