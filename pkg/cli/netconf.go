@@ -19,7 +19,7 @@ import (
 func networkConfigs(confDir string, ctx *Context) (out []*plugin.Config, notes []string) {
 	ents, err := os.ReadDir(confDir)
 	if err != nil {
-		return nil, []string{fmt.Sprintf("no network configuration read from %s (%v): masquerade settings and addresses of rebuilt records wait for their network's next CNI STATUS or ADD", confDir, err)}
+		return nil, []string{fmt.Sprintf("no network configuration read from %s (%v): what only a network's configuration tells (masquerade settings, ebpf-ipam's addresses of rebuilt records) waits for its next CNI STATUS or ADD", confDir, err)}
 	}
 	names := []string{}
 	for _, e := range ents {

@@ -36,7 +36,7 @@ It holds the node lock shared and each attachment's lock, skipping an
 attachment a call is working on. Run it in the node's network namespace.
 
 JSON: {"dryRun", "programsLoaded", "rebuilt": [], "reclaimed": [],
-"removed": [], "ipamReleased": [], "problems": []}. Exit status 1 if
+"removed": [], "ipamReleased": [], "problems": [], "notes": []}. Exit status 1 if
 something could not be mended, 3 when problems remain.`,
 		Flags: func(fs *flag.FlagSet) func(*Context) error {
 			dry := fs.Bool("dry-run", false, "list what would be mended, change nothing")
@@ -57,6 +57,7 @@ type repairOutput struct {
 	Removed        []string `json:"removed"`
 	IPAMReleased   []string `json:"ipamReleased"`
 	Problems       []string `json:"problems"`
+	Notes          []string `json:"notes"`
 }
 
 type repairOptions struct {
@@ -79,7 +80,7 @@ func runRepair(ctx *Context, ro repairOptions) error {
 		return fmt.Errorf("taking the node lock (--state-dir): %w", err)
 	}
 	defer nd.Close()
-	out := &repairOutput{DryRun: dryRun, IPAMReleased: []string{}}
+	out := &repairOutput{DryRun: dryRun, IPAMReleased: []string{}, Notes: []string{}}
 	var failed []error
 	if !dryRun {
 		if _, err := nd.Programs(); err != nil {
@@ -95,7 +96,9 @@ func runRepair(ctx *Context, ro repairOptions) error {
 	// configuration tells (its masquerade settings, its IPAM) completes
 	// the records rebuilt above.
 	confs, notes := networkConfigs(ro.confDir, ctx)
-	out.Problems = append(out.Problems, notes...)
+	if len(h.Rebuilt) > 0 {
+		out.Notes = append(out.Notes, notes...) // they matter only to rebuilt records
+	}
 	for _, c := range confs {
 		hc, err := plugin.Heal(nd, plugin.HealOptions{Config: c, DryRun: dryRun})
 		if err != nil {
@@ -158,7 +161,7 @@ func printRepair(ctx *Context, out *repairOutput) {
 	for _, s := range []struct {
 		title string
 		lines []string
-	}{{"rebuilt", out.Rebuilt}, {"reclaimed", out.Reclaimed}, {"removed", out.Removed}, {"ebpf-ipam addresses released", out.IPAMReleased}, {"problems", out.Problems}} {
+	}{{"rebuilt", out.Rebuilt}, {"reclaimed", out.Reclaimed}, {"removed", out.Removed}, {"ebpf-ipam addresses released", out.IPAMReleased}, {"problems", out.Problems}, {"notes", out.Notes}} {
 		if len(s.lines) > 0 {
 			n += len(s.lines)
 			fmt.Fprintf(w, "%s%s:\n", s.title, verb)

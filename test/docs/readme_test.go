@@ -205,6 +205,7 @@ func TestReadmeConflist(t *testing.T) {
 		"counters":  func(out string) { require.Contains(t, out, "readme-pod/eth0") },
 		"nat":       func(out string) { require.Contains(t, out, ips[0]) },
 		"gc":        func(out string) { require.NotContains(t, out, "readme-pod") },
+		"repair":    func(out string) { require.Contains(t, out, "nothing to mend") },
 	}
 	var shown []string
 	for _, c := range commands(t, md) {
@@ -219,7 +220,7 @@ func TestReadmeConflist(t *testing.T) {
 		require.True(t, ok, "README.md shows ebpf-cni %s: say here what it must show", c[1])
 		check(out)
 	}
-	require.Len(t, shown, 5, "the CLI in five lines")
+	require.Len(t, shown, 6, "the CLI in six lines")
 }
 
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
