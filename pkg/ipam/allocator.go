@@ -304,6 +304,12 @@ func Usage(s *Store, c *Config) (used, size []uint64, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	used, size = usage(entries, c)
+	return used, size, nil
+}
+
+// usage is Usage of the network's entries read already.
+func usage(entries []Entry, c *Config) (used, size []uint64) {
 	used, size = make([]uint64, len(c.RangeSets)), make([]uint64, len(c.RangeSets))
 	for i, set := range c.RangeSets {
 		for j := range set {
@@ -317,5 +323,5 @@ func Usage(s *Store, c *Config) (used, size []uint64, err error) {
 			}
 		}
 	}
-	return used, size, nil
+	return used, size
 }

@@ -159,17 +159,18 @@ func CmdStatus(args *skel.CmdArgs) error {
 		}
 	}
 	err := withStore(args, true, false, func(s *Store, c *Config, _ *NetConf) error {
-		if err := s.Room(); err != nil {
+		all, err := s.allEntries()
+		if err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading the allocation map", err.Error())
+		}
+		if err := s.room(len(all)); err != nil {
 			var e *types.Error
 			if errors.As(err, &e) {
 				return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: "+e.Msg, "")
 			}
 			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading its maps", err.Error())
 		}
-		used, size, err := Usage(s, c)
-		if err != nil {
-			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading the allocation map", err.Error())
-		}
+		used, size := usage(s.entriesOf(all), c)
 		for i := range c.RangeSets {
 			if used[i] >= size[i] {
 				return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("ebpf-ipam is not available: no free address in range set %d (%s): %d of %d in use", i, describeSet(c.RangeSets[i]), used[i], size[i]), "")

@@ -385,17 +385,22 @@ type Entry struct {
 // Entries lists every address of this network held in the allocation map
 // (read in batches: STATUS reads it every 5 s).
 func (s *Store) Entries() ([]Entry, error) {
-	all, err := maps.Entries[maps.CniIpamKey, maps.CniIpamOwner](s.allocs)
+	all, err := s.allEntries()
 	if err != nil {
 		return nil, err
 	}
+	return s.entriesOf(all), nil
+}
+
+// entriesOf are this network's entries among all of the map's.
+func (s *Store) entriesOf(all []maps.Entry[maps.CniIpamKey, maps.CniIpamOwner]) []Entry {
 	var out []Entry
 	for _, e := range all {
 		if e.Key.NetId == s.NetID {
 			out = append(out, Entry{IP: maps.IP(e.Key.Family, e.Key.Addr), Owner: e.Value, Family: int(e.Key.Family)})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // attachmentFile names the record of an attachment. Container IDs are
@@ -464,6 +469,24 @@ func (s *Store) RemoveAttachment(containerID, ifname string) error {
 		return nil
 	}
 	return err
+}
+
+// holds reports whether the network has an attachment record (names
+// only: no record is read).
+func (s *Store) holds() (bool, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "owners"))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".tmp") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Attachments lists every attachment record of the network.
