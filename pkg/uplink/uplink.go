@@ -328,6 +328,43 @@ func Rebuild(n *node.Node) error {
 	for _, s := range sets {
 		known[s.IfIndex] = true
 	}
+	return unrecorded(n, m, known, func(l netlink.Link, seen []attach.Attachment) error {
+		idx := l.Attrs().Index
+		var errs []error
+		// The programs were loaded again before this record existed (a
+		// bpffs remounted too): move the uplink to them.
+		if progs, err := n.Programs(); err == nil && !attached(l, progs) {
+			for _, a := range seen {
+				if prog, err := progs.Prog(a.Hook); err == nil {
+					errs = append(errs, attach.Replace(a, idx, hook(a.Hook), prog))
+				}
+			}
+		}
+		if len(seen) > 0 {
+			errs = append(errs, n.SaveAttachments(&node.AttachmentSet{Owner: owner, Name: l.Attrs().Name, IfIndex: idx, Attachments: seen}))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// detachUnrecorded takes our programs off the uplinks in the uplinks map
+// (keyed by ifindex) that no attachment record names.
+func detachUnrecorded(n *node.Node, m *ebpf.Map, done map[int]bool) error {
+	return unrecorded(n, m, done, func(l netlink.Link, seen []attach.Attachment) error {
+		var errs []error
+		for _, a := range seen {
+			if err := attach.DetachNow(a, l.Attrs().Index, hook(a.Hook)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(append(errs, os.RemoveAll(Dir(n.BPFRoot, l.Attrs().Name)))...)
+	})
+}
+
+// unrecorded calls f for each device of the uplinks map m that known does
+// not name and that still exists, with the attachments of our hooks the
+// kernel shows on it.
+func unrecorded(n *node.Node, m *ebpf.Map, known map[int]bool, f func(netlink.Link, []attach.Attachment) error) error {
 	var idx uint32
 	var info maps.CniUplinkInfo
 	var errs []error
@@ -338,54 +375,15 @@ func Rebuild(n *node.Node) error {
 		}
 		l, err := netlink.LinkByIndex(int(idx))
 		if err != nil {
-			continue
-		}
-		set := &node.AttachmentSet{Owner: owner, Name: l.Attrs().Name, IfIndex: int(idx)}
-		for _, h := range Hooks {
-			if a, ok := attach.Observed(l, h, Dir(n.BPFRoot, l.Attrs().Name)); ok {
-				set.Attachments = append(set.Attachments, a)
-			}
-		}
-		// The programs were loaded again before this record existed (a
-		// bpffs remounted too): move the uplink to them.
-		if progs, err := n.Programs(); err == nil && !attached(l, progs) {
-			for _, a := range set.Attachments {
-				if prog, err := progs.Prog(a.Hook); err == nil {
-					errs = append(errs, attach.Replace(a, int(idx), hook(a.Hook), prog))
-				}
-			}
-		}
-		if len(set.Attachments) > 0 {
-			errs = append(errs, n.SaveAttachments(set))
-		}
-	}
-	return errors.Join(append(errs, it.Err())...)
-}
-
-// detachUnrecorded takes our programs off the uplinks in the uplinks map
-// (keyed by ifindex) that no attachment record names.
-func detachUnrecorded(n *node.Node, m *ebpf.Map, done map[int]bool) error {
-	var idx uint32
-	var info maps.CniUplinkInfo
-	var errs []error
-	it := m.Iterate()
-	for it.Next(&idx, &info) {
-		if done[int(idx)] {
-			continue
-		}
-		l, err := netlink.LinkByIndex(int(idx))
-		if err != nil {
 			continue // the device is gone, and its programs with it
 		}
-		dir := Dir(n.BPFRoot, l.Attrs().Name)
+		var seen []attach.Attachment
 		for _, h := range Hooks {
-			if a, ok := attach.Observed(l, h, dir); ok {
-				if err := attach.DetachNow(a, int(idx), h); err != nil && !errors.Is(err, os.ErrNotExist) {
-					errs = append(errs, err)
-				}
+			if a, ok := attach.Observed(l, h, Dir(n.BPFRoot, l.Attrs().Name)); ok {
+				seen = append(seen, a)
 			}
 		}
-		errs = append(errs, os.RemoveAll(dir))
+		errs = append(errs, f(l, seen))
 	}
 	return errors.Join(append(errs, it.Err())...)
 }
