@@ -5,6 +5,8 @@
 //	e2ebox pause                        the pod sandbox's process: waits for SIGTERM
 //	e2ebox serve [-tcp :8080] [-udp :8081]  answers every TCP connection and UDP datagram with the hostname
 //	e2ebox get [-udp] [-timeout 2s] HOST:PORT  prints the answer of a serve
+//	e2ebox udpwait [-timeout 60s] HOST:PORT   one UDP socket sending every 100 ms until
+//	    the first answer; prints the answer's time (Unix seconds) and the count sent
 //	e2ebox image -o OUT.tar -name REF -entrypoint A,B [DEST=SRC ...]
 //	    writes an OCI image archive (one uncompressed layer of the files
 //	    SRC at DEST) that `ctr images import` takes
@@ -44,6 +46,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "get":
 		err = get(os.Args[2:])
+	case "udpwait":
+		err = udpwait(os.Args[2:])
 	case "image":
 		err = image(os.Args[2:])
 	default:
@@ -124,6 +128,43 @@ func get(args []string) error {
 	}
 	fmt.Print(string(buf[:n]))
 	return nil
+}
+
+// udpwait is a UDP client started before its Service can answer: one
+// socket, so one flow, as a DNS forwarder or a statsd client keeps.
+func udpwait(args []string) error {
+	fs := flag.NewFlagSet("udpwait", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 60*time.Second, "limit")
+	fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("udpwait: one HOST:PORT")
+	}
+	c, err := net.Dial("udp", fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	limit := time.Now().Add(*timeout)
+	buf := make([]byte, 2048)
+	for sent := 1; time.Now().Before(limit); sent++ {
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			// ICMP unreachable while the Service has no endpoint.
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := c.Read(buf)
+		if err != nil {
+			continue
+		}
+		fmt.Printf("answered %.3f sent %d from %s", float64(time.Now().UnixMilli())/1000, sent, buf[:n])
+		// Keep the flow open: the pod stays Running, its log says when.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		<-sig
+		return nil
+	}
+	return fmt.Errorf("udpwait: no answer within %s", *timeout)
 }
 
 func image(args []string) error {
