@@ -147,6 +147,7 @@ C=$E2E_CONTAINERD_DIR
 export PATH=$K:$C:$T/bin:$PATH
 export KUBECONFIG=$T/pki/admin.kubeconfig
 pids=()
+declare -A pid_of
 failed=0
 summary=()
 
@@ -195,8 +196,9 @@ world() { nsenter --net="$T/world.ns" "$@"; }
 start() { # name command...: runs a daemon, its output in $T/logs/name.log
 	local name=$1
 	shift
-	"$@" >"$T/logs/$name.log" 2>&1 &
+	"$@" >>"$T/logs/$name.log" 2>&1 &
 	pids+=($!)
+	pid_of[$name]=$!
 }
 
 wait_for() { # seconds what command...: polls until the command succeeds
@@ -284,7 +286,8 @@ state = "$T/containerd/state"
   BinaryName = "$(command -v runc)"
   SystemdCgroup = false
 EOF
-start containerd containerd --config "$T/containerd/config.toml"
+start_containerd() { start containerd containerd --config "$T/containerd/config.toml"; }
+start_containerd
 CTR=(ctr --address "$T/containerd/containerd.sock" -n k8s.io)
 wait_for 60 "containerd is up" "${CTR[@]}" version
 for img in pause e2ebox ebpf-cni; do
@@ -315,8 +318,11 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 localStorageCapacityIsolation: false
 EOF
-start kubelet kubelet --config="$T/kubelet.yaml" --kubeconfig="$KUBECONFIG" --hostname-override=$NODE \
-	--node-ip=$NODE_IP4,$NODE_IP6 --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet-pki" -v=2
+start_kubelet() {
+	start kubelet kubelet --config="$T/kubelet.yaml" --kubeconfig="$KUBECONFIG" --hostname-override=$NODE \
+		--node-ip=$NODE_IP4,$NODE_IP6 --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet-pki" -v=2
+}
+start_kubelet
 
 kube_proxy() { # mode: (re)starts kube-proxy in that mode
 	cat >"$T/kube-proxy-$1.yaml" <<EOF
@@ -530,6 +536,31 @@ for mode in ${E2E_PROXY_MODES:-iptables nftables}; do
 	check "[$mode] hostPort [$NODE_IP6]:30080 from the world" 10 world_get "[$NODE_IP6]:30080"
 	check "[$mode] UDP client started before its Service's endpoint answered within 2 s of it being Ready" 1 late_udp "$mode"
 done
+
+# ---- check: restart containerd and kubelet with pods running ----
+# The pods keep their sandboxes, addresses and endpoints; traffic through
+# the ClusterIP from the node goes on the whole time (one request each
+# 0.2 s) and after, from a pod too.
+pod_state() { kubectl get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.podIP}{" "}{.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort; }
+endpoint_list() { ebpf-cni endpoints -o json | python3 -c 'import json,sys; print(sorted((e["containerID"], e["hostIfindex"], tuple(e["ips"])) for e in json.load(sys.stdin) or []))'; }
+before_pods=$(pod_state) before_eps=$(endpoint_list)
+( ok=0 n=0; end=$((SECONDS + 40)); while [ $SECONDS -lt $end ]; do n=$((n + 1)); e2ebox get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1)); sleep 0.2; done; echo "$ok $n" >"$T/restart-traffic" ) &
+traffic=$!
+sleep 3
+kill "${pid_of[containerd]}"; wait "${pid_of[containerd]}" 2>/dev/null || true
+start_containerd
+wait_for 60 "containerd restarted" "${CTR[@]}" version
+sleep 3
+kill "${pid_of[kubelet]}"; wait "${pid_of[kubelet]}" 2>/dev/null || true
+start_kubelet
+sleep 15
+wait_for 60 "node Ready after the restarts" is_ready
+wait "$traffic" || true
+read -r t_ok t_n <"$T/restart-traffic"
+check "restarts: ClusterIP from the node during containerd and kubelet restarts ($t_ok/$t_n)" 1 test "$t_ok" = "$t_n"
+check "restarts: pods keep their addresses, no container restarted" 1 test "$(pod_state)" = "$before_pods"
+check "restarts: the same endpoints ($(grep -o "('" <<<"$before_eps" | wc -l) of them)" 1 test "$(endpoint_list)" = "$before_eps"
+check "restarts: ClusterIP TCP from a pod" 10 pod_get "$(hostport "${cluster_ips[0]}" 80)"
 
 # ---- check: delete everything, nothing left ----
 kubectl delete svc echo >/dev/null
