@@ -33,6 +33,7 @@ CLUSTER_CIDRS=10.244.0.0/16,2001:db8:244::/56
 SERVICE_CIDRS=10.96.0.0/16,2001:db8:96::/112
 NODE=e2e-node
 IMAGE=localhost/ebpf-cni:e2e
+IMAGE2=localhost/ebpf-cni:e2e-rollout
 TEST_IMAGE=localhost/e2ebox:e2e
 PAUSE_IMAGE=localhost/pause:e2e
 
@@ -87,6 +88,12 @@ if [ "${1:-}" != node ]; then
 		ebpf-cni-agent="$T/bin/ebpf-cni-agent" \
 		opt/ebpf-cni/bin/ebpf-cni="$T/bin/ebpf-cni" opt/ebpf-cni/bin/ebpf-ipam="$T/bin/ebpf-ipam" \
 		opt/ebpf-cni/bin/loopback="$T/bin/loopback"
+	# The same source as another version: the rollout check's new image.
+	make -s build BIN="$T/bin2" VERSION=e2e-rollout >/dev/null
+	$box image -o "$T/images/ebpf-cni-rollout.tar" -name "$IMAGE2" -entrypoint /ebpf-cni-agent,run \
+		ebpf-cni-agent="$T/bin2/ebpf-cni-agent" \
+		opt/ebpf-cni/bin/ebpf-cni="$T/bin2/ebpf-cni" opt/ebpf-cni/bin/ebpf-ipam="$T/bin2/ebpf-ipam" \
+		opt/ebpf-cni/bin/loopback="$T/bin2/loopback"
 	make -s manifest IMAGE="$IMAGE" >"$T/ebpf-cni.yaml"
 
 	# The cgroup every process of the cluster runs in (kubelet's cgroupRoot).
@@ -290,7 +297,7 @@ start_containerd() { start containerd containerd --config "$T/containerd/config.
 start_containerd
 CTR=(ctr --address "$T/containerd/containerd.sock" -n k8s.io)
 wait_for 60 "containerd is up" "${CTR[@]}" version
-for img in pause e2ebox ebpf-cni; do
+for img in pause e2ebox ebpf-cni ebpf-cni-rollout; do
 	"${CTR[@]}" images import --local --snapshotter native --platform linux/amd64 "$T/images/$img.tar" >/dev/null 2>"$T/logs/ctr.log" || die "ctr import $img: $(tail -1 "$T/logs/ctr.log")"
 done
 log "images imported: $("${CTR[@]}" images ls -q 2>/dev/null | grep localhost | tr "\n" " ")"
@@ -537,6 +544,45 @@ for mode in ${E2E_PROXY_MODES:-iptables nftables}; do
 	check "[$mode] UDP client started before its Service's endpoint answered within 2 s of it being Ready" 1 late_udp "$mode"
 done
 
+# ---- check: bandwidth annotations, measured at the receiver per second ----
+# 10 Mbit/s egress on the sender, then 10 Mbit/s ingress on the receiver;
+# every full second at the receiver within 50-120% of the limit.
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: bw-src, annotations: {kubernetes.io/egress-bandwidth: 10M}}
+spec:
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bw-sink}
+spec:
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never, command: [/e2ebox, sink]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bw-sink-in, annotations: {kubernetes.io/ingress-bandwidth: 10M}}
+spec:
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never, command: [/e2ebox, sink]}]
+EOF
+kubectl wait --for=condition=Ready pod/bw-src pod/bw-sink pod/bw-sink-in --timeout=60s >/dev/null
+pod_ip() { kubectl get pod "$1" -o jsonpath='{.status.podIP}'; }
+rates_within() { # limit-Mbit/s rates...: at least 3 full seconds, each within 50-120%
+	python3 - "$@" <<'PY'
+import sys
+limit, rates = float(sys.argv[1]), [float(r) for r in sys.argv[2:]]
+sys.exit(0 if len(rates) >= 3 and all(0.5 * limit <= r <= 1.2 * limit for r in rates) else 1)
+PY
+}
+rates=$(kubectl exec bw-src -- /e2ebox blast -duration 5s "$(pod_ip bw-sink):9000" 2>&1 | tail -1)
+log "egress 10M (bw-src -> bw-sink), Mbit/s in each second at the receiver: $rates"
+check "bandwidth: egress 10 Mbit/s held in every second at the receiver ($rates)" 1 rates_within 10 $rates
+rates=$(kubectl exec client -- /e2ebox blast -duration 5s "$(pod_ip bw-sink-in):9000" 2>&1 | tail -1)
+log "ingress 10M (client -> bw-sink-in), Mbit/s in each second at the receiver: $rates"
+check "bandwidth: ingress 10 Mbit/s held in every second at the receiver ($rates)" 1 rates_within 10 $rates
+kubectl delete pod bw-src bw-sink bw-sink-in --grace-period=1 >/dev/null
+
 # ---- check: restart containerd and kubelet with pods running ----
 # The pods keep their sandboxes, addresses and endpoints; traffic through
 # the ClusterIP from the node goes on the whole time (one request each
@@ -559,8 +605,26 @@ wait "$traffic" || true
 read -r t_ok t_n <"$T/restart-traffic"
 check "restarts: ClusterIP from the node during containerd and kubelet restarts ($t_ok/$t_n)" 1 test "$t_ok" = "$t_n"
 check "restarts: pods keep their addresses, no container restarted" 1 test "$(pod_state)" = "$before_pods"
-check "restarts: the same endpoints ($(grep -o "('" <<<"$before_eps" | wc -l) of them)" 1 test "$(endpoint_list)" = "$before_eps"
+check "restarts: the same endpoints ($(ebpf-cni endpoints -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin) or []))') of them)" 1 test "$(endpoint_list)" = "$before_eps"
 check "restarts: ClusterIP TCP from a pod" 10 pod_get "$(hostport "${cluster_ips[0]}" 80)"
+
+# ---- check: a DaemonSet rollout to a new image with pods running ----
+# The image of the same source built as another version: the init
+# container puts the new plugin binaries in place, traffic goes on, the
+# pods keep their endpoints.
+before_eps=$(endpoint_list)
+( ok=0 n=0; end=$((SECONDS + 40)); while [ $SECONDS -lt $end ]; do n=$((n + 1)); pod_get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1)); sleep 0.2; done; echo "$ok $n" >"$T/rollout-traffic" ) &
+traffic=$!
+kubectl -n kube-system set image ds/ebpf-cni install="$IMAGE2" agent="$IMAGE2" >/dev/null
+wait_for 120 "DaemonSet rolled out to $IMAGE2" kubectl -n kube-system rollout status ds/ebpf-cni --timeout=5s
+wait "$traffic" || true
+read -r t_ok t_n <"$T/rollout-traffic"
+check "rollout: ClusterIP from a pod during the rollout ($t_ok/$t_n)" 1 test "$t_ok" = "$t_n"
+check "rollout: the agent runs $IMAGE2" 1 test "$(kubectl -n kube-system get pods -l app.kubernetes.io/name=ebpf-cni -o jsonpath='{.items[*].spec.containers[0].image}')" = "$IMAGE2"
+check "rollout: /opt/cni/bin/ebpf-cni is the new version" 1 grep -q "ebpf-cni e2e-rollout" <(/opt/cni/bin/ebpf-cni version)
+check "rollout: the same endpoints" 1 test "$(endpoint_list)" = "$before_eps"
+check "rollout: ebpf-cni status clean" 1 ebpf-cni status
+check "rollout: pod to pod after it" 5 pod_get "$(hostport "${echo_ips[0]}" 8080)"
 
 # ---- check: delete everything, nothing left ----
 kubectl delete svc echo >/dev/null

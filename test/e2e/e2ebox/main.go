@@ -7,6 +7,9 @@
 //	e2ebox get [-udp] [-timeout 2s] HOST:PORT  prints the answer of a serve
 //	e2ebox udpwait [-timeout 60s] HOST:PORT   one UDP socket sending every 100 ms until
 //	    the first answer; prints the answer's time (Unix seconds) and the count sent
+//	e2ebox sink [-tcp :9000]    receives TCP streams; when one ends, answers with
+//	    the Mbit/s it received in each full second
+//	e2ebox blast [-duration 5s] HOST:PORT   sends to a sink as fast as it can, prints its answer
 //	e2ebox image -o OUT.tar -name REF -entrypoint A,B [DEST=SRC ...]
 //	    writes an OCI image archive (one uncompressed layer of the files
 //	    SRC at DEST) that `ctr images import` takes
@@ -48,6 +51,10 @@ func main() {
 		err = get(os.Args[2:])
 	case "udpwait":
 		err = udpwait(os.Args[2:])
+	case "sink":
+		err = sink(os.Args[2:])
+	case "blast":
+		err = blast(os.Args[2:])
 	case "image":
 		err = image(os.Args[2:])
 	default:
@@ -165,6 +172,86 @@ func udpwait(args []string) error {
 		return nil
 	}
 	return fmt.Errorf("udpwait: no answer within %s", *timeout)
+}
+
+// sink measures rate limits at the receiver, per second from the first
+// byte: a limit must hold from the first second, not only on average.
+func sink(args []string) error {
+	fs := flag.NewFlagSet("sink", flag.ExitOnError)
+	addr := fs.String("tcp", ":9000", "TCP listen address")
+	fs.Parse(args)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			var perSecond []int64
+			var start time.Time
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					if start.IsZero() {
+						start = time.Now()
+					}
+					i := int(time.Since(start) / time.Second)
+					for len(perSecond) <= i {
+						perSecond = append(perSecond, 0)
+					}
+					perSecond[i] += int64(n)
+				}
+				if err != nil {
+					break
+				}
+			}
+			full := int(time.Since(start) / time.Second)
+			var out []string
+			for i := 0; i < full && i < len(perSecond); i++ {
+				out = append(out, fmt.Sprintf("%.1f", float64(perSecond[i])*8/1e6))
+			}
+			fmt.Fprintln(c, strings.Join(out, " "))
+		}()
+	}
+}
+
+func blast(args []string) error {
+	fs := flag.NewFlagSet("blast", flag.ExitOnError)
+	duration := fs.Duration("duration", 5*time.Second, "how long to send")
+	fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("blast: one HOST:PORT")
+	}
+	c, err := net.DialTimeout("tcp", fs.Arg(0), 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	end := time.Now().Add(*duration)
+	for time.Now().Before(end) {
+		c.SetWriteDeadline(end)
+		if _, err := c.Write(buf); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				break
+			}
+			return err
+		}
+	}
+	c.SetWriteDeadline(time.Time{})
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	answer, err := io.ReadAll(c)
+	if err != nil {
+		return err
+	}
+	fmt.Print(string(answer))
+	return nil
 }
 
 func image(args []string) error {
