@@ -174,7 +174,7 @@ node_cleanup() {
 	fi
 	# Pods first (their sandboxes are torn down through CNI DEL), then
 	# the daemons; the outer cleanup kills what is left in the cgroup.
-	kubectl delete --all-namespaces --all pods --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+	timeout 20 kubectl delete --all-namespaces --all pods --grace-period=0 --force --wait=false --request-timeout=5s >/dev/null 2>&1 || true
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	sleep 1
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
@@ -203,7 +203,9 @@ world() { nsenter --net="$T/world.ns" "$@"; }
 start() { # name command...: runs a daemon, its output in $T/logs/name.log
 	local name=$1
 	shift
-	"$@" >>"$T/logs/$name.log" 2>&1 &
+	# A session of its own: Ctrl-C reaches the script, whose cleanup
+	# stops the daemons in order (pods through CNI DEL first).
+	setsid "$@" >>"$T/logs/$name.log" 2>&1 &
 	pids+=($!)
 	pid_of[$name]=$!
 }
@@ -469,6 +471,15 @@ both_endpoints() { # get-command...
 	[ "$seen" = 2 ]
 }
 node_get() { e2ebox get "$@"; }
+test_pod() { # name [metadata]: a pod of the test image (serve)
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1${2:+, $2}}
+spec:
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never}]
+EOF
+}
 epoch() { date -d "$1" +%s; }
 # late_udp mode: a pod sends UDP (one socket, one flow) to a Service that
 # has no endpoint yet; then the endpoint comes; the first answer must come
@@ -497,16 +508,7 @@ spec:
 EOF
 	kubectl wait --for=condition=Ready "pod/udpwait-$m" --timeout=60s >/dev/null
 	sleep 5 # the client sends into a Service without endpoints
-	kubectl apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: late-$m, labels: {app: late-$m}}
-spec:
-  containers:
-    - name: c
-      image: $TEST_IMAGE
-      imagePullPolicy: Never
-EOF
+	test_pod "late-$m" "labels: {app: late-$m}"
 	kubectl wait --for=condition=Ready "pod/late-$m" --timeout=60s >/dev/null
 	ready=$(epoch "$(kubectl get pod "late-$m" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}')")
 	for i in $(seq 30); do
@@ -637,6 +639,8 @@ no_addresses() { ebpf-cni ipam -o json | python3 -c 'import json,sys; d=json.loa
 check "after deleting every pod: ebpf-cni endpoints empty" 1 no_endpoints
 check "after deleting every pod: ebpf-cni ipam empty" 1 no_addresses
 check "after deleting every pod: ebpf-cni status clean" 1 ebpf-cni status
+gc_nothing() { ebpf-cni gc --dry-run -o json | tee -a "$T/logs/checks.log" | python3 -c 'import json,sys; d=json.load(sys.stdin); f={k: d[k] for k in ("endpoints", "ipamLeaks", "leftovers") if d.get(k)}; print(json.dumps(f)[:400] if f else "nothing"); sys.exit(1 if f else 0)'; }
+check "after deleting every pod: ebpf-cni gc --dry-run finds nothing" 1 gc_nothing
 
 # ---- check: without loopback, failed ADDs leave nothing within one STATUS period ----
 # containerd runs loopback and ebpf-cni's ADD; loopback fails, and the
@@ -646,16 +650,7 @@ check "after deleting every pod: ebpf-cni status clean" 1 ebpf-cni status
 # addresses (one per family), and nothing once the pod is gone.
 held() { ebpf-cni ipam -o json | python3 -c 'import json,sys; d=json.load(sys.stdin) or []; print(sum(len(x.get("allocations") or []) for x in d))'; }
 mv /opt/cni/bin/loopback "$T/loopback.saved"
-kubectl apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: noloopback}
-spec:
-  containers:
-    - name: c
-      image: $TEST_IMAGE
-      imagePullPolicy: Never
-EOF
+test_pod noloopback
 max_held=0 samples=""
 for i in $(seq 40); do
 	h=$(held)
