@@ -40,7 +40,7 @@ define apt-install
 	if [ -n "$$missing" ]; then \
 		echo "deps: installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	else echo "deps: Debian packages present: $(DEB_PKGS)"; \
+	else echo "deps: Debian packages present: $(strip $(1))"; \
 	fi
 endef
 
@@ -127,7 +127,7 @@ test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in
 # version in E2E_CACHE) in a network and mount namespace of its own, with
 # ebpf-cni installed through its DaemonSet. Outside CI: the first build
 # takes ~30 min on a loaded 2-core machine. docs/development.md.
-E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux
+E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux python3
 E2E_CACHE ?= /var/cache/ebpf-cni-e2e
 E2E_PROXY_MODES ?= iptables nftables
 .PHONY: e2e
