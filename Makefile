@@ -32,7 +32,7 @@ DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 
 .PHONY: help deps generate check-generated build plugins test install uninstall image manifest clean bench
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # apt-install installs the Debian packages of $(1) that are missing.
 define apt-install
@@ -40,7 +40,7 @@ define apt-install
 	if [ -n "$$missing" ]; then \
 		echo "deps: installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	else echo "deps: Debian packages present: $(DEB_PKGS)"; \
+	else echo "deps: Debian packages present: $(strip $(1))"; \
 	fi
 endef
 
@@ -121,3 +121,16 @@ VM_SKIP ?=
 test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in qemu, run the integration tests in it (VM_TESTS, VM_RUN, VM_SKIP); as root; see docs/kernels.md
 	$(call apt-install,$(VM_DEB_PKGS))
 	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" VM_SKIP="$(VM_SKIP)" test/kernel/run.sh
+
+# The e2e test: a real one-node Kubernetes cluster (etcd from Debian;
+# Kubernetes and containerd 2.x built from their Go modules, cached by
+# version in E2E_CACHE) in a network and mount namespace of its own, with
+# ebpf-cni installed through its DaemonSet. Outside CI: the first build
+# takes ~30 min on a loaded 2-core machine. docs/development.md.
+E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux python3
+E2E_CACHE ?= /var/cache/ebpf-cni-e2e
+E2E_PROXY_MODES ?= iptables nftables
+.PHONY: e2e
+e2e: ## a one-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its DaemonSet, the checks; as root; see docs/development.md
+	$(call apt-install,$(E2E_DEB_PKGS))
+	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" test/e2e/run.sh

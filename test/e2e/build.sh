@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds (once) and caches the pinned Kubernetes and containerd binaries the
+# e2e cluster runs, outside the tree, under $E2E_CACHE/<name>-<version>/.
+# A second run finds the cache and builds nothing. Builds run at nice 19 on
+# one core (GOMAXPROCS=1, -p 1): the machine is shared.
+# Usage: test/e2e/build.sh   (prints the cache directory of each component)
+set -euo pipefail
+
+: "${E2E_CACHE:=/var/cache/ebpf-cni-e2e}"
+: "${K8S_VERSION:=v1.34.3}"
+: "${CONTAINERD_VERSION:=v2.2.9}"
+GO=${GO:-go}
+K8S_BINS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
+# The staging modules (k8s.io/api, ...) are published as v0.<minor>.<patch>.
+STAGING_VERSION="v0.${K8S_VERSION#v1.}"
+
+mkdir -p "$E2E_CACHE"
+log() { echo "e2e-build: $*" >&2; }
+slow() { nice -n 19 env GOMAXPROCS=1 CGO_ENABLED=0 GOFLAGS=-buildvcs=false "$@"; }
+
+build_k8s() {
+	local out="$E2E_CACHE/kubernetes-$K8S_VERSION"
+	local missing=""
+	for b in $K8S_BINS; do [ -x "$out/$b" ] || missing="$missing $b"; done
+	if [ -z "$missing" ]; then log "kubernetes $K8S_VERSION: cached in $out"; return; fi
+	local start=$SECONDS src="$E2E_CACHE/src/kubernetes-$K8S_VERSION"
+	log "kubernetes $K8S_VERSION: building$missing (cold: ~30 min on 1 core)"
+	if [ ! -f "$src/.prepared" ]; then
+		local dir
+		dir=$(cd "$E2E_CACHE" && $GO mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+		rm -rf "$src" && mkdir -p "$(dirname "$src")" && cp -r "$dir" "$src" && chmod -R u+w "$src"
+		# The module zip carries a go.work and a stub vendor/ for the
+		# staging tree it does not carry: use the published staging modules.
+		rm -rf "$src/go.work" "$src/go.work.sum" "$src/vendor"
+		sed -i -E "s#^([[:space:]]*)(k8s\.io/[a-z0-9-]+) => \./staging/src/k8s\.io/[a-z0-9-]+#\1\2 => \2 $STAGING_VERSION#" "$src/go.mod"
+		touch "$src/.prepared"
+	fi
+	mkdir -p "$out.tmp"
+	local pkgs=""
+	for b in $missing; do pkgs="$pkgs ./cmd/$b"; done
+	(cd "$src" && slow $GO build -p 1 -trimpath -mod=mod -ldflags "-s -w" -o "$out.tmp/" $pkgs)
+	mkdir -p "$out" && mv "$out.tmp"/* "$out/" && rmdir "$out.tmp"
+	log "kubernetes $K8S_VERSION: built in $((SECONDS - start)) s"
+}
+
+build_containerd() {
+	local out="$E2E_CACHE/containerd-$CONTAINERD_VERSION"
+	if [ -x "$out/containerd" ] && [ -x "$out/containerd-shim-runc-v2" ] && [ -x "$out/ctr" ]; then
+		log "containerd $CONTAINERD_VERSION: cached in $out"; return
+	fi
+	local start=$SECONDS dir
+	log "containerd $CONTAINERD_VERSION: building"
+	dir=$(cd "$E2E_CACHE" && $GO mod download -json "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+	mkdir -p "$out.tmp"
+	(cd "$dir" && slow $GO build -p 1 -trimpath -mod=mod \
+		-tags "urfave_cli_no_docs osusergo netgo static_build no_btrfs" \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+		-o "$out.tmp/" ./cmd/containerd ./cmd/containerd-shim-runc-v2 ./cmd/ctr)
+	mkdir -p "$out" && mv "$out.tmp"/* "$out/" && rmdir "$out.tmp"
+	log "containerd $CONTAINERD_VERSION: built in $((SECONDS - start)) s"
+}
+
+debs() {
+	local missing=""
+	for p in etcd-server etcd-client runc iptables nftables conntrack; do
+		dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+	done
+	if [ -n "$missing" ]; then
+		log "installing Debian packages:$missing"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+	fi
+}
+
+start=$SECONDS
+debs
+build_containerd
+build_k8s
+log "all components ready in $((SECONDS - start)) s"
+echo "$E2E_CACHE/kubernetes-$K8S_VERSION"
+echo "$E2E_CACHE/containerd-$CONTAINERD_VERSION"

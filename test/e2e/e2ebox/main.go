@@ -1,0 +1,373 @@
+// Command e2ebox is the one static binary behind make e2e's images and
+// clients (test/e2e/run.sh): no registry is reachable there, and Debian's
+// busybox-static wget segfaults.
+//
+//	e2ebox pause                        the pod sandbox's process: waits for SIGTERM
+//	e2ebox serve [-tcp :8080] [-udp :8081]  answers every TCP connection and UDP datagram with the hostname
+//	e2ebox get [-udp] [-timeout 2s] HOST:PORT  prints the answer of a serve
+//	e2ebox udpwait [-timeout 60s] HOST:PORT   one UDP socket sending every 100 ms until
+//	    the first answer; prints the answer's time (Unix seconds) and the count sent
+//	e2ebox sink [-tcp :9000]    receives TCP streams; when one ends, answers with
+//	    the Mbit/s it received in each full second
+//	e2ebox blast [-duration 5s] HOST:PORT   sends to a sink as fast as it can, prints its answer
+//	e2ebox image -o OUT.tar -name REF -entrypoint A,B [DEST=SRC ...]
+//	    writes an OCI image archive (one uncompressed layer of the files
+//	    SRC at DEST) that `ctr images import` takes
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: e2ebox pause|serve|get|image ...")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "pause":
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+		<-c
+	case "serve":
+		err = serve(os.Args[2:])
+	case "get":
+		err = get(os.Args[2:])
+	case "udpwait":
+		err = udpwait(os.Args[2:])
+	case "sink":
+		err = sink(os.Args[2:])
+	case "blast":
+		err = blast(os.Args[2:])
+	case "image":
+		err = image(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ebox:", err)
+		os.Exit(1)
+	}
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	tcpAddr := fs.String("tcp", ":8080", "TCP listen address")
+	udpAddr := fs.String("udp", ":8081", "UDP listen address")
+	fs.Parse(args)
+	name, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *tcpAddr)
+	if err != nil {
+		return err
+	}
+	pc, err := net.ListenPacket("udp", *udpAddr)
+	if err != nil {
+		return err
+	}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				continue
+			}
+			pc.WriteTo([]byte(name+"\n"), from)
+		}
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			c.Write([]byte(name + "\n"))
+			c.Close()
+		}()
+	}
+}
+
+func get(args []string) error {
+	fs := flag.NewFlagSet("get", flag.ExitOnError)
+	udp := fs.Bool("udp", false, "UDP instead of TCP")
+	timeout := fs.Duration("timeout", 2*time.Second, "limit")
+	fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("get: one HOST:PORT")
+	}
+	network := "tcp"
+	if *udp {
+		network = "udp"
+	}
+	c, err := net.DialTimeout(network, fs.Arg(0), *timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(*timeout))
+	if *udp {
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			return err
+		}
+	}
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	fmt.Print(string(buf[:n]))
+	return nil
+}
+
+// udpwait is a UDP client started before its Service can answer: one
+// socket, so one flow, as a DNS forwarder or a statsd client keeps.
+func udpwait(args []string) error {
+	fs := flag.NewFlagSet("udpwait", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 60*time.Second, "limit")
+	fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("udpwait: one HOST:PORT")
+	}
+	c, err := net.Dial("udp", fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	limit := time.Now().Add(*timeout)
+	buf := make([]byte, 2048)
+	for sent := 1; time.Now().Before(limit); sent++ {
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			// ICMP unreachable while the Service has no endpoint.
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := c.Read(buf)
+		if err != nil {
+			continue
+		}
+		fmt.Printf("answered %.3f sent %d from %s", float64(time.Now().UnixMilli())/1000, sent, buf[:n])
+		// Keep the flow open: the pod stays Running, its log says when.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		<-sig
+		return nil
+	}
+	return fmt.Errorf("udpwait: no answer within %s", *timeout)
+}
+
+// sink measures rate limits at the receiver, per second from the first
+// byte: a limit must hold from the first second, not only on average.
+func sink(args []string) error {
+	fs := flag.NewFlagSet("sink", flag.ExitOnError)
+	addr := fs.String("tcp", ":9000", "TCP listen address")
+	fs.Parse(args)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			var perSecond []int64
+			var start time.Time
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					if start.IsZero() {
+						start = time.Now()
+					}
+					i := int(time.Since(start) / time.Second)
+					for len(perSecond) <= i {
+						perSecond = append(perSecond, 0)
+					}
+					perSecond[i] += int64(n)
+				}
+				if err != nil {
+					break
+				}
+			}
+			full := int(time.Since(start) / time.Second)
+			var out []string
+			for i := 0; i < full && i < len(perSecond); i++ {
+				out = append(out, fmt.Sprintf("%.1f", float64(perSecond[i])*8/1e6))
+			}
+			fmt.Fprintln(c, strings.Join(out, " "))
+		}()
+	}
+}
+
+func blast(args []string) error {
+	fs := flag.NewFlagSet("blast", flag.ExitOnError)
+	duration := fs.Duration("duration", 5*time.Second, "how long to send")
+	fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("blast: one HOST:PORT")
+	}
+	c, err := net.DialTimeout("tcp", fs.Arg(0), 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	end := time.Now().Add(*duration)
+	for time.Now().Before(end) {
+		c.SetWriteDeadline(end)
+		if _, err := c.Write(buf); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				break
+			}
+			return err
+		}
+	}
+	c.SetWriteDeadline(time.Time{})
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	answer, err := io.ReadAll(c)
+	if err != nil {
+		return err
+	}
+	fmt.Print(string(answer))
+	return nil
+}
+
+func image(args []string) error {
+	fs := flag.NewFlagSet("image", flag.ExitOnError)
+	out := fs.String("o", "", "output archive")
+	name := fs.String("name", "", "image reference, e.g. localhost/pause:e2e")
+	entry := fs.String("entrypoint", "", "comma-separated entrypoint")
+	fs.Parse(args)
+	if *out == "" || *name == "" {
+		return fmt.Errorf("image: -o and -name are required")
+	}
+	files := map[string]string{}
+	for _, a := range fs.Args() {
+		dest, src, ok := strings.Cut(a, "=")
+		if !ok {
+			return fmt.Errorf("image: %q is not DEST=SRC", a)
+		}
+		files[path.Clean("/"+dest)] = src
+	}
+	layer, err := layerTar(files)
+	if err != nil {
+		return err
+	}
+	layerDigest := digest(layer)
+	cfg, _ := json.Marshal(map[string]any{
+		"architecture": "amd64",
+		"os":           "linux",
+		"config":       map[string]any{"Entrypoint": strings.Split(*entry, ",")},
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+	})
+	manifest, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
+		"config":        desc("application/vnd.oci.image.config.v1+json", cfg),
+		"layers":        []any{desc("application/vnd.oci.image.layer.v1.tar", layer)},
+	})
+	tag := (*name)[strings.LastIndex(*name, ":")+1:]
+	md := desc("application/vnd.oci.image.manifest.v1+json", manifest)
+	md["platform"] = map[string]string{"architecture": "amd64", "os": "linux"}
+	md["annotations"] = map[string]string{
+		"io.containerd.image.name":          *name,
+		"org.opencontainers.image.ref.name": tag,
+	}
+	index, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.index.v1+json",
+		"manifests":     []any{md},
+	})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(name string, data []byte) {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg})
+		tw.Write(data)
+	}
+	add("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
+	add("index.json", index)
+	for _, b := range [][]byte{cfg, manifest, layer} {
+		add("blobs/sha256/"+strings.TrimPrefix(digest(b), "sha256:"), b)
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(*out, buf.Bytes(), 0o644)
+}
+
+// layerTar is the layer: every file with its parent directories, in a
+// fixed order, mode 0755.
+func layerTar(files map[string]string) ([]byte, error) {
+	var names []string
+	dirs := map[string]bool{}
+	for dest := range files {
+		names = append(names, dest)
+		for d := path.Dir(dest); d != "/"; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	for d := range dirs {
+		names = append(names, d+"/")
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		if strings.HasSuffix(n, "/") {
+			if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		f, err := os.Open(files[n])
+		if err != nil {
+			return nil, err
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+func desc(mediaType string, b []byte) map[string]any {
+	return map[string]any{"mediaType": mediaType, "digest": digest(b), "size": len(b)}
+}
