@@ -626,6 +626,17 @@ check "rollout: the agent runs $IMAGE2" 1 test "$(kubectl -n kube-system get pod
 check "rollout: /opt/cni/bin/ebpf-cni is the new version" 1 grep -q "ebpf-cni e2e-rollout" <(/opt/cni/bin/ebpf-cni version)
 check "rollout: the same endpoints" 1 test "$(endpoint_list)" = "$before_eps"
 check "rollout: ebpf-cni status clean" 1 ebpf-cni status
+# In place: the new build's STATUS loaded its programs and moved every
+# endpoint to them; nothing of the old build stays pinned.
+ebpf-cni status -o json >"$T/status-rollout.json" || true
+check "rollout: every endpoint runs the new build's programs (upgraded in place)" 1 python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+sets = st["programs"]
+eps = st["endpoints"]
+ok = len(sets) == 1 and sets[0]["current"] and sets[0]["version"] == "e2e-rollout" and eps > 0 and \
+    any(p["hook"] == "from_container" and p["endpoints"] == eps for p in sets[0]["programs"])
+sys.exit(0 if ok else 1)' "$T/status-rollout.json"
 check "rollout: pod to pod after it" 5 pod_get "$(hostport "${echo_ips[0]}" 8080)"
 
 # ---- check: delete everything, nothing left ----
