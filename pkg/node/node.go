@@ -70,6 +70,7 @@ type Node struct {
 	maps      map[string]*ebpf.Map
 	progs     *programs.Set
 	loaded    bool
+	fresh     bool // loaded with no program of any build pinned before
 	tag       string
 
 	// Rescued are the maps this call pinned again after a bpffs remount
@@ -224,7 +225,8 @@ func (n *Node) Programs() (*programs.Set, error) {
 	if p, err = programs.Load(n.BPFRoot, tag, n.objects); err != nil {
 		return nil, err
 	}
-	if err := n.upgrade(p, len(tags) == 0); err != nil {
+	n.fresh = len(tags) == 0
+	if err := n.upgrade(p, n.fresh); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -251,6 +253,12 @@ func attachedPrograms(hooks []attach.Hook) []ebpf.ProgramID {
 	}
 	return out
 }
+
+// LoadedFresh reports whether this call loaded the programs where none of
+// any build was pinned: a new node, or a bpffs remounted under live pods,
+// whose maps no surviving program kept are empty (an upgrade finds the
+// older build's programs and the maps as they were).
+func (n *Node) LoadedFresh() bool { return n.loaded && n.fresh }
 
 // Loaded reports whether this call loaded the programs.
 func (n *Node) Loaded() bool { return n.loaded }

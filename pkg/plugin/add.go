@@ -133,7 +133,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
-	if healDue(n) || n.Loaded() {
+	if healDue(n) || n.LoadedFresh() {
 		n.Phase("heal")
 		_ = healNode(n, c, hostName) // STATUS reports what it cannot mend; this pod is added anyway
 	}

@@ -148,11 +148,12 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 			}
 		}
 	}
-	// This call loaded the programs (after a bpffs remount, the maps that
-	// no surviving program kept are empty), or records were rebuilt (their
-	// programs and entries may be gone with them): every live endpoint gets
-	// what it lacks written again.
-	if n.Loaded() || len(rebuilt) > 0 {
+	// This call loaded the programs where none were pinned (after a bpffs
+	// remount, the maps that no surviving program kept are empty), or
+	// records were rebuilt (their programs and entries may be gone with
+	// them): every live endpoint gets what it lacks written again. An
+	// upgrade is not such a load: the older build's maps are the node's.
+	if n.LoadedFresh() || len(rebuilt) > 0 {
 		var pods []feature.Pod
 		if o.Config != nil {
 			pods = configuredPods(o.Config)

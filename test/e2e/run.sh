@@ -634,8 +634,10 @@ import json, sys
 st = json.load(open(sys.argv[1]))
 sets = st["programs"]
 eps = st["endpoints"]
-ok = len(sets) == 1 and sets[0]["current"] and sets[0]["version"] == "e2e-rollout" and eps > 0 and \
+ok = len(sets) == 1 and sets[0]["version"] == "e2e-rollout" and eps > 0 and \
     any(p["hook"] == "from_container" and p["endpoints"] == eps for p in sets[0]["programs"])
+if not ok:
+    print("programs pinned:", [(s["version"], [(p["hook"], p["endpoints"]) for p in s["programs"]]) for s in sets], "endpoints:", eps)
 sys.exit(0 if ok else 1)' "$T/status-rollout.json"
 check "rollout: pod to pod after it" 5 pod_get "$(hostport "${echo_ips[0]}" 8080)"
 
