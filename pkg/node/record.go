@@ -37,6 +37,10 @@ type Record struct {
 	HostMAC     string   `json:"hostMAC"`
 	MAC         string   `json:"mac"`
 	IPs         []string `json:"ips"` // CIDR
+	// OwnTable: the pod's interface got a routing table and source rules
+	// of its own (a second interface, veth.ConfigurePod): DEL removes the
+	// rules in the pod.
+	OwnTable bool `json:"ownTable,omitempty"`
 	// Flags are the endpoint's flags in the maps (enum endpoint_flags), so
 	// its entries can be written again after the maps were lost.
 	Flags uint32 `json:"flags,omitempty"`

@@ -213,6 +213,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return cniError(ErrLinkSetup, "creating the veth pair", err)
 	}
 	undo.Push(func() error { return veth.DeleteHost(hostName) })
+	asked := len(routes)
 	podLink, routes, err := veth.ConfigurePod(podNS, args.IfName, res.IPs, routes)
 	if err != nil {
 		return cniError(ErrLinkSetup, "configuring "+args.IfName+" in the pod", err)
@@ -233,6 +234,9 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		HostIfIndex: host.Attrs().Index,
 		HostMAC:     host.Attrs().HardwareAddr.String(),
 		MAC:         podLink.Attrs().HardwareAddr.String(),
+		// Routes another interface had: this one got a table and source
+		// rules of its own, which its DEL removes in the pod.
+		OwnTable: len(routes) < asked,
 	}
 	for _, ipc := range res.IPs {
 		rec.IPs = append(rec.IPs, ipc.Address.String())

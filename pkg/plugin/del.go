@@ -37,7 +37,7 @@ func CmdDel(args *skel.CmdArgs) (err error) {
 	}
 	defer al.Unlock()
 	var errs []error
-	if rec, err := n.Record(hostName); err == nil && args.Netns != "" {
+	if rec, err := n.Record(hostName); err == nil && rec.OwnTable && args.Netns != "" {
 		// A second interface's source rules (veth.ownTable) live in the pod.
 		if err := veth.RemoveOwnRules(args.Netns, rec.Addrs()); err != nil {
 			errs = append(errs, err)
