@@ -257,10 +257,10 @@ func TestBandwidthUnsetBurstTCP(t *testing.T) {
 			require.LessOrEqual(t, sum, bound, "%s: seconds 1-%d at the receiver: %s Mbit/s", name, k+1, mbits(perSecond))
 		}
 	}
-	flow("a fresh bucket: the burst", 15310, float64(b.Burst))
+	flow("a fresh bucket: the burst", 15320, float64(b.Burst))
 	// The second flow starts 0.7 s after the first ended, within 2 s of
 	// its drops (BW_RECOVERY_WINDOW_NS).
 	time.Sleep(700 * time.Millisecond)
-	flow("0.7 s after a policed flow: the burst and the recovery credit", 15311,
+	flow("0.7 s after a policed flow: the burst and the recovery credit", 15321,
 		float64(b.Burst)+float64(rate)*float64(b.Recovery)/1e9)
 }
