@@ -15,7 +15,7 @@
  * packet of 64 KB is never starved by a burst smaller than itself; it
  * borrows, and the next packets wait for the debt to drain. Over any
  * interval the bytes let through are at most rate * interval + burst + one
- * packet.
+ * packet, and the recovery credit (below) within its window after a drop.
  *
  * Recovery credit. On a veth the round trip is tens of microseconds, so
  * TCP cannot be slowed by its window: below about 1 Gbit/s it overdrives
@@ -24,8 +24,8 @@
  * hundreds of them), and a plain token bucket throws that time away: with a
  * small burst the flow lands far below the rate. So for a while after a
  * drop (BW_RECOVERY_WINDOW_NS) the bucket also keeps up to `recovery` ns
- * of unused time as credit, which the flow spends when it resumes; a flow
- * that goes idle without having been dropped gets only the burst. The
+ * of unused time as credit, which the flow or a new one of the pod spends
+ * when it resumes; after an idle without a drop there is only the burst. The
  * long-term rate is exact either way: every packet let through is charged. */
 #ifndef EBPF_CNI_LIB_BANDWIDTH_H
 #define EBPF_CNI_LIB_BANDWIDTH_H

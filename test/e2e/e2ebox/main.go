@@ -32,6 +32,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/meter"
 )
 
 func main() {
@@ -191,29 +193,10 @@ func sink(args []string) error {
 		}
 		go func() {
 			defer c.Close()
-			var perSecond []int64
-			var start time.Time
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					if start.IsZero() {
-						start = time.Now()
-					}
-					i := int(time.Since(start) / time.Second)
-					for len(perSecond) <= i {
-						perSecond = append(perSecond, 0)
-					}
-					perSecond[i] += int64(n)
-				}
-				if err != nil {
-					break
-				}
-			}
-			full := int(time.Since(start) / time.Second)
+			bits, _ := meter.PerSecond(c) // a broken stream: what it carried
 			var out []string
-			for i := 0; i < full && i < len(perSecond); i++ {
-				out = append(out, fmt.Sprintf("%.1f", float64(perSecond[i])*8/1e6))
+			for _, b := range bits {
+				out = append(out, fmt.Sprintf("%.1f", b/1e6))
 			}
 			fmt.Fprintln(c, strings.Join(out, " "))
 		}()
