@@ -24,7 +24,7 @@ import (
 
 // delegate runs plugin for verb and returns what it printed. A failure is
 // a *types.Error: the one the plugin printed, or code 0 naming what went
-// wrong (ipamError turns code 0 into ErrIPAM).
+// wrong (ipamError turns code 0 into errcode.IPAM).
 func delegate(verb, plugin string, conf []byte) ([]byte, error) {
 	path, err := findInPath(plugin, filepath.SplitList(os.Getenv("CNI_PATH")))
 	if err != nil {

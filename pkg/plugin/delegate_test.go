@@ -8,6 +8,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 )
 
 // fakeIPAM writes an IPAM "plugin" (a shell script) into a CNI_PATH of its
@@ -46,7 +48,7 @@ echo '{"ips":[{"address":"10.1.2.3/24"}]}'
 }
 
 // A failing plugin's own error comes through with its code; one that
-// prints nothing usable is code 0, which ipamError makes ErrIPAM.
+// prints nothing usable is code 0, which ipamError makes errcode.IPAM.
 func TestDelegateErrors(t *testing.T) {
 	for name, tc := range map[string]struct {
 		script string
@@ -54,9 +56,9 @@ func TestDelegateErrors(t *testing.T) {
 		msg    string
 	}{
 		"its error":   {`echo '{"cniVersion":"1.0.0","code":11,"msg":"no addresses left"}'; exit 1`, 11, "no addresses left"},
-		"garbage":     {`echo 'panic: oops'; exit 2`, ErrIPAM, "error parsing its diagnostic message"},
-		"stderr only": {`echo 'segfault' >&2; exit 2`, ErrIPAM, "segfault"},
-		"silent":      {`exit 3`, ErrIPAM, "no error message"},
+		"garbage":     {`echo 'panic: oops'; exit 2`, errcode.IPAM, "error parsing its diagnostic message"},
+		"stderr only": {`echo 'segfault' >&2; exit 2`, errcode.IPAM, "segfault"},
+		"silent":      {`exit 3`, errcode.IPAM, "no error message"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := execIPAM{}.Add(fakeIPAM(t, tc.script))

@@ -176,11 +176,6 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	return h, errors.Join(errs...)
 }
 
-// ErrUnavailableDamaged is the spec's STATUS code 51: the plugin is not
-// available, and existing containers in the network may have limited
-// connectivity.
-const ErrUnavailableDamaged uint = 51
-
 // HealPeriod is how often an ADD heals the node when no STATUS did (a
 // runtime that does not call STATUS: containerd before 2.0, CRI-O, podman).
 var HealPeriod = 5 * time.Second

@@ -56,7 +56,7 @@ func CmdStatus(args *skel.CmdArgs) (err error) {
 		if errors.Is(err, errLost) {
 			msg = "existing pods lost part of their network state"
 		}
-		return types.NewError(ErrUnavailableDamaged, msg+": "+err.Error(),
+		return types.NewError(types.ErrLimitedConnectivity, msg+": "+err.Error(),
 			"run ebpf-cni status in the node's network namespace for what is wrong, and ebpf-cni repair")
 	}
 	n.Phase("ipam")
