@@ -4,12 +4,12 @@ import (
 	"errors"
 	"net"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // Feature is the cluster: its pod ranges (clusterCIDRs, never masqueraded

@@ -16,7 +16,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -24,6 +23,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // The hooks of every host veth.

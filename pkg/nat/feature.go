@@ -2,13 +2,13 @@ package nat
 
 import (
 	"errors"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // Feature is masquerade (ipMasq).

@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -18,6 +17,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // SockHooks are the socket-address hooks of the node's cgroup: hostPort
