@@ -164,11 +164,11 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}()
 
 	n.Phase("ipam")
-	r, err := Delegate.Add(c)
+	r, err := c.ipam().Add(args, c)
 	if err != nil {
 		// The IPAM plugin may have allocated before it failed (or printed
 		// something that is not a result): release whatever it holds.
-		_ = Delegate.Del(c)
+		_ = c.ipam().Del(args, c)
 		return ipamError("ADD", err)
 	}
 	// An attachment whose host veth exists already (its record lost) holds
@@ -179,7 +179,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		if keepIPAM {
 			return nil
 		}
-		return Delegate.Del(c)
+		return c.ipam().Del(args, c)
 	})
 	res, err := current.NewResultFromResult(r)
 	if err != nil {

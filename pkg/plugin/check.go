@@ -159,7 +159,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if len(problems) > 0 {
 		return types.NewError(errcode.CheckFailed, fmt.Sprintf("check of %s/%s failed: %s", args.ContainerID, args.IfName, strings.Join(problems, "; ")), "")
 	}
-	if err := Delegate.Check(c); err != nil {
+	if err := c.ipam().Check(args, c); err != nil {
 		return ipamError("CHECK", err)
 	}
 	return nil
