@@ -48,7 +48,9 @@ type inProcessIPAM struct{}
 
 // ipamArgs are a's arguments with the IPAM configuration on "stdin".
 func ipamArgs(a *skel.CmdArgs, c *Config) *skel.CmdArgs {
-	return &skel.CmdArgs{ContainerID: a.ContainerID, Netns: a.Netns, IfName: a.IfName, Args: a.Args, Path: a.Path, StdinData: c.IPAMConf}
+	b := *a
+	b.StdinData = c.IPAMConf
+	return &b
 }
 
 func (inProcessIPAM) Add(a *skel.CmdArgs, c *Config) (types.Result, error) {
