@@ -27,7 +27,7 @@ const header = "../../bpf/include/types.h"
 
 // value matches one enumerator line of enum pkt_reason and the quoted
 // text that opens its comment.
-var value = regexp.MustCompile(`^\s*(REASON_[A-Z0-9_]+)\s*=\s*[0-9]+\s*,\s*(?:/\*\s*"([^"]*)")?`)
+var value = regexp.MustCompile(`^\s*(REASON_[A-Z0-9_]+)\s*(?:=\s*[^,]+)?,\s*(?:/\*\s*"([^"]*)")?`)
 
 func main() {
 	spec, err := maps.LoadCni()
