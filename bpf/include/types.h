@@ -52,39 +52,55 @@ struct ipam_net {
 
 /* Reasons a program drops or passes a packet; counted per CPU in
  * pkt_counters. Drop reasons are negative, as in the programs' return
- * paths; the counter index is their absolute value. */
+ * paths (DROP() of lib/verdict.h); the counter index is their absolute
+ * value. A drop reason's name starts with REASON_DROP_.
+ *
+ * The quoted text that opens each value's comment is what `ebpf-cni
+ * counters` shows for it (pkg/maps/reasons_gen.go is generated from it;
+ * its JSON key is the name, lower case, without REASON_): every value but
+ * REASON_MAX needs one. */
 enum pkt_reason {
-	REASON_PASS = 0,          /* handed to the stack */
-	REASON_REDIRECT = 1,      /* redirected to another device */
-	REASON_DROP_MALFORMED = 2,
-	REASON_DROP_SPOOF_SRC = 3,
-	REASON_DROP_SPOOF_MAC = 4,
-	REASON_FIB_REDIRECT = 5,  /* forwarded by bpf_fib_lookup + redirect(_neigh) */
-	REASON_ARP_REPLY = 6,     /* ARP request for the gateway answered in BPF */
-	REASON_DROP_NO_ENDPOINT = 7, /* program runs on a device with no endpoint entry */
-	REASON_SNAT = 8,             /* pod traffic leaving an uplink, source translated */
-	REASON_REV_SNAT = 9,         /* reply (or ICMP error) translated back, redirected to the pod */
-	REASON_DROP_NAT_NO_PORT = 10, /* no free port in the masquerade range */
-	REASON_DROP_NAT_UNSUPPORTED = 11, /* masqueraded traffic we cannot translate (protocol, fragment) */
-	REASON_DROP_NAT_NO_ADDR = 12, /* the uplink has no address to masquerade with */
-	REASON_DROP_BW_EGRESS = 13,   /* over the pod's egress rate */
-	REASON_DROP_BW_INGRESS = 14,  /* over the pod's ingress rate */
-	REASON_DNAT = 15,             /* hostPort: destination translated to the pod */
-	REASON_REV_DNAT = 16,         /* hostPort: the pod's reply translated back */
-	REASON_STACK_REPLY = 17,      /* reply to a flow the stack delivered (its NAT), handed to the stack */
-	REASON_FROM_STACK = 18,       /* delivered to the pod by the node's stack */
-	REASON_TO_QDISC = 19,         /* a pod's packet handed to another plugin's ingress qdisc (its
-				       * filters, then the stack) instead of redirected (lib/qdisc.h) */
-	REASON_VIA_QDISC = 20,        /* delivered to the pod through the host veth's root qdisc
-				       * (another plugin's shaping), not straight into its netns */
-	REASON_FLOW_NEW = 21,         /* a pod's new flow handed to the stack, so that netfilter
-				       * (kube-proxy) sees its first packet (lib/flow.h) */
-	REASON_FLOW_STACK = 22,       /* a packet for a pod of a flow netfilter translated, handed to
-				       * the stack to be translated back */
-	REASON_ROUTED_IN = 23,        /* from an uplink straight into a pod (routed to its address) */
-	REASON_TUNNEL_ENCAP = 24,     /* a pod's packet to another node's pod, into the overlay */
-	REASON_TUNNEL_DECAP = 25,     /* from the overlay straight into a pod */
-	REASON_DROP_TUNNEL = 26,      /* the overlay's device is gone or refused the tunnel key */
+	REASON_PASS = 0,          /* "pass to stack": handed to the stack */
+	REASON_REDIRECT = 1,      /* "redirect_peer to pod": redirected to another device */
+	REASON_DROP_MALFORMED = 2, /* "drop: malformed" */
+	REASON_DROP_SPOOF_SRC = 3, /* "drop: spoofed source IP" */
+	REASON_DROP_SPOOF_MAC = 4, /* "drop: spoofed source MAC" */
+	REASON_FIB_REDIRECT = 5,  /* "fib_lookup + redirect": forwarded by bpf_fib_lookup + redirect(_neigh) */
+	REASON_ARP_REPLY = 6,     /* "ARP answered in BPF": ARP request for the gateway answered in BPF */
+	REASON_DROP_NO_ENDPOINT = 7, /* "drop: no endpoint": program runs on a device with no endpoint entry */
+	REASON_SNAT = 8,             /* "masquerade: source translated": pod traffic leaving an uplink */
+	REASON_REV_SNAT = 9,         /* "masquerade: reply translated to pod": reply (or ICMP error)
+				      * translated back, redirected to the pod */
+	REASON_DROP_NAT_NO_PORT = 10, /* "drop: no free masquerade port": none free in the masquerade range */
+	REASON_DROP_NAT_UNSUPPORTED = 11, /* "drop: cannot masquerade": masqueraded traffic we cannot
+					   * translate (protocol, fragment) */
+	REASON_DROP_NAT_NO_ADDR = 12, /* "drop: uplink has no address": none to masquerade with */
+	REASON_DROP_BW_EGRESS = 13,   /* "drop: over egress rate": over the pod's egress rate */
+	REASON_DROP_BW_INGRESS = 14,  /* "drop: over ingress rate": over the pod's ingress rate */
+	REASON_DNAT = 15,             /* "hostPort: translated to pod": destination translated to the pod */
+	REASON_REV_DNAT = 16,         /* "hostPort: reply translated back": the pod's reply translated back */
+	REASON_STACK_REPLY = 17,      /* "reply to stack-NATed flow, to stack": reply to a flow the stack
+				       * delivered (its NAT), handed to the stack */
+	REASON_FROM_STACK = 18,       /* "delivered to pod by the stack": delivered to the pod by the
+				       * node's stack */
+	REASON_TO_QDISC = 19,         /* "to another plugin's ingress qdisc": a pod's packet handed to
+				       * another plugin's ingress qdisc (its filters, then the stack)
+				       * instead of redirected (lib/qdisc.h) */
+	REASON_VIA_QDISC = 20,        /* "delivered through the root qdisc": delivered to the pod through
+				       * the host veth's root qdisc (another plugin's shaping), not
+				       * straight into its netns */
+	REASON_FLOW_NEW = 21,         /* "new flow to the stack (netfilter)": a pod's new flow handed to
+				       * the stack, so that netfilter (kube-proxy) sees its first packet
+				       * (lib/flow.h) */
+	REASON_FLOW_STACK = 22,       /* "to a pod through the stack (netfilter)": a packet for a pod of a
+				       * flow netfilter translated, handed to the stack to be translated
+				       * back */
+	REASON_ROUTED_IN = 23,        /* "routed in straight to a pod": from an uplink straight into a pod
+				       * (routed to its address) */
+	REASON_TUNNEL_ENCAP = 24,     /* "into the overlay": a pod's packet to another node's pod */
+	REASON_TUNNEL_DECAP = 25,     /* "from the overlay to a pod": from the overlay straight into a pod */
+	REASON_DROP_TUNNEL = 26,      /* "drop: overlay unavailable": the overlay's device is gone or
+				       * refused the tunnel key */
 	REASON_MAX = 32,
 };
 

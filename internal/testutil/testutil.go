@@ -20,9 +20,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 

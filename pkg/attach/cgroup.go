@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cgroup"
 )
 
 // ResolveCgroup is the cgroup v2 directory cgroup hooks attach to: path,

@@ -3,18 +3,14 @@ package bandwidth
 import (
 	"fmt"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
-
-// ErrBandwidth is the plugin error code of bandwidth: the pod's rate
-// limits could not be written (bucket map); a bad bandwidth key is code 7
-// instead.
-const ErrBandwidth uint = 119
 
 // Feature is bandwidth: the pod's rate limits, and source pacing.
 type Feature struct{}
@@ -75,7 +71,9 @@ func (p pod) Needs() feature.Needs {
 	return feature.Needs{Flags: maps.CniEndpointFlags(p.limits.Flags())}
 }
 
-func fail(err error) error { return feature.Fail(ErrBandwidth, "setting up bandwidth limits", err) }
+func fail(err error) error {
+	return feature.Fail(errcode.Bandwidth, "setting up bandwidth limits", err)
+}
 
 // Add writes the pod's buckets, full (an ingress limit first tries fq on
 // the host veth for departure-time pacing of the stack path), records the

@@ -15,9 +15,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // Exit codes of the CLI.
@@ -28,7 +28,7 @@ const (
 	ExitProblems = view.ExitProblems // status found problems (listed in its output)
 )
 
-// Command is one subcommand (pkg/cli/view: the features write theirs).
+// Command is one subcommand (pkg/view: the features write theirs).
 type Command = view.Command
 
 // Context is what a command runs with.

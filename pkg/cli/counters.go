@@ -7,9 +7,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 func init() {
@@ -61,11 +61,10 @@ type countersOutput struct {
 
 // reasons lists the known reasons in enum order.
 func reasons() []maps.CniPktReason {
-	var out []maps.CniPktReason
-	for r := range counters.ReasonKeys {
-		out = append(out, r)
+	out := make([]maps.CniPktReason, 0, len(maps.PktReasons))
+	for _, r := range maps.PktReasons {
+		out = append(out, r.Reason)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
 

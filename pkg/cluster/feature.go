@@ -4,17 +4,13 @@ import (
 	"errors"
 	"net"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
-
-// ErrCluster is the plugin error code of the cluster feature: the
-// cluster's ranges or the overlay could not be set up; a bad key is code 7
-// instead.
-const ErrCluster uint = 122
 
 // Feature is the cluster: its pod ranges (clusterCIDRs, never masqueraded
 // and never taken for Services) and the VXLAN overlay to other nodes' pods.
@@ -77,7 +73,9 @@ func (p pod) Needs() feature.Needs {
 	return feature.Needs{}
 }
 
-func fail(err error) error { return feature.Fail(ErrCluster, "setting up the cluster's routing", err) }
+func fail(err error) error {
+	return feature.Fail(errcode.Cluster, "setting up the cluster's routing", err)
+}
 
 // Add marks the cluster's ranges, gives the uplinks their programs and
 // makes the overlay. Nothing of it is the pod's own: the node's last

@@ -6,8 +6,8 @@ import (
 	"net"
 	"strings"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // command is the operator CLI's cluster command.

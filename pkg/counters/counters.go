@@ -8,79 +8,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
-// ReasonNames names the pkt_counters indexes (enum pkt_reason).
-var ReasonNames = map[maps.CniPktReason]string{
-	maps.CniPktReasonREASON_PASS:                 "pass to stack",
-	maps.CniPktReasonREASON_REDIRECT:             "redirect_peer to pod",
-	maps.CniPktReasonREASON_DROP_MALFORMED:       "drop: malformed",
-	maps.CniPktReasonREASON_DROP_SPOOF_SRC:       "drop: spoofed source IP",
-	maps.CniPktReasonREASON_DROP_SPOOF_MAC:       "drop: spoofed source MAC",
-	maps.CniPktReasonREASON_FIB_REDIRECT:         "fib_lookup + redirect",
-	maps.CniPktReasonREASON_ARP_REPLY:            "ARP answered in BPF",
-	maps.CniPktReasonREASON_DROP_NO_ENDPOINT:     "drop: no endpoint",
-	maps.CniPktReasonREASON_SNAT:                 "masquerade: source translated",
-	maps.CniPktReasonREASON_REV_SNAT:             "masquerade: reply translated to pod",
-	maps.CniPktReasonREASON_DROP_NAT_NO_PORT:     "drop: no free masquerade port",
-	maps.CniPktReasonREASON_DROP_NAT_UNSUPPORTED: "drop: cannot masquerade",
-	maps.CniPktReasonREASON_DROP_NAT_NO_ADDR:     "drop: uplink has no address",
-	maps.CniPktReasonREASON_DROP_BW_EGRESS:       "drop: over egress rate",
-	maps.CniPktReasonREASON_DROP_BW_INGRESS:      "drop: over ingress rate",
-	maps.CniPktReasonREASON_DNAT:                 "hostPort: translated to pod",
-	maps.CniPktReasonREASON_REV_DNAT:             "hostPort: reply translated back",
-	maps.CniPktReasonREASON_STACK_REPLY:          "reply to stack-NATed flow, to stack",
-	maps.CniPktReasonREASON_FROM_STACK:           "delivered to pod by the stack",
-	maps.CniPktReasonREASON_TO_QDISC:             "to another plugin's ingress qdisc",
-	maps.CniPktReasonREASON_VIA_QDISC:            "delivered through the root qdisc",
-	maps.CniPktReasonREASON_FLOW_NEW:             "new flow to the stack (netfilter)",
-	maps.CniPktReasonREASON_FLOW_STACK:           "to a pod through the stack (netfilter)",
-	maps.CniPktReasonREASON_ROUTED_IN:            "routed in straight to a pod",
-	maps.CniPktReasonREASON_TUNNEL_ENCAP:         "into the overlay",
-	maps.CniPktReasonREASON_TUNNEL_DECAP:         "from the overlay to a pod",
-	maps.CniPktReasonREASON_DROP_TUNNEL:          "drop: overlay unavailable",
-}
+// ReasonNames names the pkt_counters indexes for people, ReasonKeys for
+// JSON and scripts (the C names, lower case, without REASON_; drop reasons
+// start with "drop_"). Both come from maps.PktReasons, generated from enum
+// pkt_reason: a reason added in C is named and, if a drop, counted as one.
+var ReasonNames, ReasonKeys, drops = reasonTables()
 
-// ReasonKeys are stable machine names of the reasons (the C enum names,
-// lower case, without REASON_), for JSON and scripts. Drop reasons start
-// with "drop_".
-var ReasonKeys = map[maps.CniPktReason]string{
-	maps.CniPktReasonREASON_PASS:                 "pass",
-	maps.CniPktReasonREASON_REDIRECT:             "redirect",
-	maps.CniPktReasonREASON_DROP_MALFORMED:       "drop_malformed",
-	maps.CniPktReasonREASON_DROP_SPOOF_SRC:       "drop_spoof_src",
-	maps.CniPktReasonREASON_DROP_SPOOF_MAC:       "drop_spoof_mac",
-	maps.CniPktReasonREASON_FIB_REDIRECT:         "fib_redirect",
-	maps.CniPktReasonREASON_ARP_REPLY:            "arp_reply",
-	maps.CniPktReasonREASON_DROP_NO_ENDPOINT:     "drop_no_endpoint",
-	maps.CniPktReasonREASON_SNAT:                 "snat",
-	maps.CniPktReasonREASON_REV_SNAT:             "rev_snat",
-	maps.CniPktReasonREASON_DROP_NAT_NO_PORT:     "drop_nat_no_port",
-	maps.CniPktReasonREASON_DROP_NAT_UNSUPPORTED: "drop_nat_unsupported",
-	maps.CniPktReasonREASON_DROP_NAT_NO_ADDR:     "drop_nat_no_addr",
-	maps.CniPktReasonREASON_DROP_BW_EGRESS:       "drop_bw_egress",
-	maps.CniPktReasonREASON_DROP_BW_INGRESS:      "drop_bw_ingress",
-	maps.CniPktReasonREASON_DNAT:                 "dnat",
-	maps.CniPktReasonREASON_REV_DNAT:             "rev_dnat",
-	maps.CniPktReasonREASON_STACK_REPLY:          "stack_reply",
-	maps.CniPktReasonREASON_FROM_STACK:           "from_stack",
-	maps.CniPktReasonREASON_TO_QDISC:             "to_qdisc",
-	maps.CniPktReasonREASON_VIA_QDISC:            "via_qdisc",
-	maps.CniPktReasonREASON_FLOW_NEW:             "flow_new",
-	maps.CniPktReasonREASON_FLOW_STACK:           "flow_stack",
-	maps.CniPktReasonREASON_ROUTED_IN:            "routed_in",
-	maps.CniPktReasonREASON_TUNNEL_ENCAP:         "tunnel_encap",
-	maps.CniPktReasonREASON_TUNNEL_DECAP:         "tunnel_decap",
-	maps.CniPktReasonREASON_DROP_TUNNEL:          "drop_tunnel",
+func reasonTables() (names, keys map[maps.CniPktReason]string, drops map[maps.CniPktReason]bool) {
+	names, keys, drops = map[maps.CniPktReason]string{}, map[maps.CniPktReason]string{}, map[maps.CniPktReason]bool{}
+	for _, r := range maps.PktReasons {
+		names[r.Reason], keys[r.Reason], drops[r.Reason] = r.Text, r.Key, r.Drop
+	}
+	return names, keys, drops
 }
 
 // IsDrop reports whether a reason is a drop.
-func IsDrop(r maps.CniPktReason) bool { return strings.HasPrefix(ReasonKeys[r], "drop_") }
+func IsDrop(r maps.CniPktReason) bool { return drops[r] }
 
 // Counter is one reason's total over all CPUs.
 type Counter struct{ Packets, Bytes uint64 }

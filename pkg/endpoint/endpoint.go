@@ -16,23 +16,14 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
-)
-
-// Plugin error codes of the endpoint feature (docs/development.md lists
-// every code and its owner).
-const (
-	// ErrAttach: a program could not be attached to the host veth.
-	ErrAttach uint = 113
-	// ErrConflict: an address from IPAM is already mapped to another live
-	// endpoint of the node.
-	ErrConflict uint = 115
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // The hooks of every host veth.
@@ -80,7 +71,7 @@ func (pod) Needs() feature.Needs { return feature.Needs{} }
 func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	em, err := MapsOf(n)
 	if err != nil {
-		return feature.Fail(node.ErrBPFFS, "opening the endpoint maps", err)
+		return feature.Fail(errcode.BPFFS, "opening the endpoint maps", err)
 	}
 	e := entry(ep)
 	if ep.Mode == attach.ModeTC {
@@ -89,31 +80,31 @@ func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	undo.Push(func() error { return em.Delete(e.HostIfIndex, e.HostMAC, e.IPs) })
 	if err := em.Put(e); err != nil {
 		if errors.Is(err, ErrEndpointConflict) {
-			return feature.Fail(ErrConflict, "adding the endpoint", err)
+			return feature.Fail(errcode.AddressConflict, "adding the endpoint", err)
 		}
-		return feature.Fail(node.ErrBPFFS, "adding the endpoint", err)
+		return feature.Fail(errcode.BPFFS, "adding the endpoint", err)
 	}
 	progs, err := n.Programs()
 	if err != nil {
-		return feature.Fail(node.ErrProgramLoad, "loading the datapath programs", err)
+		return feature.Fail(errcode.ProgramLoad, "loading the datapath programs", err)
 	}
 	dir := node.LinkDir(n.BPFRoot, ep.HostIfName)
 	undo.Push(func() error { return os.RemoveAll(dir) })
 	for _, h := range Hooks {
 		prog, err := progs.Prog(h.Name)
 		if err != nil {
-			return feature.Fail(node.ErrProgramLoad, "opening the datapath programs", err)
+			return feature.Fail(errcode.ProgramLoad, "opening the datapath programs", err)
 		}
 		a, err := attach.Attach(ep.Mode, ep.Host, h, prog, dir)
 		if err != nil {
-			return feature.Fail(ErrAttach, "attaching the datapath", err)
+			return feature.Fail(errcode.Attach, "attaching the datapath", err)
 		}
 		ep.Attachments = append(ep.Attachments, a)
 		if a.Mode == attach.ModeTC && e.Flags&uint32(maps.CniEndpointFlagsEP_F_CLSACT) == 0 {
 			// attachMode auto fell back to tc: the clsact qdisc is ours.
 			e.Flags |= uint32(maps.CniEndpointFlagsEP_F_CLSACT)
 			if err := em.Put(e); err != nil {
-				return feature.Fail(node.ErrBPFFS, "updating the endpoint", err)
+				return feature.Fail(errcode.BPFFS, "updating the endpoint", err)
 			}
 		}
 	}

@@ -18,11 +18,11 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // Feature is one capability, registered once (pkg/features). ADD runs the
@@ -206,7 +206,7 @@ func (l *Live) Host(name string) bool { return l.Records[name] != nil }
 
 // Fail is a failed step of a feature as the CNI reports it: a bad key (a
 // *config.Error in err) is code 7, a CNI error made already passes through,
-// anything else gets the feature's code and says what failed.
+// anything else gets the feature's code (pkg/errcode) and says what failed.
 func Fail(code uint, what string, err error) error {
 	if err == nil {
 		return nil

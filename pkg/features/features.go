@@ -5,7 +5,6 @@ package features
 
 import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -13,6 +12,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // All are the features in the order ADD sets them up; DEL takes them down

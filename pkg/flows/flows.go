@@ -12,8 +12,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // VerdictNames names enum flow_verdict for people.

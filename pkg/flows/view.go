@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // command is the operator CLI's flows command.

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -96,7 +97,7 @@ func allocateInSet(s *Store, c *Config, i int, set RangeSet, prev *Attachment, c
 				break // the record is stale; allocate anew
 			}
 			if requested != nil && !requested.Equal(al.Address) {
-				return nil, false, types.NewError(ErrAddressInUse, fmt.Sprintf("%s/%s already holds %s in range set %d; it cannot also take the requested %s", containerID, ifname, al.Address, i, requested), "")
+				return nil, false, types.NewError(errcode.AddressInUse, fmt.Sprintf("%s/%s already holds %s in range set %d; it cannot also take the requested %s", containerID, ifname, al.Address, i, requested), "")
 			}
 			return al.Address, false, nil
 		}
@@ -110,7 +111,7 @@ func allocateInSet(s *Store, c *Config, i int, set RangeSet, prev *Attachment, c
 			if holder != nil {
 				who = fmt.Sprintf("%s/%s", maps.GoString(holder.ContainerId[:]), maps.GoString(holder.Ifname[:]))
 			}
-			return nil, false, types.NewError(ErrAddressInUse, fmt.Sprintf("requested address %s is already held by %s", requested, who), "")
+			return nil, false, types.NewError(errcode.AddressInUse, fmt.Sprintf("requested address %s is already held by %s", requested, who), "")
 		}
 		if isMapFull(err) {
 			return nil, false, mapFullError(maps.CniMapIpamAllocs, s.allocs, "one per address held on this node")
@@ -168,7 +169,7 @@ func nextFree(s *Store, i int, set RangeSet, containerID, ifname string) (net.IP
 			ip = set[ri].Start
 		}
 		if ip.Equal(first) {
-			return nil, types.NewError(ErrRangeFull, fmt.Sprintf("no free address left in range set %d (%s) of network %q", i, describeSet(set), s.Network), "")
+			return nil, types.NewError(errcode.RangeFull, fmt.Sprintf("no free address left in range set %d (%s) of network %q", i, describeSet(set), s.Network), "")
 		}
 	}
 }
@@ -228,7 +229,7 @@ func CheckAttachment(s *Store, c *Config, containerID, ifname string, prev *curr
 		return types.NewError(types.ErrIOFailure, "reading attachment record", err.Error())
 	}
 	if att == nil {
-		return types.NewError(ErrAllocationMismatch, fmt.Sprintf("%s/%s holds no address in network %q", containerID, ifname, c.Network), "")
+		return types.NewError(errcode.AllocationMismatch, fmt.Sprintf("%s/%s holds no address in network %q", containerID, ifname, c.Network), "")
 	}
 	for i, set := range c.RangeSets {
 		found := false
@@ -238,7 +239,7 @@ func CheckAttachment(s *Store, c *Config, containerID, ifname string, prev *curr
 			}
 		}
 		if !found {
-			return types.NewError(ErrAllocationMismatch, fmt.Sprintf("%s/%s holds no address in range set %d (%s)", containerID, ifname, i, describeSet(set)), "")
+			return types.NewError(errcode.AllocationMismatch, fmt.Sprintf("%s/%s holds no address in range set %d (%s)", containerID, ifname, i, describeSet(set)), "")
 		}
 	}
 	for _, al := range att.IPs {
@@ -247,7 +248,7 @@ func CheckAttachment(s *Store, c *Config, containerID, ifname string, prev *curr
 			return types.NewError(types.ErrIOFailure, "reading allocation map", err.Error())
 		}
 		if !owns(holder, containerID, ifname) {
-			return types.NewError(ErrAllocationMismatch, fmt.Sprintf("%s is recorded for %s/%s but the allocation map does not say so", al.Address, containerID, ifname), "")
+			return types.NewError(errcode.AllocationMismatch, fmt.Sprintf("%s is recorded for %s/%s but the allocation map does not say so", al.Address, containerID, ifname), "")
 		}
 	}
 	if prev != nil {
@@ -257,7 +258,7 @@ func CheckAttachment(s *Store, c *Config, containerID, ifname string, prev *curr
 				inRanges = inRanges || set.Contains(ipc.Address.IP)
 			}
 			if inRanges && !att.holds(canonicalIP(ipc.Address.IP)) {
-				return types.NewError(ErrAllocationMismatch, fmt.Sprintf("prevResult lists %s but %s/%s does not hold it", ipc.Address.IP, containerID, ifname), "")
+				return types.NewError(errcode.AllocationMismatch, fmt.Sprintf("prevResult lists %s but %s/%s does not hold it", ipc.Address.IP, containerID, ifname), "")
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 )
 
 // NetConf is the part of a network configuration ebpf-ipam reads.
@@ -230,7 +231,7 @@ func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet, node []NodeNet) (
 				}
 			}
 			if idx < 0 {
-				return nil, types.NewError(ErrAddressNotInRange, fmt.Sprintf("requested address %s (%s) is outside every configured range", ip, src.key), "")
+				return nil, types.NewError(errcode.AddressNotInRange, fmt.Sprintf("requested address %s (%s) is outside every configured range", ip, src.key), "")
 			}
 			if prev, dup := out[idx]; dup && !prev.Equal(ip) {
 				return nil, types.NewError(src.code, fmt.Sprintf("requested addresses %s and %s (%s) fall in the same range set; one address per range set", prev, ip, src.key), "")

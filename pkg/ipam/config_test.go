@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 )
 
 func conf(ipam string) []byte {
@@ -121,7 +122,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"pair without =", conf(`"subnet":"10.0.0.0/24"`), "IgnoreUnknown=1;IP", types.ErrInvalidEnvironmentVariables, `"IP"`},
 		{"pair without key", conf(`"subnet":"10.0.0.0/24"`), "IgnoreUnknown=1;=10.0.0.5", types.ErrInvalidEnvironmentVariables, `"=10.0.0.5"`},
 		{"bad args.cni.ips", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"args":{"cni":{"ips":["nope"]}}}`), "", types.ErrInvalidNetworkConfig, "args.cni.ips"},
-		{"requested outside ranges", conf(`"subnet":"10.0.0.0/24"`), "IP=10.5.0.1", ErrAddressNotInRange, "outside every configured range"},
+		{"requested outside ranges", conf(`"subnet":"10.0.0.0/24"`), "IP=10.5.0.1", errcode.AddressNotInRange, "outside every configured range"},
 		{"requested gateway-less duplicate set", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":["10.0.0.7","10.0.0.8"]}}`), "", types.ErrInvalidNetworkConfig, "same range set"},
 		{"bad ipRanges", []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ebpf-ipam","subnet":"10.0.0.0/24"},"runtimeConfig":{"ipRanges":[[{"subnet":"10.0.0.0/40"}]]}}`), "", types.ErrInvalidNetworkConfig, "runtimeConfig.ipRanges[0][0].subnet"},
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -24,7 +25,7 @@ func mapFullError(name string, m *ebpf.Map, what string) error {
 	if m != nil {
 		size = fmt.Sprintf(" (%d entries; %s)", m.MaxEntries(), what)
 	}
-	return types.NewError(ErrMapFull, fmt.Sprintf("ebpf-ipam map %s is full%s: free room by removing what is no longer used: DEL the attachments of gone containers, `ebpf-cni gc`, or a CNI GC of each network (ebpf-ipam GC also forgets the networks without addresses); `ebpf-cni ipam` lists what is held", name, size), "")
+	return types.NewError(errcode.MapFull, fmt.Sprintf("ebpf-ipam map %s is full%s: free room by removing what is no longer used: DEL the attachments of gone containers, `ebpf-cni gc`, or a CNI GC of each network (ebpf-ipam GC also forgets the networks without addresses); `ebpf-cni ipam` lists what is held", name, size), "")
 }
 
 // Forget removes the network's bookkeeping once it holds no address: its

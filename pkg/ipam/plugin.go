@@ -11,6 +11,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -181,7 +182,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	var e *types.Error
 	if errors.As(err, &e) {
 		switch e.Code {
-		case ErrStateUnavailable, ErrNetworkIDClash, types.ErrIOFailure:
+		case errcode.StateUnavailable, errcode.NetworkIDClash, types.ErrIOFailure:
 			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: "+e.Msg, e.Details)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
@@ -177,7 +178,7 @@ func stateError(key string, err error) error {
 	if errors.Is(err, maps.ErrNotBPFFS) {
 		hint = "; set ipam.bpfRoot to a directory on bpffs"
 	}
-	return types.NewError(ErrStateUnavailable, fmt.Sprintf("ebpf-ipam state (%s) unusable: %v%s", key, err, hint), "")
+	return types.NewError(errcode.StateUnavailable, fmt.Sprintf("ebpf-ipam state (%s) unusable: %v%s", key, err, hint), "")
 }
 
 // errNoState: the network's directory is not there and the caller does
@@ -275,7 +276,7 @@ func (s *Store) register() (err error) {
 	_, err = maps.RegisterNetwork(s.nets, s.Network)
 	var clash *maps.NetworkClash
 	if errors.As(err, &clash) {
-		return types.NewError(ErrNetworkIDClash, clash.Error(), "")
+		return types.NewError(errcode.NetworkIDClash, clash.Error(), "")
 	}
 	if isMapFull(err) {
 		return mapFullError(maps.CniMapIpamNets, s.nets, "every network with an address on this node has one")
@@ -303,7 +304,7 @@ func (s *Store) checkRegistry() (bool, error) {
 		return false, stateError("bpfRoot", fmt.Errorf("reading %s: %w", maps.CniMapIpamNets, err))
 	}
 	if other := maps.GoString(v.Name[:]); other != maps.Fit(s.Network, maps.CniNetNameLen) {
-		return false, types.NewError(ErrNetworkIDClash, (&maps.NetworkClash{Network: s.Network, Other: other, ID: s.NetID}).Error(), "")
+		return false, types.NewError(errcode.NetworkIDClash, (&maps.NetworkClash{Network: s.Network, Other: other, ID: s.NetID}).Error(), "")
 	}
 	return true, nil
 }

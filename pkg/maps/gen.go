@@ -6,8 +6,10 @@
 //
 // Adding a map or a type is a C change only: bpf2go.sh makes every struct
 // and enum of types.h a Go type, layouts.go writes every map's key and
-// value sizes (make generate runs both).
+// value sizes, reasons.go names every drop and pass reason (make generate
+// runs all three).
 package maps
 
 //go:generate ./bpf2go.sh
 //go:generate go run layouts.go
+//go:generate go run reasons.go

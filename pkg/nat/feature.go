@@ -2,17 +2,14 @@ package nat
 
 import (
 	"errors"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
-
-// ErrMasquerade is the plugin error code of masquerade: it could not be
-// set up (uplink programs or maps); a bad masquerade key is code 7 instead.
-const ErrMasquerade uint = 118
 
 // Feature is masquerade (ipMasq).
 type Feature struct{}
@@ -55,7 +52,7 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
 		return nil
 	}
 	if err := Apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode); err != nil {
-		return feature.Fail(ErrMasquerade, "setting up masquerade", err)
+		return feature.Fail(errcode.Masquerade, "setting up masquerade", err)
 	}
 	return ep.SetFeature(name, appliedOf(p.s, ep.DeviceMode))
 }

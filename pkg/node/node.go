@@ -21,16 +21,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
-// Plugin error codes of the node's state (the CNI spec reserves 0-99;
-// docs/development.md lists who owns which code).
-const (
-	// ErrBPFFS: bpfRoot is not on a mounted bpf filesystem or not usable.
-	ErrBPFFS uint = 111
-	// ErrProgramLoad: the datapath programs could not be loaded, verified
-	// or pinned.
-	ErrProgramLoad uint = 112
-)
-
 // LockMode is how a call holds the node lock.
 type LockMode int
 

@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
@@ -72,7 +73,7 @@ func openPod(c *Config, netns string, w *watch) (ns.NetNS, *node.Node, error) {
 	}
 	if err := maps.CheckBPFFS(c.BPFRoot); err != nil {
 		podNS.Close()
-		return nil, nil, cniError(node.ErrBPFFS, "invalid bpfRoot", err)
+		return nil, nil, cniError(errcode.BPFFS, "invalid bpfRoot", err)
 	}
 	w.lap("netns")
 	n, err := openNode(c, node.Shared, w)
@@ -129,7 +130,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	defer func() { logTiming("ADD", args, n, err) }()
 	n.Phase("programs")
 	if _, err := n.Programs(); err != nil {
-		return cniError(node.ErrProgramLoad, "loading the datapath programs", err)
+		return cniError(errcode.ProgramLoad, "loading the datapath programs", err)
 	}
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
@@ -145,7 +146,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	defer al.Unlock()
 	if _, err := n.Record(hostName); err == nil {
-		return types.NewError(ErrInterfaceExists, fmt.Sprintf("attachment %s/%s already exists (host veth %s); DEL it first", args.ContainerID, args.IfName, hostName), "")
+		return types.NewError(errcode.InterfaceExists, fmt.Sprintf("attachment %s/%s already exists (host veth %s); DEL it first", args.ContainerID, args.IfName, hostName), "")
 	}
 	// CNI_IFNAME taken in the pod is found by veth.Create (the kernel
 	// refuses the pair), after IPAM, whose allocation the undo releases:
@@ -163,11 +164,11 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	}()
 
 	n.Phase("ipam")
-	r, err := Delegate.Add(c)
+	r, err := c.ipam().Add(args, c)
 	if err != nil {
 		// The IPAM plugin may have allocated before it failed (or printed
 		// something that is not a result): release whatever it holds.
-		_ = Delegate.Del(c)
+		_ = c.ipam().Del(args, c)
 		return ipamError("ADD", err)
 	}
 	// An attachment whose host veth exists already (its record lost) holds
@@ -178,14 +179,14 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		if keepIPAM {
 			return nil
 		}
-		return Delegate.Del(c)
+		return c.ipam().Del(args, c)
 	})
 	res, err := current.NewResultFromResult(r)
 	if err != nil {
-		return cniError(ErrIPAM, "converting the IPAM result", err)
+		return cniError(errcode.IPAM, "converting the IPAM result", err)
 	}
 	if len(res.IPs) == 0 {
-		return types.NewError(ErrIPAM, fmt.Sprintf("IPAM plugin %s returned no address", c.IPAMType), "")
+		return types.NewError(errcode.IPAM, fmt.Sprintf("IPAM plugin %s returned no address", c.IPAMType), "")
 	}
 	// Another IPAM plugin (host-local, dhcp) may hand out what a pod must
 	// never have (an address of the node, a reserved one, its subnet's
@@ -208,18 +209,18 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		if errors.Is(err, veth.ErrInterfaceExists) {
 			keepIPAM = veth.Exists(hostName)
-			return cniError(ErrInterfaceExists, "creating the veth pair", err)
+			return cniError(errcode.InterfaceExists, "creating the veth pair", err)
 		}
-		return cniError(ErrLinkSetup, "creating the veth pair", err)
+		return cniError(errcode.LinkSetup, "creating the veth pair", err)
 	}
 	undo.Push(func() error { return veth.DeleteHost(hostName) })
 	asked := len(routes)
 	podLink, routes, err := veth.ConfigurePod(podNS, args.IfName, res.IPs, routes)
 	if err != nil {
-		return cniError(ErrLinkSetup, "configuring "+args.IfName+" in the pod", err)
+		return cniError(errcode.LinkSetup, "configuring "+args.IfName+" in the pod", err)
 	}
 	if err := veth.ConfigureHost(host, res.IPs); err != nil {
-		return cniError(ErrLinkSetup, "configuring host veth "+hostName, err)
+		return cniError(errcode.LinkSetup, "configuring host veth "+hostName, err)
 	}
 	if err := ensureRanges(n, &undo, hostName, res.IPs); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -120,7 +121,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return nil
 	})
 	if err != nil {
-		return cniError(ErrCheckFailed, "inspecting the pod", err)
+		return cniError(errcode.CheckFailed, "inspecting the pod", err)
 	}
 
 	// Host side, then every feature.
@@ -156,9 +157,9 @@ func CmdCheck(args *skel.CmdArgs) error {
 	}
 
 	if len(problems) > 0 {
-		return types.NewError(ErrCheckFailed, fmt.Sprintf("check of %s/%s failed: %s", args.ContainerID, args.IfName, strings.Join(problems, "; ")), "")
+		return types.NewError(errcode.CheckFailed, fmt.Sprintf("check of %s/%s failed: %s", args.ContainerID, args.IfName, strings.Join(problems, "; ")), "")
 	}
-	if err := Delegate.Check(c); err != nil {
+	if err := c.ipam().Check(args, c); err != nil {
 		return ipamError("CHECK", err)
 	}
 	return nil

@@ -57,6 +57,9 @@ type Config struct {
 	// Pods are the registered features configured for the call (ADD,
 	// CHECK), in the order of features.All.
 	Pods []feature.Pod
+	// IPAM is the call's IPAM step; nil (what ParseConfig leaves) is the
+	// default: ebpf-ipam in this process, or the plugin ipam.type names.
+	IPAM IPAM
 }
 
 // ParseConfig validates stdin and the CNI_ARGS of a call; every error names

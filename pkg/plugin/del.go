@@ -48,7 +48,7 @@ func CmdDel(args *skel.CmdArgs) (err error) {
 		errs = append(errs, err)
 	}
 	n.Phase("ipam")
-	if err := Delegate.Del(c); err != nil {
+	if err := c.ipam().Del(args, c); err != nil {
 		if len(errs) == 0 {
 			return ipamError("DEL", err) // IPAM's own error, as it gave it
 		}

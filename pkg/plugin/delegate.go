@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
@@ -17,25 +18,20 @@ import (
 
 // The delegation of the CNI spec ("Delegated plugins"), as libcni's
 // invoke.Delegate* do it: the plugin is found in CNI_PATH and runs with
-// this call's environment, CNI_COMMAND set to the verb, and the IPAM
-// configuration on stdin. Written here because invoke carries OpenTelemetry,
+// this call's environment, CNI_COMMAND set to the verb, the attachment's
+// CNI_* variables from its arguments, and the IPAM configuration on stdin. Written here because invoke carries OpenTelemetry,
 // net/http and TLS into the binary: 1.5 MB, and 0.5-1 ms of every exec of
 // ebpf-cni, which has no use for them.
 
 // delegate runs plugin for verb and returns what it printed. A failure is
 // a *types.Error: the one the plugin printed, or code 0 naming what went
-// wrong (ipamError turns code 0 into ErrIPAM).
-func delegate(verb, plugin string, conf []byte) ([]byte, error) {
-	path, err := findInPath(plugin, filepath.SplitList(os.Getenv("CNI_PATH")))
+// wrong (ipamError turns code 0 into errcode.IPAM).
+func delegate(verb string, a *skel.CmdArgs, plugin string, conf []byte) ([]byte, error) {
+	path, err := findInPath(plugin, filepath.SplitList(a.Path))
 	if err != nil {
 		return nil, err
 	}
-	env := []string{"CNI_COMMAND=" + verb}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CNI_COMMAND=") {
-			env = append(env, kv)
-		}
-	}
+	env := delegateEnv(verb, a)
 	for try := 0; ; try++ {
 		var stdout, stderr bytes.Buffer
 		cmd := exec.Command(path)
@@ -51,6 +47,30 @@ func delegate(verb, plugin string, conf []byte) ([]byte, error) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// delegateEnv is this process's environment with the CNI_* variables of
+// verb and a instead of its own (those a leaves empty unset, as the spec
+// has them for STATUS and GC).
+func delegateEnv(verb string, a *skel.CmdArgs) []string {
+	vars := [][2]string{{"CNI_COMMAND", verb}, {"CNI_CONTAINERID", a.ContainerID}, {"CNI_NETNS", a.Netns},
+		{"CNI_IFNAME", a.IfName}, {"CNI_ARGS", a.Args}, {"CNI_PATH", a.Path}}
+	var env []string
+	for _, kv := range os.Environ() {
+		own := false
+		for _, v := range vars {
+			own = own || strings.HasPrefix(kv, v[0]+"=")
+		}
+		if !own {
+			env = append(env, kv)
+		}
+	}
+	for _, v := range vars {
+		if v[1] != "" {
+			env = append(env, v[0]+"="+v[1])
+		}
+	}
+	return env
 }
 
 // findInPath is the first regular file named plugin in paths.

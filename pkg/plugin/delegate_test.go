@@ -5,33 +5,42 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 )
 
 // fakeIPAM writes an IPAM "plugin" (a shell script) into a CNI_PATH of its
-// own and returns the configuration that names it.
-func fakeIPAM(t *testing.T, script string) *Config {
+// own and returns the arguments of an ADD and the configuration that
+// names it.
+func fakeIPAM(t *testing.T, script string) (*skel.CmdArgs, *Config) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "fake-ipam"), []byte("#!/bin/sh\n"+script), 0o755))
-	t.Setenv("CNI_PATH", filepath.Join(t.TempDir(), "empty")+string(filepath.ListSeparator)+dir)
-	t.Setenv("CNI_COMMAND", "ADD")
-	return &Config{IPAMType: "fake-ipam", IPAMConf: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"fake-ipam"}}`)}
+	a := &skel.CmdArgs{ContainerID: "c1", Netns: "/run/netns/p1", IfName: "eth7", Args: "IgnoreUnknown=1",
+		Path: filepath.Join(t.TempDir(), "empty") + string(filepath.ListSeparator) + dir}
+	return a, &Config{IPAMType: "fake-ipam", IPAMConf: []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"fake-ipam"}}`)}
 }
 
-// The delegated plugin gets the verb in CNI_COMMAND, the rest of the
+// The delegated plugin gets the verb in CNI_COMMAND, the attachment's
+// CNI_* variables from the arguments (not this process's), the rest of the
 // environment, and the configuration on stdin; a result without a
 // cniVersion is read as the configuration's.
 func TestDelegateAdd(t *testing.T) {
-	c := fakeIPAM(t, `
+	a, c := fakeIPAM(t, `
 [ "$CNI_COMMAND" = ADD ] || { echo '{"code":4,"msg":"command '$CNI_COMMAND'"}'; exit 1; }
-[ "$CNI_IFNAME" = eth7 ] || { echo '{"code":4,"msg":"ifname '$CNI_IFNAME'"}'; exit 1; }
+[ "$CNI_CONTAINERID/$CNI_NETNS/$CNI_IFNAME/$CNI_ARGS" = c1//run/netns/p1/eth7/IgnoreUnknown=1 ] || { echo '{"code":4,"msg":"attachment '$CNI_CONTAINERID/$CNI_NETNS/$CNI_IFNAME/$CNI_ARGS'"}'; exit 1; }
+[ "$OTHER" = kept ] || { echo '{"code":4,"msg":"environment"}'; exit 1; }
 grep -q '"type":"fake-ipam"' || { echo '{"code":4,"msg":"stdin"}'; exit 1; }
 echo '{"ips":[{"address":"10.1.2.3/24"}]}'
 `)
-	t.Setenv("CNI_IFNAME", "eth7")
-	r, err := execIPAM{}.Add(c)
+	for k, v := range map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c0", "CNI_NETNS": "/run/netns/p0",
+		"CNI_IFNAME": "eth0", "CNI_ARGS": "K8S_POD_NAME=p0", "CNI_PATH": "/nowhere", "OTHER": "kept"} {
+		t.Setenv(k, v)
+	}
+	r, err := execIPAM{}.Add(a, c)
 	require.NoError(t, err)
 	require.Equal(t, "1.0.0", r.Version())
 	res, err := current.NewResultFromResult(r)
@@ -41,12 +50,24 @@ echo '{"ips":[{"address":"10.1.2.3/24"}]}'
 
 	// The verb is DEL although this call's CNI_COMMAND is ADD: the script
 	// refuses it.
-	err = execIPAM{}.Del(c)
+	err = execIPAM{}.Del(a, c)
 	require.ErrorContains(t, err, "command DEL")
 }
 
+// STATUS and GC name no attachment: the child has no CNI_CONTAINERID,
+// CNI_NETNS, CNI_IFNAME, whatever this process has.
+func TestDelegateStatusNamesNoAttachment(t *testing.T) {
+	a, c := fakeIPAM(t, `
+[ "$CNI_COMMAND" = STATUS ] || { echo '{"code":4,"msg":"command '$CNI_COMMAND'"}'; exit 1; }
+[ -z "${CNI_CONTAINERID+x}${CNI_NETNS+x}${CNI_IFNAME+x}" ] || { echo '{"code":4,"msg":"attachment set"}'; exit 1; }
+`)
+	t.Setenv("CNI_CONTAINERID", "c0")
+	t.Setenv("CNI_IFNAME", "eth0")
+	require.NoError(t, execIPAM{}.Status(&skel.CmdArgs{Path: a.Path}, c))
+}
+
 // A failing plugin's own error comes through with its code; one that
-// prints nothing usable is code 0, which ipamError makes ErrIPAM.
+// prints nothing usable is code 0, which ipamError makes errcode.IPAM.
 func TestDelegateErrors(t *testing.T) {
 	for name, tc := range map[string]struct {
 		script string
@@ -54,9 +75,9 @@ func TestDelegateErrors(t *testing.T) {
 		msg    string
 	}{
 		"its error":   {`echo '{"cniVersion":"1.0.0","code":11,"msg":"no addresses left"}'; exit 1`, 11, "no addresses left"},
-		"garbage":     {`echo 'panic: oops'; exit 2`, ErrIPAM, "error parsing its diagnostic message"},
-		"stderr only": {`echo 'segfault' >&2; exit 2`, ErrIPAM, "segfault"},
-		"silent":      {`exit 3`, ErrIPAM, "no error message"},
+		"garbage":     {`echo 'panic: oops'; exit 2`, errcode.IPAM, "error parsing its diagnostic message"},
+		"stderr only": {`echo 'segfault' >&2; exit 2`, errcode.IPAM, "segfault"},
+		"silent":      {`exit 3`, errcode.IPAM, "no error message"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := execIPAM{}.Add(fakeIPAM(t, tc.script))
@@ -68,9 +89,9 @@ func TestDelegateErrors(t *testing.T) {
 		})
 	}
 	t.Run("not in CNI_PATH", func(t *testing.T) {
-		c := fakeIPAM(t, "exit 0")
+		a, c := fakeIPAM(t, "exit 0")
 		c.IPAMType = "no-such-ipam"
-		err := execIPAM{}.Del(c)
+		err := execIPAM{}.Del(a, c)
 		require.ErrorContains(t, err, `failed to find plugin "no-such-ipam"`)
 	})
 	t.Run("result is not JSON", func(t *testing.T) {

@@ -6,28 +6,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
-)
-
-// Plugin error codes of ebpf-cni's core steps. The CNI spec reserves 0-99;
-// ebpf-ipam uses 100-109; the node's state and the features own theirs
-// (node.ErrBPFFS, endpoint.ErrConflict, nat.ErrMasquerade...):
-// docs/development.md lists them all, README.md documents them.
-const (
-	// ErrInterfaceExists: CNI_IFNAME already exists in the pod's netns, or
-	// the attachment's host veth already exists on the node.
-	ErrInterfaceExists uint = 110
-	// ErrLinkSetup: creating or configuring the veth pair, its addresses,
-	// routes or sysctls failed.
-	ErrLinkSetup uint = 114
-	// ErrCheckFailed: CHECK found the attachment differs from prevResult or
-	// from what ADD made; the message names every difference.
-	ErrCheckFailed uint = 116
-	// ErrIPAM: the IPAM plugin failed (its own error is in details).
-	ErrIPAM uint = 117
-	// ErrKernelFeature: the configuration asks for a kernel feature this
-	// kernel lacks (the message names the key and the feature; see
-	// docs/kernels.md); nothing was made.
-	ErrKernelFeature uint = 123
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 )
 
 func invalidConfig(key, msg string) error { return config.Invalid(key, "%s", msg).CNI() }
@@ -49,5 +28,5 @@ func ipamError(verb string, err error) error {
 	if errors.As(err, &te) && te.Code != 0 {
 		return te
 	}
-	return cniError(ErrIPAM, "IPAM "+verb, err)
+	return cniError(errcode.IPAM, "IPAM "+verb, err)
 }

@@ -81,7 +81,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		errs = append(errs, err)
 	}
 
-	if err := Delegate.GC(c); err != nil {
+	if err := c.ipam().GC(args, c); err != nil {
 		if errors.Join(errs...) == nil {
 			return ipamError("GC", err) // IPAM's own error, as it gave it
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -176,11 +177,6 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	return h, errors.Join(errs...)
 }
 
-// ErrUnavailableDamaged is the spec's STATUS code 51: the plugin is not
-// available, and existing containers in the network may have limited
-// connectivity.
-const ErrUnavailableDamaged uint = 51
-
 // HealPeriod is how often an ADD heals the node when no STATUS did (a
 // runtime that does not call STATUS: containerd before 2.0, CRI-O, podman).
 var HealPeriod = 5 * time.Second
@@ -250,7 +246,7 @@ func releaseStray(n *node.Node, o HealOptions, recordNames []string, present map
 			if _, err := n.Record(host); err == nil || veth.Exists(host) {
 				return nil // its ADD went on meanwhile
 			}
-			return asAttachment(a.ContainerID, a.IfName, "", func() error { return Delegate.Del(o.Config) })
+			return o.Config.ipam().Del(otherAttachment(a.ContainerID, a.IfName, ""), o.Config)
 		}))
 	}
 	return errors.Join(errs...)
@@ -521,7 +517,7 @@ func reclaim(n *node.Node, name string, o HealOptions, h *Healed) error {
 	if !ipam {
 		return nil // another network's: its own STATUS or ADD, or ebpf-cni gc, releases its addresses
 	}
-	return asAttachment(r.ContainerID, r.IfName, r.NetNS, func() error { return Delegate.Del(o.Config) })
+	return o.Config.ipam().Del(otherAttachment(r.ContainerID, r.IfName, r.NetNS), o.Config)
 }
 
 // podAlive reports whether the pod's interface still lives in the netns
@@ -542,28 +538,10 @@ func podAlive(r *node.Record) bool {
 	return alive
 }
 
-// asAttachment runs f as a call about another attachment: the IPAM step
-// reads the attachment's identity from the CNI_* variables, as a
-// delegated plugin does.
-func asAttachment(containerID, ifName, netns string, f func() error) error {
-	vars := map[string]string{"CNI_CONTAINERID": containerID, "CNI_IFNAME": ifName, "CNI_NETNS": netns, "CNI_ARGS": ""}
-	old := map[string]*string{}
-	for k, v := range vars {
-		if cur, ok := os.LookupEnv(k); ok {
-			old[k] = &cur
-		} else {
-			old[k] = nil
-		}
-		os.Setenv(k, v)
-	}
-	defer func() {
-		for k, v := range old {
-			if v == nil {
-				os.Unsetenv(k)
-			} else {
-				os.Setenv(k, *v)
-			}
-		}
-	}()
-	return f()
+// otherAttachment are the IPAM arguments of an attachment that is not the
+// call's (healing releases its addresses): its identity, no CNI_ARGS, and
+// this process's CNI_PATH (the calling verb's, which skel read from there,
+// or the operator's).
+func otherAttachment(containerID, ifName, netns string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: containerID, IfName: ifName, Netns: netns, Path: os.Getenv("CNI_PATH")}
 }

@@ -10,80 +10,81 @@ import (
 )
 
 // IPAM is the IPAM step of the verbs: a seam, so that an allocator run in
-// the plugin's own process can take the place of the delegated plugin.
+// the plugin's own process can take the place of the delegated plugin, and
+// a test can put its own (Config.IPAM). a is the attachment the step is
+// for, with the call's CNI_ARGS and CNI_PATH: the verb's own arguments, or
+// those of another attachment that healing releases. Its StdinData is not
+// read: the IPAM configuration is c.IPAMConf.
 type IPAM interface {
-	Add(c *Config) (types.Result, error)
-	Del(c *Config) error
-	Check(c *Config) error
-	Status(c *Config) error
-	GC(c *Config) error
+	Add(a *skel.CmdArgs, c *Config) (types.Result, error)
+	Del(a *skel.CmdArgs, c *Config) error
+	Check(a *skel.CmdArgs, c *Config) error
+	Status(a *skel.CmdArgs, c *Config) error
+	GC(a *skel.CmdArgs, c *Config) error
 }
 
-// Delegate is the IPAM step the verbs use: by default ebpf-ipam's allocator
-// in this process when the configuration names ebpf-ipam, and otherwise
-// the plugin it names (ipam.type), run as the CNI spec says.
-var Delegate IPAM = defaultIPAM{}
-
-// IPAMExecEnv set to 1 makes ebpf-cni run ebpf-ipam as a child process
-// like any other IPAM plugin (the in-process allocator is the same code,
-// state and locks: this is for comparing the two).
-const IPAMExecEnv = "EBPF_CNI_IPAM_EXEC"
-
-// defaultIPAM picks, per call, in-process ebpf-ipam or the exec protocol.
-type defaultIPAM struct{}
-
-func (defaultIPAM) pick(c *Config) IPAM {
+// ipam is the call's IPAM step: Config.IPAM, or by default ebpf-ipam's
+// allocator in this process when the configuration names ebpf-ipam, and
+// otherwise the plugin it names (ipam.type), run as the CNI spec says.
+func (c *Config) ipam() IPAM {
+	if c.IPAM != nil {
+		return c.IPAM
+	}
 	if c.IPAMType == DefaultIPAM && os.Getenv(IPAMExecEnv) != "1" {
 		return inProcessIPAM{}
 	}
 	return execIPAM{}
 }
 
-func (d defaultIPAM) Add(c *Config) (types.Result, error) { return d.pick(c).Add(c) }
-func (d defaultIPAM) Del(c *Config) error                 { return d.pick(c).Del(c) }
-func (d defaultIPAM) Check(c *Config) error               { return d.pick(c).Check(c) }
-func (d defaultIPAM) Status(c *Config) error              { return d.pick(c).Status(c) }
-func (d defaultIPAM) GC(c *Config) error                  { return d.pick(c).GC(c) }
+// IPAMExecEnv set to 1 makes ebpf-cni run ebpf-ipam as a child process
+// like any other IPAM plugin (the in-process allocator is the same code,
+// state and locks: this is for comparing the two).
+const IPAMExecEnv = "EBPF_CNI_IPAM_EXEC"
 
 // inProcessIPAM runs ebpf-ipam's verbs in this process: what exec costs
 // (a second Go binary started, about 5 ms of every ADD and DEL) is saved;
-// the attachment's identity comes from the same CNI_* variables the child
-// would read.
+// ebpf-ipam gets the arguments the child would have.
 type inProcessIPAM struct{}
 
-func ipamArgs(c *Config) *skel.CmdArgs {
-	return &skel.CmdArgs{ContainerID: os.Getenv("CNI_CONTAINERID"), Netns: os.Getenv("CNI_NETNS"), IfName: os.Getenv("CNI_IFNAME"),
-		Args: os.Getenv("CNI_ARGS"), Path: os.Getenv("CNI_PATH"), StdinData: c.IPAMConf}
+// ipamArgs are a's arguments with the IPAM configuration on "stdin".
+func ipamArgs(a *skel.CmdArgs, c *Config) *skel.CmdArgs {
+	b := *a
+	b.StdinData = c.IPAMConf
+	return &b
 }
 
-func (inProcessIPAM) Add(c *Config) (types.Result, error) {
-	r, _, err := ebpfipam.Add(ipamArgs(c))
+func (inProcessIPAM) Add(a *skel.CmdArgs, c *Config) (types.Result, error) {
+	r, _, err := ebpfipam.Add(ipamArgs(a, c))
 	if err != nil {
 		return nil, err
 	}
 	return r, nil
 }
-func (inProcessIPAM) Del(c *Config) error    { return ebpfipam.CmdDel(ipamArgs(c)) }
-func (inProcessIPAM) Check(c *Config) error  { return ebpfipam.CmdCheck(ipamArgs(c)) }
-func (inProcessIPAM) Status(c *Config) error { return ebpfipam.CmdStatus(ipamArgs(c)) }
-func (inProcessIPAM) GC(c *Config) error     { return ebpfipam.CmdGC(ipamArgs(c)) }
+func (inProcessIPAM) Del(a *skel.CmdArgs, c *Config) error { return ebpfipam.CmdDel(ipamArgs(a, c)) }
+func (inProcessIPAM) Check(a *skel.CmdArgs, c *Config) error {
+	return ebpfipam.CmdCheck(ipamArgs(a, c))
+}
+func (inProcessIPAM) Status(a *skel.CmdArgs, c *Config) error {
+	return ebpfipam.CmdStatus(ipamArgs(a, c))
+}
+func (inProcessIPAM) GC(a *skel.CmdArgs, c *Config) error { return ebpfipam.CmdGC(ipamArgs(a, c)) }
 
 // execIPAM runs the IPAM plugin as a child process (delegate.go).
 type execIPAM struct{}
 
-func (execIPAM) Add(c *Config) (types.Result, error) {
-	out, err := delegate("ADD", c.IPAMType, c.IPAMConf)
+func (execIPAM) Add(a *skel.CmdArgs, c *Config) (types.Result, error) {
+	out, err := delegate("ADD", a, c.IPAMType, c.IPAMConf)
 	if err != nil {
 		return nil, err
 	}
 	return delegatedResult(c.IPAMConf, out)
 }
-func (execIPAM) Del(c *Config) error    { return delegateNoResult("DEL", c) }
-func (execIPAM) Check(c *Config) error  { return delegateNoResult("CHECK", c) }
-func (execIPAM) Status(c *Config) error { return delegateNoResult("STATUS", c) }
-func (execIPAM) GC(c *Config) error     { return delegateNoResult("GC", c) }
+func (execIPAM) Del(a *skel.CmdArgs, c *Config) error    { return delegateNoResult("DEL", a, c) }
+func (execIPAM) Check(a *skel.CmdArgs, c *Config) error  { return delegateNoResult("CHECK", a, c) }
+func (execIPAM) Status(a *skel.CmdArgs, c *Config) error { return delegateNoResult("STATUS", a, c) }
+func (execIPAM) GC(a *skel.CmdArgs, c *Config) error     { return delegateNoResult("GC", a, c) }
 
-func delegateNoResult(verb string, c *Config) error {
-	_, err := delegate(verb, c.IPAMType, c.IPAMConf)
+func delegateNoResult(verb string, a *skel.CmdArgs, c *Config) error {
+	_, err := delegate(verb, a, c.IPAMType, c.IPAMConf)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
@@ -14,7 +15,7 @@ import (
 // instead of a failure deep in an attach (ADD) or a silent fallback. What
 // the kernel lacks but the plugin works around (fq for EDT, the
 // bpf_cast_to_kern_ctx kfunc) is not an error: ebpf-cni status reports it.
-// ADD answers with ErrKernelFeature, STATUS with "plugin not available".
+// ADD answers with errcode.KernelFeature, STATUS with "plugin not available".
 func kernelSupports(mode attach.Mode) error {
 	if f := kernel.HaveBTF(); !f.Available {
 		return fmt.Errorf("kernel without BTF: %s", f.Detail)
@@ -28,5 +29,5 @@ func kernelSupports(mode attach.Mode) error {
 }
 
 func kernelError(err error) error {
-	return types.NewError(ErrKernelFeature, err.Error(), "")
+	return types.NewError(errcode.KernelFeature, err.Error(), "")
 }

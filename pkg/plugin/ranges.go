@@ -7,6 +7,7 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -30,14 +31,14 @@ func ensureRanges(n *node.Node, undo *feature.Undo, hostName string, ips []*curr
 	}
 	l, err := n.Lock(rangesLock)
 	if err != nil {
-		return cniError(ErrLinkSetup, "locking the pod ranges", err)
+		return cniError(errcode.LinkSetup, "locking the pod ranges", err)
 	}
 	defer l.Unlock()
 	undo.Push(func() error {
 		return errors.Join(veth.DeleteHost(hostName), releaseRanges(n, ranges))
 	})
 	if err := veth.EnsureRanges(ranges); err != nil {
-		return cniError(ErrLinkSetup, "routing the pod ranges", err)
+		return cniError(errcode.LinkSetup, "routing the pod ranges", err)
 	}
 	return nil
 }

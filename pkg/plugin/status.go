@@ -56,11 +56,11 @@ func CmdStatus(args *skel.CmdArgs) (err error) {
 		if errors.Is(err, errLost) {
 			msg = "existing pods lost part of their network state"
 		}
-		return types.NewError(ErrUnavailableDamaged, msg+": "+err.Error(),
+		return types.NewError(types.ErrLimitedConnectivity, msg+": "+err.Error(),
 			"run ebpf-cni status in the node's network namespace for what is wrong, and ebpf-cni repair")
 	}
 	n.Phase("ipam")
-	if err := Delegate.Status(c); err != nil {
+	if err := c.ipam().Status(args, c); err != nil {
 		// An IPAM plugin that cannot allocate makes ADD fail: for the
 		// runtime that is "not available" (50), whatever IPAM's own code.
 		msg, details := "IPAM plugin "+c.IPAMType+" not available", err.Error()

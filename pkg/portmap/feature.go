@@ -10,23 +10,14 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
-)
-
-// Plugin error codes of hostPort (docs/development.md lists every code).
-const (
-	// ErrHostPortConflict: a port mapping is held by another pod (the
-	// message names it); nothing of the ADD remains.
-	ErrHostPortConflict uint = 120
-	// ErrHostPort: port mappings could not be set up (maps, socket hooks,
-	// uplink programs); a bad mapping is code 7 instead.
-	ErrHostPort uint = 121
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // SockHooks are the socket-address hooks of the node's cgroup: hostPort
@@ -99,9 +90,9 @@ func (p pod) Needs() feature.Needs {
 // fail turns an error of hostPort into a CNI error.
 func fail(err error) error {
 	if errors.Is(err, ErrConflict) {
-		return types.NewError(ErrHostPortConflict, err.Error(), "")
+		return types.NewError(errcode.HostPortConflict, err.Error(), "")
 	}
-	return feature.Fail(ErrHostPort, "setting up port mappings", err)
+	return feature.Fail(errcode.HostPort, "setting up port mappings", err)
 }
 
 // Add serves the pod's port mappings: the uplinks and the socket hooks

@@ -2,7 +2,7 @@ package portmap
 
 import (
 	"errors"
-	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"net"
 	"testing"

@@ -6,9 +6,9 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // command is the operator CLI's ports command.

@@ -24,12 +24,12 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
@@ -467,13 +467,13 @@ func TestBandwidthLifecycle(t *testing.T) {
 				require.NoError(t, e.cni.Check(list, p.RT))
 				other := e.bwList(v, map[string]any{"egressRate": 20_000_000, "egressBurst": 1_000_000})
 				err := e.cni.Check(other, p.RT)
-				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
+				require.Equal(t, errcode.CheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "egress is rate 10000000")
 				tb, err := bandwidth.OpenTable(e.bpfRoot)
 				require.NoError(t, err)
 				require.NoError(t, tb.Delete(idx))
 				err = e.cni.Check(list, p.RT)
-				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
+				require.Equal(t, errcode.CheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "no bw_buckets entry")
 				require.NoError(t, tb.Put(idx, &bandwidth.Limits{Egress: bandwidth.Limit{Rate: 10_000_000, Burst: 1_000_000}}, false))
 				require.NoError(t, e.cni.Check(list, p.RT))
@@ -488,12 +488,12 @@ func TestBandwidthLifecycle(t *testing.T) {
 				}
 				require.NoError(t, nsm.Delete(cookie))
 				err = e.cni.Check(list, p.RT)
-				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
+				require.Equal(t, errcode.CheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "netns is not in local_netns")
 				require.NoError(t, nsm.Put(cookie, uint32(idx)))
 				require.NoError(t, attach.DetachPinned(feature.CgroupDir(e.bpfRoot), bandwidth.PacingHooks))
 				err = e.cni.Check(list, p.RT)
-				require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err), "%v", err)
+				require.Equal(t, errcode.CheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "pacing hook is not attached")
 				// The next ADD of a limited pod attaches it again.
 				r := e.addPodCaps(list, "bw-again", caps)

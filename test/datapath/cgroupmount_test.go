@@ -15,8 +15,8 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
-	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
 // runtimeWithoutCgroupMount puts a wrapper named ebpf-cni first in the
@@ -118,7 +118,7 @@ func TestCgroupErrorsNameTheKeySet(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(e.stateDir, "cgroup2"), nil, 0o600))
 	list = e.confList(netOpts{extra: map[string]any{"capabilities": map[string]any{"portMappings": true}}})
 	_, err = e.cni.AddPod(list, "nocg-bad", map[string]any{"portMappings": []any{mapping(8080, 80, "tcp")}})
-	require.Equal(t, portmap.ErrHostPort, cniCode(t, err))
+	require.Equal(t, errcode.HostPort, cniCode(t, err))
 	require.NotContains(t, err.Error(), "cgroupPath")
 	require.Contains(t, err.Error(), "no cgroup2 filesystem is mounted in this mount namespace")
 	require.Contains(t, err.Error(), filepath.Join(e.stateDir, "cgroup2"))

@@ -17,9 +17,9 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
@@ -48,7 +48,7 @@ func TestCheckFails(t *testing.T) {
 			_, err := nettest.Run(p.NS, "ip", "-4", "route", "del", "default")
 			require.NoError(t, err)
 			err = e.cni.Check(list, p.RT)
-			require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err))
+			require.Equal(t, errcode.CheckFailed, cniCode(t, err))
 			require.Contains(t, err.Error(), "route 0.0.0.0/0 via")
 
 			// Detach the program of the other pod.
@@ -59,7 +59,7 @@ func TestCheckFails(t *testing.T) {
 				return attach.Detach(rec.Attachments[0], rec.HostIfIndex, endpoint.Hooks[0])
 			}))
 			err = e.cni.Check(list, q.RT)
-			require.Equal(t, plugin.ErrCheckFailed, cniCode(t, err))
+			require.Equal(t, errcode.CheckFailed, cniCode(t, err))
 			require.Contains(t, err.Error(), "not attached to "+host)
 
 			require.NoError(t, e.cni.DelPod(list, p))
@@ -95,7 +95,7 @@ func TestRollback(t *testing.T) {
 		require.NoError(t, err)
 		rt := &libcni.RuntimeConf{ContainerID: "exists", NetNS: n.Path(), IfName: "eth0"}
 		_, err = e.cni.Add(list, rt)
-		require.Equal(t, plugin.ErrInterfaceExists, cniCode(t, err))
+		require.Equal(t, errcode.InterfaceExists, cniCode(t, err))
 		require.Contains(t, err.Error(), "eth0")
 		e.requireClean()
 		require.Zero(t, allocs())
@@ -137,7 +137,7 @@ func TestRollback(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = e.cni.DelPod(other, p) })
 		_, err = e.cni.AddPod(list, "clash", nil)
-		require.Equal(t, endpoint.ErrConflict, cniCode(t, err))
+		require.Equal(t, errcode.AddressConflict, cniCode(t, err))
 		require.Len(t, e.hostLinks(), 1)
 		require.Equal(t, 1, e.records())
 		require.Zero(t, allocs(), "the ebpf-ipam allocation of the failed ADD was not released")
@@ -164,7 +164,7 @@ func TestBadConfig(t *testing.T) {
 		{"mac", nil, map[string]any{"mac": "not-a-mac"}, types.ErrInvalidNetworkConfig, "runtimeConfig.mac"},
 		{"multicast mac", nil, map[string]any{"mac": "01:00:5e:00:00:01"}, types.ErrInvalidNetworkConfig, "runtimeConfig.mac"},
 		{"ipam missing", map[string]any{"ipam": nil}, nil, types.ErrInvalidNetworkConfig, "ipam"},
-		{"not bpffs", map[string]any{"bpfRoot": t.TempDir()}, nil, node.ErrBPFFS, "bpfRoot"},
+		{"not bpffs", map[string]any{"bpfRoot": t.TempDir()}, nil, errcode.BPFFS, "bpfRoot"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -270,7 +270,7 @@ func TestAttachModeTCXMissing(t *testing.T) {
 	e := newEnv(t)
 	list := e.confList(netOpts{attachMode: "tcx"})
 	_, err := e.cni.AddPod(list, "tcx-missing", nil)
-	require.Equal(t, plugin.ErrKernelFeature, cniCode(t, err))
+	require.Equal(t, errcode.KernelFeature, cniCode(t, err))
 	require.ErrorContains(t, err, "attachMode tcx: this kernel has no tcx links")
 	e.requireClean()
 	// STATUS says the same, as "plugin not available".

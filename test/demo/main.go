@@ -29,8 +29,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"golang.org/x/sys/unix"
 
-	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cgroup"
 )
 
 func main() {

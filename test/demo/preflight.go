@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ebpf-cni/ebpf-cni/internal/cgroup"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cgroup"
 )
 
 // preflight says in one line what this machine lacks for the demo, before

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
@@ -179,7 +180,7 @@ func TestFullRegistry(t *testing.T) {
 	other := e.conf("1.1.0", `"subnet":"10.63.0.0/24"`)
 	e.run("DEL", "x", other, "").Must(t)
 	e.run("STATUS", "", other, "").Must(t)
-	require.Equal(t, ipam.ErrAllocationMismatch, e.run("CHECK", "x", other, "").Error(t).Code)
+	require.Equal(t, errcode.AllocationMismatch, e.run("CHECK", "x", other, "").Error(t).Code)
 	e.run("GC", "", e.conf("1.1.0", `"subnet":"10.63.0.0/24"`, `"cni.dev/valid-attachments":[]`), "").Must(t)
 	readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t, "testnet")
 
@@ -205,7 +206,7 @@ func TestFullRegistry(t *testing.T) {
 	e.run("STATUS", "", stdin, "").Must(t) // registered: its ADD needs no room there
 	e.network = "unknown"
 	cerr = e.run("ADD", "x", other, "").Error(t)
-	require.Equal(t, ipam.ErrMapFull, cerr.Code, cerr.Msg)
+	require.Equal(t, errcode.MapFull, cerr.Code, cerr.Msg)
 	require.Contains(t, cerr.Msg, "ipam_nets is full (4096 entries")
 	require.Contains(t, cerr.Msg, "ebpf-cni gc")
 	e.run("DEL", "x", other, "").Must(t)

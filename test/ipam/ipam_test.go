@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
-	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 )
 
 func mustParse(t *testing.T, ver string, b []byte) types.Result {
@@ -104,9 +104,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown version", "c", e.conf("9.9.9", `"subnet":"10.60.0.0/24"`), "", types.ErrIncompatibleCNIVersion, "incompatible"},
 		{"prefix /33", "c", e.conf("1.0.0", `"subnet":"10.0.0.0/33"`), "", types.ErrInvalidNetworkConfig, "ipam.subnet"},
 		{"rangeStart outside", "c", e.conf("1.0.0", `"subnet":"10.60.0.0/24","rangeStart":"10.61.0.1"`), "", types.ErrInvalidNetworkConfig, "ipam.rangeStart"},
-		{"requested outside ranges", "c", good, "IP=192.168.77.1", ipam.ErrAddressNotInRange, "192.168.77.1"},
-		{"requested taken", "c", good, "IP=10.60.0.50", ipam.ErrAddressInUse, "holder"},
-		{"requested taken via runtimeConfig", "c", e.conf("1.0.0", `"subnet":"10.60.0.0/24"`, `"runtimeConfig":{"ips":["10.60.0.50"]}`), "", ipam.ErrAddressInUse, "10.60.0.50"},
+		{"requested outside ranges", "c", good, "IP=192.168.77.1", errcode.AddressNotInRange, "192.168.77.1"},
+		{"requested taken", "c", good, "IP=10.60.0.50", errcode.AddressInUse, "holder"},
+		{"requested taken via runtimeConfig", "c", e.conf("1.0.0", `"subnet":"10.60.0.0/24"`, `"runtimeConfig":{"ips":["10.60.0.50"]}`), "", errcode.AddressInUse, "10.60.0.50"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,7 +129,7 @@ func TestFailedMultiRangeAddReleasesWhatItTook(t *testing.T) {
 	before, _ := e.held()
 
 	out := e.run("ADD", "c2", e.conf("1.0.0", `"ranges":[[{"subnet":"10.70.0.0/24"}],[{"subnet":"fd70::/64"}]]`, `"runtimeConfig":{"ips":["fd70::5"]}`), "")
-	require.Equal(t, ipam.ErrAddressInUse, out.Error(t).Code)
+	require.Equal(t, errcode.AddressInUse, out.Error(t).Code)
 	after, records := e.held()
 	require.Equal(t, before, after, "the IPv4 address taken before the IPv6 failure must be released")
 	require.Len(t, records, 1)
@@ -166,7 +166,7 @@ func TestRoundRobin(t *testing.T) {
 	}
 	require.Equal(t, []string{"10.100.0.4", "10.100.0.5", "10.100.0.6", "10.100.0.3"}, got, "wraps round, skipping the gateway and what is held")
 	cerr := e.run("ADD", "g", stdin, "").Error(t)
-	require.Equal(t, ipam.ErrRangeFull, cerr.Code)
+	require.Equal(t, errcode.RangeFull, cerr.Code)
 	require.Contains(t, cerr.Msg, "no free address")
 }
 
@@ -261,7 +261,7 @@ func TestParallelAdds(t *testing.T) {
 	require.Len(t, all, 253, "the whole /24 but the network, gateway and broadcast")
 
 	cerr := e.run("ADD", "one-too-many", stdin, "").Error(t)
-	require.Equal(t, ipam.ErrRangeFull, cerr.Code)
+	require.Equal(t, errcode.RangeFull, cerr.Code)
 	require.Contains(t, cerr.Msg, "10.110.0.1-10.110.0.254")
 	st := e.run("STATUS", "", e.conf("1.1.0", `"subnet":"10.110.0.0/24"`), "").Error(t)
 	require.Equal(t, types.ErrPluginNotAvailable, st.Code)
@@ -298,12 +298,12 @@ func TestCheckNamesWhatIsWrong(t *testing.T) {
 
 	other := strings.Replace(string(out.Stdout), "10.120.0.2", "10.120.0.9", 1)
 	cerr := e.run("CHECK", "a", e.conf("1.0.0", `"subnet":"10.120.0.0/24"`, `"prevResult":`+other), "").Error(t)
-	require.Equal(t, ipam.ErrAllocationMismatch, cerr.Code)
+	require.Equal(t, errcode.AllocationMismatch, cerr.Code)
 	require.Contains(t, cerr.Msg, "10.120.0.9")
 
 	e.run("DEL", "a", stdin, "").Must(t)
 	cerr = e.run("CHECK", "a", e.conf("1.0.0", `"subnet":"10.120.0.0/24"`, `"prevResult":`+string(out.Stdout)), "").Error(t)
-	require.Equal(t, ipam.ErrAllocationMismatch, cerr.Code)
+	require.Equal(t, errcode.AllocationMismatch, cerr.Code)
 	require.Contains(t, cerr.Msg, "holds no address")
 }
 
@@ -314,7 +314,7 @@ func TestStatusFailsWithoutBPFFS(t *testing.T) {
 	require.Equal(t, types.ErrPluginNotAvailable, cerr.Code)
 	require.Contains(t, cerr.Msg, "mount -t bpf")
 	cerr = e.run("ADD", "a", e.conf("1.1.0", `"subnet":"10.130.0.0/24"`), "").Error(t)
-	require.Equal(t, ipam.ErrStateUnavailable, cerr.Code)
+	require.Equal(t, errcode.StateUnavailable, cerr.Code)
 	require.Contains(t, cerr.Msg, "bpfRoot")
 }
 
@@ -337,7 +337,7 @@ func TestRecoversAfterBPFFSRemount(t *testing.T) {
 	d := ipsOf(e.add("d", stdin, ""))[0]
 	f := ipsOf(e.add("f", stdin, ""))[0]
 	require.False(t, held[d] || held[f], "handed out a live attachment's address (%s, %s)", d, f)
-	require.Equal(t, ipam.ErrRangeFull, e.run("ADD", "g", stdin, "").Error(t).Code)
+	require.Equal(t, errcode.RangeFull, e.run("ADD", "g", stdin, "").Error(t).Code)
 	addrs, records := e.held()
 	require.Len(t, addrs, 5, "the map holds the restored and the new addresses")
 	require.Len(t, records, 5)

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
@@ -38,12 +39,12 @@ func TestDelWithoutBPFFS(t *testing.T) {
 			_, records := e.held()
 			require.Equal(t, []string{"b:eth0"}, records)
 			// What needs the map still says it cannot reach it.
-			require.Equal(t, ipam.ErrStateUnavailable, e.run("ADD", "c", stdin, "").Error(t).Code)
+			require.Equal(t, errcode.StateUnavailable, e.run("ADD", "c", stdin, "").Error(t).Code)
 
 			require.NoError(t, unix.Mount("bpf", e.bpfMount(), "bpf", 0, ""))
 			// a's address is free, b's is not.
 			require.Equal(t, []string{a}, ipsOf(e.add("c", stdin, "IP="+a)))
-			require.Equal(t, ipam.ErrAddressInUse, e.run("ADD", "d", stdin, "IP="+b).Error(t).Code)
+			require.Equal(t, errcode.AddressInUse, e.run("ADD", "d", stdin, "IP="+b).Error(t).Code)
 			e.run("DEL", "b", stdin, "").Must(t)
 			e.run("DEL", "c", stdin, "").Must(t)
 			e.requireNothingHeld()
@@ -73,7 +74,7 @@ func TestDelWithoutBPFFSThenSameMapReturns(t *testing.T) {
 	require.ElementsMatch(t, append(append([]string{}, a...), b...), addrs, "the old map, with a's entry, is back")
 	// The next call takes a's addresses out before it allocates.
 	require.Equal(t, a, ipsOf(e.add("c", stdin, "IP="+a[0]+","+a[1])))
-	require.Equal(t, ipam.ErrAddressInUse, e.run("ADD", "d", stdin, "IP="+b[0]).Error(t).Code)
+	require.Equal(t, errcode.AddressInUse, e.run("ADD", "d", stdin, "IP="+b[0]).Error(t).Code)
 	_, err := os.Stat(filepath.Join(e.stateDir, "ipam", e.network, "released"))
 	require.ErrorIs(t, err, os.ErrNotExist, "the released records are consumed")
 	for _, id := range []string{"b", "c"} {

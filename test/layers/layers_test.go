@@ -1,0 +1,151 @@
+// Package layers_test checks that the module's packages import one way:
+// down the layers of the table below, never up and never in a cycle.
+package layers_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/ebpf-cni/ebpf-cni/"
+
+// layers are every package of the module, top to bottom. A package may
+// import packages of lower layers only: not of a higher one, nor of its own
+// unless the layer says within. A new package takes its place here. A path
+// ending in "/..." stands for every package below it.
+var layers = []struct {
+	name   string
+	pkgs   []string
+	within bool // its packages may import each other
+}{
+	// Tests, benchmarks, the demo, their fixtures and the generators:
+	// they may import anything, production code none of them.
+	{"tests", []string{"test/...", "internal/..."}, true},
+	{"mains", []string{"cmd/ebpf-cni", "cmd/ebpf-ipam", "cmd/ebpf-cni-agent"}, false},
+	{"cli", []string{"pkg/cli"}, false},
+	{"verbs", []string{"pkg/plugin", "pkg/agent"}, false},
+	{"registry", []string{"pkg/features"}, false},
+	{"features", []string{"pkg/nat", "pkg/cluster", "pkg/flows", "pkg/bandwidth", "pkg/portmap", "pkg/endpoint"}, false},
+	// Building blocks, each layer on the ones below it.
+	{"blocks: what features share", []string{"pkg/feature", "pkg/uplink"}, false},
+	{"blocks: the node handle", []string{"pkg/node"}, false},
+	{"blocks: programs", []string{"pkg/programs"}, false},
+	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
+	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/veth", "pkg/config", "pkg/errcode",
+		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup"}, false},
+	{"maps", []string{"pkg/maps"}, false},
+}
+
+// knownExceptions are imports the layers forbid that stay for now.
+var knownExceptions = map[[2]string]bool{
+	// Feature -> feature: removed by part B of issue 31.
+	{"pkg/nat", "pkg/cluster"}:      true,
+	{"pkg/portmap", "pkg/nat"}:      true,
+	{"pkg/portmap", "pkg/endpoint"}: true,
+}
+
+// layerOf is the index of p's layer in layers (0 is the top), or -1.
+func layerOf(p string) int {
+	for i, l := range layers {
+		for _, q := range l.pkgs {
+			if q == p || strings.HasSuffix(q, "/...") && strings.HasPrefix(p, strings.TrimSuffix(q, "...")) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Error      *struct{ Err string }
+	DepsErrors []*struct{ Err string }
+}
+
+// list is every package of the module with its (non-test) imports.
+func list(t *testing.T) []pkg {
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports,Error,DepsErrors", "./...")
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list: %s", stderr.String())
+	var pkgs []pkg
+	d := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		err := d.Decode(&p)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		pkgs = append(pkgs, p)
+	}
+	require.NotEmpty(t, pkgs)
+	return pkgs
+}
+
+// TestLayers: no import cycle, every package in the table, and every
+// import of the module's own packages goes to a lower layer.
+func TestLayers(t *testing.T) {
+	var bad []string
+	for _, p := range list(t) {
+		if p.Error != nil {
+			bad = append(bad, p.ImportPath+": "+p.Error.Err)
+		}
+		for _, e := range p.DepsErrors {
+			bad = append(bad, p.ImportPath+": "+e.Err)
+		}
+		from := strings.TrimPrefix(p.ImportPath, module)
+		lf := layerOf(from)
+		if lf < 0 {
+			bad = append(bad, from+": in no layer (add it to the table of test/layers)")
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			to := strings.TrimPrefix(imp, module)
+			lt := layerOf(to)
+			if lt > lf || lt == lf && layers[lf].within || knownExceptions[[2]string{from, to}] {
+				continue
+			}
+			switch {
+			case lt < 0:
+				bad = append(bad, fmt.Sprintf("%s (%s) imports %s: in no layer", from, layers[lf].name, to))
+			case lt == lf:
+				bad = append(bad, fmt.Sprintf("%s imports %s: both in %s", from, to, layers[lf].name))
+			default:
+				bad = append(bad, fmt.Sprintf("%s (%s) imports %s: up, in %s", from, layers[lf].name, to, layers[lt].name))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		t.Fatalf("imports against the layers (test/layers):\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestKnownExceptionsExist: an exception no package needs any more goes.
+func TestKnownExceptionsExist(t *testing.T) {
+	imports := map[[2]string]bool{}
+	for _, p := range list(t) {
+		for _, imp := range p.Imports {
+			imports[[2]string{strings.TrimPrefix(p.ImportPath, module), strings.TrimPrefix(imp, module)}] = true
+		}
+	}
+	for e := range knownExceptions {
+		require.True(t, imports[e], "%s no longer imports %s: delete the exception", e[0], e[1])
+	}
+}
