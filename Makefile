@@ -122,15 +122,15 @@ test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in
 	$(call apt-install,$(VM_DEB_PKGS))
 	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" VM_SKIP="$(VM_SKIP)" test/kernel/run.sh
 
-# The e2e test: a real one-node Kubernetes cluster (etcd from Debian;
+# The e2e test: a real two-node Kubernetes cluster (etcd from Debian;
 # Kubernetes and containerd 2.x built from their Go modules, cached by
-# version in E2E_CACHE) in a network and mount namespace of its own, with
+# version in E2E_CACHE), each node in a network and mount namespace of its own, with
 # ebpf-cni installed through its DaemonSet. Outside CI: the first build
 # takes ~30 min on a loaded 2-core machine. docs/development.md.
 E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux python3
 E2E_CACHE ?= /var/cache/ebpf-cni-e2e
 E2E_PROXY_MODES ?= iptables nftables
 .PHONY: e2e
-e2e: ## a one-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its DaemonSet, the checks; as root; see docs/development.md
+e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its DaemonSet, the checks; as root; see docs/development.md
 	$(call apt-install,$(E2E_DEB_PKGS))
 	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" test/e2e/run.sh

@@ -4,9 +4,12 @@
 # etcd (Debian), kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubelet, kube-proxy and kubectl (built from the k8s.io/kubernetes module)
 # and containerd 2.x (built from its module) with Debian's runc run in a
-# network namespace and a mount namespace of their own: the "node". Its only
-# link is a veth to a second namespace, the "world" (192.0.2.0/24,
-# 2001:db8::/64); pods get 10.244.0.0/16 and 2001:db8:244::/56 ranges. The
+# network namespace and a mount namespace of their own: the "node". A second
+# node (containerd, kubelet and kube-proxy in namespaces of their own) joins
+# the same API server. Each node's only link is a veth to a bridge in a
+# third namespace, the "world" (192.0.2.0/24, 2001:db8::/64): one L2
+# segment, so ebpf-cni's agent routes each node's pod ranges via the other's
+# address (mode direct); pods get 10.244.0.0/16 and 2001:db8:244::/56. The
 # machine's interfaces, mounts, /etc/cni, /opt/cni and any other runtime are
 # untouched. ebpf-cni is installed through its DaemonSet
 # (deploy/kubernetes/ebpf-cni.yaml as make manifest prints it) from an image
@@ -29,13 +32,40 @@ die() { log "FAIL: $*"; exit 1; }
 # Addresses: all private test ranges, only inside the namespaces made here.
 NODE_IP4=192.0.2.2 WORLD_IP4=192.0.2.1
 NODE_IP6=2001:db8::2 WORLD_IP6=2001:db8::1
+NODE2_IP4=192.0.2.3 NODE2_IP6=2001:db8::3
 CLUSTER_CIDRS=10.244.0.0/16,2001:db8:244::/56
 SERVICE_CIDRS=10.96.0.0/16,2001:db8:96::/112
 NODE=e2e-node
+NODE2=e2e-node2
+# The second node takes only the pods that ask for it (nodeName and this
+# toleration): everything else is scheduled on the first.
+NODE2_TAINT=e2e.ebpf-cni.io/second
 IMAGE=localhost/ebpf-cni:e2e
 IMAGE2=localhost/ebpf-cni:e2e-rollout
 TEST_IMAGE=localhost/e2ebox:e2e
 PAUSE_IMAGE=localhost/pause:e2e
+
+# The directories each node covers with its own ($T/root for the first,
+# $T/root2 for the second).
+NODE_DIRS="/opt/cni/bin /etc/cni/net.d /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/ebpf-cni /var/lib/cni /run/netns"
+
+if [ "${1:-}" = node2 ]; then
+	# ---------------- the second node's mounts ----------------
+	# Run by the first node in the second's network namespace and a new
+	# copy of the first's mount namespace: its own /sys (its devices), the
+	# cgroup hierarchies, its own bpffs and directories. Then it only
+	# holds the namespaces; the first node starts the second's daemons in
+	# them (nsenter -t this process).
+	mount -t sysfs sysfs /sys
+	mount --rbind "$T/cg" /sys/fs/cgroup
+	mount -t bpf bpf /sys/fs/bpf
+	for d in $NODE_DIRS; do
+		mkdir -p "$T/root2$d"
+		mount --bind "$T/root2$d" "$d"
+	done
+	echo $$ >"$T/node2.pid"
+	exec sleep infinity
+fi
 
 if [ "${1:-}" != node ]; then
 	# ---------------- outside: build, namespaces, then enter the node ----------------
@@ -45,7 +75,7 @@ if [ "${1:-}" != node ]; then
 	log "binaries ready after $((SECONDS - start)) s"
 	T=$(mktemp -d /tmp/ebpf-cni-e2e.XXXXXX)
 	id=$$
-	NS_NODE=e2e-node-$id NS_WORLD=e2e-world-$id
+	NS_NODE=e2e-node-$id NS_NODE2=e2e-node2-$id NS_WORLD=e2e-world-$id
 	made_dirs=()
 	cleanup() {
 		local rc=$?
@@ -66,6 +96,7 @@ if [ "${1:-}" != node ]; then
 			[ -d "$cg" ] && log "cgroup $cg left behind"
 		done
 		ip netns del "$NS_NODE" 2>/dev/null || true
+		ip netns del "$NS_NODE2" 2>/dev/null || true
 		ip netns del "$NS_WORLD" 2>/dev/null || true
 		for d in "${made_dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
 		rm -rf "$T"
@@ -97,33 +128,41 @@ if [ "${1:-}" != node ]; then
 	make -s manifest IMAGE="$IMAGE" >"$T/ebpf-cni.yaml"
 
 	# The cgroup every process of the cluster runs in (kubelet's cgroupRoot).
+	# The second node's kubelet has a cgroupRoot of its own below it.
 	for h in /sys/fs/cgroup/*/; do
-		mkdir "$h/ebpf-cni-e2e-$id"
-		if [ -f "$h/cpuset.cpus" ]; then
-			cat "$h/cpuset.cpus" >"$h/ebpf-cni-e2e-$id/cpuset.cpus"
-			cat "$h/cpuset.mems" >"$h/ebpf-cni-e2e-$id/cpuset.mems"
-		fi
+		for d in ebpf-cni-e2e-$id ebpf-cni-e2e-$id/node2; do
+			mkdir "$h/$d"
+			if [ -f "$h/cpuset.cpus" ]; then
+				cat "$h/cpuset.cpus" >"$h/$d/cpuset.cpus"
+				cat "$h/cpuset.mems" >"$h/$d/cpuset.mems"
+			fi
+		done
 	done
 
-	log "namespaces $NS_NODE and $NS_WORLD"
-	ip netns add "$NS_NODE"
+	log "namespaces $NS_NODE, $NS_NODE2 and $NS_WORLD"
 	ip netns add "$NS_WORLD"
-	ip -n "$NS_NODE" link add eth0 type veth peer name eth0 netns "$NS_WORLD"
-	ip -n "$NS_NODE" link set lo up
 	ip -n "$NS_WORLD" link set lo up
-	ip -n "$NS_NODE" addr add $NODE_IP4/24 dev eth0
-	ip -n "$NS_NODE" addr add $NODE_IP6/64 dev eth0 nodad
-	ip -n "$NS_WORLD" addr add $WORLD_IP4/24 dev eth0
-	ip -n "$NS_WORLD" addr add $WORLD_IP6/64 dev eth0 nodad
-	ip -n "$NS_NODE" link set eth0 up
-	ip -n "$NS_WORLD" link set eth0 up
-	ip -n "$NS_NODE" route add default via $WORLD_IP4
-	ip -n "$NS_NODE" -6 route add default via $WORLD_IP6
-	ip netns exec "$NS_NODE" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+	ip -n "$NS_WORLD" link add br0 type bridge mcast_snooping 0
+	ip -n "$NS_WORLD" addr add $WORLD_IP4/24 dev br0
+	ip -n "$NS_WORLD" addr add $WORLD_IP6/64 dev br0 nodad
+	ip -n "$NS_WORLD" link set br0 up
+	for n in 1 2; do
+		if [ $n = 1 ]; then ns=$NS_NODE ip4=$NODE_IP4 ip6=$NODE_IP6; else ns=$NS_NODE2 ip4=$NODE2_IP4 ip6=$NODE2_IP6; fi
+		ip netns add "$ns"
+		ip -n "$ns" link add eth0 type veth peer name n$n netns "$NS_WORLD"
+		ip -n "$NS_WORLD" link set n$n master br0 up
+		ip -n "$ns" link set lo up
+		ip -n "$ns" addr add $ip4/24 dev eth0
+		ip -n "$ns" addr add $ip6/64 dev eth0 nodad
+		ip -n "$ns" link set eth0 up
+		ip -n "$ns" route add default via $WORLD_IP4
+		ip -n "$ns" -6 route add default via $WORLD_IP6
+		ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+	done
 
 	# Mount points the node covers with its own directories; made here
 	# only where the machine has none, and removed again.
-	for d in /opt/cni/bin /etc/cni/net.d /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/ebpf-cni /var/lib/cni /run/netns; do
+	for d in $NODE_DIRS; do
 		if [ ! -d "$d" ]; then
 			local_top=$d
 			while [ ! -d "$(dirname "$local_top")" ]; do local_top=$(dirname "$local_top"); done
@@ -134,7 +173,7 @@ if [ "${1:-}" != node ]; then
 		fi
 	done
 
-	export T id NS_NODE NS_WORLD E2E_K8S_DIR=${dirs[0]} E2E_CONTAINERD_DIR=${dirs[1]}
+	export T id NS_NODE NS_NODE2 NS_WORLD E2E_K8S_DIR=${dirs[0]} E2E_CONTAINERD_DIR=${dirs[1]}
 	rc=0
 	echo $$ >"$T/outer.pid"
 	# Into the node: its network namespace, a mount namespace of its own,
@@ -192,9 +231,10 @@ mount --rbind /sys/fs/cgroup "$T/cg"
 mount -t sysfs sysfs /sys
 mount --rbind "$T/cg" /sys/fs/cgroup
 mount -t bpf bpf /sys/fs/bpf
-touch "$T/world.ns"
+touch "$T/world.ns" "$T/node2.ns"
 mount --bind /run/netns/"$NS_WORLD" "$T/world.ns"
-for d in /opt/cni/bin /etc/cni/net.d /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/ebpf-cni /var/lib/cni /run/netns; do
+mount --bind /run/netns/"$NS_NODE2" "$T/node2.ns"
+for d in $NODE_DIRS; do
 	mkdir -p "$T/root$d"
 	mount --bind "$T/root$d" "$d"
 done
@@ -272,14 +312,30 @@ start kube-controller-manager kube-controller-manager --kubeconfig="$KUBECONFIG"
 	--root-ca-file="$T/pki/ca.crt" --use-service-account-credentials=false --bind-address=127.0.0.1
 start kube-scheduler kube-scheduler --kubeconfig="$KUBECONFIG" --leader-elect=false --bind-address=127.0.0.1
 
-# ---- containerd 2.x ----
-mkdir -p "$T/containerd"
-cat >"$T/containerd/config.toml" <<EOF
+# ---- the second node's namespaces ----
+# Its mount namespace is a copy of this one (made now, after the binds
+# above) with its own binds on top; in2 runs a command in it.
+nsenter --net="$T/node2.ns" unshare --mount --propagation private -- "$0" node2 >>"$T/logs/node2.log" 2>&1 &
+pids+=($!)
+wait_for 10 "second node's mounts" test -s "$T/node2.pid"
+N2PID=$(cat "$T/node2.pid")
+IN2=(nsenter -t "$N2PID" -m -n --)
+in2() { "${IN2[@]}" "$@"; }
+on() { # node command...: runs the command on node 1 (here) or 2
+	local n=$1
+	shift
+	if [ "$n" = 2 ]; then in2 "$@"; else "$@"; fi
+}
+
+# ---- containerd 2.x, one per node ($T/containerd for the first, $T/containerd2) ----
+containerd_config() { # dir
+	mkdir -p "$1"
+	cat >"$1/config.toml" <<EOF
 version = 3
-root = "$T/containerd/root"
-state = "$T/containerd/state"
+root = "$1/root"
+state = "$1/state"
 [grpc]
-  address = "$T/containerd/containerd.sock"
+  address = "$1/containerd.sock"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "native"
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -295,25 +351,35 @@ state = "$T/containerd/state"
   BinaryName = "$(command -v runc)"
   SystemdCgroup = false
 EOF
+}
+containerd_config "$T/containerd"
+containerd_config "$T/containerd2"
 start_containerd() { start containerd containerd --config "$T/containerd/config.toml"; }
 start_containerd
+start containerd2 "${IN2[@]}" containerd --config "$T/containerd2/config.toml"
 CTR=(ctr --address "$T/containerd/containerd.sock" -n k8s.io)
+CTR2=(ctr --address "$T/containerd2/containerd.sock" -n k8s.io)
 wait_for 60 "containerd is up" "${CTR[@]}" version
+wait_for 60 "the second node's containerd is up" "${CTR2[@]}" version
 for img in pause e2ebox ebpf-cni ebpf-cni-rollout; do
-	"${CTR[@]}" images import --local --snapshotter native --platform linux/amd64 "$T/images/$img.tar" >/dev/null 2>"$T/logs/ctr.log" || die "ctr import $img: $(tail -1 "$T/logs/ctr.log")"
+	for c in CTR CTR2; do
+		declare -n ctr_cmd=$c
+		"${ctr_cmd[@]}" images import --local --snapshotter native --platform linux/amd64 "$T/images/$img.tar" >/dev/null 2>"$T/logs/ctr.log" || die "ctr import $img ($c): $(tail -1 "$T/logs/ctr.log")"
+	done
 done
 log "images imported: $("${CTR[@]}" images ls -q 2>/dev/null | grep localhost | tr "\n" " ")"
 
-# ---- kubelet and kube-proxy ----
+# ---- kubelet and kube-proxy, one each per node ----
 : >"$T/resolv.conf"
-cat >"$T/kubelet.yaml" <<EOF
+kubelet_config() { # file cgroupRoot containerd-dir [extra yaml]
+	cat >"$1" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
-cgroupRoot: /ebpf-cni-e2e-$id
+cgroupRoot: $2
 failCgroupV1: false
 failSwapOn: false
-containerRuntimeEndpoint: unix://$T/containerd/containerd.sock
+containerRuntimeEndpoint: unix://$3/containerd.sock
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
@@ -326,50 +392,71 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 localStorageCapacityIsolation: false
+${4:-}
 EOF
+}
+kubelet_config "$T/kubelet.yaml" "/ebpf-cni-e2e-$id" "$T/containerd"
+kubelet_config "$T/kubelet2.yaml" "/ebpf-cni-e2e-$id/node2" "$T/containerd2" \
+	"registerWithTaints: [{key: $NODE2_TAINT, effect: NoSchedule}]"
 start_kubelet() {
 	start kubelet kubelet --config="$T/kubelet.yaml" --kubeconfig="$KUBECONFIG" --hostname-override=$NODE \
 		--node-ip=$NODE_IP4,$NODE_IP6 --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet-pki" -v=2
 }
 start_kubelet
+start kubelet2 "${IN2[@]}" kubelet --config="$T/kubelet2.yaml" --kubeconfig="$KUBECONFIG" --hostname-override=$NODE2 \
+	--node-ip=$NODE2_IP4,$NODE2_IP6 --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet2-pki" -v=2
 
-kube_proxy() { # mode: (re)starts kube-proxy in that mode
-	cat >"$T/kube-proxy-$1.yaml" <<EOF
+kube_proxy() { # mode: (re)starts kube-proxy in that mode, on both nodes
+	local n name pre
+	for n in 1 2; do
+		if [ $n = 1 ]; then name=$NODE pre=(); else name=$NODE2 pre=("${IN2[@]}"); fi
+		cat >"$T/kube-proxy$n-$1.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $KUBECONFIG}
-hostnameOverride: $NODE
+hostnameOverride: $name
 mode: $1
 clusterCIDR: "$CLUSTER_CIDRS"
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
-	start "kube-proxy-$1" kube-proxy --config="$T/kube-proxy-$1.yaml"
-	kp_pid=${pids[-1]}
+		start "kube-proxy$n-$1" "${pre[@]}" kube-proxy --config="$T/kube-proxy$n-$1.yaml"
+		kp_pid[$n]=${pids[-1]}
+	done
 }
+declare -A kp_pid
 kube_proxy iptables
 
 # ---- check: NotReady, then Ready through the DaemonSet's CNI STATUS ----
-node_ready() { kubectl get node $NODE -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
-node_cond() { kubectl get node $NODE -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}'; }
-wait_for 120 "node $NODE registered" kubectl get node $NODE
-has_cidrs() { test -n "$(kubectl get node $NODE -o jsonpath='{.spec.podCIDRs}')"; }
-is_ready() { test "$(node_ready)" = True; }
-wait_for 60 "node $NODE has podCIDRs" has_cidrs
+# (each takes a node name; the first node's by default)
+node_ready() { kubectl get node ${1:-$NODE} -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
+node_cond() { kubectl get node ${1:-$NODE} -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}'; }
+has_cidrs() { test -n "$(kubectl get node ${1:-$NODE} -o jsonpath='{.spec.podCIDRs}')"; }
+is_ready() { test "$(node_ready "$@")" = True; }
+for nn in $NODE $NODE2; do
+	wait_for 120 "node $nn registered" kubectl get node $nn
+	wait_for 60 "node $nn has podCIDRs" has_cidrs $nn
+done
 sleep 5
-notready_ok=0
-[ "$(node_ready)" = False ] && node_cond | grep -qi "network plugin\|cni" && notready_ok=1
-log "node before the DaemonSet: Ready=$(node_ready): $(node_cond)"
-summary+=("node NotReady without a network plugin: $notready_ok/1")
-[ $notready_ok = 1 ] || failed=$((failed + 1))
+for nn in $NODE $NODE2; do
+	notready_ok=0
+	[ "$(node_ready $nn)" = False ] && node_cond $nn | grep -qi "network plugin\|cni" && notready_ok=1
+	log "$nn before the DaemonSet: Ready=$(node_ready $nn): $(node_cond $nn)"
+	summary+=("$nn NotReady without a network plugin: $notready_ok/1")
+	[ $notready_ok = 1 ] || failed=$((failed + 1))
+done
 sed -e "s|clusterCIDRs: \".*\"|clusterCIDRs: \"$CLUSTER_CIDRS\"|" -e "s|serviceCIDRs: \".*\"|serviceCIDRs: \"$SERVICE_CIDRS\"|" \
 	"$T/ebpf-cni.yaml" | kubectl apply -f - >/dev/null
 t0=$SECONDS
-wait_for 180 "node Ready after the DaemonSet" is_ready
-summary+=("node Ready through the DaemonSet: 1/1 ($((SECONDS - t0)) s)")
-wait_for 120 "ebpf-cni DaemonSet pod Ready" kubectl -n kube-system rollout status ds/ebpf-cni --timeout=5s
-test -x /opt/cni/bin/ebpf-cni && test -x /opt/cni/bin/loopback || die "the init container did not install the plugins"
+for nn in $NODE $NODE2; do
+	wait_for 180 "$nn Ready after the DaemonSet" is_ready $nn
+	summary+=("$nn Ready through the DaemonSet: 1/1 ($((SECONDS - t0)) s)")
+done
+wait_for 120 "ebpf-cni DaemonSet pods Ready" kubectl -n kube-system rollout status ds/ebpf-cni --timeout=5s
+for n in 1 2; do
+	on $n test -x /opt/cni/bin/ebpf-cni && on $n test -x /opt/cni/bin/loopback || die "the init container did not install the plugins on node $n"
+done
 log "conflist: $(tr -d ' \n' </etc/cni/net.d/10-ebpf-cni.conflist | cut -c1-200)"
 
 # ---- check: NotReady while STATUS fails (no bpffs), Ready again once repaired ----
@@ -430,14 +517,44 @@ spec:
   ports:
     - {name: tcp, port: 80, targetPort: 8080, protocol: TCP}
     - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
+---
+# The second node's: a client and an echo pod, and a Service of that pod.
+apiVersion: v1
+kind: Pod
+metadata: {name: client2}
+spec:
+  nodeName: $NODE2
+  tolerations: [{key: $NODE2_TAINT, operator: Exists}]
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: echo2, labels: {app: echo2}}
+spec:
+  nodeName: $NODE2
+  tolerations: [{key: $NODE2_TAINT, operator: Exists}]
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo2}
+spec:
+  ipFamilyPolicy: PreferDualStack
+  selector: {app: echo2}
+  ports:
+    - {name: tcp, port: 80, targetPort: 8080, protocol: TCP}
+    - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
 EOF
 wait_for 180 "pods Running" kubectl wait --for=condition=Ready pod --all --timeout=5s
 mapfile -t cidrs < <(kubectl get node $NODE -o jsonpath='{range .spec.podCIDRs[*]}{@}{"\n"}{end}')
-log "node podCIDRs: ${cidrs[*]}"
+mapfile -t cidrs2 < <(kubectl get node $NODE2 -o jsonpath='{range .spec.podCIDRs[*]}{@}{"\n"}{end}')
+log "podCIDRs: $NODE ${cidrs[*]}, $NODE2 ${cidrs2[*]}"
 
 # ---- check: dual-stack pod addresses from the Node's podCIDRs ----
-in_cidrs() { # pod: both of its addresses are in the node's ranges, one per family
-	python3 - "$(kubectl get pod "$1" -o jsonpath='{range .status.podIPs[*]}{.ip}{" "}{end}')" "${cidrs[@]}" <<'PY'
+in_cidrs() { # pod ranges...: both of the pod's addresses are in the node's ranges, one per family
+	local pod=$1
+	shift
+	python3 - "$(kubectl get pod "$pod" -o jsonpath='{range .status.podIPs[*]}{.ip}{" "}{end}')" "$@" <<'PY'
 import ipaddress, sys
 ips = [ipaddress.ip_address(a) for a in sys.argv[1].split()]
 nets = [ipaddress.ip_network(n) for n in sys.argv[2:]]
@@ -448,9 +565,26 @@ PY
 }
 pods=(client hostport $(kubectl get pod -l app=echo -o jsonpath='{.items[*].metadata.name}'))
 n=0
-for p in "${pods[@]}"; do in_cidrs "$p" && n=$((n + 1)); done
-summary+=("dual-stack pod addresses in the node's podCIDRs: $n/${#pods[@]}")
-[ $n = ${#pods[@]} ] || { failed=$((failed + 1)); log "FAIL pod addresses"; }
+for p in "${pods[@]}"; do in_cidrs "$p" "${cidrs[@]}" && n=$((n + 1)); done
+for p in client2 echo2; do in_cidrs "$p" "${cidrs2[@]}" && n=$((n + 1)); done
+summary+=("dual-stack pod addresses in their node's podCIDRs: $n/$((${#pods[@]} + 2))")
+[ $n = $((${#pods[@]} + 2)) ] || { failed=$((failed + 1)); log "FAIL pod addresses"; }
+[ "$(kubectl get pod echo2 -o jsonpath='{.spec.nodeName}')" = $NODE2 ] || die "echo2 is not on $NODE2"
+[ -z "$(kubectl get pods --field-selector spec.nodeName=$NODE2 -o name | grep -v 'pod/client2$\|pod/echo2$')" ] || die "pods other than client2 and echo2 on $NODE2"
+
+# ---- check: the agents' routes: each node reaches the other's pod ranges via its address ----
+agent_routes() { # node peer-address ranges...: every range routed via the peer (proto 236, the agent's)
+	local n=$1 via=$2 r
+	shift 2
+	for r in "$@"; do
+		case $r in *:*) f=-6 ;; *) f=-4 ;; esac
+		on "$n" ip $f route show proto 236 "$r" | grep -q "via $via " || return 1
+	done
+}
+check "routes: $NODE reaches $NODE2's pod ranges via $NODE2_IP4/$NODE2_IP6" 1 \
+	agent_routes 1 "$NODE2_IP4\|$NODE2_IP6" "${cidrs2[@]}"
+check "routes: $NODE2 reaches $NODE's pod ranges via $NODE_IP4/$NODE_IP6" 1 \
+	agent_routes 2 "$NODE_IP4\|$NODE_IP6" "${cidrs[@]}"
 
 # ---- check: pod to pod, both families ----
 mapfile -t echo_ips < <(kubectl get pod -l app=echo -o jsonpath='{range .items[*]}{range .status.podIPs[*]}{.ip}{"\n"}{end}{end}')
@@ -461,8 +595,32 @@ for ip in "${echo_ips[@]}"; do
 	check "pod to pod UDP $ip" 3 pod_get -udp "$(hostport "$ip" 8081)"
 done
 
+# ---- check: pod to pod across the nodes, both ways, both families ----
+# The pods' own addresses on the wire (clusterCIDRs: no masquerade): each
+# echo answers with the address it saw the request from.
+mapfile -t echo2_ips < <(kubectl get pod echo2 -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}')
+mapfile -t client_ips < <(kubectl get pod client -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}')
+mapfile -t client2_ips < <(kubectl get pod client2 -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}')
+pod2_get() { kubectl exec client2 -- /e2ebox get "$@"; }
+from_addr() { # want get-command...: the answer names the client address want
+	local want=$1
+	shift
+	"$@" | tee /dev/stderr | grep -qwF "$want"
+}
+for ip in "${echo2_ips[@]}"; do
+	case $ip in *:*) src=${client_ips[1]} ;; *) src=${client_ips[0]} ;; esac
+	check "across nodes: $NODE pod to $NODE2 pod TCP $ip" 3 from_addr "$src" pod_get "$(hostport "$ip" 8080)"
+	check "across nodes: $NODE pod to $NODE2 pod UDP $ip" 3 from_addr "$src" pod_get -udp "$(hostport "$ip" 8081)"
+done
+for ip in "${echo_ips[@]}"; do
+	case $ip in *:*) src=${client2_ips[1]} ;; *) src=${client2_ips[0]} ;; esac
+	check "across nodes: $NODE2 pod to $NODE pod TCP $ip" 3 from_addr "$src" pod2_get "$(hostport "$ip" 8080)"
+	check "across nodes: $NODE2 pod to $NODE pod UDP $ip" 3 from_addr "$src" pod2_get -udp "$(hostport "$ip" 8081)"
+done
+
 # ---- Services, in each kube-proxy mode ----
 mapfile -t cluster_ips < <(kubectl get svc echo -o jsonpath='{range .spec.clusterIPs[*]}{@}{"\n"}{end}')
+mapfile -t cluster2_ips < <(kubectl get svc echo2 -o jsonpath='{range .spec.clusterIPs[*]}{@}{"\n"}{end}')
 nodeport=$(kubectl get svc echo -o jsonpath='{.spec.ports[?(@.name=="tcp")].nodePort}')
 # distinct_backends: 20 connections reach both endpoints.
 both_endpoints() { # get-command...
@@ -525,12 +683,14 @@ EOF
 world_get() { world "$T/bin/e2ebox" get "$@"; }
 for mode in ${E2E_PROXY_MODES:-iptables nftables}; do
 	if [ "$mode" != iptables ]; then
-		kill "$kp_pid"
-		wait "$kp_pid" 2>/dev/null || true
+		kill "${kp_pid[1]}" "${kp_pid[2]}"
+		wait "${kp_pid[1]}" "${kp_pid[2]}" 2>/dev/null || true
 		kube_proxy "$mode"
 		sleep 5
 	fi
-	wait_for 60 "kube-proxy ($mode) healthy" python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:10256/healthz", timeout=1)'
+	for n in 1 2; do
+		wait_for 60 "kube-proxy ($mode) healthy on node $n" on $n python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:10256/healthz", timeout=1)'
+	done
 	sleep 3
 	for cip in "${cluster_ips[@]}"; do
 		check "[$mode] ClusterIP TCP $cip from a pod" 10 pod_get "$(hostport "$cip" 80)"
@@ -544,6 +704,18 @@ for mode in ${E2E_PROXY_MODES:-iptables nftables}; do
 	check "[$mode] hostPort $NODE_IP4:30080 from the world" 10 world_get "$NODE_IP4:30080"
 	check "[$mode] hostPort [$NODE_IP6]:30080 from the world" 10 world_get "[$NODE_IP6]:30080"
 	check "[$mode] UDP client started before its Service's endpoint answered within 2 s of it being Ready" 1 late_udp "$mode"
+	# Across the nodes: Services whose endpoints are on the other node.
+	for cip in "${cluster_ips[@]}"; do
+		check "[$mode] across nodes: ClusterIP TCP $cip from a $NODE2 pod" 5 pod2_get "$(hostport "$cip" 80)"
+		check "[$mode] across nodes: ClusterIP TCP $cip from a $NODE2 pod reaches both endpoints" 1 both_endpoints pod2_get "$(hostport "$cip" 80)"
+		check "[$mode] across nodes: ClusterIP UDP $cip from a $NODE2 pod" 5 pod2_get -udp "$(hostport "$cip" 81)"
+	done
+	for cip in "${cluster2_ips[@]}"; do
+		check "[$mode] across nodes: ClusterIP TCP $cip (endpoint on $NODE2) from a $NODE pod" 5 pod_get "$(hostport "$cip" 80)"
+		check "[$mode] across nodes: ClusterIP UDP $cip (endpoint on $NODE2) from a $NODE pod" 5 pod_get -udp "$(hostport "$cip" 81)"
+	done
+	check "[$mode] across nodes: NodePort $NODE2_IP4:$nodeport (endpoints on $NODE) from the world" 5 world_get "$NODE2_IP4:$nodeport"
+	check "[$mode] across nodes: NodePort [$NODE2_IP6]:$nodeport (endpoints on $NODE) from the world" 5 world_get "[$NODE2_IP6]:$nodeport"
 done
 
 # ---- check: bandwidth annotations, measured at the receiver per second ----
@@ -590,7 +762,7 @@ kubectl delete pod bw-src bw-sink bw-sink-in --grace-period=1 >/dev/null
 # the ClusterIP from the node goes on the whole time (one request each
 # 0.2 s) and after, from a pod too.
 pod_state() { kubectl get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.podIP}{" "}{.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort; }
-endpoint_list() { ebpf-cni endpoints -o json | python3 -c 'import json,sys; print(sorted((e["containerID"], e["hostIfindex"], tuple(e["ips"])) for e in json.load(sys.stdin) or []))'; }
+endpoint_list() { on "${1:-1}" ebpf-cni endpoints -o json | python3 -c 'import json,sys; print(sorted((e["containerID"], e["hostIfindex"], tuple(e["ips"])) for e in json.load(sys.stdin) or []))'; }
 before_pods=$(pod_state) before_eps=$(endpoint_list)
 ( ok=0 n=0; end=$((SECONDS + 40)); while [ $SECONDS -lt $end ]; do n=$((n + 1)); e2ebox get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1)); sleep 0.2; done; echo "$ok $n" >"$T/restart-traffic" ) &
 traffic=$!
@@ -614,7 +786,7 @@ check "restarts: ClusterIP TCP from a pod" 10 pod_get "$(hostport "${cluster_ips
 # The image of the same source built as another version: the init
 # container puts the new plugin binaries in place, traffic goes on, the
 # pods keep their endpoints.
-before_eps=$(endpoint_list)
+before_eps=$(endpoint_list) before_eps2=$(endpoint_list 2)
 ( ok=0 n=0; end=$((SECONDS + 40)); while [ $SECONDS -lt $end ]; do n=$((n + 1)); pod_get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1)); sleep 0.2; done; echo "$ok $n" >"$T/rollout-traffic" ) &
 traffic=$!
 kubectl -n kube-system set image ds/ebpf-cni install="$IMAGE2" agent="$IMAGE2" >/dev/null
@@ -622,14 +794,17 @@ wait_for 120 "DaemonSet rolled out to $IMAGE2" kubectl -n kube-system rollout st
 wait "$traffic" || true
 read -r t_ok t_n <"$T/rollout-traffic"
 check "rollout: ClusterIP from a pod during the rollout ($t_ok/$t_n)" 1 test "$t_ok" = "$t_n"
-check "rollout: the agent runs $IMAGE2" 1 test "$(kubectl -n kube-system get pods -l app.kubernetes.io/name=ebpf-cni -o jsonpath='{.items[*].spec.containers[0].image}')" = "$IMAGE2"
-check "rollout: /opt/cni/bin/ebpf-cni is the new version" 1 grep -q "ebpf-cni e2e-rollout" <(/opt/cni/bin/ebpf-cni version)
-check "rollout: the same endpoints" 1 test "$(endpoint_list)" = "$before_eps"
-check "rollout: ebpf-cni status clean" 1 ebpf-cni status
+agent_images=$(kubectl -n kube-system get pods -l app.kubernetes.io/name=ebpf-cni -o jsonpath='{range .items[*]}{.spec.nodeName}={.spec.containers[0].image}{" "}{end}')
+agents_run() { # image: one agent on each node, each running it
+	local words=($agent_images)
+	[ ${#words[@]} = 2 ] && [[ " $agent_images " == *" $NODE=$1 "* ]] && [[ " $agent_images " == *" $NODE2=$1 "* ]]
+}
+check "rollout: the agent runs $IMAGE2 on both nodes ($agent_images)" 1 agents_run "$IMAGE2"
 # In place: the new build's STATUS loaded its programs and moved every
 # endpoint to them; nothing of the old build stays pinned.
-ebpf-cni status -o json >"$T/status-rollout.json" || true
-check "rollout: every endpoint runs the new build's programs (upgraded in place)" 1 python3 -c '
+upgraded_in_place() { # node
+	on "$1" ebpf-cni status -o json >"$T/status-rollout-$1.json" || true
+	python3 -c '
 import json, sys
 st = json.load(open(sys.argv[1]))
 sets = st["programs"]
@@ -638,22 +813,35 @@ ok = len(sets) == 1 and sets[0]["version"] == "e2e-rollout" and eps > 0 and \
     any(p["hook"] == "from_container" and p["endpoints"] == eps for p in sets[0]["programs"])
 if not ok:
     print("programs pinned:", [(s["version"], [(p["hook"], p["endpoints"]) for p in s["programs"]]) for s in sets], "endpoints:", eps)
-sys.exit(0 if ok else 1)' "$T/status-rollout.json"
+sys.exit(0 if ok else 1)' "$T/status-rollout-$1.json"
+}
+for n in 1 2; do
+	if [ $n = 1 ]; then nn=$NODE; else nn=$NODE2; fi
+	check "rollout: /opt/cni/bin/ebpf-cni is the new version on $nn" 1 grep -q "ebpf-cni e2e-rollout" <(on $n /opt/cni/bin/ebpf-cni version)
+	check "rollout: ebpf-cni status clean on $nn" 1 on $n ebpf-cni status
+	check "rollout: every endpoint of $nn runs the new build's programs (upgraded in place)" 1 upgraded_in_place $n
+done
+check "rollout: the same endpoints on $NODE" 1 test "$(endpoint_list)" = "$before_eps"
+check "rollout: the same endpoints on $NODE2" 1 test "$(endpoint_list 2)" = "$before_eps2"
 check "rollout: pod to pod after it" 5 pod_get "$(hostport "${echo_ips[0]}" 8080)"
+check "rollout: pod to pod across the nodes after it" 5 pod_get "$(hostport "${echo2_ips[0]}" 8080)"
 
 # ---- check: delete everything, nothing left ----
-kubectl delete svc echo >/dev/null
+kubectl delete svc echo echo2 >/dev/null
 kubectl delete deploy echo >/dev/null
 kubectl delete pod --all --wait=false >/dev/null
 no_pods() { test -z "$(kubectl get pods -o name)"; }
 wait_for 120 "every workload pod gone" no_pods
-no_endpoints() { ebpf-cni endpoints | tee -a "$T/logs/checks.log" | grep -x "no endpoints on this node" >/dev/null; }
-no_addresses() { ebpf-cni ipam -o json | python3 -c 'import json,sys; d=json.load(sys.stdin) or []; n=sum(len(x.get("allocations") or []) for x in d); print(n, "addresses held"); sys.exit(n != 0)'; }
-check "after deleting every pod: ebpf-cni endpoints empty" 1 no_endpoints
-check "after deleting every pod: ebpf-cni ipam empty" 1 no_addresses
-check "after deleting every pod: ebpf-cni status clean" 1 ebpf-cni status
-gc_nothing() { ebpf-cni gc --dry-run -o json | tee -a "$T/logs/checks.log" | python3 -c 'import json,sys; d=json.load(sys.stdin); f={k: d[k] for k in ("endpoints", "ipamLeaks", "leftovers") if d.get(k)}; print(json.dumps(f)[:400] if f else "nothing"); sys.exit(1 if f else 0)'; }
-check "after deleting every pod: ebpf-cni gc --dry-run finds nothing" 1 gc_nothing
+no_endpoints() { on "${1:-1}" ebpf-cni endpoints | tee -a "$T/logs/checks.log" | grep -x "no endpoints on this node" >/dev/null; }
+no_addresses() { on "${1:-1}" ebpf-cni ipam -o json | python3 -c 'import json,sys; d=json.load(sys.stdin) or []; n=sum(len(x.get("allocations") or []) for x in d); print(n, "addresses held"); sys.exit(n != 0)'; }
+gc_nothing() { on "${1:-1}" ebpf-cni gc --dry-run -o json | tee -a "$T/logs/checks.log" | python3 -c 'import json,sys; d=json.load(sys.stdin); f={k: d[k] for k in ("endpoints", "ipamLeaks", "leftovers") if d.get(k)}; print(json.dumps(f)[:400] if f else "nothing"); sys.exit(1 if f else 0)'; }
+for n in 1 2; do
+	if [ $n = 1 ]; then nn=$NODE; else nn=$NODE2; fi
+	check "after deleting every pod: ebpf-cni endpoints empty on $nn" 1 no_endpoints $n
+	check "after deleting every pod: ebpf-cni ipam empty on $nn" 1 no_addresses $n
+	check "after deleting every pod: ebpf-cni status clean on $nn" 1 on $n ebpf-cni status
+	check "after deleting every pod: ebpf-cni gc --dry-run finds nothing on $nn" 1 gc_nothing $n
+done
 
 # ---- check: without loopback, failed ADDs leave nothing within one STATUS period ----
 # containerd runs loopback and ebpf-cni's ADD; loopback fails, and the

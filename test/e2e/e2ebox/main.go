@@ -3,7 +3,7 @@
 // busybox-static wget segfaults.
 //
 //	e2ebox pause                        the pod sandbox's process: waits for SIGTERM
-//	e2ebox serve [-tcp :8080] [-udp :8081]  answers every TCP connection and UDP datagram with the hostname
+//	e2ebox serve [-tcp :8080] [-udp :8081]  answers every TCP connection and UDP datagram with the hostname and the sender's address
 //	e2ebox get [-udp] [-timeout 2s] HOST:PORT  prints the answer of a serve
 //	e2ebox udpwait [-timeout 60s] HOST:PORT   one UDP socket sending every 100 ms until
 //	    the first answer; prints the answer's time (Unix seconds) and the count sent
@@ -92,7 +92,7 @@ func serve(args []string) error {
 			if err != nil {
 				continue
 			}
-			pc.WriteTo([]byte(name+"\n"), from)
+			pc.WriteTo([]byte(answer(name, from)), from)
 		}
 	}()
 	for {
@@ -101,10 +101,21 @@ func serve(args []string) error {
 			return err
 		}
 		go func() {
-			c.Write([]byte(name + "\n"))
+			c.Write([]byte(answer(name, c.RemoteAddr())))
 			c.Close()
 		}()
 	}
+}
+
+// answer is what serve sends: its name and the address the request came
+// from, so a check sees whether the client's address survived the path
+// (pods of another node: no masquerade) or what replaced it.
+func answer(name string, from net.Addr) string {
+	host, _, err := net.SplitHostPort(from.String())
+	if err != nil {
+		host = from.String()
+	}
+	return name + " " + host + "\n"
 }
 
 func get(args []string) error {
