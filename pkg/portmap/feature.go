@@ -11,6 +11,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -189,12 +190,38 @@ func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	return Unpublish(n, ports)
+	if err := Unpublish(n, ports); err != nil {
+		return err
+	}
+	return flushFlows(n, ep)
 }
 
-// GC removes published ports whose pod is gone.
+// flushFlows removes the pod's hostPort flows from the conntrack/NAT
+// table: a pod that gets the same address later inherits no state. Its
+// ports are unpublished already, so no new flow is made for it.
+func flushFlows(n *node.Node, ep *feature.Endpoint) error {
+	if len(ep.Addrs()) == 0 {
+		return nil
+	}
+	t, err := conntrack.Pinned(n)
+	if err != nil || t == nil {
+		return err
+	}
+	_, err = t.FlushPod(conntrack.HostPort, ep.Addrs())
+	return err
+}
+
+// GC removes published ports whose pod is gone, and the hostPort flows of
+// pods that are gone and expired ones.
 func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
-	return GC(n, live.IP, dryRun)
+	found, err := GC(n, live.IP, dryRun)
+	t, terr := conntrack.Pinned(n)
+	if terr == nil && t != nil {
+		var flows []string
+		flows, terr = t.GC(conntrack.HostPort, live.IP, dryRun)
+		found = append(found, flows...)
+	}
+	return found, errors.Join(err, terr)
 }
 
 // Release takes hostPort off the node.

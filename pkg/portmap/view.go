@@ -7,8 +7,8 @@ import (
 	"strconv"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // command is the operator CLI's ports command.
@@ -55,7 +55,7 @@ func readPorts(ctx *view.Context) ([]*Port, error) {
 	}
 	flows := map[string]int{} // pod ip:port -> live hostPort flows
 	if ms[maps.CniMapNat] != nil {
-		if flows, err = nat.NewTable(ms[maps.CniMapNat], ms[maps.CniMapNatTimeouts]).LiveDNAT(); err != nil {
+		if flows, err = conntrack.NewTable(ms[maps.CniMapNat], ms[maps.CniMapNatTimeouts]).LiveDNAT(); err != nil {
 			return nil, err
 		}
 	}

@@ -234,3 +234,13 @@ func ids(prefix string, n int) []string {
 }
 
 var _ = net.IPv4len
+
+// handle is a handle on the test's node as a call opens it, without the
+// node lock (the test reads and writes maps beside the calls it makes);
+// the caller closes it.
+func (e *env) handle() *node.Node {
+	e.t.Helper()
+	n, err := node.Open(node.Options{BPFRoot: e.bpfRoot, StateDir: e.stateDir, Lock: node.Unlocked})
+	require.NoError(e.t, err)
+	return n
+}
