@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
@@ -15,26 +16,26 @@ import (
 func TestValidate(t *testing.T) {
 	good := []Config{
 		{},
-		{ClusterCIDRs: []string{"10.244.0.0/16", "fd00:244::/48"}},
-		{ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan", VXLANPort: 8472, VXLANVNI: 42},
-		{ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "none"},
+		{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16", "fd00:244::/48"}}},
+		{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan", VXLANPort: 8472, VXLANVNI: 42},
+		{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "none"},
 	}
 	for _, c := range good {
 		s, err := c.Validate()
 		require.NoError(t, err, "%+v", c)
 		require.Equal(t, len(c.ClusterCIDRs) > 0, s.Enabled())
 	}
-	s, err := (&Config{ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan"}).Validate()
+	s, err := (&Config{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan"}).Validate()
 	require.NoError(t, err)
 	require.Equal(t, uint16(DefaultVXLANPort), s.Port)
 	require.Equal(t, uint32(DefaultVXLANVNI), s.VNI)
 
 	bad := map[string]Config{
-		"clusterCIDRs[1]": {ClusterCIDRs: []string{"10.244.0.0/16", "10.1/33"}},
-		"clusterCIDRs[0]": {ClusterCIDRs: []string{"0.0.0.0/0"}},
-		"overlay":         {ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "geneve"},
-		"vxlanPort":       {ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan", VXLANPort: 70000},
-		"vxlanVNI":        {ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan", VXLANVNI: 1 << 24},
+		"clusterCIDRs[1]": {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16", "10.1/33"}}},
+		"clusterCIDRs[0]": {Config: clusterranges.Config{ClusterCIDRs: []string{"0.0.0.0/0"}}},
+		"overlay":         {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "geneve"},
+		"vxlanPort":       {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan", VXLANPort: 70000},
+		"vxlanVNI":        {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan", VXLANVNI: 1 << 24},
 	}
 	for key, c := range bad {
 		_, err := c.Validate()
@@ -44,7 +45,7 @@ func TestValidate(t *testing.T) {
 	}
 	_, err = (&Config{Overlay: "vxlan"}).Validate()
 	require.ErrorContains(t, err, "needs clusterCIDRs")
-	_, err = (&Config{ClusterCIDRs: []string{"10.244.0.0/16"}, VXLANVNI: 3}).Validate()
+	_, err = (&Config{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, VXLANVNI: 3}).Validate()
 	require.ErrorContains(t, err, "vxlanVNI: set without overlay vxlan")
 }
 

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"net"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -47,21 +46,6 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 		return nil, err
 	}
 	return pod{s: s, uplinks: c.Uplinks}, nil
-}
-
-// Ranges are the cluster's pod ranges a configuration names (for
-// masquerade, which never masquerades them); nil when it names none or
-// they are invalid (Parse reports that).
-func Ranges(conf []byte) []*net.IPNet {
-	var c Config
-	if feature.Decode(conf, &c) != nil {
-		return nil
-	}
-	s, err := c.Validate()
-	if err != nil {
-		return nil
-	}
-	return s.Ranges
 }
 
 type pod struct {

@@ -3,7 +3,7 @@ package nat
 import (
 	"errors"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -41,7 +41,7 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 		return nil, err
 	}
 	// The cluster's pod ranges are never masqueraded.
-	s.Cluster = cluster.Ranges(conf)
+	s.Cluster = clusterranges.Of(conf)
 	return pod{s}, nil
 }
 
