@@ -222,18 +222,3 @@ func (m *Maps) Addresses() (map[string]maps.CniEndpointInfo, error) {
 	}
 	return out, nil
 }
-
-// Owner names the pod behind a pod address ("container <id> <ifname>"),
-// for messages; "an unknown pod" when no endpoint has it.
-func (m *Maps) Owner(ip net.IP) string {
-	var info maps.CniEndpointInfo
-	k := maps.EndpointKey(ip)
-	if m.Endpoints.Lookup(&k, &info) != nil {
-		return "an unknown pod"
-	}
-	var d maps.CniEndpointDev
-	if m.Devs.Lookup(info.Ifindex, &d) != nil {
-		return "an unknown pod"
-	}
-	return fmt.Sprintf("container %s %s", maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:]))
-}

@@ -131,10 +131,6 @@ type Endpoint struct {
 	Host netlink.Link
 	// Flags are the endpoint flags every feature's Pod needs (ADD).
 	Flags maps.CniEndpointFlags
-	// HostDeleted: a feature's Del deleted the host veth already (DEL), so
-	// the core does not look it up again (a lookup waits for the RTNL lock
-	// that concurrent ADDs hold).
-	HostDeleted bool
 }
 
 // Base gives a feature the methods it does not need, doing nothing.

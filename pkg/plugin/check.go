@@ -14,8 +14,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
-	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -145,14 +145,21 @@ func CmdCheck(args *skel.CmdArgs) error {
 		}
 		ep := checked(args, c, rec, host, contMAC, ips)
 		ep.PodNS = podNS
-		for i := range features.All {
-			for _, p := range c.Pods[i].Check(n, ep) {
+		report := func(ps []string) {
+			for _, p := range ps {
 				// Features that share a part (the uplinks) report it alike.
 				if !slices.Contains(problems, p) {
 					problems = append(problems, p)
 				}
 			}
 		}
+		_ = inOrder(func() error {
+			report(endpoint.Check(n, ep))
+			return nil
+		}, func(i int, _ feature.Feature) error {
+			report(c.Pods[i].Check(n, ep))
+			return nil
+		})
 	}
 
 	if len(problems) > 0 {

@@ -12,7 +12,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli/view"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
-	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -122,15 +121,29 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	if err := Ready(n, p.s.Cgroup); err != nil {
 		return fail(err)
 	}
-	em, err := endpoint.MapsOf(n)
+	owner, err := ownerOf(n)
 	if err != nil {
 		return fail(err)
 	}
-	if err := Publish(n, ports, em.Owner); err != nil {
+	if err := Publish(n, ports, owner); err != nil {
 		return fail(err)
 	}
 	undo.Push(func() error { return Unpublish(n, ports) })
 	return ep.SetFeature(name, ports)
+}
+
+// ownerOf names the pod behind a pod address from the node's endpoint
+// maps, for the message of a port held by another pod.
+func ownerOf(n *node.Node) (Owner, error) {
+	e, err := n.Map(maps.CniMapEndpoints)
+	if err != nil {
+		return nil, err
+	}
+	d, err := n.Map(maps.CniMapEndpointDevs)
+	if err != nil {
+		return nil, err
+	}
+	return func(ip net.IP) string { return maps.OwnerOf(e, d, ip) }, nil
 }
 
 // Check compares the mappings asked for with those ADD published, and
@@ -181,17 +194,21 @@ func samePorts(s *Settings, published []HostPort, podIPs []net.IP) []string {
 }
 
 // Del unpublishes the pod's ports (DEL runs it before the endpoint's
-// entries go: no packet is sent to a pod that is no longer there).
+// entries go: no packet is sent to a pod that is no longer there), then
+// flushes its hostPort flows (also of an endpoint without a record, whose
+// addresses DEL found through its host veth).
 func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
-	if !ep.Recorded || n.CheckBPFFS() != nil {
+	if n.CheckBPFFS() != nil {
 		return nil
 	}
-	ports, err := Ports(ep.Record)
-	if err != nil {
-		return err
-	}
-	if err := Unpublish(n, ports); err != nil {
-		return err
+	if ep.Recorded {
+		ports, err := Ports(ep.Record)
+		if err != nil {
+			return err
+		}
+		if err := Unpublish(n, ports); err != nil {
+			return err
+		}
 	}
 	return flushFlows(n, ep)
 }
@@ -274,11 +291,11 @@ func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
 	if err != nil || len(ports) == 0 {
 		return err
 	}
-	em, err := endpoint.MapsOf(n)
+	owner, err := ownerOf(n)
 	if err != nil {
 		return err
 	}
-	if err := Publish(n, ports, em.Owner); err != nil {
+	if err := Publish(n, ports, owner); err != nil {
 		return err
 	}
 	cgroup := ""

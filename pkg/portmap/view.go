@@ -61,13 +61,8 @@ func readPorts(ctx *view.Context) ([]*Port, error) {
 	}
 	for _, p := range pub {
 		row := &Port{Published: p, Flows: flows[net.JoinHostPort(p.PodIP, strconv.Itoa(int(p.ContainerPort)))]}
-		if em := ms[maps.CniMapEndpoints]; em != nil && ms[maps.CniMapEndpointDevs] != nil {
-			var info maps.CniEndpointInfo
-			var d maps.CniEndpointDev
-			k := maps.EndpointKey(net.ParseIP(p.PodIP))
-			if em.Lookup(&k, &info) == nil && ms[maps.CniMapEndpointDevs].Lookup(info.Ifindex, &d) == nil {
-				row.ContainerID, row.IfName = maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:])
-			}
+		if d, ok := maps.EndpointOf(ms[maps.CniMapEndpoints], ms[maps.CniMapEndpointDevs], net.ParseIP(p.PodIP)); ok {
+			row.ContainerID, row.IfName = maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:])
 		}
 		out = append(out, row)
 	}
