@@ -11,6 +11,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 func TestValidate(t *testing.T) {
@@ -62,8 +63,8 @@ func cidr(s string) *net.IPNet {
 // tunnels, Sync keeps the ranges.
 func TestRoutes(t *testing.T) {
 	bpfRoot, stateDir := testutil.BPFFS(t), filepath.Join(t.TempDir(), "not-yet") // the agent may come first
-	require.NoError(t, AddRanges(bpfRoot, stateDir, []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}))
-	require.Empty(t, MissingRanges(bpfRoot, []*net.IPNet{cidr("10.244.0.0/16")}))
+	require.NoError(t, AddRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}))
+	require.Empty(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}))
 
 	ts, err := OpenTunnels(bpfRoot, stateDir)
 	require.NoError(t, err)
@@ -80,10 +81,10 @@ func TestRoutes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"10.244.4.0/24 via 192.0.2.14"}, names(list))
 	ts.Close()
-	require.Empty(t, MissingRanges(bpfRoot, []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}), "Sync keeps the ranges")
+	require.Empty(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}), "Sync keeps the ranges")
 
-	require.NoError(t, clearRanges(bpfRoot, stateDir))
-	require.Len(t, MissingRanges(bpfRoot, []*net.IPNet{cidr("10.244.0.0/16")}), 1)
+	require.NoError(t, clearRanges(nodeOf(t, bpfRoot, stateDir)))
+	require.Len(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}), 1)
 	ts, err = OpenTunnels(bpfRoot, stateDir)
 	require.NoError(t, err)
 	defer ts.Close()
@@ -111,7 +112,7 @@ func names(ts []Tunnel) []string {
 // entry, and no entry is left behind.
 func TestTunnelsInsideARange(t *testing.T) {
 	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
-	require.NoError(t, AddRanges(bpfRoot, stateDir, []*net.IPNet{cidr("10.244.0.0/16")}))
+	require.NoError(t, AddRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}))
 	ts, err := OpenTunnels(bpfRoot, stateDir)
 	require.NoError(t, err)
 	defer ts.Close()
@@ -140,4 +141,14 @@ func TestTunnelsInsideARange(t *testing.T) {
 	}, flags(), "the endpoint took the range's flag")
 	require.NoError(t, ts.Del(cidr("10.244.2.0/24")))
 	require.Equal(t, map[string]maps.CniClusterFlags{"10.244.0.0/16": maps.CniClusterFlagsCLUSTER_F_RANGE}, flags())
+}
+
+// nodeOf is a handle on the node under bpfRoot and stateDir, as a call
+// has it (without the node lock), closed with the test.
+func nodeOf(t *testing.T, bpfRoot, stateDir string) *node.Node {
+	t.Helper()
+	n, err := node.Open(node.Options{BPFRoot: bpfRoot, StateDir: stateDir, Lock: node.Unlocked})
+	require.NoError(t, err)
+	t.Cleanup(n.Close)
+	return n
 }

@@ -70,7 +70,7 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
 	if !p.s.Enabled() {
 		return nil
 	}
-	if err := AddRanges(n.BPFRoot, n.StateDir, p.s.Ranges); err != nil {
+	if err := AddRanges(n, p.s.Ranges); err != nil {
 		return fail(err)
 	}
 	ups, err := uplink.Find(p.uplinks)
@@ -91,7 +91,7 @@ func (p pod) Check(n *node.Node, _ *feature.Endpoint) []string {
 	if !p.s.Enabled() {
 		return nil
 	}
-	out := append(MissingRanges(n.BPFRoot, p.s.Ranges), uplink.Problems(n, "clusterCIDRs")...)
+	out := append(MissingRanges(n, p.s.Ranges), uplink.Problems(n, "clusterCIDRs")...)
 	if p.s.VXLAN {
 		out = append(out, overlayProblems(n, p.s)...)
 	}

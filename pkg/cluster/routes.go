@@ -131,8 +131,8 @@ func (t *table) entries() ([]maps.Entry[maps.CniClusterKey, maps.CniClusterRoute
 
 // AddRanges marks the cluster's pod ranges (ADD of a network with
 // clusterCIDRs); ranges of other networks stay.
-func AddRanges(bpfRoot, stateDir string, ranges []*net.IPNet) error {
-	t, err := openTable(bpfRoot, stateDir)
+func AddRanges(nd *node.Node, ranges []*net.IPNet) error {
+	t, err := openTable(nd.BPFRoot, nd.StateDir)
 	if err != nil {
 		return err
 	}
@@ -146,17 +146,16 @@ func AddRanges(bpfRoot, stateDir string, ranges []*net.IPNet) error {
 }
 
 // MissingRanges names the ranges that are not marked, for CHECK.
-func MissingRanges(bpfRoot string, ranges []*net.IPNet) []string {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapClusterRoutes)
+func MissingRanges(nd *node.Node, ranges []*net.IPNet) []string {
+	m, err := nd.Map(maps.CniMapClusterRoutes)
 	if err != nil {
 		return []string{err.Error()}
 	}
-	defer m[maps.CniMapClusterRoutes].Close()
 	var out []string
 	for _, n := range ranges {
 		k := routeKey(n)
 		var v maps.CniClusterRoute
-		if err := m[maps.CniMapClusterRoutes].Lookup(&k, &v); err != nil || v.Flags&maps.CniClusterFlagsCLUSTER_F_RANGE == 0 {
+		if err := m.Lookup(&k, &v); err != nil || v.Flags&maps.CniClusterFlagsCLUSTER_F_RANGE == 0 {
 			out = append(out, fmt.Sprintf("cluster range %s is not in %s: it would be masqueraded and tracked as a Service", n, maps.CniMapClusterRoutes))
 		}
 	}
@@ -165,8 +164,8 @@ func MissingRanges(bpfRoot string, ranges []*net.IPNet) []string {
 
 // clearRanges unmarks every cluster range; tunnel endpoints stay (they are
 // the node agent's, and pods may come back).
-func clearRanges(bpfRoot, stateDir string) error {
-	t, err := openTable(bpfRoot, stateDir)
+func clearRanges(nd *node.Node) error {
+	t, err := openTable(nd.BPFRoot, nd.StateDir)
 	if err != nil {
 		return err
 	}

@@ -199,8 +199,15 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 		return []string{fmt.Sprintf("no programs pinned under %s", programs.Dir(n.BPFRoot))}
 	}
 	want := map[string]ebpf.ProgramID{}
+	// An endpoint runs this build's programs, or an older build's until
+	// an upgrade moves it.
 	for _, t := range tags {
-		p, err := programs.Open(n.BPFRoot, t, n.Objects())
+		var p *programs.Set
+		if t == n.Tag() {
+			p, err = n.PinnedPrograms()
+		} else {
+			p, err = programs.Open(n.BPFRoot, t, n.Objects())
+		}
 		if err != nil {
 			continue
 		}
@@ -209,7 +216,9 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 				want[hook] = id
 			}
 		}
-		p.Close()
+		if t != n.Tag() {
+			p.Close()
+		}
 	}
 	for _, h := range Hooks {
 		ids, err := attach.AttachedIDs(ep.Host, h)

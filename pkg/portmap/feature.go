@@ -161,11 +161,10 @@ func (p pod) Check(n *node.Node, ep *feature.Endpoint) []string {
 		return out
 	}
 	out = append(out, uplink.Problems(n, "hostPort")...)
-	progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects())
+	progs, err := n.PinnedPrograms()
 	if err != nil {
 		return append(out, err.Error())
 	}
-	defer progs.Close()
 	return append(out, Problems(n, ports, progs)...)
 }
 

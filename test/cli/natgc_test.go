@@ -34,9 +34,10 @@ func (e *env) natFlowsOf(ip net.IP) int {
 // flowsOf counts the flow table's entries of pod ip.
 func (e *env) flowsOf(ip net.IP) int {
 	e.t.Helper()
-	t, err := flows.Open(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	t, err := flows.Open(nd)
 	require.NoError(e.t, err)
-	defer t.Close()
 	fs, err := t.List()
 	require.NoError(e.t, err)
 	return countOf(fs, ip, func(f flows.Flow) net.IP { return f.Pod })

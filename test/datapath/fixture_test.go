@@ -111,9 +111,10 @@ func (e *env) pinnedLinks() []string {
 // endpointEntries counts entries of both endpoint maps.
 func (e *env) endpointEntries() (addrs, devs int) {
 	e.t.Helper()
-	em, err := endpoint.OpenMaps(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	em, err := endpoint.MapsOf(nd)
 	require.NoError(e.t, err)
-	defer em.Close()
 	a, err := em.Addresses()
 	require.NoError(e.t, err)
 	d, err := em.Devices()
@@ -146,9 +147,10 @@ func (e *env) requireClean() {
 // netnsEntries lists local_netns: netns cookie -> host ifindex (0: node).
 func (e *env) netnsEntries() map[uint64]int {
 	e.t.Helper()
-	n, err := bandwidth.OpenNetns(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	n, err := bandwidth.NetnsOf(nd)
 	require.NoError(e.t, err)
-	defer n.Close()
 	m, err := n.Entries()
 	require.NoError(e.t, err)
 	return m
