@@ -104,7 +104,7 @@ type Pod interface {
 // from every feature before the veth is made.
 type Needs struct {
 	// Flags are endpoint flags (enum endpoint_flags) the programs must see
-	// for the pod; the endpoint feature writes them with its entries (in
+	// for the pod; the core's endpoint step writes them with its entries (in
 	// ep.Flags before any Add runs).
 	Flags maps.CniEndpointFlags
 	// Overhead is what the feature's encapsulation takes off the pod's MTU
