@@ -200,16 +200,14 @@ func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 	if n.CheckBPFFS() != nil {
 		return nil
 	}
+	var err error
 	if ep.Recorded {
-		ports, err := Ports(ep.Record)
-		if err != nil {
-			return err
-		}
-		if err := Unpublish(n, ports); err != nil {
-			return err
+		var ports []HostPort
+		if ports, err = Ports(ep.Record); err == nil {
+			err = Unpublish(n, ports)
 		}
 	}
-	return flushFlows(n, ep)
+	return errors.Join(err, flushFlows(n, ep))
 }
 
 // flushFlows removes the pod's hostPort flows from the conntrack/NAT
