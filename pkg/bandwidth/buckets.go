@@ -55,20 +55,7 @@ func bucket(l Limit, edt bool) maps.CniBwBucket {
 var recoveryCredit = 500 * time.Millisecond
 
 // Table is the pinned bw_buckets map.
-type Table struct {
-	m   *ebpf.Map
-	own bool
-}
-
-// OpenTable opens (creating on first use) the pinned bucket map, for
-// callers without a node handle; Close releases it.
-func OpenTable(bpfRoot string) (*Table, error) {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapBwBuckets)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", maps.CniMapBwBuckets, err)
-	}
-	return &Table{m[maps.CniMapBwBuckets], true}, nil
-}
+type Table struct{ m *ebpf.Map }
 
 // TableOf is the bucket map of the call's node (which closes it).
 func TableOf(n *node.Node) (*Table, error) {
@@ -77,13 +64,6 @@ func TableOf(n *node.Node) (*Table, error) {
 		return nil, fmt.Errorf("opening %s: %w", maps.CniMapBwBuckets, err)
 	}
 	return &Table{m: m}, nil
-}
-
-// Close releases the handle OpenTable opened.
-func (t *Table) Close() {
-	if t != nil && t.own {
-		t.m.Close()
-	}
 }
 
 // Put writes full buckets for the pod behind host veth ifindex. edt: the

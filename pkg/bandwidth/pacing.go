@@ -11,7 +11,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
 // Source pacing (bpf/sock_pacing.c): TCP sockets of the node and its pods
@@ -29,20 +28,7 @@ var PacingHooks = []attach.Hook{attach.CgroupHook("bw_pacing", ebpf.AttachCGroup
 const cgroupSet = "pacing"
 
 // Netns is the pinned local_netns map.
-type Netns struct {
-	m   *ebpf.Map
-	own bool
-}
-
-// OpenNetns opens (creating on first use) the local_netns map, for callers
-// without a node handle; Close releases it.
-func OpenNetns(bpfRoot string) (*Netns, error) {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapLocalNetns)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", maps.CniMapLocalNetns, err)
-	}
-	return &Netns{m[maps.CniMapLocalNetns], true}, nil
-}
+type Netns struct{ m *ebpf.Map }
 
 // NetnsOf is the local_netns map of the call's node (which closes it).
 func NetnsOf(n *node.Node) (*Netns, error) {
@@ -51,13 +37,6 @@ func NetnsOf(n *node.Node) (*Netns, error) {
 		return nil, fmt.Errorf("opening %s: %w", maps.CniMapLocalNetns, err)
 	}
 	return &Netns{m: m}, nil
-}
-
-// Close releases the handle OpenNetns opened.
-func (n *Netns) Close() {
-	if n != nil && n.own {
-		n.m.Close()
-	}
 }
 
 // Register records the caller's netns as the node's and podNS as the pod
@@ -152,11 +131,10 @@ func StartPacing(n *node.Node, cgroup string) error {
 
 // Pacing reports whether the sock_ops hook of this build is attached.
 func Pacing(n *node.Node) bool {
-	progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects())
+	progs, err := n.PinnedPrograms()
 	if err != nil {
 		return false
 	}
-	defer progs.Close()
 	return feature.CgroupAttached(n, progs, PacingHooks)
 }
 

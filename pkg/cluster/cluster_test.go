@@ -8,33 +8,35 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 func TestValidate(t *testing.T) {
 	good := []Config{
 		{},
-		{ClusterCIDRs: []string{"10.244.0.0/16", "fd00:244::/48"}},
-		{ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan", VXLANPort: 8472, VXLANVNI: 42},
-		{ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "none"},
+		{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16", "fd00:244::/48"}}},
+		{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan", VXLANPort: 8472, VXLANVNI: 42},
+		{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "none"},
 	}
 	for _, c := range good {
 		s, err := c.Validate()
 		require.NoError(t, err, "%+v", c)
 		require.Equal(t, len(c.ClusterCIDRs) > 0, s.Enabled())
 	}
-	s, err := (&Config{ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan"}).Validate()
+	s, err := (&Config{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan"}).Validate()
 	require.NoError(t, err)
 	require.Equal(t, uint16(DefaultVXLANPort), s.Port)
 	require.Equal(t, uint32(DefaultVXLANVNI), s.VNI)
 
 	bad := map[string]Config{
-		"clusterCIDRs[1]": {ClusterCIDRs: []string{"10.244.0.0/16", "10.1/33"}},
-		"clusterCIDRs[0]": {ClusterCIDRs: []string{"0.0.0.0/0"}},
-		"overlay":         {ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "geneve"},
-		"vxlanPort":       {ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan", VXLANPort: 70000},
-		"vxlanVNI":        {ClusterCIDRs: []string{"10.244.0.0/16"}, Overlay: "vxlan", VXLANVNI: 1 << 24},
+		"clusterCIDRs[1]": {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16", "10.1/33"}}},
+		"clusterCIDRs[0]": {Config: clusterranges.Config{ClusterCIDRs: []string{"0.0.0.0/0"}}},
+		"overlay":         {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "geneve"},
+		"vxlanPort":       {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan", VXLANPort: 70000},
+		"vxlanVNI":        {Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, Overlay: "vxlan", VXLANVNI: 1 << 24},
 	}
 	for key, c := range bad {
 		_, err := c.Validate()
@@ -44,7 +46,7 @@ func TestValidate(t *testing.T) {
 	}
 	_, err = (&Config{Overlay: "vxlan"}).Validate()
 	require.ErrorContains(t, err, "needs clusterCIDRs")
-	_, err = (&Config{ClusterCIDRs: []string{"10.244.0.0/16"}, VXLANVNI: 3}).Validate()
+	_, err = (&Config{Config: clusterranges.Config{ClusterCIDRs: []string{"10.244.0.0/16"}}, VXLANVNI: 3}).Validate()
 	require.ErrorContains(t, err, "vxlanVNI: set without overlay vxlan")
 }
 
@@ -61,8 +63,8 @@ func cidr(s string) *net.IPNet {
 // tunnels, Sync keeps the ranges.
 func TestRoutes(t *testing.T) {
 	bpfRoot, stateDir := testutil.BPFFS(t), filepath.Join(t.TempDir(), "not-yet") // the agent may come first
-	require.NoError(t, AddRanges(bpfRoot, stateDir, []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}))
-	require.Empty(t, MissingRanges(bpfRoot, []*net.IPNet{cidr("10.244.0.0/16")}))
+	require.NoError(t, AddRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}))
+	require.Empty(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}))
 
 	ts, err := OpenTunnels(bpfRoot, stateDir)
 	require.NoError(t, err)
@@ -79,10 +81,10 @@ func TestRoutes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"10.244.4.0/24 via 192.0.2.14"}, names(list))
 	ts.Close()
-	require.Empty(t, MissingRanges(bpfRoot, []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}), "Sync keeps the ranges")
+	require.Empty(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}), "Sync keeps the ranges")
 
-	require.NoError(t, clearRanges(bpfRoot, stateDir))
-	require.Len(t, MissingRanges(bpfRoot, []*net.IPNet{cidr("10.244.0.0/16")}), 1)
+	require.NoError(t, clearRanges(nodeOf(t, bpfRoot, stateDir)))
+	require.Len(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}), 1)
 	ts, err = OpenTunnels(bpfRoot, stateDir)
 	require.NoError(t, err)
 	defer ts.Close()
@@ -110,7 +112,7 @@ func names(ts []Tunnel) []string {
 // entry, and no entry is left behind.
 func TestTunnelsInsideARange(t *testing.T) {
 	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
-	require.NoError(t, AddRanges(bpfRoot, stateDir, []*net.IPNet{cidr("10.244.0.0/16")}))
+	require.NoError(t, AddRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}))
 	ts, err := OpenTunnels(bpfRoot, stateDir)
 	require.NoError(t, err)
 	defer ts.Close()
@@ -139,4 +141,14 @@ func TestTunnelsInsideARange(t *testing.T) {
 	}, flags(), "the endpoint took the range's flag")
 	require.NoError(t, ts.Del(cidr("10.244.2.0/24")))
 	require.Equal(t, map[string]maps.CniClusterFlags{"10.244.0.0/16": maps.CniClusterFlagsCLUSTER_F_RANGE}, flags())
+}
+
+// nodeOf is a handle on the node under bpfRoot and stateDir, as a call
+// has it (without the node lock), closed with the test.
+func nodeOf(t *testing.T, bpfRoot, stateDir string) *node.Node {
+	t.Helper()
+	n, err := node.Open(node.Options{BPFRoot: bpfRoot, StateDir: stateDir, Lock: node.Unlocked})
+	require.NoError(t, err)
+	t.Cleanup(n.Close)
+	return n
 }

@@ -9,17 +9,17 @@
 package cluster
 
 import (
-	"fmt"
 	"net"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 )
 
 // Config is the cluster part of an ebpf-cni network configuration.
 type Config struct {
-	// ClusterCIDRs are the cluster's pod ranges, every node's, IPv4 and
-	// IPv6: traffic between them is never masqueraded.
-	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// clusterCIDRs: the cluster's pod ranges (a building block: masquerade
+	// reads them too).
+	clusterranges.Config
 	// Overlay is how pods reach other nodes' pods: "" or "none" (direct
 	// routing: the node's routes), or "vxlan".
 	Overlay   string `json:"overlay,omitempty"`
@@ -47,19 +47,11 @@ func (s *Settings) Enabled() bool { return s != nil && len(s.Ranges) > 0 }
 
 // Validate checks every key; the error names the first bad one.
 func (c *Config) Validate() (*Settings, error) {
-	s := &Settings{}
-	for i, cidr := range c.ClusterCIDRs {
-		_, n, err := net.ParseCIDR(cidr)
-		if err != nil {
-			return nil, config.Invalid(fmt.Sprintf("clusterCIDRs[%d]", i), "%q is not a CIDR", cidr)
-		}
-		if ones, bits := n.Mask.Size(); ones == 0 {
-			return nil, config.Invalid(fmt.Sprintf("clusterCIDRs[%d]", i), "%q covers every address: the pod ranges exclude the Service range and the world", cidr)
-		} else if bits == 32 && n.IP.To4() == nil {
-			return nil, config.Invalid(fmt.Sprintf("clusterCIDRs[%d]", i), "%q is not a CIDR", cidr)
-		}
-		s.Ranges = append(s.Ranges, n)
+	ranges, err := c.Config.Validate()
+	if err != nil {
+		return nil, err
 	}
+	s := &Settings{Ranges: ranges}
 	switch c.Overlay {
 	case "", "none":
 	case "vxlan":

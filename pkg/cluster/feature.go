@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"net"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -45,21 +44,6 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 	return pod{s: s, uplinks: c.Uplinks}, nil
 }
 
-// Ranges are the cluster's pod ranges a configuration names (for
-// masquerade, which never masquerades them); nil when it names none or
-// they are invalid (Parse reports that).
-func Ranges(conf []byte) []*net.IPNet {
-	var c Config
-	if feature.Decode(conf, &c) != nil {
-		return nil
-	}
-	s, err := c.Validate()
-	if err != nil {
-		return nil
-	}
-	return s.Ranges
-}
-
 type pod struct {
 	s       *Settings
 	uplinks []string
@@ -84,7 +68,7 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
 	if !p.s.Enabled() {
 		return nil
 	}
-	if err := AddRanges(n.BPFRoot, n.StateDir, p.s.Ranges); err != nil {
+	if err := AddRanges(n, p.s.Ranges); err != nil {
 		return fail(err)
 	}
 	ups, err := uplink.Find(p.uplinks)
@@ -105,7 +89,7 @@ func (p pod) Check(n *node.Node, _ *feature.Endpoint) []string {
 	if !p.s.Enabled() {
 		return nil
 	}
-	out := append(MissingRanges(n.BPFRoot, p.s.Ranges), uplink.Problems(n, "clusterCIDRs")...)
+	out := append(MissingRanges(n, p.s.Ranges), uplink.Problems(n, "clusterCIDRs")...)
 	if p.s.VXLAN {
 		out = append(out, overlayProblems(n, p.s)...)
 	}

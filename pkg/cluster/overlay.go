@@ -260,13 +260,10 @@ func overlayProblems(n *node.Node, s *Settings) []string {
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		out = append(out, fmt.Sprintf("overlay device %s is down", Device))
 	}
-	if progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects()); err != nil {
+	if progs, err := n.PinnedPrograms(); err != nil {
 		out = append(out, err.Error())
-	} else {
-		if !attach.HooksAttached(l, Hooks, progs.IDsOf(Hooks)) {
-			out = append(out, fmt.Sprintf("the overlay programs are not attached to %s", Device))
-		}
-		progs.Close()
+	} else if !attach.HooksAttached(l, Hooks, progs.IDsOf(Hooks)) {
+		out = append(out, fmt.Sprintf("the overlay programs are not attached to %s", Device))
 	}
 	for _, r := range overlayRoutes(l, s.Ranges) {
 		fam := netlink.FAMILY_V4
@@ -295,7 +292,7 @@ func overlayProblems(n *node.Node, s *Settings) []string {
 func release(n *node.Node) error {
 	errs := []error{teardownOverlay(n)}
 	if n.CheckBPFFS() == nil {
-		errs = append(errs, clearRanges(n.BPFRoot, n.StateDir))
+		errs = append(errs, clearRanges(n))
 	}
 	return errors.Join(errs...)
 }

@@ -21,6 +21,7 @@ import (
 type table struct {
 	m    *ebpf.Map
 	lock *node.Lock
+	own  bool // m is not the node handle's
 }
 
 // clusterLock serialises every writer of cluster_routes, cluster_config and the
@@ -33,6 +34,8 @@ func clusterLock(stateDir string) (*node.Lock, error) {
 	return node.FileLock(filepath.Join(stateDir, "cluster.lock"), true)
 }
 
+// openTable opens cluster_routes under the cluster lock for callers without
+// a node handle (the node agent, the operator CLI: OpenTunnels).
 func openTable(bpfRoot, stateDir string) (*table, error) {
 	lock, err := clusterLock(stateDir)
 	if err != nil {
@@ -43,11 +46,27 @@ func openTable(bpfRoot, stateDir string) (*table, error) {
 		lock.Unlock()
 		return nil, fmt.Errorf("opening the cluster routes: %w", err)
 	}
-	return &table{m: m[maps.CniMapClusterRoutes], lock: lock}, nil
+	return &table{m: m[maps.CniMapClusterRoutes], lock: lock, own: true}, nil
+}
+
+// tableOf is the call's node's cluster_routes under the cluster lock.
+func tableOf(nd *node.Node) (*table, error) {
+	lock, err := clusterLock(nd.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := nd.Map(maps.CniMapClusterRoutes)
+	if err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("opening the cluster routes: %w", err)
+	}
+	return &table{m: m, lock: lock}, nil
 }
 
 func (t *table) Close() {
-	t.m.Close()
+	if t.own {
+		t.m.Close()
+	}
 	t.lock.Unlock()
 }
 
@@ -131,8 +150,8 @@ func (t *table) entries() ([]maps.Entry[maps.CniClusterKey, maps.CniClusterRoute
 
 // AddRanges marks the cluster's pod ranges (ADD of a network with
 // clusterCIDRs); ranges of other networks stay.
-func AddRanges(bpfRoot, stateDir string, ranges []*net.IPNet) error {
-	t, err := openTable(bpfRoot, stateDir)
+func AddRanges(nd *node.Node, ranges []*net.IPNet) error {
+	t, err := tableOf(nd)
 	if err != nil {
 		return err
 	}
@@ -146,17 +165,16 @@ func AddRanges(bpfRoot, stateDir string, ranges []*net.IPNet) error {
 }
 
 // MissingRanges names the ranges that are not marked, for CHECK.
-func MissingRanges(bpfRoot string, ranges []*net.IPNet) []string {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapClusterRoutes)
+func MissingRanges(nd *node.Node, ranges []*net.IPNet) []string {
+	m, err := nd.Map(maps.CniMapClusterRoutes)
 	if err != nil {
 		return []string{err.Error()}
 	}
-	defer m[maps.CniMapClusterRoutes].Close()
 	var out []string
 	for _, n := range ranges {
 		k := routeKey(n)
 		var v maps.CniClusterRoute
-		if err := m[maps.CniMapClusterRoutes].Lookup(&k, &v); err != nil || v.Flags&maps.CniClusterFlagsCLUSTER_F_RANGE == 0 {
+		if err := m.Lookup(&k, &v); err != nil || v.Flags&maps.CniClusterFlagsCLUSTER_F_RANGE == 0 {
 			out = append(out, fmt.Sprintf("cluster range %s is not in %s: it would be masqueraded and tracked as a Service", n, maps.CniMapClusterRoutes))
 		}
 	}
@@ -165,8 +183,8 @@ func MissingRanges(bpfRoot string, ranges []*net.IPNet) []string {
 
 // clearRanges unmarks every cluster range; tunnel endpoints stay (they are
 // the node agent's, and pods may come back).
-func clearRanges(bpfRoot, stateDir string) error {
-	t, err := openTable(bpfRoot, stateDir)
+func clearRanges(nd *node.Node) error {
+	t, err := tableOf(nd)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
@@ -233,7 +234,7 @@ func TestBuildLoadsAndParses(t *testing.T) {
 			}
 			// nonMasqueradeCIDRs at its default (the node's ranges), the
 			// cluster's ranges exempt on top (masquerade reads them too).
-			if !masq.Enabled || masq.Skip != nil || len(cluster.Ranges(stdin)) != 2 || len(ports.RuntimeConfig.PortMappings) == 0 {
+			if !masq.Enabled || masq.Skip != nil || len(clusterranges.Of(stdin)) != 2 || len(ports.RuntimeConfig.PortMappings) == 0 {
 				t.Errorf("ebpf-cni read masquerade %+v, hostPorts %+v", masq, ports.RuntimeConfig.PortMappings)
 			}
 			if !cl.Enabled() || len(cl.Ranges) != 2 || cl.VXLAN != (mode == ModeVXLAN) {

@@ -1,7 +1,11 @@
-// Package endpoint is the feature every pod has: its entries in the
-// endpoint maps (endpoints, endpoint_devs: what the programs forward to and
-// what anti-spoofing allows), the programs on its host veth
-// (from_container, to_container) and their per-device counters.
+// Package endpoint is the core's step that makes a veth pair a pod of the
+// datapath: its entries in the endpoint maps (endpoints, endpoint_devs:
+// what the programs forward to and what anti-spoofing allows), the
+// programs on its host veth (from_container, to_container) and their
+// per-device counters. Every pod has it, so it is no feature: the verbs
+// (pkg/plugin) call it at its place among the features
+// (features.Before, the endpoint, features.After at ADD; the reverse at
+// DEL).
 package endpoint
 
 import (
@@ -23,7 +27,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
-	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
 // The hooks of every host veth.
@@ -37,38 +40,18 @@ var (
 	Hooks = []attach.Hook{HookFromContainer, HookToContainer}
 )
 
-// Feature is the endpoint feature.
-type Feature struct{}
-
-var _ feature.Feature = Feature{}
-
-// Name is the feature's name.
-func (Feature) Name() string { return "endpoint" }
-
-// Programs are the host veth's programs.
-func (Feature) Programs() []programs.Object {
+// Objects are the host veth's programs. The endpoint maps stay when the
+// node's last endpoint goes (they are empty then): nothing to release.
+func Objects() []programs.Object {
 	return []programs.Object{
 		{Name: "from_container", Bytes: _FromContainerBytes, Load: LoadFromContainer, Hooks: []attach.Hook{HookFromContainer}},
 		{Name: "to_container", Bytes: _ToContainerBytes, Load: LoadToContainer, Hooks: []attach.Hook{HookToContainer}},
 	}
 }
 
-// Parse: the endpoint has no keys of its own (attachMode is the call's).
-func (Feature) Parse([]byte) (feature.Pod, error) { return pod{}, nil }
-
-// Commands: the endpoints and counters commands are the CLI's own.
-func (Feature) Commands() []*view.Command { return nil }
-
-// Release: the endpoint maps stay (they are empty with no endpoint).
-func (Feature) Release(*node.Node) error { return nil }
-
-type pod struct{}
-
-func (pod) Needs() feature.Needs { return feature.Needs{} }
-
 // Add writes the endpoint's entries (with the flags every feature asked
 // for) and attaches the programs to its host veth.
-func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
+func Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	em, err := MapsOf(n)
 	if err != nil {
 		return feature.Fail(errcode.BPFFS, "opening the endpoint maps", err)
@@ -112,14 +95,12 @@ func (pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	return nil
 }
 
-var _ feature.Restorer = Feature{}
-
 // Restore writes the endpoint's entries again when endpoint_devs lacks
 // them (maps lost with the bpffs and not rescued), and makes this build's
 // programs run on its host veth (a record rebuilt after the tcx links died
 // with their pins has none): the programs forward to the pod and let its
 // packets out again. The record's attachments are updated.
-func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
+func Restore(n *node.Node, ep *feature.Endpoint) error {
 	em, err := MapsOf(n)
 	if err != nil {
 		return err
@@ -190,7 +171,7 @@ func entry(ep *feature.Endpoint) *Entry {
 
 // Check verifies that the pinned programs run on the host veth and that
 // the maps hold the endpoint.
-func (pod) Check(n *node.Node, ep *feature.Endpoint) []string {
+func Check(n *node.Node, ep *feature.Endpoint) []string {
 	problems := checkPrograms(n, ep)
 	em, err := MapsOf(n)
 	if err != nil {
@@ -209,8 +190,15 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 		return []string{fmt.Sprintf("no programs pinned under %s", programs.Dir(n.BPFRoot))}
 	}
 	want := map[string]ebpf.ProgramID{}
+	// An endpoint runs this build's programs, or an older build's until
+	// an upgrade moves it.
 	for _, t := range tags {
-		p, err := programs.Open(n.BPFRoot, t, n.Objects())
+		var p *programs.Set
+		if t == n.Tag() {
+			p, err = n.PinnedPrograms()
+		} else {
+			p, err = programs.Open(n.BPFRoot, t, n.Objects())
+		}
 		if err != nil {
 			continue
 		}
@@ -219,7 +207,9 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 				want[hook] = id
 			}
 		}
-		p.Close()
+		if t != n.Tag() {
+			p.Close()
+		}
 	}
 	for _, h := range Hooks {
 		ids, err := attach.AttachedIDs(ep.Host, h)
@@ -249,81 +239,90 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 
 func hookByName(name string) attach.Hook { return attach.Find(Hooks, name) }
 
-// Del removes the endpoint's entries, the programs from its host veth,
-// the host veth itself (the pair dies whole), and then its per-device
-// counters: no program counts on a device that is gone, so nothing
-// creates the entry again. Without a record it finds the endpoint through
-// its host veth and endpoint_devs, and fills in ep.HostIfIndex and ep.IPs
-// for the features DEL runs after it.
-func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
+// Resolve finds an endpoint that has no record through its host veth
+// (ours) and its entry in endpoint_devs: it fills in ep.HostIfIndex,
+// ep.HostMAC and ep.IPs, so that DEL's every step (the features' and the
+// endpoint's own) finds the pod's state as with a record. DEL calls it
+// first.
+func Resolve(n *node.Node, ep *feature.Endpoint) {
+	if ep.Recorded {
+		return
+	}
+	l, err := netlinksafe.LinkByName(ep.HostIfName)
+	if err != nil || !veth.IsOurs(l) {
+		return
+	}
+	ep.HostIfIndex = l.Attrs().Index
+	if n.CheckBPFFS() != nil {
+		return
+	}
+	em, err := MapsOf(n)
+	if err != nil {
+		return
+	}
+	var d maps.CniEndpointDev
+	if em.Devs.Lookup(uint32(ep.HostIfIndex), &d) != nil {
+		return
+	}
+	ep.HostMAC = l.Attrs().HardwareAddr.String()
+	for _, ip := range maps.EndpointIPs(&d) {
+		bits := 8 * len(ip)
+		ep.IPs = append(ep.IPs, (&net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}).String())
+	}
+}
+
+// Del removes the endpoint's entries and the programs from its host veth
+// (DEL: after the features set up once it existed, before the core
+// deletes the host veth; Resolve found an endpoint without a record).
+func Del(n *node.Node, ep *feature.Endpoint) error {
+	if n.CheckBPFFS() != nil {
+		return nil
+	}
 	var errs []error
-	recorded := ep.Recorded
-	if !recorded {
-		if l, err := netlinksafe.LinkByName(ep.HostIfName); err == nil && veth.IsOurs(l) {
-			ep.HostIfIndex = l.Attrs().Index
-		}
-	}
-	bpffs := n.CheckBPFFS() == nil
-	if bpffs {
-		if err := deleteEntries(n, ep, recorded); err != nil {
+	if ep.HostIfIndex != 0 {
+		if err := deleteEntries(n, ep); err != nil {
 			errs = append(errs, err)
 		}
-		for _, a := range ep.Attachments {
-			if err := attach.Detach(a, ep.HostIfIndex, hookByName(a.Hook)); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := os.RemoveAll(node.LinkDir(n.BPFRoot, ep.HostIfName)); err != nil {
-			errs = append(errs, fmt.Errorf("unpinning links of %s: %w", ep.HostIfName, err))
-		}
 	}
-	if err := veth.DeleteHost(ep.HostIfName); err != nil {
-		errs = append(errs, err)
-	} else {
-		ep.HostDeleted = true
-	}
-	if bpffs && ep.HostIfIndex != 0 {
-		m, err := n.PinnedMap(maps.CniMapEndpointCounters)
-		if err == nil && m != nil {
-			err = counters.DeleteDevices(m, ep.HostIfIndex)
-		}
-		if err != nil {
+	for _, a := range ep.Attachments {
+		if err := attach.Detach(a, ep.HostIfIndex, hookByName(a.Hook)); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := os.RemoveAll(node.LinkDir(n.BPFRoot, ep.HostIfName)); err != nil {
+		errs = append(errs, fmt.Errorf("unpinning links of %s: %w", ep.HostIfName, err))
 	}
 	return errors.Join(errs...)
 }
 
-// deleteEntries removes the endpoint's map entries, found through its
-// record or, without one, through the host veth's device entry.
-func deleteEntries(n *node.Node, ep *feature.Endpoint, recorded bool) error {
+// ForgetDevice removes the per-device counters of the endpoint's host
+// veth once the core deleted it: no program counts on a device that is
+// gone, so nothing creates the entry again.
+func ForgetDevice(n *node.Node, ep *feature.Endpoint) error {
+	if ep.HostIfIndex == 0 || n.CheckBPFFS() != nil {
+		return nil
+	}
+	m, err := n.PinnedMap(maps.CniMapEndpointCounters)
+	if err == nil && m != nil {
+		err = counters.DeleteDevices(m, ep.HostIfIndex)
+	}
+	return err
+}
+
+// deleteEntries removes the endpoint's map entries (those of its host
+// veth's index and MAC only).
+func deleteEntries(n *node.Node, ep *feature.Endpoint) error {
 	em, err := MapsOf(n)
 	if err != nil {
 		return err
 	}
-	if recorded {
-		mac, _ := net.ParseMAC(ep.HostMAC)
-		return em.Delete(ep.HostIfIndex, mac, ep.Addrs())
-	}
-	l, err := netlinksafe.LinkByName(ep.HostIfName)
-	if err != nil || !veth.IsOurs(l) {
-		return nil
-	}
-	var d maps.CniEndpointDev
-	if em.Devs.Lookup(uint32(l.Attrs().Index), &d) != nil {
-		return nil
-	}
-	ips := maps.EndpointIPs(&d)
-	for _, ip := range ips {
-		bits := 8 * len(ip)
-		ep.IPs = append(ep.IPs, (&net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}).String())
-	}
-	return em.Delete(l.Attrs().Index, l.Attrs().HardwareAddr, ips)
+	mac, _ := net.ParseMAC(ep.HostMAC)
+	return em.Delete(ep.HostIfIndex, mac, ep.Addrs())
 }
 
 // GC removes what no live endpoint accounts for: pinned links, endpoint
 // map entries, per-device counters.
-func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
+func GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
 	pins, perr := gcPins(n.BPFRoot, live, dryRun)
 	entries, eerr := gcEntries(n, live, dryRun)
 	return append(pins, entries...), errors.Join(perr, eerr)

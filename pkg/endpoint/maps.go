@@ -35,17 +35,6 @@ type Entry struct {
 type Maps struct {
 	Endpoints *ebpf.Map // endpoint_key -> endpoint_info
 	Devs      *ebpf.Map // host ifindex -> endpoint_dev
-	own       bool
-}
-
-// OpenMaps opens (creating on first use) the pinned endpoint maps under
-// bpfRoot, for callers without a node handle; Close releases them.
-func OpenMaps(bpfRoot string) (*Maps, error) {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs)
-	if err != nil {
-		return nil, fmt.Errorf("opening endpoint maps: %w", err)
-	}
-	return &Maps{Endpoints: m[maps.CniMapEndpoints], Devs: m[maps.CniMapEndpointDevs], own: true}, nil
 }
 
 // MapsOf are the endpoint maps of the call's node (the node closes them).
@@ -59,14 +48,6 @@ func MapsOf(n *node.Node) (*Maps, error) {
 		return nil, fmt.Errorf("opening endpoint maps: %w", err)
 	}
 	return &Maps{Endpoints: e, Devs: d}, nil
-}
-
-// Close releases the handles OpenMaps opened.
-func (m *Maps) Close() {
-	if m != nil && m.own {
-		m.Endpoints.Close()
-		m.Devs.Close()
-	}
 }
 
 func (e *Entry) info() maps.CniEndpointInfo {
@@ -221,19 +202,4 @@ func (m *Maps) Addresses() (map[string]maps.CniEndpointInfo, error) {
 		return nil, fmt.Errorf("iterating endpoints: %w", err)
 	}
 	return out, nil
-}
-
-// Owner names the pod behind a pod address ("container <id> <ifname>"),
-// for messages; "an unknown pod" when no endpoint has it.
-func (m *Maps) Owner(ip net.IP) string {
-	var info maps.CniEndpointInfo
-	k := maps.EndpointKey(ip)
-	if m.Endpoints.Lookup(&k, &info) != nil {
-		return "an unknown pod"
-	}
-	var d maps.CniEndpointDev
-	if m.Devs.Lookup(info.Ifindex, &d) != nil {
-		return "an unknown pod"
-	}
-	return fmt.Sprintf("container %s %s", maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:]))
 }

@@ -104,7 +104,7 @@ type Pod interface {
 // from every feature before the veth is made.
 type Needs struct {
 	// Flags are endpoint flags (enum endpoint_flags) the programs must see
-	// for the pod; the endpoint feature writes them with its entries (in
+	// for the pod; the core's endpoint step writes them with its entries (in
 	// ep.Flags before any Add runs).
 	Flags maps.CniEndpointFlags
 	// Overhead is what the feature's encapsulation takes off the pod's MTU
@@ -131,10 +131,6 @@ type Endpoint struct {
 	Host netlink.Link
 	// Flags are the endpoint flags every feature's Pod needs (ADD).
 	Flags maps.CniEndpointFlags
-	// HostDeleted: a feature's Del deleted the host veth already (DEL), so
-	// the core does not look it up again (a lookup waits for the RTNL lock
-	// that concurrent ADDs hold).
-	HostDeleted bool
 }
 
 // Base gives a feature the methods it does not need, doing nothing.

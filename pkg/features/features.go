@@ -15,32 +15,50 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
-// All are the features in the order ADD sets them up; DEL takes them down
-// in reverse. The order is what the datapath needs: masquerade's settings
-// and the pod's buckets exist before the endpoint entries whose flags make
-// the programs use them; published ports go before the endpoint's entries
-// at DEL; the pod's flows are flushed once its entries are gone.
-var All = []feature.Feature{
-	nat.Feature{},       // masquerade (ipMasq)
-	cluster.Feature{},   // the cluster's pod ranges and the VXLAN overlay (clusterCIDRs, overlay)
-	flows.Feature{},     // Services through netfilter (kube-proxy): the flow table
-	bandwidth.Feature{}, // rate limits and source pacing
-	endpoint.Feature{},  // the endpoint maps and the host veth's programs
-	portmap.Feature{},   // hostPort (portMappings)
-}
+// The features in the order ADD sets them up around the endpoint (the
+// core's step that writes the pod's entries in the endpoint maps and
+// attaches its host veth's programs, pkg/endpoint); DEL takes them down in
+// reverse. The order is what the datapath needs: masquerade's settings and
+// the pod's buckets exist before the endpoint entries whose flags make the
+// programs use them (Before); ports are published once the endpoint
+// exists, and unpublished before its entries go at DEL (After); the pod's
+// flows are flushed once its entries are gone.
+var (
+	// Before are set up before the endpoint, taken down after it.
+	Before = []feature.Feature{
+		nat.Feature{},       // masquerade (ipMasq)
+		cluster.Feature{},   // the cluster's pod ranges and the VXLAN overlay (clusterCIDRs, overlay)
+		flows.Feature{},     // Services through netfilter (kube-proxy): the flow table
+		bandwidth.Feature{}, // rate limits and source pacing
+	}
+	// After are set up once the endpoint exists, taken down before it.
+	After = []feature.Feature{
+		portmap.Feature{}, // hostPort (portMappings)
+	}
+	// All are Before and After: the order of ADD.
+	All = append(append([]feature.Feature{}, Before...), After...)
+)
 
-// Objects are every program object the features need, each once (two
-// features may share one, as masquerade and hostPort share the uplinks').
+// Objects are every program object the node runs: the endpoint's and the
+// features', in ADD order, each once (two features may share one, as
+// masquerade and hostPort share the uplinks').
 func Objects() []programs.Object {
 	var out []programs.Object
 	seen := map[string]bool{}
-	for _, f := range All {
-		for _, o := range f.Programs() {
+	add := func(objs []programs.Object) {
+		for _, o := range objs {
 			if !seen[o.Name] {
 				seen[o.Name] = true
 				out = append(out, o)
 			}
 		}
+	}
+	for _, f := range Before {
+		add(f.Programs())
+	}
+	add(endpoint.Objects())
+	for _, f := range After {
+		add(f.Programs())
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
@@ -39,17 +40,15 @@ type Flow struct {
 // Table is the pinned flow table.
 type Table struct{ m *ebpf.Map }
 
-// Open opens the pinned table, creating it on first use.
-func Open(bpfRoot string) (*Table, error) {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapFlows)
+// Open is the call's node's table, created on first use (the node closes
+// it).
+func Open(n *node.Node) (*Table, error) {
+	m, err := n.Map(maps.CniMapFlows)
 	if err != nil {
 		return nil, fmt.Errorf("opening the flow table: %w", err)
 	}
-	return &Table{m[maps.CniMapFlows]}, nil
+	return &Table{m}, nil
 }
-
-// Close releases the handle.
-func (t *Table) Close() { t.m.Close() }
 
 type entry = maps.Entry[maps.CniFlowKey, maps.CniFlowEntry]
 

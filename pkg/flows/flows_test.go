@@ -8,12 +8,15 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 func TestTable(t *testing.T) {
-	tb, err := Open(testutil.BPFFS(t))
+	n, err := node.Open(node.Options{BPFRoot: testutil.BPFFS(t), Lock: node.Unlocked})
 	require.NoError(t, err)
-	defer tb.Close()
+	defer n.Close()
+	tb, err := Open(n)
+	require.NoError(t, err)
 	put := func(pod, remote string, sport uint16, v maps.CniFlowVerdict, f maps.CniFlowFlags) {
 		p, r := net.ParseIP(pod), net.ParseIP(remote)
 		k := maps.CniFlowKey{Family: maps.Family(p), Proto: 6, Sport: maps.Port(sport), Dport: maps.Port(80), Saddr: maps.Addr16(p), Daddr: maps.Addr16(r)}
@@ -37,9 +40,9 @@ func TestTable(t *testing.T) {
 			require.Equal(t, "fast", VerdictNames[f.Verdict])
 		}
 	}
-	n, err := tb.FlushPod([]net.IP{net.ParseIP("10.0.0.2"), net.ParseIP("fd00::2")})
+	gone, err := tb.FlushPod([]net.IP{net.ParseIP("10.0.0.2"), net.ParseIP("fd00::2")})
 	require.NoError(t, err)
-	require.Equal(t, 3, n)
+	require.Equal(t, 3, gone)
 	put("10.0.0.4", "198.51.100.7", 40005, maps.CniFlowVerdictFLOW_FAST, 0)
 	live := func(ip net.IP) bool { return ip.Equal(net.ParseIP("10.0.0.4")) }
 	// A dry run lists what a real run removes, and removes nothing.

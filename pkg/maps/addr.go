@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 
 	"github.com/cilium/ebpf"
@@ -116,4 +117,28 @@ func DeleteWhere[K comparable, V any](m *ebpf.Map, dead func(K) bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// EndpointOf is the endpoint_devs entry of the pod that has address ip
+// (endpoints, then endpoint_devs at its host veth's index): who is behind
+// a pod address, for the messages and views of every part that maps to
+// pods. False when no endpoint has it.
+func EndpointOf(endpoints, devs *ebpf.Map, ip net.IP) (CniEndpointDev, bool) {
+	var info CniEndpointInfo
+	var d CniEndpointDev
+	k := EndpointKey(ip)
+	if endpoints == nil || devs == nil || endpoints.Lookup(&k, &info) != nil || devs.Lookup(info.Ifindex, &d) != nil {
+		return d, false
+	}
+	return d, true
+}
+
+// OwnerOf names the pod behind a pod address ("container <id> <ifname>"),
+// for messages; "an unknown pod" when no endpoint has it.
+func OwnerOf(endpoints, devs *ebpf.Map, ip net.IP) string {
+	d, ok := EndpointOf(endpoints, devs, ip)
+	if !ok {
+		return "an unknown pod"
+	}
+	return fmt.Sprintf("container %s %s", GoString(d.ContainerId[:]), GoString(d.Ifname[:]))
 }

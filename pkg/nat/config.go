@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
@@ -43,22 +44,13 @@ type Settings struct {
 	Timeouts         maps.CniNatLifetimes
 }
 
-// Default lifetimes: the programs' own (enum nat_default_lifetime).
-var defaultTimeouts = maps.CniNatLifetimes{
-	TcpSyn:         uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_SYN),
-	TcpEstablished: uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_ESTABLISHED),
-	TcpClosing:     uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_CLOSING),
-	Udp:            uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_UDP),
-	Icmp:           uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_ICMP),
-}
-
 // maxTimeout bounds a lifetime: a week is longer than any idle flow a NAT
 // should remember, and it keeps the seconds far from overflowing.
 const maxTimeout = 7 * 24 * time.Hour
 
 // Validate checks every key; the error names the first bad one.
 func (c *Config) Validate() (*Settings, error) {
-	s := &Settings{Enabled: c.IPMasq, Uplinks: c.Uplinks, Timeouts: defaultTimeouts}
+	s := &Settings{Enabled: c.IPMasq, Uplinks: c.Uplinks, Timeouts: conntrack.DefaultTimeouts}
 	if c.NonMasqueradeCIDRs != nil {
 		s.Skip = []*net.IPNet{}
 	}

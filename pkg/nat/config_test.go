@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 )
 
 func TestValidate(t *testing.T) {
@@ -14,7 +15,7 @@ func TestValidate(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, s.Enabled)
 	require.Nil(t, s.Skip, "no nonMasqueradeCIDRs: the pod ranges apply")
-	require.Equal(t, defaultTimeouts, s.Timeouts)
+	require.Equal(t, conntrack.DefaultTimeouts, s.Timeouts)
 
 	s, err = (&Config{IPMasq: true, NonMasqueradeCIDRs: []string{"10.0.0.0/8", "fd00::/8"}, MasqueradeIP: "192.0.2.9",
 		PortRange: "61000-62000", Timeouts: map[string]string{"udp": "30s", "tcpEstablished": "2h"}}).Validate()
@@ -24,7 +25,7 @@ func TestValidate(t *testing.T) {
 	require.Equal(t, [2]uint16{61000, 62000}, [2]uint16{s.PortMin, s.PortMax})
 	require.Equal(t, uint32(30), s.Timeouts.Udp)
 	require.Equal(t, uint32(7200), s.Timeouts.TcpEstablished)
-	require.Equal(t, defaultTimeouts.TcpClosing, s.Timeouts.TcpClosing)
+	require.Equal(t, conntrack.DefaultTimeouts.TcpClosing, s.Timeouts.TcpClosing)
 
 	s, err = (&Config{NonMasqueradeCIDRs: []string{}}).Validate()
 	require.NoError(t, err)

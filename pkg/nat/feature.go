@@ -2,7 +2,8 @@ package nat
 
 import (
 	"errors"
-	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -37,7 +38,7 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 		return nil, err
 	}
 	// The cluster's pod ranges are never masqueraded.
-	s.Cluster = cluster.Ranges(conf)
+	s.Cluster = clusterranges.Of(conf)
 	return pod{s}, nil
 }
 
@@ -65,27 +66,28 @@ func (p pod) Check(n *node.Node, _ *feature.Endpoint) []string {
 	return uplink.Problems(n, "ipMasq")
 }
 
-// Del removes the pod's conntrack/NAT entries: a pod that gets the same
-// address later inherits no state.
+// Del removes the pod's masqueraded flows from the conntrack/NAT table: a
+// pod that gets the same address later inherits no state. It runs whether
+// or not the pod had masquerade (DEL reads no configuration).
 func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 	if n.CheckBPFFS() != nil || len(ep.Addrs()) == 0 {
 		return nil
 	}
-	t, err := TableOf(n)
+	t, err := conntrack.Pinned(n)
 	if err != nil || t == nil {
 		return err
 	}
-	_, err = t.FlushPod(ep.Addrs())
+	_, err = t.FlushPod(conntrack.Masquerade, ep.Addrs())
 	return err
 }
 
-// GC removes the flows of pods that are gone and expired flows, and the
-// settings of networks without endpoints.
+// GC removes the masqueraded flows of pods that are gone and expired ones,
+// and the settings of networks without endpoints.
 func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
 	var found []string
-	t, err := TableOf(n)
+	t, err := conntrack.Pinned(n)
 	if err == nil && t != nil {
-		found, err = t.GC(live.IP, dryRun)
+		found, err = t.GC(conntrack.Masquerade, live.IP, dryRun)
 	}
 	settings, ferr := ForgetNetworks(n, live.Network, dryRun)
 	return append(found, settings...), errors.Join(err, ferr)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
@@ -47,7 +48,7 @@ type NATFlow struct {
 	IdleSeconds float64 `json:"idleSeconds"`
 	Expired     bool    `json:"expired"`
 
-	f Flow
+	f conntrack.Flow
 }
 
 func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
@@ -69,7 +70,7 @@ func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
 	if ms[maps.CniMapNat] == nil {
 		return out, nil
 	}
-	t := NewTable(ms[maps.CniMapNat], ms[maps.CniMapNatTimeouts])
+	t := conntrack.NewTable(ms[maps.CniMapNat], ms[maps.CniMapNatTimeouts])
 	flows, err := t.Flows()
 	if err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
 		}
 		proto := view.ProtoName(f.Proto)
 		out = append(out, &NATFlow{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(), RemotePort: f.RemotePort,
-			NAT: f.NAT.String(), NATPort: f.NATPort, State: StateNames[f.State], Kept: f.Kept, Replied: f.Replied,
+			NAT: f.NAT.String(), NATPort: f.NATPort, State: conntrack.StateNames[f.State], Kept: f.Kept, Replied: f.Replied,
 			AgeSeconds: f.Age.Seconds(), IdleSeconds: f.Idle.Seconds(), Expired: f.Expired, f: f})
 	}
 	sort.Slice(out, func(i, j int) bool {

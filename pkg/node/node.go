@@ -173,6 +173,22 @@ func (n *Node) Tag() string {
 	return n.tag
 }
 
+// PinnedPrograms are this build's programs as some call pinned them,
+// opened once per call (the node closes them); it never loads them, so
+// what only looks (CHECK, reports) leaves a node without them as it is:
+// programs.ErrNotFound then.
+func (n *Node) PinnedPrograms() (*programs.Set, error) {
+	if n.progs != nil {
+		return n.progs, nil
+	}
+	p, err := programs.Open(n.BPFRoot, n.Tag(), n.objects)
+	if err != nil {
+		return nil, err
+	}
+	n.progs = p
+	return p, nil
+}
+
 // Programs are this build's programs. If no call loaded them yet, this one
 // loads, verifies and pins them under the exclusive node lock and moves
 // every recorded attachment to them (an upgrade); call it before making

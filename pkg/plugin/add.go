@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
@@ -243,11 +244,15 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		rec.IPs = append(rec.IPs, ipc.Address.String())
 	}
 	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, DeviceMode: attach.DeviceMode(c.AttachMode), PodNS: podNS, Host: host, Flags: needs.Flags}
-	for i, f := range features.All {
+	err = inOrder(func() error {
+		n.Phase("endpoint")
+		return feature.Fail(types.ErrInternal, "setting up endpoint", endpoint.Add(n, ep, &undo))
+	}, func(i int, f feature.Feature) error {
 		n.Phase(f.Name())
-		if err := c.Pods[i].Add(n, ep, &undo); err != nil {
-			return feature.Fail(types.ErrInternal, "setting up "+f.Name(), err)
-		}
+		return feature.Fail(types.ErrInternal, "setting up "+f.Name(), c.Pods[i].Add(n, ep, &undo))
+	})
+	if err != nil {
+		return err
 	}
 
 	n.Phase("record")

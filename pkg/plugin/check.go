@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"slices"
@@ -10,13 +9,11 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
-	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -76,84 +73,38 @@ func CmdCheck(args *skel.CmdArgs) error {
 		bad("%v", err)
 	}
 
-	// Pod side.
-	var contMAC net.HardwareAddr
-	err = podNS.Do(func(ns.NetNS) error {
-		l, err := netlinksafe.LinkByName(args.IfName)
-		if err != nil {
-			bad("interface %s missing in %s", args.IfName, args.Netns)
-			return nil
+	// Pod side, host side, then the endpoint and every feature.
+	macOf := func(i *current.Interface) string {
+		if i == nil {
+			return ""
 		}
-		contMAC = l.Attrs().HardwareAddr
-		if l.Type() != "veth" {
-			bad("%s is a %s, not a veth", args.IfName, l.Type())
-		}
-		if contIf != nil && contIf.Mac != "" && !strings.EqualFold(contIf.Mac, contMAC.String()) {
-			bad("%s has MAC %s, prevResult says %s", args.IfName, contMAC, contIf.Mac)
-		}
-		if l.Attrs().Flags&net.FlagUp == 0 {
-			bad("%s is down", args.IfName)
-		}
-		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			return fmt.Errorf("listing addresses of %s: %w", args.IfName, err)
-		}
-		for _, ipc := range ips {
-			found := false
-			for _, a := range addrs {
-				if a.IPNet.IP.Equal(ipc.Address.IP) && bytes.Equal(a.IPNet.Mask, ipc.Address.Mask) {
-					found = true
-				}
-			}
-			if !found {
-				bad("address %s missing on %s", ipc.Address.String(), args.IfName)
-			}
-		}
-		for _, r := range prev.Routes {
-			ok, err := veth.RoutePresent(l, r)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				bad("route %s via %s missing in the pod", r.Dst.String(), r.GW)
-			}
-		}
-		return nil
-	})
+		return i.Mac
+	}
+	found, contMAC, err := veth.CheckPod(podNS, args.Netns, args.IfName, macOf(contIf), ips, prev.Routes)
 	if err != nil {
 		return cniError(errcode.CheckFailed, "inspecting the pod", err)
 	}
-
-	// Host side, then every feature.
-	host, err := netlinksafe.LinkByName(hostName)
-	if err != nil {
-		bad("host veth %s missing", hostName)
-	} else {
-		if !veth.IsOurs(host) {
-			bad("host veth %s was not made by ebpf-cni (alias %q)", hostName, host.Attrs().Alias)
-		}
-		if host.Attrs().Flags&net.FlagUp == 0 {
-			bad("host veth %s is down", hostName)
-		}
-		if hostIf != nil && hostIf.Mac != "" && !strings.EqualFold(hostIf.Mac, host.Attrs().HardwareAddr.String()) {
-			bad("host veth %s has MAC %s, prevResult says %s", hostName, host.Attrs().HardwareAddr, hostIf.Mac)
-		}
-		for _, hr := range veth.HostRoutes(host.Attrs().Index, ips) {
-			ok, err := veth.RoutePresent(host, &types.Route{Dst: *hr.Dst})
-			if err == nil && !ok {
-				bad("host route %s dev %s missing", hr.Dst, hostName)
-			}
-		}
+	problems = append(problems, found...)
+	found, host := veth.CheckHost(hostName, macOf(hostIf), ips)
+	problems = append(problems, found...)
+	if host != nil {
 		ep := checked(args, c, rec, host, contMAC, ips)
 		ep.PodNS = podNS
-		for i := range features.All {
-			for _, p := range c.Pods[i].Check(n, ep) {
+		report := func(ps []string) {
+			for _, p := range ps {
 				// Features that share a part (the uplinks) report it alike.
 				if !slices.Contains(problems, p) {
 					problems = append(problems, p)
 				}
 			}
 		}
+		_ = inOrder(func() error {
+			report(endpoint.Check(n, ep))
+			return nil
+		}, func(i int, _ feature.Feature) error {
+			report(c.Pods[i].Check(n, ep))
+			return nil
+		})
 	}
 
 	if len(problems) > 0 {

@@ -7,8 +7,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
-	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -66,8 +66,9 @@ func CmdDel(args *skel.CmdArgs) (err error) {
 // Teardown removes the state of the endpoint whose host veth is hostName,
 // as DEL does, without calling IPAM (the operator CLI's gc calls it, with
 // the node lock held exclusively): each feature in reverse order, then the
-// host veth (unless a feature deleted it: pkg/endpoint does, to clear its
-// per-device counters after it) and the record. Every step runs even if one fails; the record
+// endpoint (found through its host veth when it has no record) at its
+// place among them, the host veth, its per-device counters, the ranges'
+// routes and the record. Every step runs even if one fails; the record
 // goes only when all succeeded, so a retry finds what is left.
 func Teardown(n *node.Node, hostName string) error {
 	var errs []error
@@ -79,15 +80,28 @@ func Teardown(n *node.Node, hostName string) error {
 	if rec == nil {
 		ep.Record = &node.Record{HostIfName: hostName}
 	}
-	for i := len(features.All) - 1; i >= 0; i-- {
-		if err := features.All[i].Del(n, ep); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", features.All[i].Name(), err))
+	endpoint.Resolve(n, ep)
+	if err := inReverse(func() error {
+		// The pair dies whole with its host side; the device's counters go
+		// after it: no program counts on a device that is gone.
+		var errs []error
+		if err := endpoint.Del(n, ep); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint: %w", err))
 		}
-	}
-	if !ep.HostDeleted {
 		if err := veth.DeleteHost(hostName); err != nil {
 			errs = append(errs, err)
 		}
+		if err := endpoint.ForgetDevice(n, ep); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint: %w", err))
+		}
+		return errors.Join(errs...)
+	}, func(f feature.Feature) error {
+		if err := f.Del(n, ep); err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		return nil
+	}); err != nil {
+		errs = append(errs, err)
 	}
 	if err := releaseRecordRanges(n, rec); err != nil {
 		errs = append(errs, err)

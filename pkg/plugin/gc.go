@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -100,8 +101,11 @@ func CmdGC(args *skel.CmdArgs) error {
 // caller holds the node lock exclusively, so no ADD is half-way.
 func Leftovers(n *node.Node, kept map[string]*node.Record, dryRun bool) ([]string, error) {
 	live := feature.NewLive(kept)
-	var found []string
+	found, err := endpoint.GC(n, live, dryRun)
 	var errs []error
+	if err != nil {
+		errs = append(errs, fmt.Errorf("endpoint: %w", err))
+	}
 	for _, f := range features.All {
 		lines, err := f.GC(n, live, dryRun)
 		found = append(found, lines...)

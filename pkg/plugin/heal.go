@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
@@ -306,13 +307,19 @@ func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt b
 			}
 		}
 	}
-	for _, f := range features.All {
+	_ = inOrder(func() error {
+		if err := endpoint.Restore(n, ep); err != nil {
+			errs = append(errs, fmt.Errorf("restoring endpoint of %s: %w", r.HostIfName, err))
+		}
+		return nil
+	}, func(_ int, f feature.Feature) error {
 		if rs, ok := f.(feature.Restorer); ok {
 			if err := rs.Restore(n, ep); err != nil {
 				errs = append(errs, fmt.Errorf("restoring %s of %s: %w", f.Name(), r.HostIfName, err))
 			}
 		}
-	}
+		return nil
+	})
 	// The range's unreachable route: nodes whose pods predate it, or lost it.
 	errs = append(errs, veth.EnsureRanges(veth.RecordRanges(r.IPs)))
 	return errors.Join(append(errs, n.WriteRecord(r))...)

@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
-	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -112,15 +112,29 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	if err := Ready(n, p.s.Cgroup); err != nil {
 		return fail(err)
 	}
-	em, err := endpoint.MapsOf(n)
+	owner, err := ownerOf(n)
 	if err != nil {
 		return fail(err)
 	}
-	if err := Publish(n, ports, em.Owner); err != nil {
+	if err := Publish(n, ports, owner); err != nil {
 		return fail(err)
 	}
 	undo.Push(func() error { return Unpublish(n, ports) })
 	return ep.SetFeature(name, ports)
+}
+
+// ownerOf names the pod behind a pod address from the node's endpoint
+// maps, for the message of a port held by another pod.
+func ownerOf(n *node.Node) (Owner, error) {
+	e, err := n.Map(maps.CniMapEndpoints)
+	if err != nil {
+		return nil, err
+	}
+	d, err := n.Map(maps.CniMapEndpointDevs)
+	if err != nil {
+		return nil, err
+	}
+	return func(ip net.IP) string { return maps.OwnerOf(e, d, ip) }, nil
 }
 
 // Check compares the mappings asked for with those ADD published, and
@@ -138,11 +152,10 @@ func (p pod) Check(n *node.Node, ep *feature.Endpoint) []string {
 		return out
 	}
 	out = append(out, uplink.Problems(n, "hostPort")...)
-	progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects())
+	progs, err := n.PinnedPrograms()
 	if err != nil {
 		return append(out, err.Error())
 	}
-	defer progs.Close()
 	return append(out, Problems(n, ports, progs)...)
 }
 
@@ -171,21 +184,49 @@ func samePorts(s *Settings, published []HostPort, podIPs []net.IP) []string {
 }
 
 // Del unpublishes the pod's ports (DEL runs it before the endpoint's
-// entries go: no packet is sent to a pod that is no longer there).
+// entries go: no packet is sent to a pod that is no longer there), then
+// flushes its hostPort flows (also of an endpoint without a record, whose
+// addresses DEL found through its host veth).
 func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
-	if !ep.Recorded || n.CheckBPFFS() != nil {
+	if n.CheckBPFFS() != nil {
 		return nil
 	}
-	ports, err := Ports(ep.Record)
-	if err != nil {
-		return err
+	var err error
+	if ep.Recorded {
+		var ports []HostPort
+		if ports, err = Ports(ep.Record); err == nil {
+			err = Unpublish(n, ports)
+		}
 	}
-	return Unpublish(n, ports)
+	return errors.Join(err, flushFlows(n, ep))
 }
 
-// GC removes published ports whose pod is gone.
+// flushFlows removes the pod's hostPort flows from the conntrack/NAT
+// table: a pod that gets the same address later inherits no state. Its
+// ports are unpublished already, so no new flow is made for it.
+func flushFlows(n *node.Node, ep *feature.Endpoint) error {
+	if len(ep.Addrs()) == 0 {
+		return nil
+	}
+	t, err := conntrack.Pinned(n)
+	if err != nil || t == nil {
+		return err
+	}
+	_, err = t.FlushPod(conntrack.HostPort, ep.Addrs())
+	return err
+}
+
+// GC removes published ports whose pod is gone, and the hostPort flows of
+// pods that are gone and expired ones.
 func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
-	return GC(n, live.IP, dryRun)
+	found, err := GC(n, live.IP, dryRun)
+	t, terr := conntrack.Pinned(n)
+	if terr == nil && t != nil {
+		var flows []string
+		flows, terr = t.GC(conntrack.HostPort, live.IP, dryRun)
+		found = append(found, flows...)
+	}
+	return found, errors.Join(err, terr)
 }
 
 // Release takes hostPort off the node.
@@ -238,11 +279,11 @@ func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
 	if err != nil || len(ports) == 0 {
 		return err
 	}
-	em, err := endpoint.MapsOf(n)
+	owner, err := ownerOf(n)
 	if err != nil {
 		return err
 	}
-	if err := Publish(n, ports, em.Owner); err != nil {
+	if err := Publish(n, ports, owner); err != nil {
 		return err
 	}
 	cgroup := ""

@@ -6,8 +6,8 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
@@ -55,19 +55,14 @@ func readPorts(ctx *view.Context) ([]*Port, error) {
 	}
 	flows := map[string]int{} // pod ip:port -> live hostPort flows
 	if ms[maps.CniMapNat] != nil {
-		if flows, err = nat.NewTable(ms[maps.CniMapNat], ms[maps.CniMapNatTimeouts]).LiveDNAT(); err != nil {
+		if flows, err = conntrack.NewTable(ms[maps.CniMapNat], ms[maps.CniMapNatTimeouts]).LiveDNAT(); err != nil {
 			return nil, err
 		}
 	}
 	for _, p := range pub {
 		row := &Port{Published: p, Flows: flows[net.JoinHostPort(p.PodIP, strconv.Itoa(int(p.ContainerPort)))]}
-		if em := ms[maps.CniMapEndpoints]; em != nil && ms[maps.CniMapEndpointDevs] != nil {
-			var info maps.CniEndpointInfo
-			var d maps.CniEndpointDev
-			k := maps.EndpointKey(net.ParseIP(p.PodIP))
-			if em.Lookup(&k, &info) == nil && ms[maps.CniMapEndpointDevs].Lookup(info.Ifindex, &d) == nil {
-				row.ContainerID, row.IfName = maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:])
-			}
+		if d, ok := maps.EndpointOf(ms[maps.CniMapEndpoints], ms[maps.CniMapEndpointDevs], net.ParseIP(p.PodIP)); ok {
+			row.ContainerID, row.IfName = maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:])
 		}
 		out = append(out, row)
 	}

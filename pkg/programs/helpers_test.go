@@ -63,3 +63,15 @@ func mustProg(t testing.TB, s *programs.Set, name string) *ebpf.Program {
 	}
 	return p
 }
+
+// openNode is a handle on the node under bpfRoot for the test's map
+// writes (no lock), closed with the test.
+func openNode(t testing.TB, bpfRoot string) *node.Node {
+	t.Helper()
+	n, err := node.Open(node.Options{BPFRoot: bpfRoot, Lock: node.Unlocked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}

@@ -54,9 +54,8 @@ func TestHostPortPrograms(t *testing.T) {
 	pub(132, 9999, 9999)
 	require.NoError(t, m[maps.CniMapNodeAddrs].Put(maps.EndpointKey(uplink4), uint32(up.Attrs().Index)))
 	require.NoError(t, m[maps.CniMapHostportConfig].Put(uint32(0), &maps.CniHostportSettings{Active: 1}))
-	em, err := endpoint.OpenMaps(e.bpfRoot)
+	em, err := endpoint.MapsOf(openNode(t, e.bpfRoot))
 	require.NoError(t, err)
-	defer em.Close()
 	require.NoError(t, em.Put(&endpoint.Entry{HostIfIndex: e.hA.Attrs().Index, HostMAC: e.hA.Attrs().HardwareAddr, MAC: macA,
 		IPs: []net.IP{ipA4, ipA6}, ContainerID: "a", IfName: "eth0", Flags: uint32(maps.CniEndpointFlagsEP_F_HOSTPORT)}))
 

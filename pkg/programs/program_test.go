@@ -133,9 +133,8 @@ func newProgramEnv(t *testing.T) *programEnv {
 		e.hB, errA = netlink.LinkByName("hB")
 		return errA
 	}))
-	em, err := endpoint.OpenMaps(bpfRoot)
+	em, err := endpoint.MapsOf(openNode(t, bpfRoot))
 	require.NoError(t, err)
-	defer em.Close()
 	require.NoError(t, em.Put(&endpoint.Entry{HostIfIndex: e.hA.Attrs().Index, HostMAC: e.hA.Attrs().HardwareAddr, MAC: macA, IPs: []net.IP{ipA4, ipA6}, ContainerID: "a", IfName: "eth0"}))
 	require.NoError(t, em.Put(&endpoint.Entry{HostIfIndex: e.hB.Attrs().Index, HostMAC: e.hB.Attrs().HardwareAddr, MAC: macB, IPs: []net.IP{ipB4, ipB6}, ContainerID: "b", IfName: "eth0"}))
 	e.counters, err = ebpf.LoadPinnedMap(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPktCounters), nil)

@@ -225,11 +225,10 @@ func Problems(n *node.Node, what string) []string {
 	if len(sets) == 0 {
 		return []string{fmt.Sprintf("%s is on but no uplink carries the masquerade programs", what)}
 	}
-	progs, err := programs.Open(n.BPFRoot, n.Tag(), n.Objects())
+	progs, err := n.PinnedPrograms()
 	if err != nil {
 		return []string{err.Error()}
 	}
-	defer progs.Close()
 	var out []string
 	for _, s := range sets {
 		l, err := netlink.LinkByIndex(s.IfIndex)

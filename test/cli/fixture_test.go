@@ -21,6 +21,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // env is one simulated node with the plugins and the CLI ready to run in it.
@@ -143,3 +144,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// handle is a handle on the test's node as a call opens it, without the
+// node lock (the test reads and writes maps beside the calls it makes);
+// the caller closes it.
+func (e *env) handle() *node.Node {
+	e.t.Helper()
+	n, err := node.Open(node.Options{BPFRoot: e.bpfRoot, StateDir: e.stateDir, Lock: node.Unlocked})
+	require.NoError(e.t, err)
+	return n
+}

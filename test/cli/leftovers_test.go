@@ -26,9 +26,10 @@ func TestGCLeftovers(t *testing.T) {
 	bVeth := b.Result.Interfaces[0].Name
 	require.NoError(t, os.Remove(filepath.Join(e.stateDir, "endpoints", bVeth+".json")), "pod-b loses its record")
 
-	em, err := endpoint.OpenMaps(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	em, err := endpoint.MapsOf(nd)
 	require.NoError(t, err)
-	defer em.Close()
 	require.NoError(t, em.Put(&endpoint.Entry{HostIfIndex: 9999, HostMAC: net.HardwareAddr{0x0e, 0, 0, 0, 0x99, 0x99},
 		MAC: net.HardwareAddr{0x0e, 0, 0, 0, 0x99, 0x98}, IPs: []net.IP{net.ParseIP("10.244.1.199")}, ContainerID: "ghost", IfName: "eth0"}))
 

@@ -14,28 +14,30 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 )
 
 // natFlowsOf counts the NAT table's flows of pod ip.
 func (e *env) natFlowsOf(ip net.IP) int {
 	e.t.Helper()
-	t, err := nat.OpenTable(e.bpfRoot)
+	n := e.handle()
+	defer n.Close()
+	t, err := conntrack.Open(n)
 	require.NoError(e.t, err)
-	defer t.Close()
 	fs, err := t.Flows()
 	require.NoError(e.t, err)
-	return countOf(fs, ip, func(f nat.Flow) net.IP { return f.Pod })
+	return countOf(fs, ip, func(f conntrack.Flow) net.IP { return f.Pod })
 }
 
 // flowsOf counts the flow table's entries of pod ip.
 func (e *env) flowsOf(ip net.IP) int {
 	e.t.Helper()
-	t, err := flows.Open(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	t, err := flows.Open(nd)
 	require.NoError(e.t, err)
-	defer t.Close()
 	fs, err := t.List()
 	require.NoError(e.t, err)
 	return countOf(fs, ip, func(f flows.Flow) net.IP { return f.Pod })
@@ -143,7 +145,7 @@ func TestGCNATFlows(t *testing.T) {
 		Saddr: maps.Addr16(gone), Daddr: maps.Addr16(nettest.WorldIP4)}
 	now := maps.Monotonic()
 	require.NoError(t, m[maps.CniMapNat].Put(&out, &maps.CniNatEntry{Addr: maps.Addr16(nettest.NodeIP4), Port: maps.Port(5353),
-		State: nat.StateOpen, Created: now, LastSeen: now}))
+		State: conntrack.StateOpen, Created: now, LastSeen: now}))
 	want := "nat flow udp 10.244.1.99:5353 -> 192.0.2.1:53 as 192.0.2.2:5353 (pod gone)"
 	e.json(&dry, cli.ExitOK, "gc", "--dry-run")
 	require.Contains(t, dry.Leftovers, want)

@@ -396,9 +396,10 @@ func TestBandwidthPacing(t *testing.T) {
 // buckets lists the bw_buckets entries by host ifindex.
 func (e *env) buckets() map[int]bandwidth.State {
 	e.t.Helper()
-	tb, err := bandwidth.OpenTable(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	tb, err := bandwidth.TableOf(nd)
 	require.NoError(e.t, err)
-	defer tb.Close()
 	l, err := tb.List()
 	require.NoError(e.t, err)
 	out := map[int]bandwidth.State{}
@@ -440,9 +441,10 @@ func TestBandwidthLifecycle(t *testing.T) {
 			require.Equal(t, uint64(10_000_000), b.Egress.Rate)
 			require.Equal(t, uint64(1_000_000), b.Egress.Burst)
 			require.Zero(t, b.Ingress.Rate, "no ingress limit")
-			em, err := endpoint.OpenMaps(e.bpfRoot)
+			nd := e.handle()
+			defer nd.Close()
+			em, err := endpoint.MapsOf(nd)
 			require.NoError(t, err)
-			defer em.Close()
 			var d maps.CniEndpointDev
 			require.NoError(t, em.Devs.Lookup(uint32(idx), &d))
 			want := maps.CniEndpointFlagsEP_F_BW_EGRESS
@@ -469,7 +471,8 @@ func TestBandwidthLifecycle(t *testing.T) {
 				err := e.cni.Check(other, p.RT)
 				require.Equal(t, errcode.CheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "egress is rate 10000000")
-				tb, err := bandwidth.OpenTable(e.bpfRoot)
+				nd := e.handle()
+				tb, err := bandwidth.TableOf(nd)
 				require.NoError(t, err)
 				require.NoError(t, tb.Delete(idx))
 				err = e.cni.Check(list, p.RT)
@@ -508,7 +511,7 @@ func TestBandwidthLifecycle(t *testing.T) {
 					require.NotContains(t, e.netnsEntries(), uint64(0xdead), "orphan netns entry collected")
 					require.Len(t, e.netnsEntries(), 3, "the live entries stay")
 				}
-				tb.Close()
+				nd.Close()
 				nsm.Close()
 			}
 			require.NoError(t, e.cni.Del(list, p.RT))

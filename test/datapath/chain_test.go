@@ -327,9 +327,10 @@ func requireChainedEgressRefused(t *testing.T, e *env, list *libcni.NetworkConfi
 // endpointFlags reads the endpoints entry of ip.
 func (e *env) endpointFlags(ip net.IP) uint32 {
 	e.t.Helper()
-	em, err := endpoint.OpenMaps(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	em, err := endpoint.MapsOf(nd)
 	require.NoError(e.t, err)
-	defer em.Close()
 	var v maps.CniEndpointInfo
 	require.NoError(e.t, em.Endpoints.Lookup(maps.EndpointKey(ip), &v), "endpoints[%s]", ip)
 	return v.Flags

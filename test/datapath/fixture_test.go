@@ -111,9 +111,10 @@ func (e *env) pinnedLinks() []string {
 // endpointEntries counts entries of both endpoint maps.
 func (e *env) endpointEntries() (addrs, devs int) {
 	e.t.Helper()
-	em, err := endpoint.OpenMaps(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	em, err := endpoint.MapsOf(nd)
 	require.NoError(e.t, err)
-	defer em.Close()
 	a, err := em.Addresses()
 	require.NoError(e.t, err)
 	d, err := em.Devices()
@@ -146,9 +147,10 @@ func (e *env) requireClean() {
 // netnsEntries lists local_netns: netns cookie -> host ifindex (0: node).
 func (e *env) netnsEntries() map[uint64]int {
 	e.t.Helper()
-	n, err := bandwidth.OpenNetns(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	n, err := bandwidth.NetnsOf(nd)
 	require.NoError(e.t, err)
-	defer n.Close()
 	m, err := n.Entries()
 	require.NoError(e.t, err)
 	return m
@@ -234,3 +236,13 @@ func ids(prefix string, n int) []string {
 }
 
 var _ = net.IPv4len
+
+// handle is a handle on the test's node as a call opens it, without the
+// node lock (the test reads and writes maps beside the calls it makes);
+// the caller closes it.
+func (e *env) handle() *node.Node {
+	e.t.Helper()
+	n, err := node.Open(node.Options{BPFRoot: e.bpfRoot, StateDir: e.stateDir, Lock: node.Unlocked})
+	require.NoError(e.t, err)
+	return n
+}

@@ -19,10 +19,10 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 )
 
@@ -70,12 +70,13 @@ func (e *env) published() []portmap.Published {
 // dnatFlows counts NAT table entries of hostPort flows towards ip.
 func (e *env) dnatFlows(ip net.IP) int {
 	e.t.Helper()
-	t, err := nat.OpenTable(e.bpfRoot)
+	n := e.handle()
+	defer n.Close()
+	t, err := conntrack.Open(n)
 	require.NoError(e.t, err)
-	defer t.Close()
-	n, err := t.Count(func(dir uint8, pod net.IP) bool { return dir == nat.DirDNAT && pod.Equal(ip) })
+	c, err := t.Count(func(dir uint8, pod net.IP) bool { return dir == conntrack.DirDNAT && pod.Equal(ip) })
 	require.NoError(e.t, err)
-	return n
+	return c
 }
 
 func hp(ip net.IP, port int) string { return net.JoinHostPort(ip.String(), strconv.Itoa(port)) }

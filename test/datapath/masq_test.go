@@ -24,9 +24,9 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
-	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
@@ -223,11 +223,12 @@ func (e *env) masqList(version, mode string, extra map[string]any) *libcni.Netwo
 func (e *env) forwarded() int { return snmp(e.t, e.node.NS, "ForwDatagrams") }
 
 // flows lists the NAT table's flows.
-func (e *env) flows() []nat.Flow {
+func (e *env) flows() []conntrack.Flow {
 	e.t.Helper()
-	t, err := nat.OpenTable(e.bpfRoot)
+	n := e.handle()
+	defer n.Close()
+	t, err := conntrack.Open(n)
 	require.NoError(e.t, err)
-	defer t.Close()
 	f, err := t.Flows()
 	require.NoError(e.t, err)
 	return f

@@ -50,9 +50,10 @@ func (e *env) requireConsistent(what string) {
 	for _, l := range e.hostLinks() {
 		live[l.Attrs().Index] = l
 	}
-	em, err := endpoint.OpenMaps(e.bpfRoot)
+	nd := e.handle()
+	defer nd.Close()
+	em, err := endpoint.MapsOf(nd)
 	require.NoError(e.t, err)
-	defer em.Close()
 	devs, err := em.Devices()
 	require.NoError(e.t, err)
 	for _, d := range devs {

@@ -10,6 +10,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // TestTunnelsOnlyItsOwn: the vxlan backend on the plugin's real map lists,
@@ -23,7 +24,10 @@ func TestTunnelsOnlyItsOwn(t *testing.T) {
 	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
 	v, err := agent.NewVXLAN(bpfRoot, stateDir, 4) // no pod ran: it makes the map
 	require.NoError(t, err)
-	require.NoError(t, cluster.AddRanges(bpfRoot, stateDir, []*net.IPNet{ipnet("10.244.0.0/16")}))
+	nd, err := node.Open(node.Options{BPFRoot: bpfRoot, StateDir: stateDir, Lock: node.Unlocked})
+	require.NoError(t, err)
+	defer nd.Close()
+	require.NoError(t, cluster.AddRanges(nd, []*net.IPNet{ipnet("10.244.0.0/16")}))
 	byHand := func(f func(*cluster.Tunnels) error) {
 		ts, err := cluster.OpenTunnels(bpfRoot, stateDir)
 		require.NoError(t, err)
@@ -87,7 +91,7 @@ func TestTunnelsOnlyItsOwn(t *testing.T) {
 	require.NoError(t, v.Remove(r("10.244.9.0/24", "192.0.2.19")), "the entry by hand is not the agent's")
 	require.Empty(t, list(v))
 	require.Equal(t, []string{"10.244.9.0/24 via 192.0.2.19", "fd00:10:244:2::/64 via 192.0.2.99"}, inMap(), "what the agent did not write stays")
-	require.Empty(t, cluster.MissingRanges(bpfRoot, []*net.IPNet{ipnet("10.244.0.0/16")}), "the cluster's range stays")
+	require.Empty(t, cluster.MissingRanges(nd, []*net.IPNet{ipnet("10.244.0.0/16")}), "the cluster's range stays")
 }
 
 // TestTunnelsPlan: every pod range of a peer, IPv4 and IPv6, goes to its

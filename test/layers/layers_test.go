@@ -34,23 +34,17 @@ var layers = []struct {
 	{"cli", []string{"pkg/cli"}, false},
 	{"verbs", []string{"pkg/plugin", "pkg/agent"}, false},
 	{"registry", []string{"pkg/features"}, false},
-	{"features", []string{"pkg/nat", "pkg/cluster", "pkg/flows", "pkg/bandwidth", "pkg/portmap", "pkg/endpoint"}, false},
+	{"features", []string{"pkg/nat", "pkg/cluster", "pkg/flows", "pkg/bandwidth", "pkg/portmap"}, false},
 	// Building blocks, each layer on the ones below it.
-	{"blocks: what features share", []string{"pkg/feature", "pkg/uplink"}, false},
+	{"blocks: the core's endpoint step and what features share", []string{"pkg/endpoint", "pkg/uplink",
+		"pkg/conntrack", "pkg/clusterranges"}, false},
+	{"blocks: the feature contract", []string{"pkg/feature"}, false},
 	{"blocks: the node handle", []string{"pkg/node"}, false},
 	{"blocks: programs", []string{"pkg/programs"}, false},
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
 	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/veth", "pkg/config", "pkg/errcode",
 		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup"}, false},
 	{"maps", []string{"pkg/maps"}, false},
-}
-
-// knownExceptions are imports the layers forbid that stay for now.
-var knownExceptions = map[[2]string]bool{
-	// Feature -> feature: removed by part B of issue 31.
-	{"pkg/nat", "pkg/cluster"}:      true,
-	{"pkg/portmap", "pkg/nat"}:      true,
-	{"pkg/portmap", "pkg/endpoint"}: true,
 }
 
 // layerOf is the index of p's layer in layers (0 is the top), or -1.
@@ -118,7 +112,7 @@ func TestLayers(t *testing.T) {
 			}
 			to := strings.TrimPrefix(imp, module)
 			lt := layerOf(to)
-			if lt > lf || lt == lf && layers[lf].within || knownExceptions[[2]string{from, to}] {
+			if lt > lf || lt == lf && layers[lf].within {
 				continue
 			}
 			switch {
@@ -134,18 +128,5 @@ func TestLayers(t *testing.T) {
 	if len(bad) > 0 {
 		sort.Strings(bad)
 		t.Fatalf("imports against the layers (test/layers):\n%s", strings.Join(bad, "\n"))
-	}
-}
-
-// TestKnownExceptionsExist: an exception no package needs any more goes.
-func TestKnownExceptionsExist(t *testing.T) {
-	imports := map[[2]string]bool{}
-	for _, p := range list(t) {
-		for _, imp := range p.Imports {
-			imports[[2]string{strings.TrimPrefix(p.ImportPath, module), strings.TrimPrefix(imp, module)}] = true
-		}
-	}
-	for e := range knownExceptions {
-		require.True(t, imports[e], "%s no longer imports %s: delete the exception", e[0], e[1])
 	}
 }

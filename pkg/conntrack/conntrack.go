@@ -1,4 +1,11 @@
-package nat
+// Package conntrack is the node's connection-tracking/NAT table (nat,
+// bpf/lib/nat.h): a building block that masquerade (pkg/nat: the OUT and
+// IN entries of the flows pods open) and hostPort (pkg/portmap: the DNAT
+// entries of the flows to published ports) write through the programs and
+// read, flush and collect here, each its own kind of flow. Neither feature
+// owns the table: each flushes its own flows of a pod in its Del, and
+// collects its own in its GC.
+package conntrack
 
 import (
 	"errors"
@@ -74,29 +81,59 @@ func lifetime(t *maps.CniNatLifetimes, proto, state uint8) time.Duration {
 	return time.Duration(s) * time.Second
 }
 
+// DefaultTimeouts are the programs' own lifetimes (enum
+// nat_default_lifetime), used while nat_timeouts holds none.
+var DefaultTimeouts = maps.CniNatLifetimes{
+	TcpSyn:         uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_SYN),
+	TcpEstablished: uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_ESTABLISHED),
+	TcpClosing:     uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_CLOSING),
+	Udp:            uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_UDP),
+	Icmp:           uint32(maps.CniNatDefaultLifetimeNAT_DEFAULT_ICMP),
+}
+
+// Kind is whose flows an entry belongs to.
+type Kind int
+
+const (
+	// Masquerade: the flows pods open, translated to the node's address
+	// (the OUT entry and its IN entry).
+	Masquerade Kind = iota
+	// HostPort: the flows to a published port, translated to the pod
+	// (DNAT entries).
+	HostPort
+)
+
+// owns reports whether an entry of direction dir is of kind k.
+func (k Kind) owns(dir uint8) bool {
+	if k == HostPort {
+		return dir == dirDNAT
+	}
+	return dir == dirOut || dir == dirIn
+}
+
 // Table is the pinned conntrack/NAT table and its lifetimes.
 type Table struct {
 	nat      *ebpf.Map
 	timeouts maps.CniNatLifetimes
-	own      bool
 }
 
-// OpenTable opens the pinned table, creating it on first use, for callers
-// without a node handle; Close releases it.
-func OpenTable(bpfRoot string) (*Table, error) {
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapNat, maps.CniMapNatTimeouts)
+// Open is the call's node's table, created on first use (the node closes
+// it).
+func Open(n *node.Node) (*Table, error) {
+	m, err := n.Map(maps.CniMapNat)
 	if err != nil {
 		return nil, fmt.Errorf("opening the NAT table: %w", err)
 	}
-	defer m[maps.CniMapNatTimeouts].Close()
-	t := NewTable(m[maps.CniMapNat], m[maps.CniMapNatTimeouts])
-	t.own = true
-	return t, nil
+	timeouts, err := n.Map(maps.CniMapNatTimeouts)
+	if err != nil {
+		return nil, fmt.Errorf("opening the NAT table: %w", err)
+	}
+	return NewTable(m, timeouts), nil
 }
 
-// TableOf is the call's node's table, nil when it is not pinned (no flow
+// Pinned is the call's node's table, nil when it is not pinned (no flow
 // was ever made); the node closes it.
-func TableOf(n *node.Node) (*Table, error) {
+func Pinned(n *node.Node) (*Table, error) {
 	m, err := n.PinnedMap(maps.CniMapNat)
 	if err != nil || m == nil {
 		return nil, err
@@ -108,22 +145,16 @@ func TableOf(n *node.Node) (*Table, error) {
 	return NewTable(m, timeouts), nil
 }
 
-// NewTable reads flows from nat with the lifetimes in timeouts (nil: the
-// defaults); the Table owns neither.
+// NewTable reads flows from natMap with the lifetimes in timeouts (nil:
+// the defaults); the Table owns neither (the operator CLI's read-only
+// maps).
 func NewTable(natMap, timeouts *ebpf.Map) *Table {
-	t := &Table{nat: natMap, timeouts: defaultTimeouts}
+	t := &Table{nat: natMap, timeouts: DefaultTimeouts}
 	var cur maps.CniNatLifetimes
 	if timeouts != nil && timeouts.Lookup(uint32(0), &cur) == nil && cur.TcpSyn != 0 {
 		t.timeouts = cur
 	}
 	return t
-}
-
-// Close releases the handle OpenTable opened.
-func (t *Table) Close() {
-	if t.own {
-		t.nat.Close()
-	}
 }
 
 type entry = maps.Entry[maps.CniNatKey, maps.CniNatEntry]
@@ -184,10 +215,13 @@ func (t *Table) delete(drop func(e *entry) bool) (int, error) {
 	return maps.DeleteEntries(t.nat, es, drop)
 }
 
-// FlushPod removes every entry of the pod's addresses: a new pod that gets
-// them inherits no state.
-func (t *Table) FlushPod(ips []net.IP) (int, error) {
+// FlushPod removes every entry of kind k of the pod's addresses: a new pod
+// that gets them inherits no state.
+func (t *Table) FlushPod(k Kind, ips []net.IP) (int, error) {
 	return t.delete(func(e *entry) bool {
+		if !k.owns(e.Key.Dir) {
+			return false
+		}
 		a := podAddr(e)
 		for _, ip := range ips {
 			if a.Equal(ip) {
@@ -198,12 +232,12 @@ func (t *Table) FlushPod(ips []net.IP) (int, error) {
 	})
 }
 
-// GC finds the entries of pods that are not live and the expired ones
-// and, unless dryRun, removes them. It returns one line per flow (the two
+// GC finds the entries of kind k of pods that are not live and the
+// expired ones and, unless dryRun, removes them. It returns one line per flow (the two
 // entries of a masqueraded flow are one; a reply entry whose flow is
 // already gone is one of its own): what a dry run would remove is what a
 // real run removes.
-func (t *Table) GC(live func(ip net.IP) bool, dryRun bool) ([]string, error) {
+func (t *Table) GC(k Kind, live func(ip net.IP) bool, dryRun bool) ([]string, error) {
 	now := maps.Monotonic()
 	es, err := t.entries()
 	if err != nil {
@@ -214,7 +248,7 @@ func (t *Table) GC(live func(ip net.IP) bool, dryRun bool) ([]string, error) {
 	why := map[maps.CniNatKey]string{}
 	present := map[maps.CniNatKey]bool{}
 	for _, e := range es {
-		if e.Key.Dir != dirOut && e.Key.Dir != dirDNAT {
+		if e.Key.Dir == dirIn || !k.owns(e.Key.Dir) {
 			continue
 		}
 		present[e.Key] = true
@@ -229,15 +263,18 @@ func (t *Table) GC(live func(ip net.IP) bool, dryRun bool) ([]string, error) {
 	var errs []error
 	for i := range es {
 		e := &es[i]
-		k := e.Key
+		key := e.Key
+		if !k.owns(key.Dir) {
+			continue
+		}
 		del := func() error {
-			if err := t.nat.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			if err := t.nat.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				return fmt.Errorf("deleting a NAT entry: %w", err)
 			}
 			return nil
 		}
-		if k.Dir != dirIn {
-			if w := why[k]; w != "" {
+		if key.Dir != dirIn {
+			if w := why[key]; w != "" {
 				sw.Remove(describe(e, w), del)
 			}
 			continue
