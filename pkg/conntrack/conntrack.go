@@ -219,17 +219,61 @@ func (t *Table) delete(drop func(e *entry) bool) (int, error) {
 // that gets them inherits no state.
 func (t *Table) FlushPod(k Kind, ips []net.IP) (int, error) {
 	return t.delete(func(e *entry) bool {
-		if !k.owns(e.Key.Dir) {
-			return false
-		}
-		a := podAddr(e)
-		for _, ip := range ips {
-			if a.Equal(ip) {
+		return k.owns(e.Key.Dir) && hasIP(ips, podAddr(e))
+	})
+}
+
+// flushes are the per-pod flushes features asked for in one call: one
+// walk of the table does them all (FlushPodLater).
+type flushes struct {
+	ips [HostPort + 1][]net.IP // by kind
+}
+
+type flushesKey struct{}
+
+// FlushPodLater queues the removal of every entry of kind k of the pod's
+// addresses, done when the call's node settles (node.Settle: DEL's
+// teardown, once every feature's Del and the endpoint's removal are done,
+// so no new flow of the pod can appear after it). Masquerade and hostPort
+// each queue their own kind; the table, which a read walks whole (tens of
+// milliseconds at its size), is walked once for both.
+func FlushPodLater(n *node.Node, k Kind, ips []net.IP) {
+	if len(ips) == 0 {
+		return
+	}
+	f := n.Batch(flushesKey{}, func() (any, func() error) {
+		f := &flushes{}
+		return f, func() error { return f.run(n) }
+	}).(*flushes)
+	f.ips[k] = append(f.ips[k], ips...)
+}
+
+func (f *flushes) run(n *node.Node) error {
+	if n.CheckBPFFS() != nil {
+		return nil // nothing pinned, nothing to flush
+	}
+	t, err := Pinned(n)
+	if err != nil || t == nil {
+		return err
+	}
+	_, err = t.delete(func(e *entry) bool {
+		for k, ips := range f.ips {
+			if len(ips) > 0 && Kind(k).owns(e.Key.Dir) && hasIP(ips, podAddr(e)) {
 				return true
 			}
 		}
 		return false
 	})
+	return err
+}
+
+func hasIP(ips []net.IP, a net.IP) bool {
+	for _, ip := range ips {
+		if a.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // GC finds the entries of kind k of pods that are not live and the

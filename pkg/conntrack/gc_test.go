@@ -120,3 +120,46 @@ func TestFlushPod(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, all, "the other pod's entries stay")
 }
+
+// TestFlushPodLater: the flushes two features queue in one call are done
+// at Settle, in one walk, each of its own kind: nothing before it, and
+// after it the queued pods' entries of the queued kinds only.
+func TestFlushPodLater(t *testing.T) {
+	n, err := node.Open(node.Options{BPFRoot: testutil.BPFFS(t), Lock: node.Unlocked})
+	require.NoError(t, err)
+	defer n.Close()
+	tb, err := Open(n)
+	require.NoError(t, err)
+	masq, hp, other, remote, nodeIP := net.ParseIP("10.0.0.2"), net.ParseIP("10.0.0.3"), net.ParseIP("10.0.0.4"), net.ParseIP("198.51.100.7"), net.ParseIP("192.0.2.2")
+	now := maps.Monotonic()
+	put := func(dir uint8, saddr net.IP, addr net.IP) {
+		k := maps.CniNatKey{Family: 4, Proto: unix.IPPROTO_UDP, Dir: dir, Sport: maps.Port(1000), Dport: maps.Port(53), Saddr: maps.Addr16(saddr), Daddr: maps.Addr16(remote)}
+		require.NoError(t, tb.nat.Put(&k, &maps.CniNatEntry{Addr: maps.Addr16(addr), Port: maps.Port(1000), State: StateOpen, Created: now, LastSeen: now}))
+	}
+	for _, ip := range []net.IP{masq, hp, other} {
+		put(dirOut, ip, nodeIP)
+		put(dirDNAT, ip, nodeIP)
+	}
+	count := func(ip net.IP, dir uint8) int {
+		c, err := tb.Count(func(d uint8, p net.IP) bool { return d == dir && p.Equal(ip) })
+		require.NoError(t, err)
+		return c
+	}
+	FlushPodLater(n, Masquerade, []net.IP{masq})
+	FlushPodLater(n, HostPort, []net.IP{hp})
+	FlushPodLater(n, HostPort, nil) // a pod without addresses: nothing
+	all, err := tb.Count(func(uint8, net.IP) bool { return true })
+	require.NoError(t, err)
+	require.Equal(t, 6, all, "nothing goes before Settle")
+	require.NoError(t, n.Settle())
+	require.Zero(t, count(masq, dirOut), "masquerade's flow of the pod that queued it")
+	require.Equal(t, 1, count(masq, dirDNAT), "its hostPort flow: not queued")
+	require.Zero(t, count(hp, dirDNAT), "hostPort's flow of the pod that queued it")
+	require.Equal(t, 1, count(hp, dirOut), "its masqueraded flow: not queued")
+	require.Equal(t, 1, count(other, dirOut))
+	require.Equal(t, 1, count(other, dirDNAT))
+	require.NoError(t, n.Settle(), "settled work is forgotten")
+	all, err = tb.Count(func(uint8, net.IP) bool { return true })
+	require.NoError(t, err)
+	require.Equal(t, 4, all)
+}

@@ -68,17 +68,11 @@ func (p pod) Check(n *node.Node, _ *feature.Endpoint) []string {
 
 // Del removes the pod's masqueraded flows from the conntrack/NAT table: a
 // pod that gets the same address later inherits no state. It runs whether
-// or not the pod had masquerade (DEL reads no configuration).
+// or not the pod had masquerade (DEL reads no configuration). The flush is
+// queued: the teardown does it with hostPort's in one walk of the table.
 func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
-	if n.CheckBPFFS() != nil || len(ep.Addrs()) == 0 {
-		return nil
-	}
-	t, err := conntrack.Pinned(n)
-	if err != nil || t == nil {
-		return err
-	}
-	_, err = t.FlushPod(conntrack.Masquerade, ep.Addrs())
-	return err
+	conntrack.FlushPodLater(n, conntrack.Masquerade, ep.Addrs())
+	return nil
 }
 
 // GC removes the masqueraded flows of pods that are gone and expired ones,

@@ -70,6 +70,46 @@ type Node struct {
 	phase      string
 	phaseStart time.Time
 	phases     []Phase
+
+	batches []batch // work gathered for Settle
+}
+
+// batch is work a building block gathered in this call (Batch).
+type batch struct {
+	key   any
+	state any
+	run   func() error
+}
+
+// Batch returns the state gathered under key in this call, made by mk
+// (the state and the work that uses it) the first time: a building block
+// collects what several features ask of it (each feature's per-pod
+// flushes of the conntrack table) and does it once, at Settle, instead
+// of once per feature (a walk of the whole table each).
+func (n *Node) Batch(key any, mk func() (state any, run func() error)) any {
+	for _, b := range n.batches {
+		if b.key == key {
+			return b.state
+		}
+	}
+	state, run := mk()
+	n.batches = append(n.batches, batch{key: key, state: state, run: run})
+	return state
+}
+
+// Settle does the work gathered by Batch, in the order first asked for,
+// and forgets it. The verbs call it when a teardown's steps are done;
+// Close calls it for what is left.
+func (n *Node) Settle() error {
+	bs := n.batches
+	n.batches = nil
+	var errs []error
+	for _, b := range bs {
+		if err := b.run(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Open takes the node lock as o says and moves state an older build left
@@ -124,6 +164,7 @@ func (n *Node) Close() {
 	if n == nil {
 		return
 	}
+	_ = n.Settle() // best effort: the verbs settle (and report) first
 	for _, m := range n.maps {
 		m.Close()
 	}

@@ -67,8 +67,9 @@ func CmdDel(args *skel.CmdArgs) (err error) {
 // as DEL does, without calling IPAM (the operator CLI's gc calls it, with
 // the node lock held exclusively): each feature in reverse order, then the
 // endpoint (found through its host veth when it has no record) at its
-// place among them, the host veth, its per-device counters, the ranges'
-// routes and the record. Every step runs even if one fails; the record
+// place among them, the host veth, its per-device counters, what the
+// steps queued for the building blocks (node.Settle), the ranges' routes
+// and the record. Every step runs even if one fails; the record
 // goes only when all succeeded, so a retry finds what is left.
 func Teardown(n *node.Node, hostName string) error {
 	var errs []error
@@ -101,6 +102,11 @@ func Teardown(n *node.Node, hostName string) error {
 		}
 		return nil
 	}); err != nil {
+		errs = append(errs, err)
+	}
+	// What the steps queued for the building blocks (the conntrack table's
+	// per-pod flushes), done once now that the pod can make no new state.
+	if err := n.Settle(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := releaseRecordRanges(n, rec); err != nil {

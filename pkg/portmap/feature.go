@@ -198,21 +198,11 @@ func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 			err = Unpublish(n, ports)
 		}
 	}
-	return errors.Join(err, flushFlows(n, ep))
-}
-
-// flushFlows removes the pod's hostPort flows from the conntrack/NAT
-// table: a pod that gets the same address later inherits no state. Its
-// ports are unpublished already, so no new flow is made for it.
-func flushFlows(n *node.Node, ep *feature.Endpoint) error {
-	if len(ep.Addrs()) == 0 {
-		return nil
-	}
-	t, err := conntrack.Pinned(n)
-	if err != nil || t == nil {
-		return err
-	}
-	_, err = t.FlushPod(conntrack.HostPort, ep.Addrs())
+	// The pod's hostPort flows leave the conntrack/NAT table (a pod that
+	// gets the same address later inherits no state), also when
+	// unpublishing failed; queued, the teardown does it with masquerade's
+	// in one walk of the table, after the ports and the endpoint are gone.
+	conntrack.FlushPodLater(n, conntrack.HostPort, ep.Addrs())
 	return err
 }
 
