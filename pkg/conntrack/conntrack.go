@@ -215,14 +215,6 @@ func (t *Table) delete(drop func(e *entry) bool) (int, error) {
 	return maps.DeleteEntries(t.nat, es, drop)
 }
 
-// FlushPod removes every entry of kind k of the pod's addresses: a new pod
-// that gets them inherits no state.
-func (t *Table) FlushPod(k Kind, ips []net.IP) (int, error) {
-	return t.delete(func(e *entry) bool {
-		return k.owns(e.Key.Dir) && hasIP(ips, podAddr(e))
-	})
-}
-
 // flushes are the per-pod flushes features asked for in one call: one
 // walk of the table does them all (FlushPodLater).
 type flushes struct {

@@ -87,35 +87,26 @@ func TestTableGC(t *testing.T) {
 // TestFlushPod: each kind flushes its own entries of the pod, and together
 // they leave none of it.
 func TestFlushPod(t *testing.T) {
-	n, err := node.Open(node.Options{BPFRoot: testutil.BPFFS(t), Lock: node.Unlocked})
-	require.NoError(t, err)
-	defer n.Close()
-	tb, err := Open(n)
-	require.NoError(t, err)
+	n, tb := testTable(t)
 	pod, other, remote, nodeIP := net.ParseIP("10.0.0.2"), net.ParseIP("10.0.0.3"), net.ParseIP("198.51.100.7"), net.ParseIP("192.0.2.2")
-	now := maps.Monotonic()
-	put := func(dir uint8, saddr net.IP, addr net.IP) {
-		k := maps.CniNatKey{Family: 4, Proto: unix.IPPROTO_UDP, Dir: dir, Sport: maps.Port(1000), Dport: maps.Port(53), Saddr: maps.Addr16(saddr), Daddr: maps.Addr16(remote)}
-		require.NoError(t, tb.nat.Put(&k, &maps.CniNatEntry{Addr: maps.Addr16(addr), Port: maps.Port(1000), State: StateOpen, Created: now, LastSeen: now}))
-	}
+	put := udpEntries(t, tb, remote)
 	for _, ip := range []net.IP{pod, other} {
 		put(dirOut, ip, nodeIP)
 		put(dirDNAT, ip, nodeIP)
 	}
 	put(dirIn, remote, pod) // the pod's reply entry: its value is the pod
 	mine := func() int {
-		n, err := tb.Count(func(_ uint8, p net.IP) bool { return p.Equal(pod) })
+		c, err := tb.Count(func(_ uint8, p net.IP) bool { return p.Equal(pod) })
 		require.NoError(t, err)
-		return n
+		return c
 	}
 	require.Equal(t, 3, mine())
-	gone, err := tb.FlushPod(HostPort, []net.IP{pod})
-	require.NoError(t, err)
-	require.Equal(t, 1, gone)
-	gone, err = tb.FlushPod(Masquerade, []net.IP{pod})
-	require.NoError(t, err)
-	require.Equal(t, 2, gone)
-	require.Zero(t, mine())
+	FlushPodLater(n, HostPort, []net.IP{pod})
+	require.NoError(t, n.Settle())
+	require.Equal(t, 2, mine(), "hostPort's flush takes its DNAT entry only")
+	FlushPodLater(n, Masquerade, []net.IP{pod})
+	require.NoError(t, n.Settle())
+	require.Zero(t, mine(), "masquerade's takes the OUT and IN entries")
 	all, err := tb.Count(func(uint8, net.IP) bool { return true })
 	require.NoError(t, err)
 	require.Equal(t, 2, all, "the other pod's entries stay")
@@ -125,17 +116,9 @@ func TestFlushPod(t *testing.T) {
 // at Settle, in one walk, each of its own kind: nothing before it, and
 // after it the queued pods' entries of the queued kinds only.
 func TestFlushPodLater(t *testing.T) {
-	n, err := node.Open(node.Options{BPFRoot: testutil.BPFFS(t), Lock: node.Unlocked})
-	require.NoError(t, err)
-	defer n.Close()
-	tb, err := Open(n)
-	require.NoError(t, err)
+	n, tb := testTable(t)
 	masq, hp, other, remote, nodeIP := net.ParseIP("10.0.0.2"), net.ParseIP("10.0.0.3"), net.ParseIP("10.0.0.4"), net.ParseIP("198.51.100.7"), net.ParseIP("192.0.2.2")
-	now := maps.Monotonic()
-	put := func(dir uint8, saddr net.IP, addr net.IP) {
-		k := maps.CniNatKey{Family: 4, Proto: unix.IPPROTO_UDP, Dir: dir, Sport: maps.Port(1000), Dport: maps.Port(53), Saddr: maps.Addr16(saddr), Daddr: maps.Addr16(remote)}
-		require.NoError(t, tb.nat.Put(&k, &maps.CniNatEntry{Addr: maps.Addr16(addr), Port: maps.Port(1000), State: StateOpen, Created: now, LastSeen: now}))
-	}
+	put := udpEntries(t, tb, remote)
 	for _, ip := range []net.IP{masq, hp, other} {
 		put(dirOut, ip, nodeIP)
 		put(dirDNAT, ip, nodeIP)
@@ -162,4 +145,24 @@ func TestFlushPodLater(t *testing.T) {
 	all, err = tb.Count(func(uint8, net.IP) bool { return true })
 	require.NoError(t, err)
 	require.Equal(t, 4, all)
+}
+
+// testTable is a node handle on a private bpffs and its table.
+func testTable(t *testing.T) (*node.Node, *Table) {
+	n, err := node.Open(node.Options{BPFRoot: testutil.BPFFS(t), Lock: node.Unlocked})
+	require.NoError(t, err)
+	t.Cleanup(n.Close)
+	tb, err := Open(n)
+	require.NoError(t, err)
+	return n, tb
+}
+
+// udpEntries returns a writer of open UDP entries (port 1000 to remote:53)
+// of direction dir, keyed by saddr, translated to addr.
+func udpEntries(t *testing.T, tb *Table, remote net.IP) func(dir uint8, saddr, addr net.IP) {
+	now := maps.Monotonic()
+	return func(dir uint8, saddr, addr net.IP) {
+		k := maps.CniNatKey{Family: 4, Proto: unix.IPPROTO_UDP, Dir: dir, Sport: maps.Port(1000), Dport: maps.Port(53), Saddr: maps.Addr16(saddr), Daddr: maps.Addr16(remote)}
+		require.NoError(t, tb.nat.Put(&k, &maps.CniNatEntry{Addr: maps.Addr16(addr), Port: maps.Port(1000), State: StateOpen, Created: now, LastSeen: now}))
+	}
 }
