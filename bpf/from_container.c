@@ -519,7 +519,7 @@ int from_container(struct __sk_buff *skb)
 	enum pkt_reason why = REASON_PASS;
 	int ret = handle(skb, &why);
 
-	return verdict(skb, ret, why);
+	return verdict(skb, ret, why, PKT_DIR_EGRESS);
 }
 
 char __license[] SEC("license") = "GPL";

@@ -263,7 +263,7 @@ int from_netdev(struct __sk_buff *skb)
 	enum pkt_reason why = REASON_PASS;
 	int ret = rev_snat(skb, &why);
 
-	return verdict(skb, ret, why);
+	return verdict(skb, ret, why, PKT_DIR_INGRESS);
 }
 
 char __license[] SEC("license") = "GPL";

@@ -33,6 +33,7 @@ struct go_enum_list {
 	enum nat_state nat_state;
 	enum nat_flags nat_flags;
 	enum nat_default_lifetime nat_default_lifetime;
+	enum pkt_dir pkt_dir;
 };
 
 struct {

@@ -83,7 +83,7 @@ int to_container(struct __sk_buff *skb)
 	enum pkt_reason why = REASON_FROM_STACK;
 	int ret = handle(skb, &why);
 
-	return verdict(skb, ret, why);
+	return verdict(skb, ret, why, PKT_DIR_INGRESS);
 }
 
 char __license[] SEC("license") = "GPL";

@@ -168,7 +168,7 @@ int to_netdev(struct __sk_buff *skb)
 	enum pkt_reason why = REASON_PASS;
 	int ret = snat(skb, &why);
 
-	return verdict(skb, ret, why);
+	return verdict(skb, ret, why, PKT_DIR_EGRESS);
 }
 
 char __license[] SEC("license") = "GPL";

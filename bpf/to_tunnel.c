@@ -43,7 +43,7 @@ int to_tunnel(struct __sk_buff *skb)
 	enum pkt_reason why = REASON_PASS;
 	int ret = handle(skb, &why);
 
-	return verdict(skb, ret, why); /* TCX_NEXT on egress: the device transmits it */
+	return verdict(skb, ret, why, PKT_DIR_EGRESS); /* TCX_NEXT on egress: the device transmits it */
 }
 
 char __license[] SEC("license") = "GPL";

@@ -104,6 +104,15 @@ enum pkt_reason {
 	REASON_MAX = 32,
 };
 
+/* Which way a packet goes, seen from the pod (or, on an uplink, from the
+ * node): each program runs on one hook and passes its own to verdict()
+ * (lib/verdict.h), which counts and reports the packet under it. */
+enum pkt_dir {
+	PKT_DIR_EGRESS = 0,  /* leaving: from_container, to_netdev, to_tunnel */
+	PKT_DIR_INGRESS = 1, /* arriving: to_container, from_netdev, from_tunnel */
+	PKT_DIR_MAX = 2,
+};
+
 struct pkt_counter {
 	__u64 packets;
 	__u64 bytes;

@@ -16,7 +16,10 @@
 
 #define DROP(reason) (-(int)(reason))
 
-static __always_inline int verdict(struct __sk_buff *skb, int ret, enum pkt_reason why)
+/* dir is the program's hook (enum pkt_dir): the same for every packet a
+ * program sees. */
+static __always_inline int verdict(struct __sk_buff *skb, int ret, enum pkt_reason why,
+				   enum pkt_dir dir)
 {
 	if (ret < 0) {
 		count_packet(skb, (enum pkt_reason)(-ret));

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "e761b4006fbd"
+const objectsDigest = "d7bacf37a9d6"

@@ -171,6 +171,7 @@ type CniGoEnumList struct {
 	NatState           CniNatState
 	NatFlags           CniNatFlags
 	NatDefaultLifetime CniNatDefaultLifetime
+	PktDir             CniPktDir
 }
 
 type CniHostportEntry struct {
@@ -335,6 +336,14 @@ type CniPktCounter struct {
 	Packets uint64
 	Bytes   uint64
 }
+
+type CniPktDir uint32
+
+const (
+	CniPktDirPKT_DIR_EGRESS  CniPktDir = 0
+	CniPktDirPKT_DIR_INGRESS CniPktDir = 1
+	CniPktDirPKT_DIR_MAX     CniPktDir = 2
+)
 
 type CniPktReason uint32
 

@@ -11,7 +11,7 @@ var layouts = map[string][2]uintptr{
 	"endpoint_devs":     {4, 240},
 	"endpoints":         {20, 24},
 	"flows":             {40, 16},
-	"go_enums":          {4, 32},
+	"go_enums":          {4, 36},
 	"hostport_config":   {4, 16},
 	"hostports":         {4, 148},
 	"ipam_allocs":       {24, 160},
