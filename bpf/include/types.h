@@ -51,9 +51,10 @@ struct ipam_net {
 };
 
 /* Reasons a program drops or passes a packet; counted per CPU in
- * pkt_counters. Drop reasons are negative, as in the programs' return
+ * node_counters. Drop reasons are negative, as in the programs' return
  * paths (DROP() of lib/verdict.h); the counter index is their absolute
- * value. A drop reason's name starts with REASON_DROP_.
+ * value (and the direction the second). A drop reason's name starts with
+ * REASON_DROP_.
  *
  * The quoted text that opens each value's comment is what `ebpf-cni
  * counters` shows for it (pkg/maps/reasons_gen.go is generated from it;
@@ -164,11 +165,17 @@ struct endpoint_dev {
 	char ifname[CNI_IFNAME_LEN];
 };
 
-/* Value of endpoint_counters, keyed by the ifindex of the device a program
- * runs on (the host veth of an endpoint): per-reason counters of that device,
- * indexed like pkt_counters. */
+/* Value of node_counters (indexed by enum pkt_reason): one reason's
+ * counts, by enum pkt_dir. */
+struct dir_counters {
+	struct pkt_counter by_dir[PKT_DIR_MAX];
+};
+
+/* Value of device_counters, keyed by the ifindex of the device a program
+ * runs on (the host veth of an endpoint, or an uplink): that device's
+ * counters, indexed like node_counters. */
 struct dev_counters {
-	struct pkt_counter by_reason[REASON_MAX];
+	struct dir_counters by_reason[REASON_MAX];
 };
 
 /* Bandwidth: one policer per endpoint and direction, keyed in bw_buckets by

@@ -22,10 +22,10 @@ static __always_inline int verdict(struct __sk_buff *skb, int ret, enum pkt_reas
 				   enum pkt_dir dir)
 {
 	if (ret < 0) {
-		count_packet(skb, (enum pkt_reason)(-ret));
+		count_packet(skb, (enum pkt_reason)(-ret), dir);
 		return TC_ACT_SHOT;
 	}
-	count_packet(skb, why);
+	count_packet(skb, why, dir);
 	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 

@@ -16,13 +16,13 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SockPacingMapBwBuckets        = "bw_buckets"
-	SockPacingMapEndpointCounters = "endpoint_counters"
-	SockPacingMapEndpointDevs     = "endpoint_devs"
-	SockPacingMapEndpoints        = "endpoints"
-	SockPacingMapLocalNetns       = "local_netns"
-	SockPacingMapPktCounters      = "pkt_counters"
-	SockPacingProgBwPacing        = "bw_pacing"
+	SockPacingMapBwBuckets      = "bw_buckets"
+	SockPacingMapDeviceCounters = "device_counters"
+	SockPacingMapEndpointDevs   = "endpoint_devs"
+	SockPacingMapEndpoints      = "endpoints"
+	SockPacingMapLocalNetns     = "local_netns"
+	SockPacingMapNodeCounters   = "node_counters"
+	SockPacingProgBwPacing      = "bw_pacing"
 )
 
 // LoadSockPacing returns the embedded CollectionSpec for SockPacing.
@@ -74,12 +74,12 @@ type SockPacingProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SockPacingMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
-	LocalNetns       *ebpf.MapSpec `ebpf:"local_netns"`
-	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	LocalNetns     *ebpf.MapSpec `ebpf:"local_netns"`
+	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
 }
 
 // SockPacingVariableSpecs contains global variables before they are loaded into the kernel.
@@ -108,22 +108,22 @@ func (o *SockPacingObjects) Close() error {
 //
 // It can be passed to LoadSockPacingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SockPacingMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.Map `ebpf:"endpoints"`
-	LocalNetns       *ebpf.Map `ebpf:"local_netns"`
-	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	LocalNetns     *ebpf.Map `ebpf:"local_netns"`
+	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
 }
 
 func (m *SockPacingMaps) Close() error {
 	return _SockPacingClose(
 		m.BwBuckets,
-		m.EndpointCounters,
+		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.LocalNetns,
-		m.PktCounters,
+		m.NodeCounters,
 	)
 }
 

@@ -15,20 +15,25 @@ import (
 func init() {
 	register(&Command{
 		Name:    "counters",
-		Summary: "packets forwarded, redirected, passed and dropped by reason, per endpoint and in total",
-		Help: `What the programs did with the packets leaving each pod, by reason:
+		Summary: "packets forwarded, redirected, passed and dropped by reason and direction, per endpoint and in total",
+		Help: `What the programs did with the packets of each pod, by reason:
 redirect (redirect_peer into another pod), fib_redirect (forwarded through
 the FIB), pass (handed to the node's stack), arp_reply (ARP answered in BPF)
 and drop_* (dropped, with why: drop_spoof_src, drop_spoof_mac,
-drop_malformed, drop_no_endpoint). Counts are packets and bytes summed over
-CPUs. Per endpoint they come from endpoint_counters (keyed by host ifindex;
-DEL removes an endpoint's), the node total from pkt_counters (everything
-since the maps were created, deleted pods included). Tables show only
-non-zero reasons.
+drop_malformed, drop_no_endpoint), and by direction: egress (leaving the
+pod; on an uplink, leaving the node), ingress (arriving). Counts are
+packets and bytes summed over CPUs. Per endpoint they come from
+device_counters (keyed by host ifindex; DEL removes an endpoint's), the
+node total from node_counters (everything since the maps were created,
+deleted pods included; an upgrade from a build without directions starts
+them again). Tables show only non-zero reasons; EGRESS and INGRESS are
+packets.
 
-JSON: {"total": {"reasons": {<reason>: {"packets", "bytes"}}, "dropped"},
+JSON: {"total": {"reasons": {<reason>: {"packets", "bytes"}}, "dropped",
+"directions": {"egress": {<reason>: ...}, "ingress": {...}}},
 "endpoints": [{"containerID", "ifname", "hostVeth", "hostIfindex",
-"reasons", "dropped"}]}; every reason is present, zeros included.`,
+"reasons", "dropped", "directions"}]}; "reasons" sums both directions;
+every reason is present, zeros included.`,
 		Flags: func(*flag.FlagSet) func(*Context) error { return runCounters },
 	})
 }
@@ -41,8 +46,10 @@ type CounterValue struct {
 
 // ReasonCounters are the counts of one device or of the node.
 type ReasonCounters struct {
-	Reasons map[string]CounterValue `json:"reasons"`
+	Reasons map[string]CounterValue `json:"reasons"` // both directions
 	Dropped CounterValue            `json:"dropped"` // sum of the drop_* reasons
+	// Directions: "egress" and "ingress" -> reason -> counts.
+	Directions map[string]map[string]CounterValue `json:"directions"`
 }
 
 // EndpointCounters are one endpoint's (or device's) counts.
@@ -68,11 +75,18 @@ func reasons() []maps.CniPktReason {
 	return out
 }
 
-func reasonCounters(by map[maps.CniPktReason]counters.Counter) ReasonCounters {
-	rc := ReasonCounters{Reasons: map[string]CounterValue{}}
+func reasonCounters(by map[maps.CniPktReason]counters.ByDir) ReasonCounters {
+	rc := ReasonCounters{Reasons: map[string]CounterValue{}, Directions: map[string]map[string]CounterValue{}}
+	for _, d := range counters.Dirs {
+		rc.Directions[counters.DirKeys[d]] = map[string]CounterValue{}
+	}
 	for _, r := range reasons() {
-		c := by[r]
+		b := by[r]
+		c := b.Total()
 		rc.Reasons[counters.ReasonKeys[r]] = CounterValue{c.Packets, c.Bytes}
+		for _, d := range counters.Dirs {
+			rc.Directions[counters.DirKeys[d]][counters.ReasonKeys[r]] = CounterValue{b[d].Packets, b[d].Bytes}
+		}
 		if counters.IsDrop(r) {
 			rc.Dropped.Packets += c.Packets
 			rc.Dropped.Bytes += c.Bytes
@@ -86,20 +100,20 @@ func readCounters(ctx *Context) (*countersOutput, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapPktCounters, maps.CniMapEndpointCounters)
+	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapNodeCounters, maps.CniMapDeviceCounters)
 	if err != nil {
 		return nil, err
 	}
 	defer closeMaps()
-	total := map[maps.CniPktReason]counters.Counter{}
-	if m := ms[maps.CniMapPktCounters]; m != nil {
-		if total, err = counters.SumCounters(m); err != nil {
+	total := map[maps.CniPktReason]counters.ByDir{}
+	if m := ms[maps.CniMapNodeCounters]; m != nil {
+		if total, err = counters.SumNode(m); err != nil {
 			return nil, err
 		}
 	}
-	devs := map[uint32]map[maps.CniPktReason]counters.Counter{}
-	if m := ms[maps.CniMapEndpointCounters]; m != nil {
-		if devs, err = counters.SumDeviceCounters(m); err != nil {
+	devs := map[uint32]map[maps.CniPktReason]counters.ByDir{}
+	if m := ms[maps.CniMapDeviceCounters]; m != nil {
+		if devs, err = counters.SumDevices(m); err != nil {
 			return nil, err
 		}
 	}
@@ -135,7 +149,7 @@ func runCounters(ctx *Context) error {
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, out)
 	}
-	t := &view.Table{Header: []string{"ENDPOINT", "HOST VETH", "REASON", "PACKETS", "BYTES", "MEANING"}, Right: map[int]bool{3: true, 4: true}}
+	t := &view.Table{Header: []string{"ENDPOINT", "HOST VETH", "REASON", "PACKETS", "BYTES", "EGRESS", "INGRESS", "MEANING"}, Right: map[int]bool{3: true, 4: true, 5: true, 6: true}}
 	rows := func(first, veth string, rc ReasonCounters) {
 		any := false
 		for _, r := range reasons() {
@@ -143,7 +157,9 @@ func runCounters(ctx *Context) error {
 			if c.Packets == 0 {
 				continue
 			}
-			t.Row(first, veth, counters.ReasonKeys[r], view.HumanCount(c.Packets), view.HumanBytes(c.Bytes), counters.ReasonNames[r])
+			k := counters.ReasonKeys[r]
+			t.Row(first, veth, k, view.HumanCount(c.Packets), view.HumanBytes(c.Bytes),
+				view.HumanCount(rc.Directions["egress"][k].Packets), view.HumanCount(rc.Directions["ingress"][k].Packets), counters.ReasonNames[r])
 			first, veth, any = "", "", true
 		}
 		if !any {

@@ -23,14 +23,16 @@ func TestJSONFieldNames(t *testing.T) {
 		"recorded":true,"inMaps":true,"vethPresent":true,"problems":[],"qdiscs":["root tbf"],"viaQdisc":true}`, b.String())
 
 	c := &countersOutput{
-		Total: ReasonCounters{Reasons: map[string]CounterValue{"redirect": {3, 300}, "drop_spoof_src": {1, 100}}, Dropped: CounterValue{1, 100}},
+		Total: ReasonCounters{Reasons: map[string]CounterValue{"redirect": {3, 300}, "drop_spoof_src": {1, 100}}, Dropped: CounterValue{1, 100},
+			Directions: map[string]map[string]CounterValue{"egress": {"redirect": {2, 200}}, "ingress": {"redirect": {1, 100}}}},
 		Endpoints: []*EndpointCounters{{ContainerID: "c", IfName: "eth0", HostVeth: "ec0", HostIfIndex: 7,
 			ReasonCounters: ReasonCounters{Reasons: map[string]CounterValue{"redirect": {3, 300}}}}},
 	}
 	b.Reset()
 	require.NoError(t, writeJSON(&b, c))
-	require.JSONEq(t, `{"total":{"reasons":{"drop_spoof_src":{"packets":1,"bytes":100},"redirect":{"packets":3,"bytes":300}},"dropped":{"packets":1,"bytes":100}},
-		"endpoints":[{"containerID":"c","ifname":"eth0","hostVeth":"ec0","hostIfindex":7,"reasons":{"redirect":{"packets":3,"bytes":300}},"dropped":{"packets":0,"bytes":0}}]}`, b.String())
+	require.JSONEq(t, `{"total":{"reasons":{"drop_spoof_src":{"packets":1,"bytes":100},"redirect":{"packets":3,"bytes":300}},"dropped":{"packets":1,"bytes":100},
+		"directions":{"egress":{"redirect":{"packets":2,"bytes":200}},"ingress":{"redirect":{"packets":1,"bytes":100}}}},
+		"endpoints":[{"containerID":"c","ifname":"eth0","hostVeth":"ec0","hostIfindex":7,"reasons":{"redirect":{"packets":3,"bytes":300}},"dropped":{"packets":0,"bytes":0},"directions":null}]}`, b.String())
 	// Stable bytes, not only equal JSON: map keys sorted, same output twice.
 	first := b.String()
 	b.Reset()
@@ -44,6 +46,9 @@ func TestJSONFieldNames(t *testing.T) {
 func TestReasonCountersListEveryReason(t *testing.T) {
 	rc := reasonCounters(nil)
 	require.Len(t, rc.Reasons, len(reasons()))
+	for _, d := range []string{"egress", "ingress"} {
+		require.Len(t, rc.Directions[d], len(reasons()), d)
+	}
 	for _, k := range []string{"pass", "redirect", "fib_redirect", "arp_reply", "drop_spoof_src", "drop_spoof_mac", "drop_malformed", "drop_no_endpoint"} {
 		require.Contains(t, rc.Reasons, k)
 	}

@@ -16,25 +16,25 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromTunnelMapBwBuckets        = "bw_buckets"
-	FromTunnelMapEndpointCounters = "endpoint_counters"
-	FromTunnelMapEndpointDevs     = "endpoint_devs"
-	FromTunnelMapEndpoints        = "endpoints"
-	FromTunnelMapFlows            = "flows"
-	FromTunnelMapHostportConfig   = "hostport_config"
-	FromTunnelMapHostports        = "hostports"
-	FromTunnelMapMasqNets         = "masq_nets"
-	FromTunnelMapMasqSkip         = "masq_skip"
-	FromTunnelMapNat              = "nat"
-	FromTunnelMapNatTimeouts      = "nat_timeouts"
-	FromTunnelMapNodeAddrs        = "node_addrs"
-	FromTunnelMapPktCounters      = "pkt_counters"
-	FromTunnelMapScratch          = "scratch"
-	FromTunnelMapSockRevnat       = "sock_revnat"
-	FromTunnelMapUplinks          = "uplinks"
-	FromTunnelProgFromTunnel      = "from_tunnel"
-	FromTunnelVarCtOptsSize       = "ct_opts_size"
-	FromTunnelVarHaveConntrack    = "have_conntrack"
+	FromTunnelMapBwBuckets      = "bw_buckets"
+	FromTunnelMapDeviceCounters = "device_counters"
+	FromTunnelMapEndpointDevs   = "endpoint_devs"
+	FromTunnelMapEndpoints      = "endpoints"
+	FromTunnelMapFlows          = "flows"
+	FromTunnelMapHostportConfig = "hostport_config"
+	FromTunnelMapHostports      = "hostports"
+	FromTunnelMapMasqNets       = "masq_nets"
+	FromTunnelMapMasqSkip       = "masq_skip"
+	FromTunnelMapNat            = "nat"
+	FromTunnelMapNatTimeouts    = "nat_timeouts"
+	FromTunnelMapNodeAddrs      = "node_addrs"
+	FromTunnelMapNodeCounters   = "node_counters"
+	FromTunnelMapScratch        = "scratch"
+	FromTunnelMapSockRevnat     = "sock_revnat"
+	FromTunnelMapUplinks        = "uplinks"
+	FromTunnelProgFromTunnel    = "from_tunnel"
+	FromTunnelVarCtOptsSize     = "ct_opts_size"
+	FromTunnelVarHaveConntrack  = "have_conntrack"
 )
 
 // LoadFromTunnel returns the embedded CollectionSpec for FromTunnel.
@@ -86,22 +86,22 @@ type FromTunnelProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromTunnelMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
-	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat              *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
-	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
-	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows          *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat            *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromTunnelVariableSpecs contains global variables before they are loaded into the kernel.
@@ -132,28 +132,28 @@ func (o *FromTunnelObjects) Close() error {
 //
 // It can be passed to LoadFromTunnelObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromTunnelMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.Map `ebpf:"endpoints"`
-	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
-	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
-	Nat              *ebpf.Map `ebpf:"nat"`
-	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
-	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
-	Scratch          *ebpf.Map `ebpf:"scratch"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Flows          *ebpf.Map `ebpf:"flows"`
+	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
+	Hostports      *ebpf.Map `ebpf:"hostports"`
+	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
+	Nat            *ebpf.Map `ebpf:"nat"`
+	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromTunnelMaps) Close() error {
 	return _FromTunnelClose(
 		m.BwBuckets,
-		m.EndpointCounters,
+		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Flows,
@@ -164,7 +164,7 @@ func (m *FromTunnelMaps) Close() error {
 		m.Nat,
 		m.NatTimeouts,
 		m.NodeAddrs,
-		m.PktCounters,
+		m.NodeCounters,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

@@ -16,11 +16,11 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToTunnelMapClusterConfig    = "cluster_config"
-	ToTunnelMapClusterRoutes    = "cluster_routes"
-	ToTunnelMapEndpointCounters = "endpoint_counters"
-	ToTunnelMapPktCounters      = "pkt_counters"
-	ToTunnelProgToTunnel        = "to_tunnel"
+	ToTunnelMapClusterConfig  = "cluster_config"
+	ToTunnelMapClusterRoutes  = "cluster_routes"
+	ToTunnelMapDeviceCounters = "device_counters"
+	ToTunnelMapNodeCounters   = "node_counters"
+	ToTunnelProgToTunnel      = "to_tunnel"
 )
 
 // LoadToTunnel returns the embedded CollectionSpec for ToTunnel.
@@ -72,10 +72,10 @@ type ToTunnelProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToTunnelMapSpecs struct {
-	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
-	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
-	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
+	ClusterConfig  *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
+	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
 }
 
 // ToTunnelVariableSpecs contains global variables before they are loaded into the kernel.
@@ -104,18 +104,18 @@ func (o *ToTunnelObjects) Close() error {
 //
 // It can be passed to LoadToTunnelObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToTunnelMaps struct {
-	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
-	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
-	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
-	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
+	ClusterConfig  *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
+	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
 }
 
 func (m *ToTunnelMaps) Close() error {
 	return _ToTunnelClose(
 		m.ClusterConfig,
 		m.ClusterRoutes,
-		m.EndpointCounters,
-		m.PktCounters,
+		m.DeviceCounters,
+		m.NodeCounters,
 	)
 }
 

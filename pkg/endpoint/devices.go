@@ -4,7 +4,7 @@ import "github.com/ebpf-cni/ebpf-cni/pkg/node"
 
 // attachedDevices are the devices that carry a recorded attachment set (an
 // uplink's programs, the overlay's device): the programs count their
-// packets in endpoint_counters too, so their entries there are no
+// packets in device_counters too, so their entries there are no
 // leftovers while the set is recorded; the release that detaches a set
 // deletes its device's counters. A set that cannot be read keeps nothing.
 func attachedDevices(n *node.Node) map[int]bool {

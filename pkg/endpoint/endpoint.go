@@ -302,7 +302,7 @@ func ForgetDevice(n *node.Node, ep *feature.Endpoint) error {
 	if ep.HostIfIndex == 0 || n.CheckBPFFS() != nil {
 		return nil
 	}
-	m, err := n.PinnedMap(maps.CniMapEndpointCounters)
+	m, err := n.PinnedMap(maps.CniMapDeviceCounters)
 	if err == nil && m != nil {
 		err = counters.DeleteDevices(m, ep.HostIfIndex)
 	}
@@ -371,7 +371,7 @@ func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) 
 			})
 		}
 	}
-	if m, err := n.PinnedMap(maps.CniMapEndpointCounters); err != nil {
+	if m, err := n.PinnedMap(maps.CniMapDeviceCounters); err != nil {
 		return nil, err
 	} else if m != nil {
 		counted, err := counters.DeviceKeys(m)
@@ -381,7 +381,7 @@ func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) 
 		attached := attachedDevices(n)
 		for _, i := range counted {
 			if !live.IfIndex(i) && !attached[i] {
-				sw.Remove(fmt.Sprintf("%s[%d]", maps.CniMapEndpointCounters, i), func() error { return counters.DeleteDevices(m, i) })
+				sw.Remove(fmt.Sprintf("%s[%d]", maps.CniMapDeviceCounters, i), func() error { return counters.DeleteDevices(m, i) })
 			}
 		}
 	}

@@ -16,27 +16,27 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromContainerMapBwBuckets        = "bw_buckets"
-	FromContainerMapClusterConfig    = "cluster_config"
-	FromContainerMapClusterRoutes    = "cluster_routes"
-	FromContainerMapEndpointCounters = "endpoint_counters"
-	FromContainerMapEndpointDevs     = "endpoint_devs"
-	FromContainerMapEndpoints        = "endpoints"
-	FromContainerMapFlows            = "flows"
-	FromContainerMapHostportConfig   = "hostport_config"
-	FromContainerMapHostports        = "hostports"
-	FromContainerMapMasqNets         = "masq_nets"
-	FromContainerMapMasqSkip         = "masq_skip"
-	FromContainerMapNat              = "nat"
-	FromContainerMapNatTimeouts      = "nat_timeouts"
-	FromContainerMapNodeAddrs        = "node_addrs"
-	FromContainerMapPktCounters      = "pkt_counters"
-	FromContainerMapScratch          = "scratch"
-	FromContainerMapSockRevnat       = "sock_revnat"
-	FromContainerMapUplinks          = "uplinks"
-	FromContainerProgFromContainer   = "from_container"
-	FromContainerVarCtOptsSize       = "ct_opts_size"
-	FromContainerVarHaveConntrack    = "have_conntrack"
+	FromContainerMapBwBuckets      = "bw_buckets"
+	FromContainerMapClusterConfig  = "cluster_config"
+	FromContainerMapClusterRoutes  = "cluster_routes"
+	FromContainerMapDeviceCounters = "device_counters"
+	FromContainerMapEndpointDevs   = "endpoint_devs"
+	FromContainerMapEndpoints      = "endpoints"
+	FromContainerMapFlows          = "flows"
+	FromContainerMapHostportConfig = "hostport_config"
+	FromContainerMapHostports      = "hostports"
+	FromContainerMapMasqNets       = "masq_nets"
+	FromContainerMapMasqSkip       = "masq_skip"
+	FromContainerMapNat            = "nat"
+	FromContainerMapNatTimeouts    = "nat_timeouts"
+	FromContainerMapNodeAddrs      = "node_addrs"
+	FromContainerMapNodeCounters   = "node_counters"
+	FromContainerMapScratch        = "scratch"
+	FromContainerMapSockRevnat     = "sock_revnat"
+	FromContainerMapUplinks        = "uplinks"
+	FromContainerProgFromContainer = "from_container"
+	FromContainerVarCtOptsSize     = "ct_opts_size"
+	FromContainerVarHaveConntrack  = "have_conntrack"
 )
 
 // LoadFromContainer returns the embedded CollectionSpec for FromContainer.
@@ -88,24 +88,24 @@ type FromContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
-	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
-	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
-	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
-	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat              *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
-	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
-	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig  *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
+	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows          *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat            *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -136,24 +136,24 @@ func (o *FromContainerObjects) Close() error {
 //
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
-	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
-	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
-	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.Map `ebpf:"endpoints"`
-	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
-	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
-	Nat              *ebpf.Map `ebpf:"nat"`
-	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
-	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
-	Scratch          *ebpf.Map `ebpf:"scratch"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig  *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
+	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Flows          *ebpf.Map `ebpf:"flows"`
+	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
+	Hostports      *ebpf.Map `ebpf:"hostports"`
+	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
+	Nat            *ebpf.Map `ebpf:"nat"`
+	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromContainerMaps) Close() error {
@@ -161,7 +161,7 @@ func (m *FromContainerMaps) Close() error {
 		m.BwBuckets,
 		m.ClusterConfig,
 		m.ClusterRoutes,
-		m.EndpointCounters,
+		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Flows,
@@ -172,7 +172,7 @@ func (m *FromContainerMaps) Close() error {
 		m.Nat,
 		m.NatTimeouts,
 		m.NodeAddrs,
-		m.PktCounters,
+		m.NodeCounters,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

@@ -16,25 +16,25 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToContainerMapBwBuckets        = "bw_buckets"
-	ToContainerMapEndpointCounters = "endpoint_counters"
-	ToContainerMapEndpointDevs     = "endpoint_devs"
-	ToContainerMapEndpoints        = "endpoints"
-	ToContainerMapFlows            = "flows"
-	ToContainerMapHostportConfig   = "hostport_config"
-	ToContainerMapHostports        = "hostports"
-	ToContainerMapMasqNets         = "masq_nets"
-	ToContainerMapMasqSkip         = "masq_skip"
-	ToContainerMapNat              = "nat"
-	ToContainerMapNatTimeouts      = "nat_timeouts"
-	ToContainerMapNodeAddrs        = "node_addrs"
-	ToContainerMapPktCounters      = "pkt_counters"
-	ToContainerMapScratch          = "scratch"
-	ToContainerMapSockRevnat       = "sock_revnat"
-	ToContainerMapUplinks          = "uplinks"
-	ToContainerProgToContainer     = "to_container"
-	ToContainerVarCtOptsSize       = "ct_opts_size"
-	ToContainerVarHaveConntrack    = "have_conntrack"
+	ToContainerMapBwBuckets      = "bw_buckets"
+	ToContainerMapDeviceCounters = "device_counters"
+	ToContainerMapEndpointDevs   = "endpoint_devs"
+	ToContainerMapEndpoints      = "endpoints"
+	ToContainerMapFlows          = "flows"
+	ToContainerMapHostportConfig = "hostport_config"
+	ToContainerMapHostports      = "hostports"
+	ToContainerMapMasqNets       = "masq_nets"
+	ToContainerMapMasqSkip       = "masq_skip"
+	ToContainerMapNat            = "nat"
+	ToContainerMapNatTimeouts    = "nat_timeouts"
+	ToContainerMapNodeAddrs      = "node_addrs"
+	ToContainerMapNodeCounters   = "node_counters"
+	ToContainerMapScratch        = "scratch"
+	ToContainerMapSockRevnat     = "sock_revnat"
+	ToContainerMapUplinks        = "uplinks"
+	ToContainerProgToContainer   = "to_container"
+	ToContainerVarCtOptsSize     = "ct_opts_size"
+	ToContainerVarHaveConntrack  = "have_conntrack"
 )
 
 // LoadToContainer returns the embedded CollectionSpec for ToContainer.
@@ -86,22 +86,22 @@ type ToContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToContainerMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
-	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat              *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
-	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
-	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows          *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat            *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -132,28 +132,28 @@ func (o *ToContainerObjects) Close() error {
 //
 // It can be passed to LoadToContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToContainerMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.Map `ebpf:"endpoints"`
-	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
-	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
-	Nat              *ebpf.Map `ebpf:"nat"`
-	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
-	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
-	Scratch          *ebpf.Map `ebpf:"scratch"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Flows          *ebpf.Map `ebpf:"flows"`
+	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
+	Hostports      *ebpf.Map `ebpf:"hostports"`
+	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
+	Nat            *ebpf.Map `ebpf:"nat"`
+	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToContainerMaps) Close() error {
 	return _ToContainerClose(
 		m.BwBuckets,
-		m.EndpointCounters,
+		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Flows,
@@ -164,7 +164,7 @@ func (m *ToContainerMaps) Close() error {
 		m.Nat,
 		m.NatTimeouts,
 		m.NodeAddrs,
-		m.PktCounters,
+		m.NodeCounters,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

@@ -83,7 +83,12 @@ type CniClusterSettings struct {
 
 type CniDevCounters struct {
 	_        structs.HostLayout
-	ByReason [32]CniPktCounter
+	ByReason [32]CniDirCounters
+}
+
+type CniDirCounters struct {
+	_     structs.HostLayout
+	ByDir [2]CniPktCounter
 }
 
 type CniEndpointDev struct {
@@ -408,28 +413,28 @@ type CniUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CniMapBwBuckets        = "bw_buckets"
-	CniMapClusterConfig    = "cluster_config"
-	CniMapClusterRoutes    = "cluster_routes"
-	CniMapEndpointCounters = "endpoint_counters"
-	CniMapEndpointDevs     = "endpoint_devs"
-	CniMapEndpoints        = "endpoints"
-	CniMapFlows            = "flows"
-	CniMapGoEnums          = "go_enums"
-	CniMapHostportConfig   = "hostport_config"
-	CniMapHostports        = "hostports"
-	CniMapIpamAllocs       = "ipam_allocs"
-	CniMapIpamCursors      = "ipam_cursors"
-	CniMapIpamNets         = "ipam_nets"
-	CniMapLocalNetns       = "local_netns"
-	CniMapMasqNets         = "masq_nets"
-	CniMapMasqSkip         = "masq_skip"
-	CniMapNat              = "nat"
-	CniMapNatTimeouts      = "nat_timeouts"
-	CniMapNodeAddrs        = "node_addrs"
-	CniMapPktCounters      = "pkt_counters"
-	CniMapSockRevnat       = "sock_revnat"
-	CniMapUplinks          = "uplinks"
+	CniMapBwBuckets      = "bw_buckets"
+	CniMapClusterConfig  = "cluster_config"
+	CniMapClusterRoutes  = "cluster_routes"
+	CniMapDeviceCounters = "device_counters"
+	CniMapEndpointDevs   = "endpoint_devs"
+	CniMapEndpoints      = "endpoints"
+	CniMapFlows          = "flows"
+	CniMapGoEnums        = "go_enums"
+	CniMapHostportConfig = "hostport_config"
+	CniMapHostports      = "hostports"
+	CniMapIpamAllocs     = "ipam_allocs"
+	CniMapIpamCursors    = "ipam_cursors"
+	CniMapIpamNets       = "ipam_nets"
+	CniMapLocalNetns     = "local_netns"
+	CniMapMasqNets       = "masq_nets"
+	CniMapMasqSkip       = "masq_skip"
+	CniMapNat            = "nat"
+	CniMapNatTimeouts    = "nat_timeouts"
+	CniMapNodeAddrs      = "node_addrs"
+	CniMapNodeCounters   = "node_counters"
+	CniMapSockRevnat     = "sock_revnat"
+	CniMapUplinks        = "uplinks"
 )
 
 // LoadCni returns the embedded CollectionSpec for Cni.
@@ -480,28 +485,28 @@ type CniProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
-	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
-	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
-	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
-	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	GoEnums          *ebpf.MapSpec `ebpf:"go_enums"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
-	LocalNetns       *ebpf.MapSpec `ebpf:"local_netns"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat              *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
-	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig  *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
+	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows          *ebpf.MapSpec `ebpf:"flows"`
+	GoEnums        *ebpf.MapSpec `ebpf:"go_enums"`
+	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
+	IpamAllocs     *ebpf.MapSpec `ebpf:"ipam_allocs"`
+	IpamCursors    *ebpf.MapSpec `ebpf:"ipam_cursors"`
+	IpamNets       *ebpf.MapSpec `ebpf:"ipam_nets"`
+	LocalNetns     *ebpf.MapSpec `ebpf:"local_netns"`
+	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat            *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
+	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // CniVariableSpecs contains global variables before they are loaded into the kernel.
@@ -530,28 +535,28 @@ func (o *CniObjects) Close() error {
 //
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
-	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
-	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
-	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.Map `ebpf:"endpoints"`
-	Flows            *ebpf.Map `ebpf:"flows"`
-	GoEnums          *ebpf.Map `ebpf:"go_enums"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
-	Hostports        *ebpf.Map `ebpf:"hostports"`
-	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
-	LocalNetns       *ebpf.Map `ebpf:"local_netns"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
-	Nat              *ebpf.Map `ebpf:"nat"`
-	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
-	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig  *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
+	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Flows          *ebpf.Map `ebpf:"flows"`
+	GoEnums        *ebpf.Map `ebpf:"go_enums"`
+	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
+	Hostports      *ebpf.Map `ebpf:"hostports"`
+	IpamAllocs     *ebpf.Map `ebpf:"ipam_allocs"`
+	IpamCursors    *ebpf.Map `ebpf:"ipam_cursors"`
+	IpamNets       *ebpf.Map `ebpf:"ipam_nets"`
+	LocalNetns     *ebpf.Map `ebpf:"local_netns"`
+	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
+	Nat            *ebpf.Map `ebpf:"nat"`
+	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
+	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *CniMaps) Close() error {
@@ -559,7 +564,7 @@ func (m *CniMaps) Close() error {
 		m.BwBuckets,
 		m.ClusterConfig,
 		m.ClusterRoutes,
-		m.EndpointCounters,
+		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Flows,
@@ -575,7 +580,7 @@ func (m *CniMaps) Close() error {
 		m.Nat,
 		m.NatTimeouts,
 		m.NodeAddrs,
-		m.PktCounters,
+		m.NodeCounters,
 		m.SockRevnat,
 		m.Uplinks,
 	)

@@ -116,3 +116,23 @@ func OpenPinned(bpfRoot string, names ...string) (map[string]*ebpf.Map, error) {
 	}
 	return out, nil
 }
+
+// Retired are maps an earlier build pinned that this one no longer has: a
+// pinned map keeps its layout for its life, so a map whose layout changes
+// gets a new name (pkt_counters and endpoint_counters counted by reason
+// only; node_counters and device_counters count by direction too). The
+// upgrade unpins them once every attachment runs this build's programs.
+var Retired = []string{"pkt_counters", "endpoint_counters"}
+
+// UnpinRetired removes the pins of the Retired maps under bpfRoot; a
+// missing one is fine. A program of an older build still holding one keeps
+// it alive until it is detached.
+func UnpinRetired(bpfRoot string) error {
+	var errs []error
+	for _, name := range Retired {
+		if err := os.Remove(filepath.Join(Dir(bpfRoot), name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("unpinning retired map %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -27,7 +27,7 @@ func TestLayoutsMatchTheObject(t *testing.T) {
 
 func TestOpenPinnedCreatesOnceAndReuses(t *testing.T) {
 	root := testutil.BPFFS(t)
-	first, err := OpenPinned(root, CniMapIpamAllocs, CniMapPktCounters)
+	first, err := OpenPinned(root, CniMapIpamAllocs, CniMapNodeCounters)
 	require.NoError(t, err)
 	info, err := first[CniMapIpamAllocs].Info()
 	require.NoError(t, err)

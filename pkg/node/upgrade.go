@@ -17,7 +17,8 @@ import (
 )
 
 // upgrade points every attachment of the node at p's programs and unpins
-// the programs of other tags. Each swap is atomic (link update, tc filter
+// the programs of other tags, then the maps no build uses any more
+// (maps.Retired). Each swap is atomic (link update, tc filter
 // replace): traffic keeps flowing and the maps stay as they are. It knows
 // no feature: it re-points what the records hold (the endpoints' host veth
 // attachments, every attachment set), then any pinned link named after one
@@ -95,7 +96,7 @@ func (n *Node) upgrade(p *programs.Set, force bool) error {
 			}
 		}
 	}
-	return nil
+	return maps.UnpinRetired(n.BPFRoot)
 }
 
 // reattach attaches prog at h again where the pinned link of a was lost:

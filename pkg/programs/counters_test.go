@@ -14,14 +14,15 @@ import (
 )
 
 // TestDeviceCounters: every verdict is also counted for the device the
-// program ran on, in an entry the program creates, and only there.
+// program ran on, in an entry the program creates, and only there, under
+// the program's direction (from_container: egress).
 func TestDeviceCounters(t *testing.T) {
 	e := newProgramEnv(t)
-	m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(e.bpfRoot), maps.CniMapEndpointCounters), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(e.bpfRoot), maps.CniMapDeviceCounters), nil)
 	require.NoError(t, err)
 	defer m.Close()
-	read := func() map[uint32]map[maps.CniPktReason]counters.Counter {
-		got, err := counters.SumDeviceCounters(m)
+	read := func() map[uint32]map[maps.CniPktReason]counters.ByDir {
+		got, err := counters.SumDevices(m)
 		require.NoError(t, err)
 		return got
 	}
@@ -44,8 +45,9 @@ func TestDeviceCounters(t *testing.T) {
 			after := read()
 			got := after[uint32(tc.ifindex)][tc.reason]
 			was := before[uint32(tc.ifindex)][tc.reason]
-			require.Equal(t, was.Packets+1, got.Packets)
-			require.Equal(t, was.Bytes+uint64(len(tc.pkt)), got.Bytes)
+			require.Equal(t, was[counters.Egress].Packets+1, got[counters.Egress].Packets)
+			require.Equal(t, was[counters.Egress].Bytes+uint64(len(tc.pkt)), got[counters.Egress].Bytes)
+			require.Equal(t, was[counters.Ingress], got[counters.Ingress], "counted as ingress")
 			for dev, rs := range after {
 				for r, c := range rs {
 					if dev != uint32(tc.ifindex) || r != tc.reason {

@@ -137,7 +137,7 @@ func newProgramEnv(t *testing.T) *programEnv {
 	require.NoError(t, err)
 	require.NoError(t, em.Put(&endpoint.Entry{HostIfIndex: e.hA.Attrs().Index, HostMAC: e.hA.Attrs().HardwareAddr, MAC: macA, IPs: []net.IP{ipA4, ipA6}, ContainerID: "a", IfName: "eth0"}))
 	require.NoError(t, em.Put(&endpoint.Entry{HostIfIndex: e.hB.Attrs().Index, HostMAC: e.hB.Attrs().HardwareAddr, MAC: macB, IPs: []net.IP{ipB4, ipB6}, ContainerID: "b", IfName: "eth0"}))
-	e.counters, err = ebpf.LoadPinnedMap(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPktCounters), nil)
+	e.counters, err = ebpf.LoadPinnedMap(filepath.Join(maps.Dir(bpfRoot), maps.CniMapNodeCounters), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.counters.Close() })
 	return e
@@ -181,11 +181,13 @@ func (e *programEnv) masquerade(t *testing.T, up netlink.Link, min, max uint16) 
 }
 
 func (e *programEnv) count(t *testing.T, reason maps.CniPktReason) uint64 {
-	var vals []maps.CniPktCounter
+	var vals []maps.CniDirCounters
 	require.NoError(t, e.counters.Lookup(uint32(reason), &vals))
 	var n uint64
 	for _, v := range vals {
-		n += v.Packets
+		for _, d := range v.ByDir {
+			n += d.Packets
+		}
 	}
 	return n
 }

@@ -16,25 +16,25 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToNetdevMapBwBuckets        = "bw_buckets"
-	ToNetdevMapEndpointCounters = "endpoint_counters"
-	ToNetdevMapEndpointDevs     = "endpoint_devs"
-	ToNetdevMapEndpoints        = "endpoints"
-	ToNetdevMapFlows            = "flows"
-	ToNetdevMapHostportConfig   = "hostport_config"
-	ToNetdevMapHostports        = "hostports"
-	ToNetdevMapMasqNets         = "masq_nets"
-	ToNetdevMapMasqSkip         = "masq_skip"
-	ToNetdevMapNat              = "nat"
-	ToNetdevMapNatTimeouts      = "nat_timeouts"
-	ToNetdevMapNodeAddrs        = "node_addrs"
-	ToNetdevMapPktCounters      = "pkt_counters"
-	ToNetdevMapScratch          = "scratch"
-	ToNetdevMapSockRevnat       = "sock_revnat"
-	ToNetdevMapUplinks          = "uplinks"
-	ToNetdevProgToNetdev        = "to_netdev"
-	ToNetdevVarCtOptsSize       = "ct_opts_size"
-	ToNetdevVarHaveConntrack    = "have_conntrack"
+	ToNetdevMapBwBuckets      = "bw_buckets"
+	ToNetdevMapDeviceCounters = "device_counters"
+	ToNetdevMapEndpointDevs   = "endpoint_devs"
+	ToNetdevMapEndpoints      = "endpoints"
+	ToNetdevMapFlows          = "flows"
+	ToNetdevMapHostportConfig = "hostport_config"
+	ToNetdevMapHostports      = "hostports"
+	ToNetdevMapMasqNets       = "masq_nets"
+	ToNetdevMapMasqSkip       = "masq_skip"
+	ToNetdevMapNat            = "nat"
+	ToNetdevMapNatTimeouts    = "nat_timeouts"
+	ToNetdevMapNodeAddrs      = "node_addrs"
+	ToNetdevMapNodeCounters   = "node_counters"
+	ToNetdevMapScratch        = "scratch"
+	ToNetdevMapSockRevnat     = "sock_revnat"
+	ToNetdevMapUplinks        = "uplinks"
+	ToNetdevProgToNetdev      = "to_netdev"
+	ToNetdevVarCtOptsSize     = "ct_opts_size"
+	ToNetdevVarHaveConntrack  = "have_conntrack"
 )
 
 // LoadToNetdev returns the embedded CollectionSpec for ToNetdev.
@@ -86,22 +86,22 @@ type ToNetdevProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToNetdevMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
-	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat              *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
-	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
-	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Flows          *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat            *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToNetdevVariableSpecs contains global variables before they are loaded into the kernel.
@@ -132,28 +132,28 @@ func (o *ToNetdevObjects) Close() error {
 //
 // It can be passed to LoadToNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToNetdevMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
-	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
-	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints        *ebpf.Map `ebpf:"endpoints"`
-	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
-	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
-	Nat              *ebpf.Map `ebpf:"nat"`
-	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
-	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
-	Scratch          *ebpf.Map `ebpf:"scratch"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
+	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Flows          *ebpf.Map `ebpf:"flows"`
+	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
+	Hostports      *ebpf.Map `ebpf:"hostports"`
+	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
+	Nat            *ebpf.Map `ebpf:"nat"`
+	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks        *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToNetdevMaps) Close() error {
 	return _ToNetdevClose(
 		m.BwBuckets,
-		m.EndpointCounters,
+		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Flows,
@@ -164,7 +164,7 @@ func (m *ToNetdevMaps) Close() error {
 		m.Nat,
 		m.NatTimeouts,
 		m.NodeAddrs,
-		m.PktCounters,
+		m.NodeCounters,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

@@ -301,7 +301,7 @@ func Release(n *node.Node) error {
 	errs = append(errs, err)
 	// The programs counted the uplinks' packets per device too: with them
 	// gone, so are those counters (nothing counts there any more).
-	if c, err := n.PinnedMap(maps.CniMapEndpointCounters); err != nil {
+	if c, err := n.PinnedMap(maps.CniMapDeviceCounters); err != nil {
 		errs = append(errs, err)
 	} else if c != nil {
 		for _, s := range sets {

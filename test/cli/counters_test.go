@@ -31,6 +31,11 @@ func TestCounters(t *testing.T) {
 	require.GreaterOrEqual(t, redirects(after, "receiver")-redirects(before, "receiver"), uint64(5), "receiver's echo replies")
 	require.GreaterOrEqual(t, after.Total.Reasons["redirect"].Packets-before.Total.Reasons["redirect"].Packets, uint64(10))
 	require.Greater(t, after.of("sender").Reasons["redirect"].Bytes, before.of("sender").Reasons["redirect"].Bytes)
+	// Both leave their pod (from_container: egress); none arrives through
+	// to_container, redirect_peer skips it.
+	egress := func(c countersJSON, id, reason string) uint64 { return c.of(id).Directions["egress"][reason].Packets }
+	require.GreaterOrEqual(t, egress(after, "sender", "redirect")-egress(before, "sender", "redirect"), uint64(5))
+	require.Equal(t, before.of("sender").Directions["ingress"]["redirect"], after.of("sender").Directions["ingress"]["redirect"])
 
 	// The pod adds an address that is not its own and sends from it.
 	_, err = nettest.Run(a.NS, "ip", "addr", "add", "10.244.1.250/32", "dev", "eth0")
@@ -44,6 +49,7 @@ func TestCounters(t *testing.T) {
 	require.GreaterOrEqual(t, after.of("sender").Dropped.Packets-before.of("sender").Dropped.Packets, uint64(3))
 	require.Equal(t, spoofed(before, "receiver"), spoofed(after, "receiver"), "the receiver spoofed nothing")
 	require.GreaterOrEqual(t, after.Total.Reasons["drop_spoof_src"].Packets-before.Total.Reasons["drop_spoof_src"].Packets, uint64(3))
+	require.GreaterOrEqual(t, after.Total.Directions["egress"]["drop_spoof_src"].Packets-before.Total.Directions["egress"]["drop_spoof_src"].Packets, uint64(3))
 
 	// The table names the drop by reason on the sender's rows.
 	r := e.cli("counters")

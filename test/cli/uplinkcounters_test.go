@@ -19,7 +19,7 @@ import (
 )
 
 // TestUplinkCounters: the uplink programs count the uplink's packets in
-// endpoint_counters; while pods use the uplink that entry is no leftover
+// device_counters; while pods use the uplink that entry is no leftover
 // (gc --dry-run does not list it), and it goes with the node's last
 // endpoint (DEL) like the programs; one left behind (an older build's) is
 // listed by gc --dry-run and removed by gc.
@@ -44,7 +44,7 @@ func TestUplinkCounters(t *testing.T) {
 	keys, err := counters.DeviceCounterKeys(e.bpfRoot)
 	require.NoError(t, err)
 	require.Contains(t, keys, up, "the uplink's packets are counted")
-	entry := fmt.Sprintf("%s[%d]", maps.CniMapEndpointCounters, up)
+	entry := fmt.Sprintf("%s[%d]", maps.CniMapDeviceCounters, up)
 
 	var dry gcJSON
 	e.json(&dry, cli.ExitOK, "gc", "--dry-run")
@@ -53,17 +53,17 @@ func TestUplinkCounters(t *testing.T) {
 	require.NoError(t, e.cni.DelPod(list, p))
 	keys, err = counters.DeviceCounterKeys(e.bpfRoot)
 	require.NoError(t, err)
-	require.Empty(t, keys, "endpoint_counters after the last pod")
+	require.Empty(t, keys, "device_counters after the last pod")
 
 	// An entry left by an older build: gc lists it, then removes it.
-	m, err := maps.OpenPinned(e.bpfRoot, maps.CniMapEndpointCounters)
+	m, err := maps.OpenPinned(e.bpfRoot, maps.CniMapDeviceCounters)
 	require.NoError(t, err)
-	defer m[maps.CniMapEndpointCounters].Close()
+	defer m[maps.CniMapDeviceCounters].Close()
 	possible, err := ebpf.PossibleCPU()
 	require.NoError(t, err)
 	per := make([]maps.CniDevCounters, possible)
-	per[0].ByReason[0].Packets = 1
-	require.NoError(t, m[maps.CniMapEndpointCounters].Put(uint32(up), per))
+	per[0].ByReason[0].ByDir[0].Packets = 1
+	require.NoError(t, m[maps.CniMapDeviceCounters].Put(uint32(up), per))
 	e.json(&dry, cli.ExitOK, "gc", "--dry-run")
 	require.Contains(t, dry.Leftovers, entry)
 	var done gcJSON

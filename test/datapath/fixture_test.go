@@ -20,6 +20,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -179,22 +180,16 @@ func (e *env) attachedProgramIDs() map[ebpf.ProgramID]int {
 	return ids
 }
 
-// counters reads pkt_counters summed over CPUs, by reason index.
+// counters reads node_counters summed over CPUs and directions, by
+// reason index.
 func (e *env) counters() map[int]uint64 {
 	e.t.Helper()
-	out := map[int]uint64{}
-	m, err := ebpf.LoadPinnedMap(filepath.Join(e.bpfRoot, "maps", "pkt_counters"), nil)
+	by, err := counters.ReadCounters(e.bpfRoot)
 	require.NoError(e.t, err)
-	defer m.Close()
-	var k uint32
-	var vals []struct{ Packets, Bytes uint64 }
-	it := m.Iterate()
-	for it.Next(&k, &vals) {
-		for _, v := range vals {
-			out[int(k)] += v.Packets
-		}
+	out := map[int]uint64{}
+	for r, c := range by {
+		out[int(r)] = c.Packets
 	}
-	require.NoError(e.t, it.Err())
 	return out
 }
 
