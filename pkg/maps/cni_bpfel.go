@@ -126,6 +126,13 @@ type CniEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type CniEndpointPod struct {
+	_         structs.HostLayout
+	Namespace [64]int8
+	Name      [254]int8
+	Uid       [40]int8
+}
+
 type CniFlowEntry struct {
 	_        structs.HostLayout
 	Verdict  CniFlowVerdict
@@ -413,6 +420,7 @@ const (
 	CniMapClusterRoutes    = "cluster_routes"
 	CniMapEndpointCounters = "endpoint_counters"
 	CniMapEndpointDevs     = "endpoint_devs"
+	CniMapEndpointPods     = "endpoint_pods"
 	CniMapEndpoints        = "endpoints"
 	CniMapFlows            = "flows"
 	CniMapGoEnums          = "go_enums"
@@ -485,6 +493,7 @@ type CniMapSpecs struct {
 	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	EndpointPods     *ebpf.MapSpec `ebpf:"endpoint_pods"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	GoEnums          *ebpf.MapSpec `ebpf:"go_enums"`
@@ -535,6 +544,7 @@ type CniMaps struct {
 	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	EndpointPods     *ebpf.Map `ebpf:"endpoint_pods"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	Flows            *ebpf.Map `ebpf:"flows"`
 	GoEnums          *ebpf.Map `ebpf:"go_enums"`
@@ -561,6 +571,7 @@ func (m *CniMaps) Close() error {
 		m.ClusterRoutes,
 		m.EndpointCounters,
 		m.EndpointDevs,
+		m.EndpointPods,
 		m.Endpoints,
 		m.Flows,
 		m.GoEnums,
