@@ -18,6 +18,7 @@
 #include "lib/pacing.h"
 #include "lib/flow.h"
 #include "lib/cluster.h"
+#include "lib/pods.h"
 
 /* bpf2go generates Go only for types the object's BTF holds, and an enum is
  * there only when something has its type. go_enums has: it lists every enum

@@ -7,6 +7,9 @@
 
 #define CNI_CONTAINER_ID_LEN 128 /* longer IDs are stored as "sha256:<hex>" */
 #define CNI_IFNAME_LEN 16        /* IFNAMSIZ */
+#define CNI_POD_NAMESPACE_LEN 64 /* a Kubernetes namespace: a DNS label, at most 63 */
+#define CNI_POD_NAME_LEN 254     /* a pod name: a DNS subdomain, at most 253 */
+#define CNI_POD_UID_LEN 40       /* a UUID: 36 */
 #define CNI_NET_NAME_LEN 128     /* longer names are stored as "sha256:<hex>" */
 
 enum addr_family {
@@ -163,6 +166,15 @@ struct endpoint_dev {
 	__u8 ip6[ENDPOINT_MAX_IPS][16];
 	char container_id[CNI_CONTAINER_ID_LEN];
 	char ifname[CNI_IFNAME_LEN];
+};
+
+/* Value of endpoint_pods (lib/pods.h), keyed like endpoint_devs: the pod's
+ * Kubernetes identity as the runtime passed it in CNI_ARGS (K8S_POD_*),
+ * NUL-terminated, cut at the array's size. */
+struct endpoint_pod {
+	char namespace[CNI_POD_NAMESPACE_LEN];
+	char name[CNI_POD_NAME_LEN];
+	char uid[CNI_POD_UID_LEN];
 };
 
 /* Value of node_counters (indexed by enum pkt_reason): one reason's

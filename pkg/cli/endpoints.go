@@ -12,7 +12,8 @@ func init() {
 	register(&Command{
 		Name:    "endpoints",
 		Summary: "pods attached on this node: container, interfaces, IPs, MAC, programs and attach mode",
-		Help: `One row per attachment (container ID/ifname): the host veth and its ifindex,
+		Help: `One row per attachment (container ID/ifname): the pod (namespace/name, when
+the runtime passed K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS), the host veth and its ifindex,
 the pod's addresses and MAC as the datapath enforces them (endpoint_devs),
 the programs attached to the host veth (kernel program ID) and how (tcx or
 tc), OTHER QDISCS: another plugin's qdiscs on the host veth (a chained
@@ -22,7 +23,8 @@ and STATE: ok, or "problem" with each problem listed under the table.
 Endpoints come from the records under --state-dir joined with the pinned
 endpoint maps, so an entry either side lacks is shown too.
 
-JSON: a list of objects with containerID, ifname, network, netns, hostVeth,
+JSON: a list of objects with containerID, ifname, pod (namespace, name,
+uid; absent without K8S_POD_*), network, netns, hostVeth,
 hostIfindex, ips, mac, hostMAC, attachments (hook, mode, recordedMode,
 programIDs, programTag), recorded, inMaps, vethPresent, problems, qdiscs,
 viaQdisc.`,
@@ -38,7 +40,7 @@ func runEndpoints(ctx *Context) error {
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, n.Endpoints)
 	}
-	t := &view.Table{Header: []string{"CONTAINER/IFNAME", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "STATE"}, Right: map[int]bool{2: true}}
+	t := &view.Table{Header: []string{"CONTAINER/IFNAME", "POD", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "STATE"}, Right: map[int]bool{3: true}}
 	var problems []string
 	for _, e := range n.Endpoints {
 		var progs []string
@@ -63,7 +65,11 @@ func runEndpoints(ctx *Context) error {
 		if e.ViaQdisc {
 			qdiscs += " (delivering)"
 		}
-		t.Row(e.Name(), orDash(e.HostVeth), fmt.Sprint(e.HostIfIndex), orDash(strings.Join(e.IPs, ",")), orDash(e.MAC), strings.Join(progs, "; "), orDash(qdiscs), state)
+		pod := ""
+		if e.Pod != nil {
+			pod = e.Pod.String()
+		}
+		t.Row(e.Name(), orDash(pod), orDash(e.HostVeth), fmt.Sprint(e.HostIfIndex), orDash(strings.Join(e.IPs, ",")), orDash(e.MAC), strings.Join(progs, "; "), orDash(qdiscs), state)
 	}
 	if t.Len() == 0 {
 		fmt.Fprintln(ctx.Stdout, "no endpoints on this node")

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -27,14 +28,17 @@ import (
 // stateDir joined with its endpoint_devs entry (by host ifindex) and what is
 // attached to its host veth. JSON field names are stable.
 type Endpoint struct {
-	ContainerID string   `json:"containerID"`
-	IfName      string   `json:"ifname"`
-	Network     string   `json:"network"`
-	NetNS       string   `json:"netns"`
-	HostVeth    string   `json:"hostVeth"`
-	HostIfIndex int      `json:"hostIfindex"`
-	IPs         []string `json:"ips"`
-	MAC         string   `json:"mac"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+	// Pod is the pod's Kubernetes identity (endpoint_pods, else the
+	// record): absent when the runtime passed no K8S_POD_* in CNI_ARGS.
+	Pod         *node.Pod `json:"pod,omitempty"`
+	Network     string    `json:"network"`
+	NetNS       string    `json:"netns"`
+	HostVeth    string    `json:"hostVeth"`
+	HostIfIndex int       `json:"hostIfindex"`
+	IPs         []string  `json:"ips"`
+	MAC         string    `json:"mac"`
 	// PodMAC is the MAC the pod's interface has now, when it is not the
 	// one the datapath enforces (MAC): a later plugin changed it.
 	PodMAC      string     `json:"podMAC,omitempty"`
@@ -106,6 +110,16 @@ func loadNode(ctx *Context) (*snapshot, error) {
 			return nil, fmt.Errorf("iterating %s: %w", maps.CniMapEndpointDevs, err)
 		}
 	}
+	pods := map[uint32]endpoint.Pod{}
+	if m, err := openMap(ctx.BPFRoot, maps.CniMapEndpointPods); err == nil {
+		pods, err = endpoint.ReadPods(m)
+		m.Close()
+		if err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, errNoMap) {
+		return nil, err
+	}
 	n := &snapshot{byIfIndex: map[int]*Endpoint{}, programs: map[ebpf.ProgramID][2]string{}}
 	if n.Tags, err = programs.Installed(ctx.BPFRoot); err != nil {
 		return nil, err
@@ -138,6 +152,13 @@ func loadNode(ctx *Context) (*snapshot, error) {
 		e := &Endpoint{HostIfIndex: idx}
 		e.fromDev(&d)
 		n.add(e)
+	}
+	for _, e := range n.Endpoints {
+		if p, ok := pods[uint32(e.HostIfIndex)]; ok {
+			e.Pod = &p
+		} else if e.rec != nil {
+			e.Pod = e.rec.Pod
+		}
 	}
 	eps, err := openMap(ctx.BPFRoot, maps.CniMapEndpoints)
 	if err != nil && !errors.Is(err, errNoMap) {

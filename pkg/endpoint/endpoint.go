@@ -166,7 +166,7 @@ func entry(ep *feature.Endpoint) *Entry {
 	hostMAC, _ := net.ParseMAC(ep.HostMAC)
 	mac, _ := net.ParseMAC(ep.MAC)
 	return &Entry{HostIfIndex: ep.HostIfIndex, HostMAC: hostMAC, MAC: mac, IPs: ep.Addrs(), ContainerID: ep.ContainerID,
-		IfName: ep.IfName, NetID: maps.NetID(ep.Network), Flags: uint32(ep.Flags)}
+		IfName: ep.IfName, NetID: maps.NetID(ep.Network), Flags: uint32(ep.Flags), Pod: ep.Pod}
 }
 
 // Check verifies that the pinned programs run on the host veth and that
@@ -369,6 +369,15 @@ func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) 
 			sw.Remove(fmt.Sprintf("%s[%s] (ifindex %d)", maps.CniMapEndpoints, ip, v.Ifindex), func() error {
 				return em.Delete(int(v.Ifindex), v.HostMac[:], []net.IP{net.ParseIP(ip)})
 			})
+		}
+	}
+	pods, err := ReadPods(em.Pods)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range pods {
+		if !live.IfIndex(int(i)) {
+			sw.Remove(fmt.Sprintf("%s[%d] (pod %s)", maps.CniMapEndpointPods, i, p), func() error { return em.DeletePod(int(i)) })
 		}
 	}
 	if m, err := n.PinnedMap(maps.CniMapDeviceCounters); err != nil {

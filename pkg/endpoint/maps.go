@@ -29,12 +29,18 @@ type Entry struct {
 	NetID uint32
 	// Flags say which features the pod uses (enum endpoint_flags).
 	Flags uint32
+	// Pod is its Kubernetes identity (endpoint_pods); nil: none.
+	Pod *Pod
 }
+
+// Pod is who a pod is in Kubernetes (endpoint_pods).
+type Pod = node.Pod
 
 // Maps are the pinned endpoint maps.
 type Maps struct {
 	Endpoints *ebpf.Map // endpoint_key -> endpoint_info
 	Devs      *ebpf.Map // host ifindex -> endpoint_dev
+	Pods      *ebpf.Map // host ifindex -> endpoint_pod
 }
 
 // MapsOf are the endpoint maps of the call's node (the node closes them).
@@ -47,7 +53,35 @@ func MapsOf(n *node.Node) (*Maps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening endpoint maps: %w", err)
 	}
-	return &Maps{Endpoints: e, Devs: d}, nil
+	p, err := n.Map(maps.CniMapEndpointPods)
+	if err != nil {
+		return nil, fmt.Errorf("opening endpoint maps: %w", err)
+	}
+	return &Maps{Endpoints: e, Devs: d, Pods: p}, nil
+}
+
+func podValue(p *Pod) maps.CniEndpointPod {
+	var v maps.CniEndpointPod
+	maps.CString(v.Namespace[:], p.Namespace)
+	maps.CString(v.Name[:], p.Name)
+	maps.CString(v.Uid[:], p.UID)
+	return v
+}
+
+// ReadPods reads endpoint_pods: host ifindex -> the pod behind it. Entries
+// deleted while it iterates are left out.
+func ReadPods(m *ebpf.Map) (map[uint32]Pod, error) {
+	out := map[uint32]Pod{}
+	var k uint32
+	var v maps.CniEndpointPod
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = Pod{Namespace: maps.GoString(v.Namespace[:]), Name: maps.GoString(v.Name[:]), UID: maps.GoString(v.Uid[:])}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating %s: %w", maps.CniMapEndpointPods, err)
+	}
+	return out, nil
 }
 
 func (e *Entry) info() maps.CniEndpointInfo {
@@ -100,6 +134,12 @@ func (m *Maps) Put(e *Entry) error {
 			}
 		}
 	}
+	if e.Pod != nil {
+		v := podValue(e.Pod)
+		if err := m.Pods.Put(uint32(e.HostIfIndex), &v); err != nil {
+			return fmt.Errorf("writing %s[%d]: %w", maps.CniMapEndpointPods, e.HostIfIndex, err)
+		}
+	}
 	if err := m.Devs.Put(uint32(e.HostIfIndex), &d); err != nil {
 		return fmt.Errorf("writing endpoint_devs[%d]: %w", e.HostIfIndex, err)
 	}
@@ -132,12 +172,29 @@ func (m *Maps) Delete(ifindex int, hostMAC net.HardwareAddr, ips []net.IP) error
 		}
 	}
 	var d maps.CniEndpointDev
-	if err := m.Devs.Lookup(uint32(ifindex), &d); err == nil && bytes.Equal(d.HostMac[:], hostMAC) {
+	err := m.Devs.Lookup(uint32(ifindex), &d)
+	if err == nil && bytes.Equal(d.HostMac[:], hostMAC) {
 		if err := m.Devs.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, fmt.Errorf("deleting endpoint_devs[%d]: %w", ifindex, err))
 		}
 	}
+	// The pod's identity goes with its device entry, or without one (an
+	// ADD that failed between the two writes): a device entry of another
+	// host MAC is a new pod's, and so is the identity.
+	if (err == nil && bytes.Equal(d.HostMac[:], hostMAC)) || errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := m.DeletePod(ifindex); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// DeletePod removes the endpoint_pods entry of a host ifindex. Idempotent.
+func (m *Maps) DeletePod(ifindex int) error {
+	if err := m.Pods.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting %s[%d]: %w", maps.CniMapEndpointPods, ifindex, err)
+	}
+	return nil
 }
 
 // Check names every difference between the maps and e.

@@ -131,6 +131,13 @@ type CniEndpointKey struct {
 	Addr   [16]uint8
 }
 
+type CniEndpointPod struct {
+	_         structs.HostLayout
+	Namespace [64]int8
+	Name      [254]int8
+	Uid       [40]int8
+}
+
 type CniFlowEntry struct {
 	_        structs.HostLayout
 	Verdict  CniFlowVerdict
@@ -418,6 +425,7 @@ const (
 	CniMapClusterRoutes  = "cluster_routes"
 	CniMapDeviceCounters = "device_counters"
 	CniMapEndpointDevs   = "endpoint_devs"
+	CniMapEndpointPods   = "endpoint_pods"
 	CniMapEndpoints      = "endpoints"
 	CniMapFlows          = "flows"
 	CniMapGoEnums        = "go_enums"
@@ -490,6 +498,7 @@ type CniMapSpecs struct {
 	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
 	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	EndpointPods   *ebpf.MapSpec `ebpf:"endpoint_pods"`
 	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
 	Flows          *ebpf.MapSpec `ebpf:"flows"`
 	GoEnums        *ebpf.MapSpec `ebpf:"go_enums"`
@@ -540,6 +549,7 @@ type CniMaps struct {
 	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
 	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
+	EndpointPods   *ebpf.Map `ebpf:"endpoint_pods"`
 	Endpoints      *ebpf.Map `ebpf:"endpoints"`
 	Flows          *ebpf.Map `ebpf:"flows"`
 	GoEnums        *ebpf.Map `ebpf:"go_enums"`
@@ -566,6 +576,7 @@ func (m *CniMaps) Close() error {
 		m.ClusterRoutes,
 		m.DeviceCounters,
 		m.EndpointDevs,
+		m.EndpointPods,
 		m.Endpoints,
 		m.Flows,
 		m.GoEnums,

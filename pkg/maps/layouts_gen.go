@@ -9,6 +9,7 @@ var layouts = map[string][2]uintptr{
 	"cluster_routes":  {24, 20},
 	"device_counters": {4, 1024},
 	"endpoint_devs":   {4, 240},
+	"endpoint_pods":   {4, 358},
 	"endpoints":       {20, 24},
 	"flows":           {40, 16},
 	"go_enums":        {4, 36},

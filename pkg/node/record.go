@@ -41,6 +41,10 @@ type Record struct {
 	// of its own (a second interface, veth.ConfigurePod): DEL removes the
 	// rules in the pod.
 	OwnTable bool `json:"ownTable,omitempty"`
+	// Pod is the pod's Kubernetes identity from CNI_ARGS (nil when the
+	// runtime passed none), so its endpoint_pods entry can be written
+	// again after the maps were lost.
+	Pod *Pod `json:"pod,omitempty"`
 	// Flags are the endpoint's flags in the maps (enum endpoint_flags), so
 	// its entries can be written again after the maps were lost.
 	Flags uint32 `json:"flags,omitempty"`
@@ -55,6 +59,44 @@ type Record struct {
 	// Features existed (e.g. "hostPorts"), which the feature that wrote it
 	// reads there. Kept when the record is written again.
 	Legacy map[string]json.RawMessage `json:"-"`
+}
+
+// Pod is who a pod is in Kubernetes, as the runtime says in CNI_ARGS
+// (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID: containerd, CRI-O and
+// kubelet's dockershim pass them; podman passes K8S_POD_NAME alone).
+type Pod struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// String is namespace/name, or the name alone.
+func (p Pod) String() string {
+	if p.Namespace == "" {
+		return p.Name
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// PodFromArgs reads the pod's identity from CNI_ARGS ("K1=V1;K2=V2"); nil
+// without K8S_POD_NAME. Only for people and metrics: never an error.
+func PodFromArgs(envArgs string) *Pod {
+	var p Pod
+	for _, kv := range strings.Split(envArgs, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			p.Namespace = v
+		case "K8S_POD_NAME":
+			p.Name = v
+		case "K8S_POD_UID":
+			p.UID = v
+		}
+	}
+	if p.Name == "" {
+		return nil
+	}
+	return &p
 }
 
 // recordKeys are the JSON names of Record's own fields.

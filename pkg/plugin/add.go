@@ -236,6 +236,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		HostIfIndex: host.Attrs().Index,
 		HostMAC:     host.Attrs().HardwareAddr.String(),
 		MAC:         podLink.Attrs().HardwareAddr.String(),
+		Pod:         node.PodFromArgs(args.Args),
 		// Routes another interface had: this one got a table and source
 		// rules of its own, which its DEL removes in the pod.
 		OwnTable: len(routes) < asked,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
@@ -12,6 +13,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // TestEndpointsAndStatus: after three pods are added, endpoints lists the
@@ -110,4 +112,32 @@ func rowOf(t *testing.T, lines []string, s string) string {
 	}
 	t.Fatalf("no line with %q in:\n%s", s, strings.Join(lines, "\n"))
 	return ""
+}
+
+// TestEndpointsPod: a pod added with containerd's CNI_ARGS is shown by its
+// namespace/name (table) and namespace, name, uid (JSON); one added without
+// them has none.
+func TestEndpointsPod(t *testing.T) {
+	e := newEnv(t)
+	list := e.confList(testutil.BestMode())
+	n, err := nettest.NewNetNS()
+	require.NoError(t, err)
+	t.Cleanup(func() { nettest.CloseNetNS(n) })
+	rt := &libcni.RuntimeConf{ContainerID: "k8s-pod", NetNS: n.Path(), IfName: "eth0", Args: [][2]string{
+		{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "shop"}, {"K8S_POD_NAME", "web-0"}, {"K8S_POD_UID", "8d1c6b7e-0c1f-4b8e-9d52-2f7f3c1a9e01"}}}
+	_, err = e.cni.Add(list, rt)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.cni.Del(list, rt) })
+	e.addPod(list, "plain")
+
+	got := map[string]*node.Pod{}
+	for _, ep := range e.endpoints() {
+		got[ep.ContainerID] = ep.Pod
+	}
+	require.Equal(t, map[string]*node.Pod{"k8s-pod": {Namespace: "shop", Name: "web-0", UID: "8d1c6b7e-0c1f-4b8e-9d52-2f7f3c1a9e01"}, "plain": nil}, got)
+	r := e.cli("endpoints")
+	require.Equal(t, cli.ExitOK, r.code, "%s", r)
+	lines := strings.Split(r.stdout, "\n")
+	require.Contains(t, lines[0], "POD")
+	require.Contains(t, rowOf(t, lines, "k8s-pod"), " shop/web-0 ")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 )
 
 // ebpf-cni with ebpf-ipam under the CNI_ARGS real runtimes send (their
@@ -18,18 +19,23 @@ import (
 // getRuntimeConfig, cnitool's parseArgs): every call works, MAC= (ebpf-cni)
 // and IP= (ebpf-ipam) are honoured; a key nobody knows, without
 // IgnoreUnknown, is ebpf-ipam's code 4 naming it, and nothing is left.
+// The pod's K8S_POD_* identity is in endpoint_pods (what the CLI and the
+// agent's metrics name a pod by) from ADD to DEL.
 func TestCNIArgsOfRealRuntimes(t *testing.T) {
 	const mac, ip = "0a:58:0a:f4:01:09", "10.244.1.9"
 	cases := []struct {
 		runtime      string
 		args         [][2]string
 		wantMAC, wIP string
+		pod          *endpoint.Pod
 	}{
 		{"containerd", [][2]string{{"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", "web-0"},
-			{"K8S_POD_INFRA_CONTAINER_ID", "args-pod"}, {"K8S_POD_UID", "0b6f2a4c-6d1e-4f4a-9c33-5a7f1e2d3c4b"}, {"IgnoreUnknown", "1"}}, "", ""},
-		{"podman --ip --mac-address", [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAME", "web"}, {"MAC", mac}, {"IP", ip}}, mac, ip},
-		{"cnitool MAC", [][2]string{{"MAC", mac}}, mac, ""},
-		{"cnitool IP", [][2]string{{"IP", ip}}, "", ip},
+			{"K8S_POD_INFRA_CONTAINER_ID", "args-pod"}, {"K8S_POD_UID", "0b6f2a4c-6d1e-4f4a-9c33-5a7f1e2d3c4b"}, {"IgnoreUnknown", "1"}}, "", "",
+			&endpoint.Pod{Namespace: "default", Name: "web-0", UID: "0b6f2a4c-6d1e-4f4a-9c33-5a7f1e2d3c4b"}},
+		{"podman --ip --mac-address", [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAME", "web"}, {"MAC", mac}, {"IP", ip}}, mac, ip,
+			&endpoint.Pod{Name: "web"}},
+		{"cnitool MAC", [][2]string{{"MAC", mac}}, mac, "", nil},
+		{"cnitool IP", [][2]string{{"IP", ip}}, "", ip, nil},
 	}
 	for _, ver := range testutil.SpecVersions {
 		t.Run(ver, func(t *testing.T) {
@@ -55,7 +61,13 @@ func TestCNIArgsOfRealRuntimes(t *testing.T) {
 				}))
 				out, err := nettest.Ping(n, nettest.NodeIP4, 1)
 				require.NoError(t, err, "%s: %s", c.runtime, out)
+				want := map[uint32]endpoint.Pod{}
+				if c.pod != nil {
+					want[uint32(e.hostIndex(p))] = *c.pod
+				}
+				require.Equal(t, want, e.podEntries(), c.runtime)
 				require.NoError(t, e.cni.DelPod(list, p), c.runtime)
+				require.Empty(t, e.podEntries(), "%s: endpoint_pods entry left after DEL", c.runtime)
 			}
 
 			n, err := nettest.NewNetNS()

@@ -123,6 +123,18 @@ func (e *env) endpointEntries() (addrs, devs int) {
 	return len(a), len(d)
 }
 
+// podEntries reads endpoint_pods: host ifindex -> the pod's identity.
+func (e *env) podEntries() map[uint32]endpoint.Pod {
+	e.t.Helper()
+	nd := e.handle()
+	defer nd.Close()
+	em, err := endpoint.MapsOf(nd)
+	require.NoError(e.t, err)
+	pods, err := endpoint.ReadPods(em.Pods)
+	require.NoError(e.t, err)
+	return pods
+}
+
 // records counts endpoint records.
 func (e *env) records() int {
 	recs, err := node.Records(e.stateDir)
@@ -138,6 +150,7 @@ func (e *env) requireClean() {
 	a, d := e.endpointEntries()
 	require.Zero(e.t, a, "endpoint address entries left")
 	require.Zero(e.t, d, "endpoint device entries left")
+	require.Empty(e.t, e.podEntries(), "endpoint_pods entries left")
 	require.Zero(e.t, e.records(), "endpoint records left")
 	ups, err := node.AttachmentSets(e.stateDir, "uplinks")
 	require.NoError(e.t, err)
