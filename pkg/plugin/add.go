@@ -104,6 +104,8 @@ func release(n *node.Node) error {
 // every step already done, in reverse.
 func CmdAdd(args *skel.CmdArgs) (err error) {
 	w := newWatch()
+	cl := startCall("ADD", args, w)
+	defer func() { cl.end(err) }()
 	c, err := ParseConfig(args.StdinData, args.Args, true)
 	if err != nil {
 		return err
@@ -126,6 +128,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	cl.opened(n)
 	defer podNS.Close()
 	defer n.Close()
 	defer func() { logTiming("ADD", args, n, err) }()

@@ -21,7 +21,9 @@ import (
 // CmdCheck verifies the attachment against prevResult and against what ADD
 // made (host veth, host routes, then what each feature checks), then asks
 // the IPAM plugin. The error names every difference found.
-func CmdCheck(args *skel.CmdArgs) error {
+func CmdCheck(args *skel.CmdArgs) (err error) {
+	cl := startCall("CHECK", args, nil)
+	defer func() { cl.end(err) }()
 	c, err := ParseConfig(args.StdinData, args.Args, true)
 	if err != nil {
 		return err
@@ -37,6 +39,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	cl.opened(n)
 	defer podNS.Close()
 	defer n.Close()
 

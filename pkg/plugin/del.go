@@ -17,6 +17,8 @@ import (
 // success. It needs neither the pod's netns nor a valid full configuration.
 func CmdDel(args *skel.CmdArgs) (err error) {
 	w := newWatch()
+	cl := startCall("DEL", args, w)
+	defer func() { cl.end(err) }()
 	noSkelNetNSCheck(args)
 	c, err := ParseConfig(args.StdinData, args.Args, false)
 	if err != nil {
@@ -27,6 +29,7 @@ func CmdDel(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	cl.opened(n)
 	defer n.Close()
 	defer func() { logTiming("DEL", args, n, err) }()
 

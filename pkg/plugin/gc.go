@@ -19,7 +19,9 @@ import (
 // cni.dev/valid-attachments, and whatever no endpoint record accounts for
 // (left by a crash): host veths, pinned links, map entries. Then it forwards
 // GC to the IPAM plugin.
-func CmdGC(args *skel.CmdArgs) error {
+func CmdGC(args *skel.CmdArgs) (err error) {
+	cl := startCall("GC", args, nil)
+	defer func() { cl.end(err) }()
 	c, err := ParseConfig(args.StdinData, args.Args, false)
 	if err != nil {
 		return err
@@ -29,6 +31,7 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	cl.opened(n)
 	defer n.Close()
 
 	valid := map[[2]string]bool{}

@@ -17,6 +17,8 @@ import (
 // first pod does not pay for it), and the IPAM plugin ready.
 func CmdStatus(args *skel.CmdArgs) (err error) {
 	w := newWatch()
+	cl := startCall("STATUS", args, w)
+	defer func() { cl.end(err) }()
 	c, err := ParseConfig(args.StdinData, args.Args, false)
 	if err != nil {
 		return err
@@ -42,6 +44,7 @@ func CmdStatus(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	cl.opened(n)
 	defer n.Close()
 	defer func() { logTiming("STATUS", args, n, err) }()
 	n.Phase("programs")

@@ -1,14 +1,20 @@
 package plugin
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/calls"
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
@@ -78,3 +84,69 @@ func logTiming(verb string, args *skel.CmdArgs, n *node.Node, err error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// call is one verb's run, written to the call record (pkg/calls) when it
+// ends, whatever EBPF_CNI_TIMING says: the node agent's metrics count the
+// calls, their outcomes and their phases from it.
+type call struct {
+	verb string
+	args *skel.CmdArgs
+	w    *watch
+	n    *node.Node
+}
+
+func startCall(verb string, args *skel.CmdArgs, w *watch) *call {
+	return &call{verb: verb, args: args, w: w}
+}
+
+// opened gives the call its node handle: its phases and stateDir.
+func (c *call) opened(n *node.Node) { c.n = n }
+
+// end appends the call's record; it never fails the call.
+func (c *call) end(err error) {
+	r := calls.Record{Verb: c.verb, Code: codeOf(err), Total: calls.Ms(time.Since(processStart))}
+	r.Time = time.Now().UnixMilli()
+	var phases []node.Phase
+	stateDir := ""
+	if c.n != nil {
+		phases, stateDir = c.n.Phases(), c.n.StateDir
+	} else {
+		if c.w != nil {
+			phases = c.w.phases
+		}
+		stateDir = stateDirOf(c.args.StdinData)
+	}
+	if len(phases) > 0 {
+		r.Phases = make(map[string]float64, len(phases))
+		for _, p := range phases {
+			r.Phases[p.Name] += calls.Ms(p.Took)
+		}
+	}
+	_ = calls.Append(stateDir, r)
+}
+
+// codeOf is the CNI error code the runtime gets for err: skel answers an
+// error that is no *types.Error with ErrInternal.
+func codeOf(err error) uint {
+	if err == nil {
+		return 0
+	}
+	var e *types.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return types.ErrInternal
+}
+
+// stateDirOf is the stateDir of a configuration ParseConfig refused (or
+// that was never parsed), so that the refusal is recorded where the
+// node's other calls are; the default when it names none.
+func stateDirOf(conf []byte) string {
+	var c struct {
+		StateDir string `json:"stateDir"`
+	}
+	if json.Unmarshal(conf, &c) == nil && filepath.IsAbs(c.StateDir) {
+		return c.StateDir
+	}
+	return config.DefaultStateDir
+}
