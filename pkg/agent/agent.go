@@ -50,10 +50,11 @@ type Agent struct {
 	routes NodeRoutes
 	log    *slog.Logger
 
-	mu        sync.Mutex
-	cacheSync bool
-	busySince time.Time
-	rec       *Reconciler
+	mu         sync.Mutex
+	cacheSync  bool
+	busySince  time.Time
+	rec        *Reconciler
+	syncErrors int // failed syncs, for the metrics
 }
 
 // New prepares an agent; Run starts it.
@@ -183,9 +184,23 @@ func (a *Agent) processNext(q workqueue.TypedRateLimitingInterface[string], rec 
 		a.log.Warn("node not routed", "node", key, "err", err)
 	default:
 		a.log.Warn("sync failed, retrying", "node", key, "err", err, "retries", q.NumRequeues(key))
+		a.mu.Lock()
+		a.syncErrors++
+		a.mu.Unlock()
 		q.AddRateLimited(key)
 	}
 	return true
+}
+
+// syncStats reports the agent's syncs to the metrics.
+func (a *Agent) syncStats() syncStats {
+	a.mu.Lock()
+	st, rec := syncStats{errors: a.syncErrors}, a.rec
+	a.mu.Unlock()
+	if rec != nil {
+		st.last, st.present = rec.lastSync()
+	}
+	return st
 }
 
 func (a *Agent) setBusy(t time.Time) {

@@ -17,6 +17,10 @@ var CapsOf = map[conflist.Mode][]int{
 	conflist.ModeVXLAN:  {unix.CAP_BPF},
 }
 
+// MetricsCaps are what the metrics add: BPF, to read the plugin's pinned
+// maps (bpf() on them).
+var MetricsCaps = []int{unix.CAP_BPF}
+
 // keepOnlyCaps drops every capability but keep from the process's
 // effective, permitted and inheritable sets, on every thread (capabilities
 // are per thread, hence AllThreadsSyscall; threads made later copy them).

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -57,6 +60,7 @@ const (
 	EnvKubeconfig   = "KUBECONFIG"
 	EnvMode         = "EBPF_CNI_MODE"
 	EnvHealthAddr   = "EBPF_CNI_HEALTH_ADDR"
+	EnvMetricsAddr  = "EBPF_CNI_METRICS_ADDR"
 	EnvNetworkName  = "EBPF_CNI_NETWORK_NAME"
 	EnvCNIVersion   = "EBPF_CNI_CNI_VERSION"
 	EnvClusterCIDRs = "EBPF_CNI_CLUSTER_CIDRS"
@@ -68,7 +72,7 @@ const (
 )
 
 // EnvVars are all of them.
-var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI}
+var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvMetricsAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI}
 
 // env is an environment variable or def.
 func env(name, def string) string {
@@ -191,10 +195,11 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	c.flags(fs)
 	mode := fs.String("mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
 	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
-	bpfRoot := fs.String("bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints)")
-	stateDir := fs.String("state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record)")
+	bpfRoot := fs.String("bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints; the metrics' maps)")
+	stateDir := fs.String("state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record; the metrics' call record)")
 	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF)")
 	health := fs.String("health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
+	metrics := fs.String("metrics-addr", env(EnvMetricsAddr, DefaultMetricsAddr), "`ADDR` of the Prometheus /metrics (EBPF_CNI_METRICS_ADDR); empty or off: none")
 	resync := fs.Duration("resync", time.Minute, "how often everything is compared with the Node objects")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -203,8 +208,15 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	if err != nil {
 		return &usageError{fmt.Errorf("-mode: %w", err)}
 	}
+	if *metrics == "off" {
+		*metrics = ""
+	}
 	if *dropCaps {
-		if err := keepOnlyCaps(CapsOf[m]); err != nil {
+		caps := CapsOf[m]
+		if *metrics != "" {
+			caps = append(slices.Clone(caps), MetricsCaps...)
+		}
+		if err := keepOnlyCaps(caps); err != nil {
 			return err
 		}
 	}
@@ -232,7 +244,16 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	if err != nil {
 		return &usageError{err}
 	}
-	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir)
+	if *metrics != "" {
+		l, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			return fmt.Errorf("listening for metrics on %s: %w", *metrics, err)
+		}
+		srv := &http.Server{Handler: NewMetrics(*bpfRoot, *stateDir, a, log).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
+	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir, "metrics", *metrics)
 	err = a.Run(ctx)
 	if ctx.Err() != nil {
 		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints stay")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +41,8 @@ type Reconciler struct {
 	peers    int   // nodes with entries
 	synced   bool  // a SyncAll ran
 	syncErr  error // what the last SyncAll could not do
+	syncEnd  time.Time
+	present  int // owned entries the last SyncAll found installed
 }
 
 // NewReconciler reconciles routes for node self from the lister's nodes.
@@ -211,8 +214,10 @@ func (r *Reconciler) SyncAll() error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	found := 0
 	for _, rt := range installed {
 		if r.isOwned(rt) {
+			found++
 			continue
 		}
 		if err := r.routes.Remove(rt); err != nil {
@@ -224,7 +229,7 @@ func (r *Reconciler) SyncAll() error {
 	r.publish()
 	err = errors.Join(errs...)
 	r.mu.Lock()
-	r.synced, r.syncErr = true, err
+	r.synced, r.syncErr, r.syncEnd, r.present = true, err, time.Now(), found
 	r.mu.Unlock()
 	return err
 }
@@ -259,6 +264,14 @@ func (r *Reconciler) problemNames() map[string]bool {
 }
 
 // state fills in what Status reports of the reconciler.
+// lastSync is when the last SyncAll ended and how many of the entries it
+// owns it found installed.
+func (r *Reconciler) lastSync() (time.Time, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.syncEnd, r.present
+}
+
 func (r *Reconciler) state(s *Status) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

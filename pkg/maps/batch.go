@@ -3,6 +3,7 @@ package maps
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -90,4 +91,51 @@ func iterate[K, V any](m *ebpf.Map) ([]Entry[K, V], error) {
 		return nil, fmt.Errorf("reading %s: %w", m, err)
 	}
 	return out, nil
+}
+
+// Count is how many entries m holds, for a fill level: batches of keys
+// and values where the kernel has them (hash and LRU maps: a full NAT
+// table in 32 calls), one key at a time where it has not (LPM tries) and
+// for per-CPU maps. Entries added or deleted meanwhile may or may not be
+// counted.
+func Count(m *ebpf.Map) (int, error) {
+	switch m.Type() {
+	case ebpf.PerCPUHash, ebpf.LRUCPUHash, ebpf.PerCPUArray:
+	default:
+		ks, vs := int(m.KeySize()), int(m.ValueSize())
+		size := min(batchSize, max(int(m.MaxEntries()), 1))
+		keys := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(ks, reflect.TypeFor[byte]())), size, size).Interface()
+		vals := reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(vs, reflect.TypeFor[byte]())), size, size).Interface()
+		var cursor ebpf.MapBatchCursor
+		total := 0
+		for {
+			n, err := m.BatchLookup(&cursor, keys, vals, nil)
+			total += n
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				return total, nil
+			}
+			if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.ENOSPC) {
+				break // one key at a time, from the start
+			}
+			if err != nil {
+				return 0, fmt.Errorf("counting %s: %w", m, err)
+			}
+		}
+	}
+	key := make([]byte, m.KeySize())
+	next := make([]byte, m.KeySize())
+	var prev any // nil: the first key
+	total := 0
+	for {
+		err := m.NextKey(prev, next)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return total, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("counting %s: %w", m, err)
+		}
+		total++
+		copy(key, next)
+		prev = key
+	}
 }

@@ -362,6 +362,10 @@ func Marked(stateDir string, m Mark) []string {
 	return out
 }
 
+// HealStamp is the file under the stateDir whose time says when a call
+// last healed the node (pkg/plugin; the agent's metrics report it).
+const HealStamp = "healed"
+
 // Records lists every endpoint record of the node.
 func Records(stateDir string) ([]*Record, error) { return readDir[Record](recordDir(stateDir)) }
 

@@ -187,7 +187,7 @@ var HealPeriod = 5 * time.Second
 // the caller's own attachment.
 func healNode(n *node.Node, c *Config, skip string) error {
 	h, err := Heal(n, HealOptions{Config: c, Skip: skip})
-	_ = os.WriteFile(filepath.Join(n.StateDir, healStamp), nil, 0o600)
+	_ = os.WriteFile(filepath.Join(n.StateDir, node.HealStamp), nil, 0o600)
 	if len(h.Reclaimed) > 0 {
 		n.ReleaseIfEmpty(func() { _ = release(n) })
 	}
@@ -205,12 +205,9 @@ func healNode(n *node.Node, c *Config, skip string) error {
 // maps.
 var errLost = errors.New("pods lost what only the stateDir and the bpffs held")
 
-// healStamp is the file whose time says when the node was last healed.
-const healStamp = "healed"
-
 // healDue reports whether no call healed the node for HealPeriod.
 func healDue(n *node.Node) bool {
-	fi, err := os.Stat(filepath.Join(n.StateDir, healStamp))
+	fi, err := os.Stat(filepath.Join(n.StateDir, node.HealStamp))
 	return err != nil || time.Since(fi.ModTime()) > HealPeriod
 }
 

@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/calls"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+)
+
+// DefaultMetricsAddr is where the agent serves /metrics: every address of
+// the node (Prometheus scrapes it from elsewhere), port 9967, next to the
+// health port 9965 and clear of Cilium's 9962-9964, Calico's 9091-9094,
+// node_exporter's 9100 and kindnet's 19080.
+const DefaultMetricsAddr = ":9967"
+
+// metricNames are the names of every metric the agent exports, with their
+// type, filled by desc: docs, dashboards and alerts are checked against it.
+var metricNames = map[string]prometheus.ValueType{}
+
+// histogramNames are the histograms among them (exported as _bucket,
+// _sum and _count series).
+var histogramNames = map[string]bool{}
+
+// desc declares one of the agent's metrics.
+func desc(name string, t prometheus.ValueType, help string, labels ...string) *prometheus.Desc {
+	metricNames[name] = t
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+// MetricNames lists the series names the agent exports (a histogram's
+// _bucket, _sum and _count), sorted.
+func MetricNames() []string {
+	var out []string
+	for n := range metricNames {
+		out = append(out, n)
+	}
+	for n := range histogramNames {
+		out = append(out, n+"_bucket", n+"_sum", n+"_count")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Metrics is the agent's Prometheus registry: the datapath's counters and
+// maps and the plugin's call record, read when scraped (nothing polls),
+// and the agent's own state.
+type Metrics struct {
+	reg *prometheus.Registry
+}
+
+// NewMetrics reads the plugin's state under bpfRoot and stateDir; a is
+// the running agent (nil: no agent metrics, as in tests of the datapath).
+func NewMetrics(bpfRoot, stateDir string, a *Agent, log *slog.Logger) *Metrics {
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newDatapathCollector(bpfRoot, stateDir, log))
+	reg.MustRegister(newCallsCollector(stateDir))
+	reg.MustRegister(newAgentCollector(a))
+	return &Metrics{reg: reg}
+}
+
+// Registry is where the metrics are registered.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves /metrics and /healthz (200: the process answers).
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux
+}
+
+// Buckets of the call and phase latency histograms: 1 ms to 10 s.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// callsCollector feeds the plugin's call record (pkg/calls) into counters
+// and histograms when scraped: what was appended since the last scrape,
+// from the end of the file when the agent started.
+type callsCollector struct {
+	mu       sync.Mutex
+	tail     *calls.Tail
+	calls    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	phases   *prometheus.HistogramVec
+	bad      prometheus.Counter
+}
+
+const (
+	mCalls         = "ebpf_cni_cni_calls_total"
+	mCallDuration  = "ebpf_cni_cni_call_duration_seconds"
+	mPhaseDuration = "ebpf_cni_cni_phase_duration_seconds"
+	mCallBad       = "ebpf_cni_cni_record_errors_total"
+)
+
+func newCallsCollector(stateDir string) *callsCollector {
+	metricNames[mCalls] = prometheus.CounterValue
+	metricNames[mCallBad] = prometheus.CounterValue
+	histogramNames[mCallDuration], histogramNames[mPhaseDuration] = true, true
+	return &callsCollector{
+		tail: calls.NewTail(stateDir),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: mCalls,
+			Help: "CNI calls of the plugin by verb (ADD, DEL, CHECK, STATUS, GC) and outcome: code 0 is success, else the CNI error code returned"},
+			[]string{"verb", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: mCallDuration,
+			Help: "how long a CNI call took, from the plugin's process start to its end", Buckets: latencyBuckets},
+			[]string{"verb"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: mPhaseDuration,
+			Help: "how long each phase of a CNI call took (the phases EBPF_CNI_TIMING prints)", Buckets: latencyBuckets},
+			[]string{"verb", "phase"}),
+		bad: prometheus.NewCounter(prometheus.CounterOpts{Name: mCallBad,
+			Help: "lines of the plugin's call record that were no record, or read errors"}),
+	}
+}
+
+func (c *callsCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.calls.Describe(ch)
+	c.duration.Describe(ch)
+	c.phases.Describe(ch)
+	c.bad.Describe(ch)
+}
+
+func (c *callsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	bad := c.tail.Bad
+	recs, err := c.tail.Read()
+	if err != nil {
+		c.bad.Inc()
+	}
+	c.bad.Add(float64(c.tail.Bad - bad))
+	for _, r := range recs {
+		c.calls.WithLabelValues(r.Verb, strconv.FormatUint(uint64(r.Code), 10)).Inc()
+		c.duration.WithLabelValues(r.Verb).Observe(r.Total / 1000)
+		for p, ms := range r.Phases {
+			c.phases.WithLabelValues(r.Verb, p).Observe(ms / 1000)
+		}
+	}
+	c.calls.Collect(ch)
+	c.duration.Collect(ch)
+	c.phases.Collect(ch)
+	c.bad.Collect(ch)
+}
+
+// agentCollector is the agent's own state: its build, its readiness, and
+// the routes or tunnel endpoints it keeps.
+type agentCollector struct {
+	a                                               *Agent
+	build, ready, peers, desired, present, lastSync *prometheus.Desc
+	syncErrors, problems                            *prometheus.Desc
+}
+
+func newAgentCollector(a *Agent) *agentCollector {
+	return &agentCollector{a: a,
+		build: desc("ebpf_cni_agent_build_info", prometheus.GaugeValue,
+			"1, labelled with the agent's version and the tag of the datapath programs of its build", "version", "programs_tag"),
+		ready: desc("ebpf_cni_agent_ready", prometheus.GaugeValue,
+			"1 when the agent's entries are current (what /readyz says), 0 if not"),
+		peers: desc("ebpf_cni_agent_peers", prometheus.GaugeValue,
+			"other nodes the agent keeps routes or tunnel endpoints for"),
+		desired: desc("ebpf_cni_agent_routes_desired", prometheus.GaugeValue,
+			"routes (mode direct) or tunnel endpoints (mode vxlan) the Node objects call for"),
+		present: desc("ebpf_cni_agent_routes_present", prometheus.GaugeValue,
+			"of those, the ones found installed at the last full sync"),
+		lastSync: desc("ebpf_cni_agent_last_sync_timestamp_seconds", prometheus.GaugeValue,
+			"when the last full sync with the Node objects ended (unix seconds)"),
+		syncErrors: desc("ebpf_cni_agent_sync_errors_total", prometheus.CounterValue,
+			"syncs (full or of one node) that failed and are retried"),
+		problems: desc("ebpf_cni_agent_node_problems", prometheus.GaugeValue,
+			"nodes whose Node object keeps the agent from routing them (no InternalIP, overlapping ranges...)"),
+	}
+}
+
+func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.build, c.ready, c.peers, c.desired, c.present, c.lastSync, c.syncErrors, c.problems} {
+		ch <- d
+	}
+}
+
+func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.build, prometheus.GaugeValue, 1, buildinfo.Version, features.Tag())
+	if c.a == nil {
+		return
+	}
+	s := c.a.Status()
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, b2f(s.Ready))
+	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(s.Peers))
+	ch <- prometheus.MustNewConstMetric(c.desired, prometheus.GaugeValue, float64(s.Routes))
+	ch <- prometheus.MustNewConstMetric(c.problems, prometheus.GaugeValue, float64(len(s.Problems)))
+	st := c.a.syncStats()
+	ch <- prometheus.MustNewConstMetric(c.present, prometheus.GaugeValue, float64(st.present))
+	ch <- prometheus.MustNewConstMetric(c.syncErrors, prometheus.CounterValue, float64(st.errors))
+	if !st.last.IsZero() {
+		ch <- prometheus.MustNewConstMetric(c.lastSync, prometheus.GaugeValue, float64(st.last.UnixMilli())/1000)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// syncStats are what the metrics report of the agent's syncs.
+type syncStats struct {
+	last    time.Time // end of the last full sync
+	present int       // owned entries found installed by it
+	errors  int       // failed syncs so far
+}

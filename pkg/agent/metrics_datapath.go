@@ -1,0 +1,258 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+)
+
+// datapathCollector reads the plugin's pinned maps and records when
+// scraped: the counters the programs keep (node-wide and per device, by
+// reason and direction), how full each map that can fill is, which
+// programs are pinned, how the endpoints are attached, when the node was
+// last healed. Maps and files that are not there yet (no pod so far) are
+// left out; one that cannot be read counts in ebpf_cni_scrape_errors.
+type datapathCollector struct {
+	bpfRoot, stateDir string
+	log               *slog.Logger
+	// fillable are the maps that pods or traffic can fill: every hash,
+	// LRU and LPM map of bpf/maps.c, by name, with its capacity.
+	fillable map[string]uint32
+
+	packets, bytes, epPackets, epBytes *prometheus.Desc
+	entries, capacity                  *prometheus.Desc
+	pinned, current, attached, healed  *prometheus.Desc
+	scrapeErrors                       *prometheus.Desc
+}
+
+// endpointLabels are the labels of the per-endpoint series: the pod (when
+// the runtime passed K8S_POD_* in CNI_ARGS), the attachment, the device.
+var endpointLabels = []string{"namespace", "pod", "container_id", "ifname", "device", "reason", "direction"}
+
+func newDatapathCollector(bpfRoot, stateDir string, log *slog.Logger) *datapathCollector {
+	c := &datapathCollector{bpfRoot: bpfRoot, stateDir: stateDir, log: log, fillable: fillableMaps(),
+		packets: desc("ebpf_cni_packets_total", prometheus.CounterValue,
+			"packets the datapath programs handled on this node, by reason (what they did: redirect, snat, drop_spoof_src...) and direction (egress: leaving a pod, or the node on an uplink; ingress: arriving)", "reason", "direction"),
+		bytes: desc("ebpf_cni_bytes_total", prometheus.CounterValue,
+			"bytes of those packets", "reason", "direction"),
+		epPackets: desc("ebpf_cni_endpoint_packets_total", prometheus.CounterValue,
+			"packets per device (a pod's host veth, or an uplink), by reason and direction; only reasons with a non-zero count", endpointLabels...),
+		epBytes: desc("ebpf_cni_endpoint_bytes_total", prometheus.CounterValue,
+			"bytes per device, by reason and direction; only reasons with a non-zero count", endpointLabels...),
+		entries: desc("ebpf_cni_map_entries", prometheus.GaugeValue,
+			"entries in a pinned map that pods or traffic can fill", "map"),
+		capacity: desc("ebpf_cni_map_capacity", prometheus.GaugeValue,
+			"the most entries the map holds (max_entries); a full hash map refuses new entries, an LRU map (nat, flows, sock_revnat) evicts the least recently used", "map"),
+		pinned: desc("ebpf_cni_programs_pinned", prometheus.GaugeValue,
+			"1 per program set pinned on the node, labelled with its tag (version and digest); more than one only during an upgrade", "tag"),
+		current: desc("ebpf_cni_programs_current", prometheus.GaugeValue,
+			"1 when the programs of the agent's build are pinned (the plugin installed with it loaded them), 0 if not"),
+		attached: desc("ebpf_cni_endpoint_attachments", prometheus.GaugeValue,
+			"programs attached to pods' host veths, by attach mode (tcx or tc), from the endpoint records", "mode"),
+		healed: desc("ebpf_cni_last_heal_timestamp_seconds", prometheus.GaugeValue,
+			"when a plugin call (STATUS, ADD, repair) last compared the node's state with the kernel and repaired what it found (unix seconds)"),
+		scrapeErrors: desc("ebpf_cni_scrape_errors", prometheus.GaugeValue,
+			"sources (maps, records) this scrape could not read; the agent's log says why"),
+	}
+	return c
+}
+
+// fillableMaps lists the maps of bpf/maps.c a node can fill, with their
+// capacities: hash, LRU and LPM maps (arrays have a fixed size).
+func fillableMaps() map[string]uint32 {
+	out := map[string]uint32{}
+	spec, err := maps.LoadCni()
+	if err != nil {
+		return out
+	}
+	for name, ms := range spec.Maps {
+		if ms.Pinning == ebpf.PinNone {
+			continue
+		}
+		switch ms.Type {
+		case ebpf.Hash, ebpf.LRUHash, ebpf.LPMTrie, ebpf.PerCPUHash, ebpf.LRUCPUHash:
+			out[name] = ms.MaxEntries
+		}
+	}
+	return out
+}
+
+func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.epPackets, c.epBytes, c.entries, c.capacity, c.pinned, c.current, c.attached, c.healed, c.scrapeErrors} {
+		ch <- d
+	}
+}
+
+func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
+	failed := 0
+	fail := func(what string, err error) {
+		failed++
+		c.log.Warn("metrics: cannot read "+what, "err", err)
+	}
+	// A map that is not pinned yet is no error: nothing created it.
+	open := func(name string) *ebpf.Map {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(c.bpfRoot), name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				fail(name, err)
+			}
+			return nil
+		}
+		return m
+	}
+
+	if m := open(maps.CniMapNodeCounters); m != nil {
+		by, err := counters.SumNode(m)
+		m.Close()
+		if err != nil {
+			fail(maps.CniMapNodeCounters, err)
+		}
+		for _, r := range maps.PktReasons {
+			for _, d := range counters.Dirs {
+				v := by[r.Reason][d]
+				ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(v.Packets), r.Key, counters.DirKeys[d])
+				ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(v.Bytes), r.Key, counters.DirKeys[d])
+			}
+		}
+	}
+
+	recs, err := nodestate.Records(c.stateDir)
+	if err != nil {
+		fail("endpoint records", err)
+	}
+	names := map[uint32]string{}
+	modes := map[string]int{}
+	for _, r := range recs {
+		names[uint32(r.HostIfIndex)] = r.HostIfName
+		for _, a := range r.Attachments {
+			modes[string(a.Mode)]++
+		}
+	}
+	if sets, err := nodestate.AttachmentSets(c.stateDir, ""); err == nil {
+		for _, s := range sets {
+			if s.IfIndex != 0 {
+				names[uint32(s.IfIndex)] = s.Name
+			}
+		}
+	} else {
+		fail("attachment sets", err)
+	}
+	modeNames := make([]string, 0, len(modes))
+	for m := range modes {
+		modeNames = append(modeNames, m)
+	}
+	sort.Strings(modeNames)
+	for _, m := range modeNames {
+		ch <- prometheus.MustNewConstMetric(c.attached, prometheus.GaugeValue, float64(modes[m]), m)
+	}
+
+	if m := open(maps.CniMapDeviceCounters); m != nil {
+		devs, err := counters.SumDevices(m)
+		m.Close()
+		if err != nil {
+			fail(maps.CniMapDeviceCounters, err)
+		}
+		owners := c.owners(open, fail)
+		for ifindex, by := range devs {
+			o := owners[ifindex]
+			dev := names[ifindex]
+			if dev == "" {
+				dev = "ifindex " + strconv.FormatUint(uint64(ifindex), 10)
+			}
+			for r, b := range by {
+				for _, d := range counters.Dirs {
+					if b[d].Packets == 0 && b[d].Bytes == 0 {
+						continue
+					}
+					l := []string{o.pod.Namespace, o.pod.Name, o.containerID, o.ifname, dev, counters.ReasonKeys[r], counters.DirKeys[d]}
+					ch <- prometheus.MustNewConstMetric(c.epPackets, prometheus.CounterValue, float64(b[d].Packets), l...)
+					ch <- prometheus.MustNewConstMetric(c.epBytes, prometheus.CounterValue, float64(b[d].Bytes), l...)
+				}
+			}
+		}
+	}
+
+	for name, capacity := range c.fillable {
+		m := open(name)
+		if m == nil {
+			continue
+		}
+		n, err := maps.Count(m)
+		m.Close()
+		if err != nil {
+			fail(name, err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(n), name)
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(capacity), name)
+	}
+
+	tags, err := programs.Installed(c.bpfRoot)
+	if err != nil {
+		fail("pinned programs", err)
+	}
+	current := 0.0
+	for _, t := range tags {
+		ch <- prometheus.MustNewConstMetric(c.pinned, prometheus.GaugeValue, 1, t)
+		if t == features.Tag() {
+			current = 1
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.current, prometheus.GaugeValue, current)
+
+	if fi, err := os.Stat(filepath.Join(c.stateDir, nodestate.HealStamp)); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.healed, prometheus.GaugeValue, float64(fi.ModTime().UnixMilli())/1000)
+	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, float64(failed))
+}
+
+// owner is who a device's counters belong to.
+type owner struct {
+	containerID, ifname string
+	pod                 endpoint.Pod
+}
+
+// owners reads endpoint_devs (the attachment) and endpoint_pods (the pod)
+// by host ifindex: the kernel's view, not the records'.
+func (c *datapathCollector) owners(open func(string) *ebpf.Map, fail func(string, error)) map[uint32]owner {
+	out := map[uint32]owner{}
+	if m := open(maps.CniMapEndpointDevs); m != nil {
+		var k uint32
+		var v maps.CniEndpointDev
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			out[k] = owner{containerID: maps.GoString(v.ContainerId[:]), ifname: maps.GoString(v.Ifname[:])}
+		}
+		if err := it.Err(); err != nil {
+			fail(maps.CniMapEndpointDevs, fmt.Errorf("iterating: %w", err))
+		}
+		m.Close()
+	}
+	if m := open(maps.CniMapEndpointPods); m != nil {
+		pods, err := endpoint.ReadPods(m)
+		m.Close()
+		if err != nil {
+			fail(maps.CniMapEndpointPods, err)
+		}
+		for k, p := range pods {
+			o := out[k]
+			o.pod = p
+			out[k] = o
+		}
+	}
+	return out
+}
