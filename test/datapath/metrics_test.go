@@ -1,0 +1,297 @@
+package datapath_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
+)
+
+// metricsServer runs the agent's metrics handler on the node's loopback
+// (in the node's network namespace, as the agent on a host network) and
+// scrapes it over HTTP from there.
+type metricsServer struct {
+	t      testing.TB
+	node   ns.NetNS
+	addr   string
+	client *http.Client
+}
+
+func (e *env) startMetrics() *metricsServer {
+	e.t.Helper()
+	var l net.Listener
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}))
+	srv := &http.Server{Handler: agent.NewMetrics(e.bpfRoot, e.stateDir, nil, nil).Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	e.t.Cleanup(func() { srv.Close() })
+	s := &metricsServer{t: e.t, node: e.node.NS, addr: l.Addr().String()}
+	s.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := s.node.Do(func(ns.NetNS) error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	return s
+}
+
+// scrape is what /metrics answers, parsed.
+type scrape map[string]*dto.MetricFamily
+
+func (s *metricsServer) scrape() scrape {
+	s.t.Helper()
+	resp, err := s.client.Get("http://" + s.addr + "/metrics")
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	require.Equal(s.t, http.StatusOK, resp.StatusCode)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(s.t, err)
+	return fams
+}
+
+// value sums the series of a metric whose labels include want: a
+// counter's or gauge's value, a histogram's count.
+func (s scrape) value(name string, want map[string]string) float64 {
+	base := strings.TrimSuffix(name, "_count")
+	f := s[name]
+	if f == nil {
+		f = s[base]
+	}
+	if f == nil {
+		return 0
+	}
+	sum := 0.0
+	for _, m := range f.Metric {
+		ok := true
+		for k, v := range want {
+			found := false
+			for _, l := range m.Label {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			ok = ok && found
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// delta is how much a series moved between two scrapes.
+func delta(before, after scrape, name string, want map[string]string) float64 {
+	return after.value(name, want) - before.value(name, want)
+}
+
+// addK8sPod adds a pod the way kubelet's runtime does: its namespace and
+// name in CNI_ARGS.
+func (e *env) addK8sPod(list *libcni.NetworkConfigList, id, namespace, name string, caps map[string]any) *nettest.Pod {
+	e.t.Helper()
+	n, err := nettest.NewNetNS()
+	require.NoError(e.t, err)
+	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: n.Path(), IfName: "eth0", CapabilityArgs: caps,
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", namespace}, {"K8S_POD_NAME", name}}}
+	res, err := e.cni.Add(list, rt)
+	if err != nil {
+		nettest.CloseNetNS(n)
+	}
+	require.NoError(e.t, err, "ADD %s", id)
+	p := &nettest.Pod{NS: n, RT: rt, Result: res}
+	e.t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
+	return p
+}
+
+// udpFlood sends n datagrams of size bytes from the pod to dst, without
+// waiting for anything (an unconnected socket: no port unreachable gets
+// back to it).
+func udpFlood(t *testing.T, p ns.NetNS, dst net.IP, port, n, size int) {
+	t.Helper()
+	require.NoError(t, p.Do(func(ns.NetNS) error {
+		c, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := make([]byte, size)
+		for i := 0; i < n; i++ {
+			if _, err := c.WriteTo(buf, &net.UDPAddr{IP: dst, Port: port}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// TestMetricsDatapath: the agent's /metrics, scraped over HTTP on a
+// simulated node, moves by what the traffic did: spoofed packets as
+// drop_spoof_src egress on the spoofer's series (with its pod's labels)
+// and the node's, a masqueraded flow as snat egress and rev_snat ingress,
+// a hostPort connection as dnat ingress, a pod over its egress rate as
+// drop_bw_egress; the maps those fill are reported with their capacity.
+func TestMetricsDatapath(t *testing.T) {
+	e := newEnv(t)
+	cg := testutil.Cgroup(t)
+	list := e.hostPortList("1.1.0", testutil.BestMode(), cg, map[string]any{"ipMasq": true,
+		"capabilities": map[string]any{"mac": true, "portMappings": true, "bandwidth": true}})
+	m := e.startMetrics()
+	web := e.addK8sPod(list, "metrics-web", "shop", "web-0", map[string]any{"portMappings": []any{mapping(8080, 80, "tcp")}})
+	client := e.addK8sPod(list, "metrics-client", "shop", "client-0", nil)
+	limited := e.addK8sPod(list, "metrics-limited", "shop", "limited-0", map[string]any{"bandwidth": map[string]any{
+		"egressRate": 1_000_000, "egressBurst": 20_000}})
+	newServer(t, web.NS, 80)
+	out, err := nettest.Ping(client.NS, web.IP(4), 1) // the gateway's ARP entry, before the spoofed packets
+	require.NoError(t, err, out)
+
+	first := m.scrape()
+	require.Equal(t, 1.0, first.value("ebpf_cni_programs_current", nil), "this build's programs are pinned")
+	require.Equal(t, 1.0, first.value("ebpf_cni_programs_pinned", map[string]string{"tag": features.Tag()}))
+	require.Equal(t, 6.0, first.value("ebpf_cni_endpoint_attachments", map[string]string{"mode": testutil.BestMode()}), "two hooks for each of three pods")
+	require.Equal(t, 3.0, first.value("ebpf_cni_map_entries", map[string]string{"map": maps.CniMapEndpointDevs}))
+	require.Equal(t, 3.0, first.value("ebpf_cni_map_entries", map[string]string{"map": maps.CniMapEndpointPods}))
+	require.Equal(t, 16384.0, first.value("ebpf_cni_map_capacity", map[string]string{"map": maps.CniMapEndpointDevs}))
+	require.Zero(t, first.value("ebpf_cni_scrape_errors", nil))
+
+	t.Run("spoofed", func(t *testing.T) {
+		before := m.scrape()
+		_, err := nettest.Run(client.NS, "ip", "addr", "add", "10.244.1.250/32", "dev", "eth0")
+		require.NoError(t, err)
+		const n = 5
+		out, err := nettest.Run(client.NS, "ping", "-n", "-c", fmt.Sprint(n), "-i", "0.01", "-W", "1", "-I", "10.244.1.250", web.IP(4).String())
+		require.Error(t, err, "spoofed ping got through: %s", out)
+		after := m.scrape()
+		spoof := map[string]string{"reason": "drop_spoof_src", "direction": "egress"}
+		require.Equal(t, float64(n), delta(before, after, "ebpf_cni_packets_total", spoof), "node-wide")
+		pod := map[string]string{"reason": "drop_spoof_src", "direction": "egress", "namespace": "shop", "pod": "client-0",
+			"container_id": "metrics-client", "ifname": "eth0", "device": veth.HostName("metrics-client", "eth0")}
+		require.Equal(t, float64(n), delta(before, after, "ebpf_cni_endpoint_packets_total", pod), "the spoofer's series")
+		require.Equal(t, float64(n*98), delta(before, after, "ebpf_cni_endpoint_bytes_total", pod), "%d echo requests of 98 bytes (Ethernet, IPv4, ICMP, 56 of data)", n)
+		require.Zero(t, delta(before, after, "ebpf_cni_endpoint_packets_total", map[string]string{"reason": "drop_spoof_src", "pod": "web-0"}))
+		require.Zero(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "drop_spoof_src", "direction": "ingress"}))
+	})
+
+	t.Run("masquerade", func(t *testing.T) {
+		srv := newWorldServer(t, e.node.World)
+		before := m.scrape()
+		const n = 4
+		out, err := nettest.Ping(client.NS, nettest.WorldIP4, n)
+		require.NoError(t, err, out)
+		c, err := dialFrom(client.NS, 0, nettest.WorldIP4, srv.port)
+		require.NoError(t, err)
+		c.Close()
+		after := m.scrape()
+		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "snat", "direction": "egress"}), float64(n+3),
+			"echo requests and the TCP client's packets translated leaving the uplink")
+		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "rev_snat", "direction": "ingress"}), float64(n+2),
+			"replies translated back arriving on the uplink")
+		require.Zero(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "snat", "direction": "ingress"}))
+		require.GreaterOrEqual(t, after.value("ebpf_cni_map_entries", map[string]string{"map": maps.CniMapNat}), 2.0, "the flows' NAT entries")
+		require.Positive(t, after.value("ebpf_cni_map_capacity", map[string]string{"map": maps.CniMapNat}))
+	})
+
+	t.Run("hostPort", func(t *testing.T) {
+		before := m.scrape()
+		c, err := dialFrom(e.node.World, 0, nettest.NodeIP4, 8080)
+		require.NoError(t, err)
+		c.Close()
+		after := m.scrape()
+		// SYN, ACK, the echoed data and its ACK at least; the client's FIN may still be on its way.
+		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "dnat", "direction": "ingress"}), 3.0)
+		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_endpoint_packets_total", map[string]string{"reason": "rev_dnat", "direction": "egress", "pod": "web-0"}), 2.0,
+			"the pod's replies translated back as they leave it")
+		require.GreaterOrEqual(t, after.value("ebpf_cni_map_entries", map[string]string{"map": maps.CniMapHostports}), 1.0)
+	})
+
+	t.Run("over its rate", func(t *testing.T) {
+		before := m.scrape()
+		const n = 200
+		udpFlood(t, limited.NS, web.IP(4), 9, n, 1000)
+		after := m.scrape()
+		pod := map[string]string{"pod": "limited-0", "namespace": "shop", "direction": "egress"}
+		dropped := delta(before, after, "ebpf_cni_endpoint_packets_total", map[string]string{"reason": "drop_bw_egress", "pod": "limited-0", "direction": "egress"})
+		// 200 kB at 1 Mbit/s with a 20 kbit burst: most of them.
+		require.Greater(t, dropped, float64(n/2))
+		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_endpoint_packets_total", pod), float64(n), "every datagram counted, passed or dropped")
+		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "drop_bw_egress", "direction": "egress"}), dropped)
+	})
+}
+
+// TestMetricsCalls: under every spec version, the agent counts the calls
+// the plugin makes from its call record: K ADDs and K DELs in the call
+// histograms and the phase histograms, a refused ADD under its CNI error
+// code, a STATUS where the version has it.
+func TestMetricsCalls(t *testing.T) {
+	const k = 3
+	for _, v := range testutil.SpecVersions {
+		t.Run(v, func(t *testing.T) {
+			e := newEnv(t)
+			list := e.confList(netOpts{version: v})
+			bad := e.confList(netOpts{version: v, extra: map[string]any{"attachMode": "sideways"}})
+			m := e.startMetrics()
+			before := m.scrape()
+			var pods []*nettest.Pod
+			for i := 0; i < k; i++ {
+				p, err := e.cni.AddPod(list, fmt.Sprintf("calls-%d", i), nil)
+				require.NoError(t, err)
+				pods = append(pods, p)
+			}
+			_, err := e.cni.AddPod(bad, "calls-bad", nil)
+			require.ErrorContains(t, err, "attachMode")
+			for _, p := range pods {
+				require.NoError(t, e.cni.DelPod(list, p))
+			}
+			status := 0.0
+			if testutil.AtLeast(v, "1.1.0") {
+				require.NoError(t, e.cni.Status(list))
+				status = 1
+			}
+			after := m.scrape()
+
+			add := map[string]string{"verb": "ADD"}
+			require.Equal(t, float64(k+1), delta(before, after, "ebpf_cni_cni_call_duration_seconds_count", add), "every ADD timed, the refused one too")
+			require.Equal(t, float64(k), delta(before, after, "ebpf_cni_cni_calls_total", map[string]string{"verb": "ADD", "code": "0"}))
+			require.Equal(t, 1.0, delta(before, after, "ebpf_cni_cni_calls_total", map[string]string{"verb": "ADD", "code": "7"}), "invalid configuration")
+			require.Equal(t, float64(k), delta(before, after, "ebpf_cni_cni_phase_duration_seconds_count", map[string]string{"verb": "ADD", "phase": "programs"}),
+				"the phases of the ADDs that got that far")
+			require.Equal(t, float64(k+1), delta(before, after, "ebpf_cni_cni_phase_duration_seconds_count", map[string]string{"verb": "ADD", "phase": "start"}))
+			require.Equal(t, float64(k), delta(before, after, "ebpf_cni_cni_calls_total", map[string]string{"verb": "DEL", "code": "0"}))
+			require.Equal(t, float64(k), delta(before, after, "ebpf_cni_cni_call_duration_seconds_count", map[string]string{"verb": "DEL"}))
+			require.Equal(t, status, delta(before, after, "ebpf_cni_cni_calls_total", map[string]string{"verb": "STATUS", "code": "0"}))
+			require.Zero(t, after.value("ebpf_cni_cni_record_errors_total", nil))
+		})
+	}
+}
