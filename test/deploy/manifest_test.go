@@ -152,6 +152,17 @@ func TestManifest(t *testing.T) {
 	require.Equal(t, conflist.ModeDirect, mode, "the default mode is one the agent runs")
 	require.Equal(t, conflist.DefaultVersion, d["cniVersion"])
 
+	// Metrics: the agent's default port, exposed and annotated for scraping.
+	_, mport, err := net.SplitHostPort(agent.DefaultMetricsAddr)
+	require.NoError(t, err)
+	require.Len(t, run.Ports, 1)
+	require.Equal(t, "metrics", run.Ports[0].Name)
+	require.Equal(t, mport, strconv.Itoa(int(run.Ports[0].ContainerPort)))
+	ann := m.ds.Spec.Template.Annotations
+	require.Equal(t, "true", ann["prometheus.io/scrape"])
+	require.Equal(t, mport, ann["prometheus.io/port"])
+	require.Equal(t, "/metrics", ann["prometheus.io/path"])
+
 	// Health probes where the agent listens, on the node's loopback.
 	_, port, err := net.SplitHostPort(agent.DefaultHealthAddr)
 	require.NoError(t, err)

@@ -586,6 +586,15 @@ check "routes: $NODE reaches $NODE2's pod ranges via $NODE2_IP4/$NODE2_IP6" 1 \
 check "routes: $NODE2 reaches $NODE's pod ranges via $NODE_IP4/$NODE_IP6" 1 \
 	agent_routes 2 "$NODE_IP4\|$NODE_IP6" "${cidrs[@]}"
 
+# ---- check: the agents' metrics on each node's port (the DaemonSet's 9967) ----
+agent_metrics() { # node: /metrics answers with the datapath's counters, and the agent is ready
+	on "$1" python3 -c 'import sys, urllib.request
+t = urllib.request.urlopen("http://127.0.0.1:9967/metrics", timeout=5).read().decode()
+sys.exit(0 if "ebpf_cni_packets_total{" in t and "\nebpf_cni_agent_ready 1\n" in t else 1)'
+}
+check "metrics: the agent on $NODE serves /metrics" 1 agent_metrics 1
+check "metrics: the agent on $NODE2 serves /metrics" 1 agent_metrics 2
+
 # ---- check: pod to pod, both families ----
 mapfile -t echo_ips < <(kubectl get pod -l app=echo -o jsonpath='{range .items[*]}{range .status.podIPs[*]}{.ip}{"\n"}{end}{end}')
 hostport() { case $1 in *:*) echo "[$1]:$2" ;; *) echo "$1:$2" ;; esac; }
