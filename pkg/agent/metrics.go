@@ -22,29 +22,49 @@ import (
 // node_exporter's 9100 and kindnet's 19080.
 const DefaultMetricsAddr = ":9967"
 
-// metricNames are the names of every metric the agent exports, with their
-// type, filled by desc: docs, dashboards and alerts are checked against it.
-var metricNames = map[string]prometheus.ValueType{}
+// metricNames are the names of every metric the collectors declare (desc,
+// declare), with their type: the docs, the dashboard and the alert rules
+// are checked against them.
+var (
+	namesMu        sync.Mutex
+	metricNames    = map[string]prometheus.ValueType{}
+	histogramNames = map[string]bool{} // exported as _bucket, _sum and _count
+	declareAll     sync.Once
+)
 
-// histogramNames are the histograms among them (exported as _bucket,
-// _sum and _count series).
-var histogramNames = map[string]bool{}
+// declare records a metric's name.
+func declare(name string, t prometheus.ValueType, histogram bool) {
+	namesMu.Lock()
+	defer namesMu.Unlock()
+	metricNames[name] = t
+	if histogram {
+		histogramNames[name] = true
+	}
+}
 
 // desc declares one of the agent's metrics.
 func desc(name string, t prometheus.ValueType, help string, labels ...string) *prometheus.Desc {
-	metricNames[name] = t
+	declare(name, t, false)
 	return prometheus.NewDesc(name, help, labels, nil)
 }
 
-// MetricNames lists the series names the agent exports (a histogram's
-// _bucket, _sum and _count), sorted.
+// MetricNames lists the series names the agent exports (a histogram's as
+// its _bucket, _sum and _count), sorted: what its collectors declare.
 func MetricNames() []string {
+	declareAll.Do(func() {
+		newDatapathCollector("", "", slog.Default())
+		newCallsCollector("")
+		newAgentCollector(nil)
+	})
+	namesMu.Lock()
+	defer namesMu.Unlock()
 	var out []string
 	for n := range metricNames {
-		out = append(out, n)
-	}
-	for n := range histogramNames {
-		out = append(out, n+"_bucket", n+"_sum", n+"_count")
+		if histogramNames[n] {
+			out = append(out, n+"_bucket", n+"_sum", n+"_count")
+		} else {
+			out = append(out, n)
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -104,9 +124,10 @@ const (
 )
 
 func newCallsCollector(stateDir string) *callsCollector {
-	metricNames[mCalls] = prometheus.CounterValue
-	metricNames[mCallBad] = prometheus.CounterValue
-	histogramNames[mCallDuration], histogramNames[mPhaseDuration] = true, true
+	declare(mCalls, prometheus.CounterValue, false)
+	declare(mCallBad, prometheus.CounterValue, false)
+	declare(mCallDuration, prometheus.UntypedValue, true)
+	declare(mPhaseDuration, prometheus.UntypedValue, true)
 	return &callsCollector{
 		tail: calls.NewTail(stateDir),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: mCalls,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,6 +186,10 @@ func TestMetricsDatapath(t *testing.T) {
 	require.Equal(t, 3.0, first.value("ebpf_cni_map_entries", map[string]string{"map": maps.CniMapEndpointPods}))
 	require.Equal(t, 16384.0, first.value("ebpf_cni_map_capacity", map[string]string{"map": maps.CniMapEndpointDevs}))
 	require.Zero(t, first.value("ebpf_cni_scrape_errors", nil))
+	names := agent.MetricNames()
+	for name := range first {
+		require.True(t, slices.Contains(names, name) || slices.Contains(names, name+"_count"), "%s is not in agent.MetricNames", name)
+	}
 
 	t.Run("spoofed", func(t *testing.T) {
 		before := m.scrape()
