@@ -107,3 +107,25 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 		require.True(t, seen[a], "no alert %s", a)
 	}
 }
+
+// TestEveryMetricDocumented: docs/operations.md's Metrics section names
+// every metric the agent exports (a histogram by its own name).
+func TestEveryMetricDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testutil.ModuleRoot(), "docs/operations.md"))
+	require.NoError(t, err)
+	doc := string(b)
+	start := strings.Index(doc, "\n## Metrics\n")
+	require.GreaterOrEqual(t, start, 0, "docs/operations.md has a Metrics section")
+	section := doc[start+1:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	for _, n := range agent.MetricNames() {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(n, suffix); ok && slices.Contains(agent.MetricNames(), base+"_bucket") {
+				n = base
+			}
+		}
+		require.Contains(t, section, "`"+n+"`", "docs/operations.md (Metrics) does not document %s", n)
+	}
+}
