@@ -158,6 +158,40 @@ func VersionDir(t testing.TB, version string) string {
 	return dir
 }
 
+// CommitDir returns a directory holding ebpf-cni and ebpf-ipam as built
+// from an earlier commit of this repository (an older release, with its
+// own map layouts), stamped with version "commit-<commit>": the commit's
+// tree from git, built into a temporary directory. With
+// EBPF_CNI_TEST_VERSIONS set it is taken from <that directory>/commit-<commit>
+// and the test skips when that has none (test/kernel/run.sh builds
+// versions, not commits); so does a checkout without the commit.
+func CommitDir(t testing.TB, commit string) string {
+	t.Helper()
+	version := "commit-" + commit
+	if dir := os.Getenv("EBPF_CNI_TEST_VERSIONS"); dir != "" {
+		d := filepath.Join(dir, version)
+		if _, err := os.Stat(filepath.Join(d, "ebpf-cni")); err != nil {
+			t.Skipf("no prebuilt binaries of commit %s: %v", commit, err)
+		}
+		return d
+	}
+	src := t.TempDir()
+	archive := exec.Command("sh", "-c", `git archive "$1" | tar -x -C "$2"`, "sh", commit, src)
+	archive.Dir = ModuleRoot()
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Skipf("no tree of commit %s here (git archive): %v\n%s", commit, err, out)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="+version,
+		"-o", dir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build of commit %s: %v\n%s", commit, err, out)
+	}
+	return dir
+}
+
 // AttachModes is every attachMode a test runs under; RequireMode skips
 // the ones the kernel lacks.
 var AttachModes = []string{"tcx", "tc"}
