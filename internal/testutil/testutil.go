@@ -147,13 +147,20 @@ func VersionDir(t testing.TB, version string) string {
 		}
 		return d
 	}
+	return buildPlugins(t, ModuleRoot(), version)
+}
+
+// buildPlugins builds ebpf-cni and ebpf-ipam of the tree at src, stamped
+// with version, into a temporary directory.
+func buildPlugins(t testing.TB, src, version string) string {
+	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="+version,
 		"-o", dir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
-	cmd.Dir = ModuleRoot()
+	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("go build of %s: %v\n%s", version, err, out)
 	}
 	return dir
 }
@@ -181,15 +188,7 @@ func CommitDir(t testing.TB, commit string) string {
 	if out, err := archive.CombinedOutput(); err != nil {
 		t.Skipf("no tree of commit %s here (git archive): %v\n%s", commit, err, out)
 	}
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="+version,
-		"-o", dir+"/", "./cmd/ebpf-cni", "./cmd/ebpf-ipam")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build of commit %s: %v\n%s", commit, err, out)
-	}
-	return dir
+	return buildPlugins(t, src, version)
 }
 
 // AttachModes is every attachMode a test runs under; RequireMode skips
