@@ -114,6 +114,11 @@ type callsCollector struct {
 	duration *prometheus.HistogramVec
 	phases   *prometheus.HistogramVec
 	bad      prometheus.Counter
+	repairs  *prometheus.CounterVec
+	// lastRepair is the end of the last call whose healing mended
+	// something (unix ms), since the agent started; 0: none.
+	lastRepair int64
+	lastDesc   *prometheus.Desc
 }
 
 const (
@@ -121,11 +126,13 @@ const (
 	mCallDuration  = "ebpf_cni_cni_call_duration_seconds"
 	mPhaseDuration = "ebpf_cni_cni_phase_duration_seconds"
 	mCallBad       = "ebpf_cni_cni_record_errors_total"
+	mRepairs       = "ebpf_cni_heal_repairs_total"
 )
 
 func newCallsCollector(stateDir string) *callsCollector {
 	declare(mCalls, prometheus.CounterValue, false)
 	declare(mCallBad, prometheus.CounterValue, false)
+	declare(mRepairs, prometheus.CounterValue, false)
 	declare(mCallDuration, prometheus.UntypedValue, true)
 	declare(mPhaseDuration, prometheus.UntypedValue, true)
 	return &callsCollector{
@@ -141,6 +148,11 @@ func newCallsCollector(stateDir string) *callsCollector {
 			[]string{"verb", "phase"}),
 		bad: prometheus.NewCounter(prometheus.CounterOpts{Name: mCallBad,
 			Help: "lines of the plugin's call record that were no record, or read errors"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: mRepairs,
+			Help: "what the plugin's healing mended (records rebuilt, attachments of gone pods reclaimed, leftovers removed), by the verb that healed"},
+			[]string{"verb"}),
+		lastDesc: desc("ebpf_cni_last_repair_timestamp_seconds", prometheus.GaugeValue,
+			"when a plugin call last mended something while healing (unix seconds); absent until one did since the agent started"),
 	}
 }
 
@@ -149,6 +161,8 @@ func (c *callsCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.duration.Describe(ch)
 	c.phases.Describe(ch)
 	c.bad.Describe(ch)
+	c.repairs.Describe(ch)
+	ch <- c.lastDesc
 }
 
 func (c *callsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -166,11 +180,19 @@ func (c *callsCollector) Collect(ch chan<- prometheus.Metric) {
 		for p, ms := range r.Phases {
 			c.phases.WithLabelValues(r.Verb, p).Observe(ms / 1000)
 		}
+		if r.Healed > 0 {
+			c.repairs.WithLabelValues(r.Verb).Add(float64(r.Healed))
+			c.lastRepair = max(c.lastRepair, r.Time)
+		}
 	}
 	c.calls.Collect(ch)
 	c.duration.Collect(ch)
 	c.phases.Collect(ch)
 	c.bad.Collect(ch)
+	c.repairs.Collect(ch)
+	if c.lastRepair != 0 {
+		ch <- prometheus.MustNewConstMetric(c.lastDesc, prometheus.GaugeValue, float64(c.lastRepair)/1000)
+	}
 }
 
 // agentCollector is the agent's own state: its build, its readiness, and

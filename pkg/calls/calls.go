@@ -42,6 +42,9 @@ type Record struct {
 	Code   uint               `json:"code"` // 0: success, else the CNI error code
 	Total  float64            `json:"ms"`   // since the process started
 	Phases map[string]float64 `json:"phases,omitempty"`
+	// Healed is how many things the call's healing mended: records
+	// rebuilt, attachments of gone pods reclaimed, leftovers removed.
+	Healed int `json:"healed,omitempty"`
 }
 
 // Path is the record's path under stateDir.

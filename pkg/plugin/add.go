@@ -140,7 +140,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	hostName := veth.HostName(args.ContainerID, args.IfName)
 	if healDue(n) || n.LoadedFresh() {
 		n.Phase("heal")
-		_ = healNode(n, c, hostName) // STATUS reports what it cannot mend; this pod is added anyway
+		_ = healNode(n, c, hostName, cl) // STATUS reports what it cannot mend; this pod is added anyway
 	}
 	// The same container's calls never interleave: a second ADD waits and
 	// finds the first one's record (or its veth), a DEL waits for the ADD.

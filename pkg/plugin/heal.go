@@ -184,9 +184,11 @@ var HealPeriod = 5 * time.Second
 
 // healNode is Heal as the verbs run it: with the call's network, then the
 // node's node-wide state released if that took its last endpoint. skip is
-// the caller's own attachment.
-func healNode(n *node.Node, c *Config, skip string) error {
+// the caller's own attachment. cl counts what it mended in the call's
+// record.
+func healNode(n *node.Node, c *Config, skip string, cl *call) error {
 	h, err := Heal(n, HealOptions{Config: c, Skip: skip})
+	cl.healed += len(h.Rebuilt) + len(h.Reclaimed) + len(h.Removed)
 	_ = os.WriteFile(filepath.Join(n.StateDir, node.HealStamp), nil, 0o600)
 	if len(h.Reclaimed) > 0 {
 		n.ReleaseIfEmpty(func() { _ = release(n) })

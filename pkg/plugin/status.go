@@ -54,7 +54,7 @@ func CmdStatus(args *skel.CmdArgs) (err error) {
 	// containerd 2.x calls STATUS every 5 s: the kernel and the records
 	// are compared and mended here (heal.go).
 	n.Phase("heal")
-	if err := healNode(n, c, ""); err != nil {
+	if err := healNode(n, c, "", cl); err != nil {
 		msg := "repairing the node's state failed: existing pods may have lost connectivity"
 		if errors.Is(err, errLost) {
 			msg = "existing pods lost part of their network state"

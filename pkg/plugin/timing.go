@@ -89,10 +89,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // ends, whatever EBPF_CNI_TIMING says: the node agent's metrics count the
 // calls, their outcomes and their phases from it.
 type call struct {
-	verb string
-	args *skel.CmdArgs
-	w    *watch
-	n    *node.Node
+	verb   string
+	args   *skel.CmdArgs
+	w      *watch
+	n      *node.Node
+	healed int // what healing mended (healNode)
 }
 
 func startCall(verb string, args *skel.CmdArgs, w *watch) *call {
@@ -104,7 +105,7 @@ func (c *call) opened(n *node.Node) { c.n = n }
 
 // end appends the call's record; it never fails the call.
 func (c *call) end(err error) {
-	r := calls.Record{Verb: c.verb, Code: codeOf(err), Total: calls.Ms(time.Since(processStart))}
+	r := calls.Record{Verb: c.verb, Code: codeOf(err), Total: calls.Ms(time.Since(processStart)), Healed: c.healed}
 	r.Time = time.Now().UnixMilli()
 	var phases []node.Phase
 	stateDir := ""

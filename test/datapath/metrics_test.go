@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -299,4 +301,28 @@ func TestMetricsCalls(t *testing.T) {
 			require.Zero(t, after.value("ebpf_cni_cni_record_errors_total", nil))
 		})
 	}
+}
+
+// TestMetricsRepair: a STATUS that mends the node (an endpoint record
+// lost with the stateDir's files, rebuilt from the kernel) is counted in
+// ebpf_cni_heal_repairs_total and dated by
+// ebpf_cni_last_repair_timestamp_seconds; a STATUS with nothing to mend
+// moves neither.
+func TestMetricsRepair(t *testing.T) {
+	e := newEnv(t)
+	list := e.confList(netOpts{version: "1.1.0"})
+	p := e.addPod(list, "repair-a")
+	m := e.startMetrics()
+	require.NoError(t, e.cni.Status(list))
+	before := m.scrape()
+	require.Zero(t, before.value("ebpf_cni_heal_repairs_total", nil), "nothing to mend")
+	require.Nil(t, before["ebpf_cni_last_repair_timestamp_seconds"])
+
+	require.NoError(t, os.Remove(filepath.Join(e.stateDir, "endpoints", veth.HostName(p.RT.ContainerID, p.RT.IfName)+".json")))
+	start := time.Now()
+	require.NoError(t, e.cni.Status(list))
+	after := m.scrape()
+	require.Equal(t, 1.0, delta(before, after, "ebpf_cni_heal_repairs_total", map[string]string{"verb": "STATUS"}), "the record rebuilt")
+	require.Equal(t, 1, e.records())
+	require.GreaterOrEqual(t, after.value("ebpf_cni_last_repair_timestamp_seconds", nil), float64(start.Unix()))
 }
