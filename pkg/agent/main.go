@@ -197,7 +197,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
 	bpfRoot := fs.String("bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints; the metrics' maps)")
 	stateDir := fs.String("state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record; the metrics' call record)")
-	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF)")
+	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF; BPF kept for the metrics)")
 	health := fs.String("health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
 	metrics := fs.String("metrics-addr", env(EnvMetricsAddr, DefaultMetricsAddr), "`ADDR` of the Prometheus /metrics (EBPF_CNI_METRICS_ADDR); empty or off: none")
 	resync := fs.Duration("resync", time.Minute, "how often everything is compared with the Node objects")
