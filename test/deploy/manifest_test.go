@@ -195,8 +195,8 @@ func hostPathOf(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[strin
 // the plugin's default bpfRoot and its default stateDir (the STATUS it runs
 // loads the programs there); the agent the plugin's default bpfRoot and
 // stateDir (mode vxlan: the tunnel endpoints' map and the lock its writers
-// share; mode direct writes routes in the node's network namespace and
-// uses neither). Nothing is mounted under /sys, where a runtime mounts a
+// share; the metrics in either mode: the datapath's maps and the plugin's
+// call record). Nothing is mounted under /sys, where a runtime mounts a
 // read-only sysfs and cannot make a mount point (TestManifestUnderRuntime
 // starts the containers). Privileges: exactly the capabilities
 // TestManifestPrivileges shows are needed, the agent's being those of both
