@@ -1,9 +1,12 @@
 package deploy_test
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -25,6 +28,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // agentBinary builds ebpf-cni-agent (static, as make build does) into a
@@ -101,7 +105,10 @@ func without(caps []corev1.Capability, drop corev1.Capability) []corev1.Capabili
 // with BPF, PERFMON and NET_ADMIN and fails without any one of them. The
 // agent's container has NET_ADMIN and BPF: in direct mode it routes with
 // NET_ADMIN and cannot without it, in vxlan mode it writes the tunnel
-// endpoints with BPF and cannot without it, and in each it drops the other. (What a container adds
+// endpoints with BPF and cannot without it, and in each it drops the other
+// unless it serves metrics (on by default), which read the plugin's maps
+// with BPF: the direct agent's /metrics then reports its routes, desired
+// and present, and the node's programs. (What a container adds
 // beyond capabilities, seccomp and the mount namespace, is
 // TestManifestUnderRuntime's.)
 func TestManifestPrivileges(t *testing.T) {
@@ -159,9 +166,14 @@ func TestManifestPrivileges(t *testing.T) {
 	// The agent as the DaemonSet runs it, in mode (the ConfigMap's value
 	// replaced), its tunnel endpoints in a bpffs of the test's.
 	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
-	startAgent := func(mode string, caps []corev1.Capability) (*syncBuffer, int) {
+	// Each agent its own metrics port on the node's loopback: the ones
+	// that cannot route keep running.
+	port := 19966
+	startAgent := func(mode string, caps []corev1.Capability, flags ...string) (*syncBuffer, int) {
 		logs := &syncBuffer{}
-		argv := setpriv(caps, bin, "run", "-kubeconfig", lkc, "-health-addr", "", "-bpf-root", bpfRoot, "-state-dir", stateDir)
+		port++
+		argv := setpriv(caps, append([]string{bin, "run", "-kubeconfig", lkc, "-health-addr", "", "-bpf-root", bpfRoot, "-state-dir", stateDir,
+			"-metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, flags...)...)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(containerEnv(m, run, "node-a"), agent.EnvMode+"="+mode)
 		cmd.Stdout, cmd.Stderr = logs, logs
@@ -213,9 +225,48 @@ func TestManifestPrivileges(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "operation not permitted") }, 20*time.Second, 20*time.Millisecond,
 		"the agent without NET_ADMIN:\n%s", logs)
 	require.Zero(t, ours())
+	// Maps of the plugin for the metrics to read (as a node's first STATUS
+	// makes them).
+	pinned, err := maps.OpenPinned(bpfRoot, maps.CniMapNodeCounters, maps.CniMapNat)
+	require.NoError(t, err)
+	for _, m := range pinned {
+		m.Close()
+	}
 	logs, pid := startAgent("direct", granted)
 	require.Eventually(t, func() bool { return ours() == 2 }, 20*time.Second, 20*time.Millisecond, "the agent with %v:\n%s", granted, logs)
-	require.Equal(t, []string{"NET_ADMIN"}, capEff(pid), "the direct agent keeps NET_ADMIN only")
+	require.Equal(t, []string{"BPF", "NET_ADMIN"}, capEff(pid), "the direct agent keeps NET_ADMIN, and BPF for its metrics")
+	scrape := func() string {
+		var body []byte
+		var c net.Conn
+		require.NoError(t, node.NS.Do(func(ns.NetNS) error { // the dial, in the node's netns
+			var err error
+			c, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			return err
+		}))
+		defer c.Close()
+		req, err := http.NewRequest(http.MethodGet, "/metrics", nil)
+		require.NoError(t, err)
+		req.Host = "node-a"
+		require.NoError(t, req.Write(c))
+		resp, err := http.ReadResponse(bufio.NewReader(c), req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(body)
+	}
+	require.Eventually(t, func() bool {
+		s := scrape()
+		return strings.Contains(s, "\nebpf_cni_agent_routes_present 2\n") && strings.Contains(s, "\nebpf_cni_agent_ready 1\n")
+	}, 20*time.Second, 20*time.Millisecond, "the direct agent's metrics:\n%s", logs)
+	s := scrape()
+	require.Contains(t, s, "\nebpf_cni_agent_routes_desired 2\n")
+	require.Contains(t, s, "\nebpf_cni_scrape_errors 0\n", "the maps are readable with the agent's capabilities")
+	require.Contains(t, s, "\nebpf_cni_packets_total{direction=\"egress\",reason=\"redirect\"} 0\n")
+	require.Contains(t, s, "\nebpf_cni_map_capacity{map=\"nat\"} 131072\n")
+	_, pid = startAgent("direct", granted, "-metrics-addr", "off")
+	require.Eventually(t, func() bool { return strings.Join(capEff(pid), ",") == "NET_ADMIN" }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, []string{"NET_ADMIN"}, capEff(pid), "without metrics, the direct agent keeps NET_ADMIN only")
 
 	// vxlan mode writes the tunnel endpoints with BPF, and without it
 	// fails at start, saying why; running, it holds nothing else.
