@@ -63,7 +63,7 @@ func Append(stateDir string, r Record) error {
 	}
 	line = append(line, '\n')
 	path := Path(stateDir)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
