@@ -13,6 +13,7 @@
 #include <linux/pkt_cls.h>
 #include "../include/types.h"
 #include "counters.h"
+#include "events.h"
 
 #define DROP(reason) (-(int)(reason))
 
@@ -23,9 +24,11 @@ static __always_inline int verdict(struct __sk_buff *skb, int ret, enum pkt_reas
 {
 	if (ret < 0) {
 		count_packet(skb, (enum pkt_reason)(-ret));
+		event_drop(skb, (enum pkt_reason)(-ret), dir);
 		return TC_ACT_SHOT;
 	}
 	count_packet(skb, why);
+	event_flow(skb, why, dir);
 	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 
