@@ -221,11 +221,37 @@ func runMonitor(ctx *Context, o *monitorOpts) error {
 		}
 		return writeMonitorStats(ctx, monitorStats(st, n, final))
 	}
+	emit := func(ev *maps.CniEvent) error {
+		me := r.event(s, ev, kernelNames)
+		if !o.wants(me) {
+			return nil
+		}
+		n++
+		if ctx.JSON {
+			return writeJSONLine(ctx, me)
+		}
+		_, err := fmt.Fprintln(ctx.Stdout, me.line())
+		return err
+	}
 	renew := time.Now().Add(time.Second)
 	nextStats := time.Now().Add(o.stats)
 	for {
 		select {
 		case <-stop:
+			// Off first, then what the ring still holds: the final
+			// counts then cover every event the lease let through.
+			if err := s.Off(); err != nil {
+				return err
+			}
+			for {
+				ev, err := s.Read(time.Now())
+				if err != nil {
+					break
+				}
+				if err := emit(&ev); err != nil {
+					return err
+				}
+			}
 			return printStats(true)
 		default:
 		}
@@ -250,17 +276,7 @@ func runMonitor(ctx *Context, o *monitorOpts) error {
 		if err != nil {
 			return err
 		}
-		me := r.event(s, &ev, kernelNames)
-		if !o.wants(me) {
-			continue
-		}
-		n++
-		if ctx.JSON {
-			err = writeJSONLine(ctx, me)
-		} else {
-			_, err = fmt.Fprintln(ctx.Stdout, me.line())
-		}
-		if err != nil {
+		if err := emit(&ev); err != nil {
 			return err
 		}
 	}

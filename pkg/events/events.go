@@ -134,10 +134,18 @@ func (s *Stream) Renew() error {
 	return nil
 }
 
+// Off switches the stream off: what the ring holds can still be read.
+func (s *Stream) Off() error {
+	var off maps.CniEventConfig
+	if err := s.config.Put(uint32(0), &off); err != nil {
+		return fmt.Errorf("writing %s: %w", maps.CniMapEventsConfig, err)
+	}
+	return nil
+}
+
 // Close switches the stream off and lets another reader take it.
 func (s *Stream) Close() error {
-	var off maps.CniEventConfig
-	err := s.config.Put(uint32(0), &off)
+	err := s.Off()
 	s.rd.Close()
 	s.lock.Close()
 	return err
