@@ -151,7 +151,7 @@ int kfree_skb(__u64 *ctx)
 				ev->tcp_flags = b[13];
 		}
 	}
-	bpf_ringbuf_submit(ev, 0);
+	event_submit(ev);
 	return 0;
 }
 

@@ -41,7 +41,12 @@
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #endif
 
-#define EVENTS_RING_BYTES (1 << 20) /* ~10,000 events of 96 bytes with their headers */
+#define EVENTS_RING_BYTES (1 << 20) /* ~13,000 events of 80 bytes with their headers */
+/* A submit wakes the reader only once this much waits in the ring: a
+ * wakeup is an interrupt (a VM exit in a guest) that would cost more than
+ * the rest of the event. The reader polls the ring at least every 100 ms
+ * (pkg/events), so an event is on screen within that. */
+#define EVENTS_WAKEUP_BYTES (64 << 10)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -170,6 +175,12 @@ static __always_inline int event_parse(struct __sk_buff *skb, struct event *ev)
 	return 1;
 }
 
+static __always_inline void event_submit(struct event *ev)
+{
+	bpf_ringbuf_submit(ev, bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= EVENTS_WAKEUP_BYTES ?
+				   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
 /* event_put reserves, fills and submits one event; 0 when the ring is
  * full. */
 static __always_inline int event_put(struct __sk_buff *skb, enum event_type type, __u16 reason,
@@ -187,7 +198,7 @@ static __always_inline int event_put(struct __sk_buff *skb, enum event_type type
 	ev->type = type;
 	ev->dir = dir;
 	event_parse(skb, ev);
-	bpf_ringbuf_submit(ev, 0);
+	event_submit(ev);
 	return 1;
 }
 
@@ -234,32 +245,57 @@ static __always_inline void event_drop(struct __sk_buff *skb, enum pkt_reason re
 static __always_inline void event_flow(struct __sk_buff *skb, enum pkt_reason why, enum pkt_dir dir)
 {
 	struct event_config *cfg = event_config_get();
+	enum event_type type = EVENT_FLOW_START;
+	struct ethhdr *eth;
 	struct event_stats *st;
-	struct event ev = {};
-	enum event_type type;
-	__u32 h, n;
+	__u32 h, n, ports;
+	void *end, *l4;
+	__u8 proto, f;
 	__u64 now;
 
 	if (likely(!cfg || !(cfg->flags & EVENT_CF_FLOWS) || !cfg->lease))
 		return;
-	if (!event_parse(skb, &ev))
+	/* Every packet comes here while flows are on: only the headers that
+	 * decide, the rest is read for the packets reported. */
+	end = skb_data_end(skb);
+	eth = skb_data(skb);
+	if ((void *)(eth + 1) > end)
 		return;
-	if (ev.proto == IPPROTO_TCP) {
-		if (ev.tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
-			type = EVENT_FLOW_END;
-		else if ((ev.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN)
-			type = EVENT_FLOW_START;
-		else
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > end || (ip->frag_off & bpf_htons(0x1fff)))
 			return;
-	} else if (ev.proto == IPPROTO_UDP && why == REASON_FLOW_NEW) {
-		type = EVENT_FLOW_START;
+		proto = ip->protocol;
+		h = ip->saddr ^ ip->daddr;
+		l4 = (void *)ip + ((ip->ihl & 0xf) << 2);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > end)
+			return;
+		proto = ip6->nexthdr;
+		h = ip6->saddr.s6_addr32[0] ^ ip6->saddr.s6_addr32[3] ^ ip6->daddr.s6_addr32[0] ^ ip6->daddr.s6_addr32[3];
+		l4 = ip6 + 1;
 	} else {
+		return;
+	}
+	if (proto == IPPROTO_TCP) {
+		if (l4 + 14 > end)
+			return;
+		f = *(__u8 *)(l4 + 13);
+		if (f & (TCP_FLAG_FIN | TCP_FLAG_RST))
+			type = EVENT_FLOW_END;
+		else if ((f & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)
+			return;
+	} else if (proto != IPPROTO_UDP || why != REASON_FLOW_NEW || l4 + 4 > end) {
 		return;
 	}
 	n = cfg->flow_sample;
 	if (n > 1) {
-		h = *(__u32 *)ev.saddr ^ *(__u32 *)ev.daddr ^ *(__u32 *)&ev.saddr[12] ^ *(__u32 *)&ev.daddr[12];
-		h ^= (__u32)(ev.sport ^ ev.dport) << 16 | ev.proto;
+		/* The same both ways: addresses and ports XORed. */
+		ports = *(__u32 *)l4;
+		h ^= ((ports ^ (ports >> 16)) & 0xffff) << 8 ^ proto;
 		h *= 0x9e3779b1; /* Fibonacci hashing: the high bits mix every input bit */
 		if ((h >> 16) % n)
 			return;

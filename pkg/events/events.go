@@ -41,6 +41,9 @@ type Options struct {
 // DefaultRate is the rate limit when Options.Rate is 0.
 const DefaultRate = 1000
 
+// DefaultFlowSample is `monitor --flows`'s sampling: one flow in 10.
+const DefaultFlowSample = 10
+
 func (o Options) config(pid int, lease uint64) maps.CniEventConfig {
 	rate := o.Rate
 	if rate == 0 {
@@ -156,14 +159,29 @@ func (s *Stream) Time(mono uint64) time.Time {
 	return s.wall.Add(time.Duration(int64(mono - s.mono)))
 }
 
+// Poll is how often a reader looks into the ring at least: the programs
+// wake it only when a backlog builds up (bpf/lib/events.h).
+const Poll = 100 * time.Millisecond
+
 // Read waits for the next record until deadline (os.ErrDeadlineExceeded
-// then).
+// then), looking every Poll: the programs do not wake the reader for
+// every event.
 func (s *Stream) Read(deadline time.Time) (maps.CniEvent, error) {
 	var ev maps.CniEvent
-	s.rd.SetDeadline(deadline)
-	r, err := s.rd.Read()
-	if err != nil {
-		return ev, err
+	var r ringbuf.Record
+	for {
+		d := time.Now().Add(Poll)
+		if deadline.Before(d) {
+			d = deadline
+		}
+		s.rd.SetDeadline(d)
+		err := s.rd.ReadInto(&r)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline) {
+			return ev, err
+		}
 	}
 	if err := binary.Read(bytes.NewReader(r.RawSample), binary.LittleEndian, &ev); err != nil {
 		return ev, fmt.Errorf("decoding an event of %d bytes: %w", len(r.RawSample), err)

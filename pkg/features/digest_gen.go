@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "350c90759be6"
+const objectsDigest = "ddcf64810990"
