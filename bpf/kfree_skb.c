@@ -74,7 +74,7 @@ int kfree_skb(__u64 *ctx)
 	struct event_config *cfg = event_config_get();
 	struct pod_dev_key key = {};
 	struct net_device *dev;
-	struct event_stats *st;
+	struct event_stats *st = NULL;
 	unsigned char *head;
 	struct event *ev;
 	__u32 *host;
@@ -95,15 +95,14 @@ int kfree_skb(__u64 *ctx)
 		if (!host)
 			return 0;
 	}
-	now = bpf_ktime_get_ns();
-	if (!event_leased(cfg, now))
+	switch (event_gate(cfg, &st, &now)) {
+	case EVENT_OFF:
 		return 0;
-	st = event_stats_get();
-	if (!st)
-		return 0;
-	if (!event_admit(cfg, st, now)) {
+	case EVENT_SUPPRESSED:
 		st->kernel_suppressed++;
 		return 0;
+	case EVENT_ADMITTED:
+		break;
 	}
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {

@@ -103,12 +103,28 @@ static __always_inline int event_admit(struct event_config *cfg, struct event_st
 	return 1;
 }
 
-struct event_l4 {
-	__u8 proto;
-	__u8 tcp_flags;
-	__be16 sport;
-	__be16 dport;
-};
+static __always_inline struct event_stats *event_stats_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&events_stats, &zero);
+}
+
+enum event_gate { EVENT_OFF, EVENT_SUPPRESSED, EVENT_ADMITTED };
+
+/* event_gate decides on an event the caller has found worth reporting
+ * while the lease was seen set: off (expired), suppressed (the caller
+ * counts it in *st) or admitted; *now is the event's time. */
+static __always_inline enum event_gate event_gate(struct event_config *cfg, struct event_stats **st, __u64 *now)
+{
+	*now = bpf_ktime_get_ns();
+	if (!event_leased(cfg, *now))
+		return EVENT_OFF;
+	*st = event_stats_get();
+	if (!*st)
+		return EVENT_OFF;
+	return event_admit(cfg, *st, *now) ? EVENT_ADMITTED : EVENT_SUPPRESSED;
+}
 
 /* event_parse fills what the headers tell (direct packet access, bounded:
  * a header outside the linear data is left out). Returns 1 when ports
@@ -202,38 +218,29 @@ static __always_inline int event_put(struct __sk_buff *skb, enum event_type type
 	return 1;
 }
 
-static __always_inline struct event_stats *event_stats_get(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&events_stats, &zero);
-}
-
 /* event_drop reports a drop while the stream is on. */
 static __always_inline void event_drop(struct __sk_buff *skb, enum pkt_reason reason, enum pkt_dir dir)
 {
 	struct event_config *cfg = event_config_get();
-	struct event_stats *st;
+	struct event_stats *st = NULL;
 	__u32 idx = reason;
 	__u64 now;
 
 	if (likely(!cfg || !cfg->lease))
 		return;
-	now = bpf_ktime_get_ns();
-	if (!event_leased(cfg, now))
-		return;
-	st = event_stats_get();
-	if (!st)
-		return;
 	asm volatile("" : "+r"(idx)); /* bound the register it indexes with (lib/counters.h) */
 	if (idx >= REASON_MAX)
 		return;
-	if (!event_admit(cfg, st, now)) {
+	switch (event_gate(cfg, &st, &now)) {
+	case EVENT_OFF:
+		return;
+	case EVENT_SUPPRESSED:
 		st->suppressed[idx]++;
 		return;
+	case EVENT_ADMITTED:
+		if (!event_put(skb, EVENT_DROP, reason, dir, now))
+			st->lost[idx]++;
 	}
-	if (!event_put(skb, EVENT_DROP, reason, dir, now))
-		st->lost[idx]++;
 }
 
 /* event_flow reports a sampled flow's start or end while the stream is on
@@ -247,7 +254,7 @@ static __always_inline void event_flow(struct __sk_buff *skb, enum pkt_reason wh
 	struct event_config *cfg = event_config_get();
 	enum event_type type = EVENT_FLOW_START;
 	struct ethhdr *eth;
-	struct event_stats *st;
+	struct event_stats *st = NULL;
 	__u32 h, n, ports;
 	void *end, *l4;
 	__u8 proto, f;
@@ -300,18 +307,16 @@ static __always_inline void event_flow(struct __sk_buff *skb, enum pkt_reason wh
 		if ((h >> 16) % n)
 			return;
 	}
-	now = bpf_ktime_get_ns();
-	if (!event_leased(cfg, now))
+	switch (event_gate(cfg, &st, &now)) {
+	case EVENT_OFF:
 		return;
-	st = event_stats_get();
-	if (!st)
-		return;
-	if (!event_admit(cfg, st, now)) {
+	case EVENT_SUPPRESSED:
 		st->flow_suppressed++;
 		return;
+	case EVENT_ADMITTED:
+		if (!event_put(skb, type, why, dir, now))
+			st->flow_lost++;
 	}
-	if (!event_put(skb, type, why, dir, now))
-		st->flow_lost++;
 }
 
 #endif

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "ddcf64810990"
+const objectsDigest = "7a0352beac7a"

@@ -18,8 +18,7 @@ import (
 
 // The monitor path: pod-to-pod RR and CRR of EBPF with the live event
 // stream off and on (a reader holding the lease and draining the ring,
-// flows on with every flow sampled, the default rate limit), alternated
-// within every run so both see the same machine; and the programs' run
+// flows on at monitor's defaults), alternated within every run so both see the same machine; and the programs' run
 // time per packet (BPF run-time statistics) for both. Each metric is a
 // pair of rows, <metric>_off and <metric>_on; REF and RAW have no stream.
 const monitorPath = "monitor"
@@ -28,9 +27,18 @@ var monitorMetrics = []metricDecl{
 	{"rr_tps", "tx/s", "higher"}, {"rr_p50_us", "µs", "lower"}, {"crr_cps", "conn/s", "higher"}, {"crr_p99_us", "µs", "lower"},
 }
 
-// streamStates are the two states of the stream, in the order a run
-// measures them.
+// streamStates are the two states of the stream.
 var streamStates = []string{"off", "on"}
+
+// statesOf is the order run measures the states in: off first in even
+// runs, on first in odd ones, so neither always comes second (warmer
+// caches, a drifting machine).
+func statesOf(run int) []string {
+	if run%2 == 1 {
+		return []string{"on", "off"}
+	}
+	return streamStates
+}
 
 // monitorReader is a reader of the setup's stream, as `ebpf-cni monitor
 // --flows --sample 1` would be, that decodes and counts the events
@@ -121,7 +129,7 @@ func (b *bench) monitor() error {
 		}
 	}
 	s := b.setups[EBPF]
-	b.logf("monitor: %d runs of %s (RR, CRR and an RR with BPF run-time statistics) with the event stream off and on", b.cfg.runs, b.cfg.dur)
+	b.logf("monitor: %d runs of %s (RR and CRR, then again with BPF run-time statistics) with the event stream off and on", b.cfg.runs, b.cfg.dur)
 	client, _, err := b.addPod(s, nil)
 	if err != nil {
 		return err
@@ -145,7 +153,7 @@ func (b *bench) monitor() error {
 	}()
 	target := addr(server.ip, echoPort)
 	for run := range b.cfg.runs {
-		for _, st := range streamStates {
+		for _, st := range statesOf(run) {
 			if err := r.set(st == "on"); err != nil {
 				return err
 			}
@@ -171,33 +179,27 @@ func (b *bench) monitor() error {
 		return fmt.Errorf("enabling BPF run-time statistics: %w", err)
 	}
 	defer stats.Close()
-	for range b.cfg.runs {
-		for _, st := range streamStates {
+	for run := range b.cfg.runs {
+		for _, st := range statesOf(run) {
 			if err := r.set(st == "on"); err != nil {
 				return err
 			}
 			for _, mode := range []string{"rr", "crr"} {
-				before, err := progStats(s.bpfRoot)
-				if err != nil {
+				// 1000 runs at least: not a program on the path, run by a
+				// stray neighbour solicitation.
+				perPkt, err := nsPerRun(s.bpfRoot, 1000, func() error {
+					_, err := b.load(mode, client.ns, target, b.cfg.dur)
 					return err
-				}
-				if _, err := b.load(mode, client.ns, target, b.cfg.dur); err != nil {
+				})
+				if err != nil {
 					return fmt.Errorf("monitor %s bpf stats %s: %w", st, mode, err)
 				}
-				after, err := progStats(s.bpfRoot)
-				if err != nil {
-					return err
-				}
-				for name, a := range after {
-					n := a.count - before[name].count
-					if n < 1000 { // not on the path: a stray neighbour solicitation
-						continue
-					}
+				for name, ns := range perPkt {
 					metric := "bpf_" + mode + "_" + name + "_ns_pkt_" + st
-					for _, st := range streamStates { // the pair of rows side by side
-						b.res.declare(monitorPath, "bpf_"+mode+"_"+name+"_ns_pkt_"+st, "ns", "lower")
+					for _, pair := range streamStates { // the pair of rows side by side
+						b.res.declare(monitorPath, "bpf_"+mode+"_"+name+"_ns_pkt_"+pair, "ns", "lower")
 					}
-					b.res.add(monitorPath, metric, "ns", "lower", EBPF, float64(a.runtime-before[name].runtime)/float64(n))
+					b.res.add(monitorPath, metric, "ns", "lower", EBPF, ns)
 					b.res.skip(monitorPath, metric, "ns", "lower", REF, "no BPF program on this path")
 					b.res.skip(monitorPath, metric, "ns", "lower", RAW, "no BPF program on this path")
 				}
@@ -209,11 +211,7 @@ func (b *bench) monitor() error {
 	if err != nil {
 		return err
 	}
-	var sup uint64
-	for _, v := range st.Suppressed {
-		sup += v
-	}
-	b.logf("  monitor: the reader drained %d events; suppressed %d flow and %d drop events, lost %d", n, st.FlowSuppressed, sup, st.FlowLost)
+	b.logf("  monitor: the reader drained %d events; the rate limit suppressed %d flow events, the ring lost %d", n, st.FlowSuppressed, st.FlowLost)
 	return nil
 }
 
