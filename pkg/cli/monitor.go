@@ -62,7 +62,7 @@ counted since the monitor started.`,
 			fs.StringVar(&o.typ, "type", "", "`drop|flow`: only drops (the programs' and the kernel's), or only flows (implies --flows)")
 			fs.StringVar(&o.pod, "pod", "", "only the events of pod `NAMESPACE/NAME` (or containerID/ifname)")
 			fs.Uint64Var(&o.rate, "rate", events.DefaultRate, "at most `N` events per second per CPU; the rest are counted as suppressed")
-			fs.Uint64Var(&o.burst, "burst", 0, "events a CPU may send at once after a quiet spell (default rate/10)")
+			fs.Uint64Var(&o.burst, "burst", 0, "`N` events a CPU may send at once after a quiet spell (0: rate/10)")
 			fs.UintVar(&o.sample, "sample", events.DefaultFlowSample, "report one flow in `N` (by a hash of its addresses and ports: a reported flow has its start and its end)")
 			fs.DurationVar(&o.stats, "stats", 10*time.Second, "print the suppressed and lost counts every `DURATION` (0: at exit only)")
 			fs.BoolVar(&o.kernel, "kernel-drops", true, "report the kernel's drops of pods' packets (a kfree_skb tracer while it runs)")
