@@ -1,7 +1,7 @@
 /* The live event stream: drops (and, on request, sampled flow starts and
  * ends) reported through a ring buffer while a reader (`ebpf-cni monitor`)
  * holds the lease in events_config. verdict() (lib/verdict.h) is the one
- * caller in the tc programs.
+ * caller in the tc programs (event_report).
  *
  * Cost when nobody reads: one lookup of an array map (the verifier inlines
  * it) and one load per packet. A reader writes an expiry (lease) and renews
@@ -317,6 +317,16 @@ static __always_inline void event_flow(struct __sk_buff *skb, enum pkt_reason wh
 		if (!event_put(skb, type, why, dir, now))
 			st->flow_lost++;
 	}
+}
+
+/* event_report is verdict()'s: a drop (ret < 0, as DROP() makes it) or a
+ * packet the program let through. */
+static __always_inline void event_report(struct __sk_buff *skb, int ret, enum pkt_reason why, enum pkt_dir dir)
+{
+	if (ret < 0)
+		event_drop(skb, (enum pkt_reason)(-ret), dir);
+	else
+		event_flow(skb, why, dir);
 }
 
 #endif

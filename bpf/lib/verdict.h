@@ -22,13 +22,12 @@
 static __always_inline int verdict(struct __sk_buff *skb, int ret, enum pkt_reason why,
 				   enum pkt_dir dir)
 {
+	event_report(skb, ret, why, dir);
 	if (ret < 0) {
 		count_packet(skb, (enum pkt_reason)(-ret));
-		event_drop(skb, (enum pkt_reason)(-ret), dir);
 		return TC_ACT_SHOT;
 	}
 	count_packet(skb, why);
-	event_flow(skb, why, dir);
 	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 

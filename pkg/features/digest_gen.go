@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "7a0352beac7a"
+const objectsDigest = "4cb2df6fbbee"
