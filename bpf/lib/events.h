@@ -41,7 +41,7 @@
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #endif
 
-#define EVENTS_RING_BYTES (1 << 20) /* ~13,000 events of 80 bytes with their headers */
+#define EVENTS_RING_BYTES (1 << 20) /* ~12,000 events: 80 bytes and an 8-byte header each */
 /* A submit wakes the reader only once this much waits in the ring: a
  * wakeup is an interrupt (a VM exit in a guest) that would cost more than
  * the rest of the event. The reader polls the ring at least every 100 ms
