@@ -20,6 +20,9 @@ const (
 	SockPacingMapEndpointCounters = "endpoint_counters"
 	SockPacingMapEndpointDevs     = "endpoint_devs"
 	SockPacingMapEndpoints        = "endpoints"
+	SockPacingMapEvents           = "events"
+	SockPacingMapEventsConfig     = "events_config"
+	SockPacingMapEventsStats      = "events_stats"
 	SockPacingMapLocalNetns       = "local_netns"
 	SockPacingMapPktCounters      = "pkt_counters"
 	SockPacingProgBwPacing        = "bw_pacing"
@@ -78,6 +81,9 @@ type SockPacingMapSpecs struct {
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
 	LocalNetns       *ebpf.MapSpec `ebpf:"local_netns"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
 }
@@ -112,6 +118,9 @@ type SockPacingMaps struct {
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
 	LocalNetns       *ebpf.Map `ebpf:"local_netns"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
 }
@@ -122,6 +131,9 @@ func (m *SockPacingMaps) Close() error {
 		m.EndpointCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Events,
+		m.EventsConfig,
+		m.EventsStats,
 		m.LocalNetns,
 		m.PktCounters,
 	)

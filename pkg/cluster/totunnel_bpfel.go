@@ -19,6 +19,9 @@ const (
 	ToTunnelMapClusterConfig    = "cluster_config"
 	ToTunnelMapClusterRoutes    = "cluster_routes"
 	ToTunnelMapEndpointCounters = "endpoint_counters"
+	ToTunnelMapEvents           = "events"
+	ToTunnelMapEventsConfig     = "events_config"
+	ToTunnelMapEventsStats      = "events_stats"
 	ToTunnelMapPktCounters      = "pkt_counters"
 	ToTunnelProgToTunnel        = "to_tunnel"
 )
@@ -75,6 +78,9 @@ type ToTunnelMapSpecs struct {
 	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
 	PktCounters      *ebpf.MapSpec `ebpf:"pkt_counters"`
 }
 
@@ -107,6 +113,9 @@ type ToTunnelMaps struct {
 	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
 	PktCounters      *ebpf.Map `ebpf:"pkt_counters"`
 }
 
@@ -115,6 +124,9 @@ func (m *ToTunnelMaps) Close() error {
 		m.ClusterConfig,
 		m.ClusterRoutes,
 		m.EndpointCounters,
+		m.Events,
+		m.EventsConfig,
+		m.EventsStats,
 		m.PktCounters,
 	)
 }

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "d7bacf37a9d6"
+const objectsDigest = "4cb2df6fbbee"
