@@ -18,13 +18,14 @@
 #include "lib/pacing.h"
 #include "lib/flow.h"
 #include "lib/cluster.h"
+#include "lib/events.h"
 #include "lib/pods.h"
 
 /* bpf2go generates Go only for types the object's BTF holds, and an enum is
  * there only when something has its type. go_enums has: it lists every enum
  * whose values the Go side uses (flags, NAT states and directions,
- * constants), so pkg/maps generates them with -type and none is copied by
- * hand. The map is only declared: it has no pinning and nothing creates it. */
+ * constants), and struct event, so pkg/maps generates them with -type and
+ * none is copied by hand. The map is only declared: it has no pinning and nothing creates it. */
 struct go_enum_list {
 	enum addr_family addr_family;
 	enum endpoint_flags endpoint_flags;
@@ -35,6 +36,8 @@ struct go_enum_list {
 	enum nat_flags nat_flags;
 	enum nat_default_lifetime nat_default_lifetime;
 	enum pkt_dir pkt_dir;
+	enum event_config_flags event_config_flags;
+	struct event event; /* the ring buffer's records: events has no value type */
 };
 
 struct {

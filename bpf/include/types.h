@@ -122,6 +122,71 @@ struct pkt_counter {
 	__u64 bytes;
 };
 
+/* The live event stream (lib/events.h, `ebpf-cni monitor`): what the
+ * datapath reports of a packet while a reader holds the lease. */
+enum event_type : __u8 {
+	EVENT_DROP = 1,        /* a program dropped the packet: reason is an enum pkt_reason */
+	EVENT_FLOW_START = 2,  /* a sampled flow's first packet: TCP SYN without ACK, or a new UDP flow
+				* handed to netfilter (REASON_FLOW_NEW) */
+	EVENT_FLOW_END = 3,    /* a sampled flow's TCP FIN or RST */
+	EVENT_KERNEL_DROP = 4, /* the kernel freed a pod's packet as a drop (the monitor's kfree_skb
+				* tracer): reason is the kernel's enum skb_drop_reason */
+};
+
+enum event_flags : __u8 {
+	EVENT_F_ARP = 1,  /* an ARP packet: saddr/daddr are its sender and target IPv4 addresses */
+	EVENT_F_FRAG = 2, /* an IPv4 fragment: no ports */
+};
+
+/* One event of the ring buffer events. Addresses in the first 4 bytes for
+ * IPv4; ports in network byte order; fields the packet did not hold are 0. */
+struct event {
+	__u64 time;     /* bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	__u32 ifindex;  /* the device the program runs on (a pod's host veth, an uplink) */
+	__u32 len;      /* skb->len */
+	__u16 reason;   /* enum pkt_reason, or the kernel's skb_drop_reason (EVENT_KERNEL_DROP) */
+	enum event_type type;
+	__u8 dir;       /* enum pkt_dir of the program */
+	__u8 family;    /* enum addr_family; 0: neither IP nor ARP */
+	__u8 proto;     /* IPPROTO_* */
+	enum event_flags flags;
+	__u8 tcp_flags; /* TCP: the flags byte (FIN 1, SYN 2, RST 4, ACK 16) */
+	__be16 sport;
+	__be16 dport;
+	__u8 mac[6];    /* the Ethernet source */
+	__u8 pad[2];
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u32 pad2;
+};
+
+enum event_config_flags {
+	EVENT_CF_FLOWS = 1, /* report sampled flow starts and ends (`monitor --flows`) */
+};
+
+/* Entry 0 of events_config: written by the reader, read by every program. */
+struct event_config {
+	__u64 lease;        /* bpf_ktime_get_ns until which the stream is on; 0: off. The reader
+			     * renews it every second; a program that finds it expired sets it to 0 */
+	__u64 ns_per_event; /* the rate limit: one event per CPU every ns_per_event */
+	__u64 burst;        /* ns of credit a CPU may save up: burst / ns_per_event events at once */
+	__u32 flags;        /* enum event_config_flags */
+	__u32 flow_sample;  /* a flow is reported when its hash mod flow_sample is 0; 0 or 1: every flow */
+	__u32 reader_pid;   /* the process that holds the lease (for its refusal message) */
+	__u32 pad;
+};
+
+/* Value of events_stats (per CPU): the rate limiter and what it cost. */
+struct event_stats {
+	__u64 tat;                      /* when this CPU's bucket is full again (GCRA, as bw_bucket) */
+	__u64 suppressed[REASON_MAX];   /* drops by reason the rate limit kept from the stream */
+	__u64 lost[REASON_MAX];         /* drops by reason the ring buffer had no room for */
+	__u64 flow_suppressed;
+	__u64 flow_lost;
+	__u64 kernel_suppressed;
+	__u64 kernel_lost;
+};
+
 /* Key of the endpoint map: one address of a pod on this node.
  * IPv4 addresses sit in the first 4 bytes of addr, the rest is zero. */
 struct endpoint_key {

@@ -13,6 +13,7 @@
 #include <linux/pkt_cls.h>
 #include "../include/types.h"
 #include "counters.h"
+#include "events.h"
 
 #define DROP(reason) (-(int)(reason))
 
@@ -21,6 +22,7 @@
 static __always_inline int verdict(struct __sk_buff *skb, int ret, enum pkt_reason why,
 				   enum pkt_dir dir)
 {
+	event_report(skb, ret, why, dir);
 	if (ret < 0) {
 		count_packet(skb, (enum pkt_reason)(-ret), dir);
 		return TC_ACT_SHOT;

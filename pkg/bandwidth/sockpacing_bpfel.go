@@ -20,6 +20,9 @@ const (
 	SockPacingMapDeviceCounters = "device_counters"
 	SockPacingMapEndpointDevs   = "endpoint_devs"
 	SockPacingMapEndpoints      = "endpoints"
+	SockPacingMapEvents         = "events"
+	SockPacingMapEventsConfig   = "events_config"
+	SockPacingMapEventsStats    = "events_stats"
 	SockPacingMapLocalNetns     = "local_netns"
 	SockPacingMapNodeCounters   = "node_counters"
 	SockPacingProgBwPacing      = "bw_pacing"
@@ -78,6 +81,9 @@ type SockPacingMapSpecs struct {
 	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
 	LocalNetns     *ebpf.MapSpec `ebpf:"local_netns"`
 	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
 }
@@ -112,6 +118,9 @@ type SockPacingMaps struct {
 	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Events         *ebpf.Map `ebpf:"events"`
+	EventsConfig   *ebpf.Map `ebpf:"events_config"`
+	EventsStats    *ebpf.Map `ebpf:"events_stats"`
 	LocalNetns     *ebpf.Map `ebpf:"local_netns"`
 	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
 }
@@ -122,6 +131,9 @@ func (m *SockPacingMaps) Close() error {
 		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Events,
+		m.EventsConfig,
+		m.EventsStats,
 		m.LocalNetns,
 		m.NodeCounters,
 	)

@@ -19,6 +19,9 @@ const (
 	ToTunnelMapClusterConfig  = "cluster_config"
 	ToTunnelMapClusterRoutes  = "cluster_routes"
 	ToTunnelMapDeviceCounters = "device_counters"
+	ToTunnelMapEvents         = "events"
+	ToTunnelMapEventsConfig   = "events_config"
+	ToTunnelMapEventsStats    = "events_stats"
 	ToTunnelMapNodeCounters   = "node_counters"
 	ToTunnelProgToTunnel      = "to_tunnel"
 )
@@ -75,6 +78,9 @@ type ToTunnelMapSpecs struct {
 	ClusterConfig  *ebpf.MapSpec `ebpf:"cluster_config"`
 	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
 	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
 	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
 }
 
@@ -107,6 +113,9 @@ type ToTunnelMaps struct {
 	ClusterConfig  *ebpf.Map `ebpf:"cluster_config"`
 	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
 	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	Events         *ebpf.Map `ebpf:"events"`
+	EventsConfig   *ebpf.Map `ebpf:"events_config"`
+	EventsStats    *ebpf.Map `ebpf:"events_stats"`
 	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
 }
 
@@ -115,6 +124,9 @@ func (m *ToTunnelMaps) Close() error {
 		m.ClusterConfig,
 		m.ClusterRoutes,
 		m.DeviceCounters,
+		m.Events,
+		m.EventsConfig,
+		m.EventsStats,
 		m.NodeCounters,
 	)
 }

@@ -22,6 +22,9 @@ const (
 	FromContainerMapDeviceCounters = "device_counters"
 	FromContainerMapEndpointDevs   = "endpoint_devs"
 	FromContainerMapEndpoints      = "endpoints"
+	FromContainerMapEvents         = "events"
+	FromContainerMapEventsConfig   = "events_config"
+	FromContainerMapEventsStats    = "events_stats"
 	FromContainerMapFlows          = "flows"
 	FromContainerMapHostportConfig = "hostport_config"
 	FromContainerMapHostports      = "hostports"
@@ -94,6 +97,9 @@ type FromContainerMapSpecs struct {
 	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
 	Flows          *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
@@ -142,6 +148,9 @@ type FromContainerMaps struct {
 	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Events         *ebpf.Map `ebpf:"events"`
+	EventsConfig   *ebpf.Map `ebpf:"events_config"`
+	EventsStats    *ebpf.Map `ebpf:"events_stats"`
 	Flows          *ebpf.Map `ebpf:"flows"`
 	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
 	Hostports      *ebpf.Map `ebpf:"hostports"`
@@ -164,6 +173,9 @@ func (m *FromContainerMaps) Close() error {
 		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Events,
+		m.EventsConfig,
+		m.EventsStats,
 		m.Flows,
 		m.HostportConfig,
 		m.Hostports,

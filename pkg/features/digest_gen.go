@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "eba74bafb249"
+const objectsDigest = "a90e0778ac11"

@@ -138,6 +138,71 @@ type CniEndpointPod struct {
 	Uid       [40]int8
 }
 
+type CniEvent struct {
+	_        structs.HostLayout
+	Time     uint64
+	Ifindex  uint32
+	Len      uint32
+	Reason   uint16
+	Type     CniEventType
+	Dir      uint8
+	Family   uint8
+	Proto    uint8
+	Flags    CniEventFlags
+	TcpFlags uint8
+	Sport    uint16
+	Dport    uint16
+	Mac      [6]uint8
+	Pad      [2]uint8
+	Saddr    [16]uint8
+	Daddr    [16]uint8
+	Pad2     uint32
+}
+
+type CniEventConfig struct {
+	_          structs.HostLayout
+	Lease      uint64
+	NsPerEvent uint64
+	Burst      uint64
+	Flags      uint32
+	FlowSample uint32
+	ReaderPid  uint32
+	Pad        uint32
+}
+
+type CniEventConfigFlags uint32
+
+const (
+	CniEventConfigFlagsEVENT_CF_FLOWS CniEventConfigFlags = 1
+)
+
+type CniEventFlags uint8
+
+const (
+	CniEventFlagsEVENT_F_ARP  CniEventFlags = 1
+	CniEventFlagsEVENT_F_FRAG CniEventFlags = 2
+)
+
+type CniEventStats struct {
+	_                structs.HostLayout
+	Tat              uint64
+	Suppressed       [32]uint64
+	Lost             [32]uint64
+	FlowSuppressed   uint64
+	FlowLost         uint64
+	KernelSuppressed uint64
+	KernelLost       uint64
+}
+
+type CniEventType uint8
+
+const (
+	CniEventTypeEVENT_DROP        CniEventType = 1
+	CniEventTypeEVENT_FLOW_START  CniEventType = 2
+	CniEventTypeEVENT_FLOW_END    CniEventType = 3
+	CniEventTypeEVENT_KERNEL_DROP CniEventType = 4
+)
+
 type CniFlowEntry struct {
 	_        structs.HostLayout
 	Verdict  CniFlowVerdict
@@ -184,6 +249,8 @@ type CniGoEnumList struct {
 	NatFlags           CniNatFlags
 	NatDefaultLifetime CniNatDefaultLifetime
 	PktDir             CniPktDir
+	EventConfigFlags   CniEventConfigFlags
+	Event              CniEvent
 }
 
 type CniHostportEntry struct {
@@ -427,6 +494,9 @@ const (
 	CniMapEndpointDevs   = "endpoint_devs"
 	CniMapEndpointPods   = "endpoint_pods"
 	CniMapEndpoints      = "endpoints"
+	CniMapEvents         = "events"
+	CniMapEventsConfig   = "events_config"
+	CniMapEventsStats    = "events_stats"
 	CniMapFlows          = "flows"
 	CniMapGoEnums        = "go_enums"
 	CniMapHostportConfig = "hostport_config"
@@ -500,6 +570,9 @@ type CniMapSpecs struct {
 	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	EndpointPods   *ebpf.MapSpec `ebpf:"endpoint_pods"`
 	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
 	Flows          *ebpf.MapSpec `ebpf:"flows"`
 	GoEnums        *ebpf.MapSpec `ebpf:"go_enums"`
 	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
@@ -551,6 +624,9 @@ type CniMaps struct {
 	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
 	EndpointPods   *ebpf.Map `ebpf:"endpoint_pods"`
 	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Events         *ebpf.Map `ebpf:"events"`
+	EventsConfig   *ebpf.Map `ebpf:"events_config"`
+	EventsStats    *ebpf.Map `ebpf:"events_stats"`
 	Flows          *ebpf.Map `ebpf:"flows"`
 	GoEnums        *ebpf.Map `ebpf:"go_enums"`
 	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
@@ -578,6 +654,9 @@ func (m *CniMaps) Close() error {
 		m.EndpointDevs,
 		m.EndpointPods,
 		m.Endpoints,
+		m.Events,
+		m.EventsConfig,
+		m.EventsStats,
 		m.Flows,
 		m.GoEnums,
 		m.HostportConfig,

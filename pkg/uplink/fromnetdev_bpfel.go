@@ -20,6 +20,9 @@ const (
 	FromNetdevMapDeviceCounters = "device_counters"
 	FromNetdevMapEndpointDevs   = "endpoint_devs"
 	FromNetdevMapEndpoints      = "endpoints"
+	FromNetdevMapEvents         = "events"
+	FromNetdevMapEventsConfig   = "events_config"
+	FromNetdevMapEventsStats    = "events_stats"
 	FromNetdevMapFlows          = "flows"
 	FromNetdevMapHostportConfig = "hostport_config"
 	FromNetdevMapHostports      = "hostports"
@@ -90,6 +93,9 @@ type FromNetdevMapSpecs struct {
 	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
 	Flows          *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
@@ -136,6 +142,9 @@ type FromNetdevMaps struct {
 	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
 	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.Map `ebpf:"endpoints"`
+	Events         *ebpf.Map `ebpf:"events"`
+	EventsConfig   *ebpf.Map `ebpf:"events_config"`
+	EventsStats    *ebpf.Map `ebpf:"events_stats"`
 	Flows          *ebpf.Map `ebpf:"flows"`
 	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
 	Hostports      *ebpf.Map `ebpf:"hostports"`
@@ -156,6 +165,9 @@ func (m *FromNetdevMaps) Close() error {
 		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
+		m.Events,
+		m.EventsConfig,
+		m.EventsStats,
 		m.Flows,
 		m.HostportConfig,
 		m.Hostports,

@@ -77,6 +77,13 @@ func WriteJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// WriteJSONLine prints v on one line: for streams of objects (monitor).
+func WriteJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
 // Scaled formats n in units of base with one decimal below 10 ("1.2k",
 // "12k", "340"); units[0] is the unit of n itself.
 func Scaled(n uint64, base float64, units []string, sep string) string {

@@ -129,8 +129,18 @@ var (
 // OpenMap opens a pinned map read-only and checks its layout against this
 // binary's; ErrNoMap when it is not pinned. It never creates anything.
 func (ctx *Context) OpenMap(name string) (*ebpf.Map, error) {
+	return ctx.openMap(name, true)
+}
+
+// OpenMapWritable is OpenMap for the one command that writes a map it
+// reads: monitor (its lease, the ring buffer's consumer position).
+func (ctx *Context) OpenMapWritable(name string) (*ebpf.Map, error) {
+	return ctx.openMap(name, false)
+}
+
+func (ctx *Context) openMap(name string, readOnly bool) (*ebpf.Map, error) {
 	path := filepath.Join(maps.Dir(ctx.BPFRoot), name)
-	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: readOnly})
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%s: %w", path, ErrNoMap)

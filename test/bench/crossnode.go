@@ -23,7 +23,8 @@ func init() {
 		"EBPF is ebpf-cni with `clusterCIDRs` over the same routes (direct routing: bpf_fib_lookup + redirect_neigh out, redirect_peer in); " +
 		"RAW is the same namespaces routed by the nodes with no plugin: a veth from each pod to its node, the same routes, no bridge, no rules."
 	pathDoc["cross-node-vxlan"] = "As cross-node, with EBPF on its VXLAN overlay (`overlay: vxlan`: BPF sets the tunnel key and redirects to a flow-based VXLAN device, the receiving node's from_tunnel redirects into the pod; pods' MTU 1450). " +
-		"REF and RAW are cross-node's (routed, no overlay): the target is 85% of RAW."
+		"REF is REF-VXLAN, flannel's `vxlan` backend, the common overlay of small clusters, as its daemon sets a node up (nettest.FlannelVXLAN): a kernel VXLAN device flannel.1 (VNI 1, port 8472, no learning) with static neighbour, FDB and route entries for the other node, flannel's POSTROUTING and FORWARD rules, and its CNI plugin's delegate, Debian's `bridge` (cni0, isDefaultGateway, hairpinMode, MTU 1450) + `host-local`. " +
+		"RAW is cross-node's (routed, no overlay): the limit, the target is 85% of it."
 	pathDoc["masquerade-services"] = fmt.Sprintf("As masquerade, with a kube-proxy-shaped iptables rule set of %d Services (ClusterIP and NodePort, two endpoints each: KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-*, KUBE-MARK-MASQ, KUBE-POSTROUTING, KUBE-FORWARD) in the netfilter of the REF and EBPF nodes. "+
 		"Every new connection's first packet meets it: REF's through the bridge and the stack, EBPF's because that is how ebpf-cni lets kube-proxy see a flow; later packets go through REF's conntrack and EBPF's fast path. RAW is masquerade's (no rules).", benchServices)
 }
@@ -48,7 +49,11 @@ func (b *bench) crossNode(path string, overlay bool) error {
 		var pair crossPair
 		switch s.name {
 		case REF:
-			pair, err = b.crossREF(c, path)
+			if overlay {
+				pair, err = b.crossFlannel(c, path)
+			} else {
+				pair, err = b.crossREF(c, path)
+			}
 		case EBPF:
 			pair, err = b.crossEBPF(c, path, overlay)
 		default:
@@ -112,6 +117,28 @@ func (b *bench) crossREF(c *nettest.Cluster, path string) (crossPair, error) {
 				"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(b.tmp, path, "ref", n.Name, "host-local"),
 					"ranges": []any{[]any{map[string]any{"subnet": n.PodCIDR4.String()}}},
 					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}}}},
+		}})
+		if err != nil {
+			return crossPair{}, err
+		}
+	}
+	return b.crossAttach(c, path, REF, lists)
+}
+
+// crossFlannel is flannel's vxlan backend: its daemon's device, entries and
+// rules (nettest.FlannelVXLAN), its CNI plugin's delegate per node.
+func (b *bench) crossFlannel(c *nettest.Cluster, path string) (crossPair, error) {
+	if err := c.FlannelVXLAN(); err != nil {
+		return crossPair{}, err
+	}
+	var lists [2][]byte
+	for i, n := range c.Nodes[:2] {
+		var err error
+		lists[i], err = json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "cbr0", "plugins": []any{
+			map[string]any{"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "hairpinMode": true,
+				"ipMasq": false, "mtu": nettest.FlannelMTU,
+				"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(b.tmp, path, "ref", n.Name, "host-local"),
+					"ranges": []any{[]any{map[string]any{"subnet": n.PodCIDR4.String()}}}}},
 		}})
 		if err != nil {
 			return crossPair{}, err

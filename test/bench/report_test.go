@@ -67,3 +67,39 @@ func TestCommittedReportIsRendered(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, committedPNGs, len(pngs), "a committed plot the report no longer draws")
 }
+
+// TestMonitorComparison: the monitor path's verdicts compare the stream on
+// with off: run time per packet against the 5% budget (undecided when the
+// growth is within the noise), RR/CRR against the runs' noise.
+func TestMonitorComparison(t *testing.T) {
+	row := func(metric, better string, v, spread float64) Row {
+		return Row{Path: monitorPath, Metric: metric, Unit: "x", Better: better, EBPF: f(v), Spread: map[string]*float64{EBPF: f(spread)}}
+	}
+	rows := []Row{
+		row("bpf_rr_p_ns_pkt_off", "lower", 100, 2), row("bpf_rr_p_ns_pkt_on", "lower", 104, 2), // +4%: within
+		row("bpf_crr_p_ns_pkt_off", "lower", 100, 2), row("bpf_crr_p_ns_pkt_on", "lower", 120, 2), // +20%: over
+		row("bpf_x_ns_pkt_off", "lower", 100, 30), row("bpf_x_ns_pkt_on", "lower", 120, 30), // +20% in 30% noise
+		row("rr_tps_off", "higher", 1000, 3), row("rr_tps_on", "higher", 980, 3), // -2%: noise
+		row("crr_cps_off", "higher", 1000, 3), row("crr_cps_on", "higher", 800, 3), // -20%: worse
+	}
+	out := monitorComparison(rows)
+	t.Log(out)
+	line := func(base string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "| "+base+" |") {
+				return l
+			}
+		}
+		t.Fatalf("no line for %s", base)
+		return ""
+	}
+	require.Contains(t, line("bpf_rr_p_ns_pkt"), "within the 5% budget")
+	require.Contains(t, line("bpf_crr_p_ns_pkt"), "over the 5% budget")
+	require.Contains(t, line("bpf_x_ns_pkt"), "less than the noise")
+	require.Contains(t, line("rr_tps"), "within noise")
+	require.Contains(t, line("crr_cps"), "worse")
+	require.Contains(t, out, "**Over the 5% budget:** bpf_crr_p_ns_pkt.")
+	require.Contains(t, out, "**Worse beyond noise with the stream on:** crr_cps.")
+	require.Contains(t, out, "*Undecided:* bpf_x_ns_pkt")
+	require.Empty(t, monitorComparison(rows[:0]), "nothing to say without the path")
+}

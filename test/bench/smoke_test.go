@@ -60,6 +60,11 @@ func TestSmoke(t *testing.T) {
 		require.NotNil(t, r.EBPF, "%v EBPF", pm)
 		require.NotNil(t, r.Raw, "%v RAW", pm)
 	}
+	for _, st := range streamStates {
+		for _, m := range []string{"rr_tps_", "crr_cps_", "bpf_rr_from_container_ns_pkt_"} {
+			require.NotNil(t, get(monitorPath, m+st).EBPF, "monitor %s%s", m, st)
+		}
+	}
 	for _, f := range ebpfFeatures {
 		if f == "hostport" {
 			require.NotNil(t, get("hostport-10", "crr_cps").EBPF, "EBPF serves hostPorts")

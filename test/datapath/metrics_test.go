@@ -121,9 +121,9 @@ func delta(before, after scrape, name string, want map[string]string) float64 {
 	return after.value(name, want) - before.value(name, want)
 }
 
-// addK8sPod adds a pod the way kubelet's runtime does: its namespace and
-// name in CNI_ARGS.
-func (e *env) addK8sPod(list *libcni.NetworkConfigList, id, namespace, name string, caps map[string]any) *nettest.Pod {
+// addK8sPodCaps adds a pod the way kubelet's runtime does: its namespace
+// and name in CNI_ARGS, caps as its runtimeConfig.
+func (e *env) addK8sPodCaps(list *libcni.NetworkConfigList, id, namespace, name string, caps map[string]any) *nettest.Pod {
 	e.t.Helper()
 	n, err := nettest.NewNetNS()
 	require.NoError(e.t, err)
@@ -172,9 +172,9 @@ func TestMetricsDatapath(t *testing.T) {
 	list := e.hostPortList("1.1.0", testutil.BestMode(), cg, map[string]any{"ipMasq": true,
 		"capabilities": map[string]any{"mac": true, "portMappings": true, "bandwidth": true}})
 	m := e.startMetrics()
-	web := e.addK8sPod(list, "metrics-web", "shop", "web-0", map[string]any{"portMappings": []any{mapping(8080, 80, "tcp")}})
-	client := e.addK8sPod(list, "metrics-client", "shop", "client-0", nil)
-	limited := e.addK8sPod(list, "metrics-limited", "shop", "limited-0", map[string]any{"bandwidth": map[string]any{
+	web := e.addK8sPod(list, "metrics-web", "shop", "web-0", mapping(8080, 80, "tcp"))
+	client := e.addK8sPod(list, "metrics-client", "shop", "client-0")
+	limited := e.addK8sPodCaps(list, "metrics-limited", "shop", "limited-0", map[string]any{"bandwidth": map[string]any{
 		"egressRate": 1_000_000, "egressBurst": 20_000}})
 	newServer(t, web.NS, 80)
 	out, err := nettest.Ping(client.NS, web.IP(4), 1) // the gateway's ARP entry, before the spoofed packets

@@ -44,7 +44,7 @@ var layers = []struct {
 	{"blocks: the node handle", []string{"pkg/node"}, false},
 	{"blocks: programs", []string{"pkg/programs"}, false},
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
-	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/veth", "pkg/config", "pkg/errcode",
+	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/events", "pkg/veth", "pkg/config", "pkg/errcode",
 		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls"}, false},
 	{"maps", []string{"pkg/maps"}, false},
 }

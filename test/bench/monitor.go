@@ -1,0 +1,307 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/events"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// The monitor path: pod-to-pod RR and CRR of EBPF with the live event
+// stream off and on (a reader holding the lease and draining the ring,
+// flows on at monitor's defaults), alternated within every run so both see the same machine; and the programs' run
+// time per packet (BPF run-time statistics) for both. Each metric is a
+// pair of rows, <metric>_off and <metric>_on; REF and RAW have no stream.
+const monitorPath = "monitor"
+
+var monitorMetrics = []metricDecl{
+	{"rr_tps", "tx/s", "higher"}, {"rr_p50_us", "µs", "lower"}, {"crr_cps", "conn/s", "higher"}, {"crr_p99_us", "µs", "lower"},
+}
+
+// streamStates are the two states of the stream.
+var streamStates = []string{"off", "on"}
+
+// statesOf is the order run measures the states in: off first in even
+// runs, on first in odd ones, so neither always comes second (warmer
+// caches, a drifting machine).
+func statesOf(run int) []string {
+	if run%2 == 1 {
+		return []string{"on", "off"}
+	}
+	return streamStates
+}
+
+// monitorReader is a reader of the setup's stream, as `ebpf-cni monitor
+// --flows --sample 1` would be, that decodes and counts the events
+// instead of printing them.
+type monitorReader struct {
+	mu     sync.Mutex
+	s      *events.Stream
+	on     bool
+	events int
+	done   chan struct{}
+	wg     sync.WaitGroup
+	ms     map[string]*ebpf.Map
+}
+
+func newMonitorReader(bpfRoot string) (*monitorReader, error) {
+	ms, err := maps.OpenPinned(bpfRoot, events.Maps...)
+	if err != nil {
+		return nil, err
+	}
+	s, err := events.Open(ms[maps.CniMapEvents], ms[maps.CniMapEventsConfig], ms[maps.CniMapEventsStats], maps.Dir(bpfRoot))
+	if err != nil {
+		for _, m := range ms {
+			m.Close()
+		}
+		return nil, err
+	}
+	r := &monitorReader{s: s, ms: ms, done: make(chan struct{})}
+	r.wg.Add(1)
+	go r.drain()
+	return r, nil
+}
+
+// drain reads the ring and renews the lease every second while on.
+func (r *monitorReader) drain() {
+	defer r.wg.Done()
+	renew := time.Now().Add(time.Second)
+	for {
+		select {
+		case <-r.done:
+			return
+		default:
+		}
+		if time.Now().After(renew) {
+			r.mu.Lock()
+			if r.on {
+				_ = r.s.Renew()
+			}
+			r.mu.Unlock()
+			renew = time.Now().Add(time.Second)
+		}
+		if _, err := r.s.Read(time.Now().Add(100 * time.Millisecond)); err == nil {
+			r.mu.Lock()
+			r.events++
+			r.mu.Unlock()
+		} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+	}
+}
+
+func (r *monitorReader) set(on bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.on = on
+	if on {
+		return r.s.Start(events.Options{Flows: true, FlowSample: events.DefaultFlowSample})
+	}
+	return r.s.Off()
+}
+
+func (r *monitorReader) close() (events int, st events.Stats, err error) {
+	close(r.done)
+	r.wg.Wait()
+	st, err = r.s.Stats()
+	err = errors.Join(err, r.s.Close())
+	for _, m := range r.ms {
+		m.Close()
+	}
+	return r.events, st, err
+}
+
+func (b *bench) monitor() error {
+	for _, m := range monitorMetrics {
+		for _, st := range streamStates {
+			b.res.declare(monitorPath, m.name+"_"+st, m.unit, m.better)
+			b.res.skip(monitorPath, m.name+"_"+st, m.unit, m.better, REF, "not applicable: the event stream is ebpf-cni's")
+			b.res.skip(monitorPath, m.name+"_"+st, m.unit, m.better, RAW, "not applicable: the event stream is ebpf-cni's")
+		}
+	}
+	s := b.setups[EBPF]
+	b.logf("monitor: %d runs of %s (RR and CRR, then again with BPF run-time statistics) with the event stream off and on", b.cfg.runs, b.cfg.dur)
+	client, _, err := b.addPod(s, nil)
+	if err != nil {
+		return err
+	}
+	server, _, err := b.addPod(s, nil)
+	if err != nil {
+		return err
+	}
+	if err := b.startServer(server.ns, addr(server.ip, echoPort)); err != nil {
+		return err
+	}
+	r, err := newMonitorReader(s.bpfRoot)
+	if err != nil {
+		return fmt.Errorf("reading the event stream: %w", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_, _, _ = r.close()
+		}
+	}()
+	target := addr(server.ip, echoPort)
+	for run := range b.cfg.runs {
+		for _, st := range statesOf(run) {
+			if err := r.set(st == "on"); err != nil {
+				return err
+			}
+			rr, err := b.load("rr", client.ns, target, b.cfg.dur)
+			if err != nil {
+				return fmt.Errorf("monitor %s rr: %w", st, err)
+			}
+			crr, err := b.load("crr", client.ns, target, b.cfg.dur)
+			if err != nil {
+				return fmt.Errorf("monitor %s crr: %w", st, err)
+			}
+			b.res.add(monitorPath, "rr_tps_"+st, "tx/s", "higher", EBPF, rr.perSec())
+			b.res.add(monitorPath, "rr_p50_us_"+st, "µs", "lower", EBPF, rr.P50us)
+			b.res.add(monitorPath, "crr_cps_"+st, "conn/s", "higher", EBPF, crr.perSec())
+			b.res.add(monitorPath, "crr_p99_us_"+st, "µs", "lower", EBPF, crr.P99us)
+		}
+		b.logf("  monitor run %d/%d done", run+1, b.cfg.runs)
+	}
+	// Run time per packet, in separate runs with the statistics on (they
+	// cost a few ns per program run, the same with the stream off and on).
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return fmt.Errorf("enabling BPF run-time statistics: %w", err)
+	}
+	defer stats.Close()
+	for run := range b.cfg.runs {
+		for _, st := range statesOf(run) {
+			if err := r.set(st == "on"); err != nil {
+				return err
+			}
+			for _, mode := range []string{"rr", "crr"} {
+				// 1000 runs at least: not a program on the path, run by a
+				// stray neighbour solicitation.
+				perPkt, err := nsPerRun(s.bpfRoot, 1000, func() error {
+					_, err := b.load(mode, client.ns, target, b.cfg.dur)
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("monitor %s bpf stats %s: %w", st, mode, err)
+				}
+				for name, ns := range perPkt {
+					metric := "bpf_" + mode + "_" + name + "_ns_pkt_" + st
+					for _, pair := range streamStates { // the pair of rows side by side
+						b.res.declare(monitorPath, "bpf_"+mode+"_"+name+"_ns_pkt_"+pair, "ns", "lower")
+					}
+					b.res.add(monitorPath, metric, "ns", "lower", EBPF, ns)
+					b.res.skip(monitorPath, metric, "ns", "lower", REF, "no BPF program on this path")
+					b.res.skip(monitorPath, metric, "ns", "lower", RAW, "no BPF program on this path")
+				}
+			}
+		}
+	}
+	closed = true
+	n, st, err := r.close()
+	if err != nil {
+		return err
+	}
+	b.logf("  monitor: the reader drained %d events; the rate limit suppressed %d flow events, the ring lost %d", n, st.FlowSuppressed, st.FlowLost)
+	return nil
+}
+
+// monitorBudget is the growth of the programs' run time per packet the
+// stream may cost while a reader is attached (issue 28).
+const monitorBudget = 5.0
+
+// monitorComparison is the report's verdict on the monitor path: each
+// on/off pair of rows side by side, the run-time growth per packet against
+// monitorBudget and RR/CRR against the runs' noise.
+func monitorComparison(rows []Row) string {
+	byMetric := map[string]Row{}
+	var bases []string
+	for _, r := range rows {
+		if r.Path != monitorPath || r.EBPF == nil {
+			continue
+		}
+		byMetric[r.Metric] = r
+		if base, ok := strings.CutSuffix(r.Metric, "_off"); ok {
+			bases = append(bases, base)
+		}
+	}
+	if len(bases) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| metric | unit | stream off | stream on | on/off | noise (off / on) | verdict |\n| --- | --- | ---: | ---: | ---: | --- | --- |\n")
+	var over, unsure, worse []string
+	for _, base := range bases {
+		off, okOff := byMetric[base+"_off"]
+		on, okOn := byMetric[base+"_on"]
+		if !okOff || !okOn || *off.EBPF == 0 {
+			continue
+		}
+		change := (*on.EBPF / *off.EBPF - 1) * 100
+		noise := singleRunNoise
+		if off.Spread[EBPF] != nil || on.Spread[EBPF] != nil {
+			noise = 0
+			for _, p := range []*float64{off.Spread[EBPF], on.Spread[EBPF]} {
+				if p != nil && *p > noise {
+					noise = *p
+				}
+			}
+		}
+		worseBy := change // how much worse "on" is, in percent
+		if off.Better == "higher" {
+			worseBy = -change
+		}
+		var v string
+		switch {
+		case strings.HasPrefix(base, "bpf_") && worseBy > monitorBudget && worseBy <= noise:
+			v = fmt.Sprintf("? over the %.0f%% budget by less than the noise", monitorBudget)
+			unsure = append(unsure, base)
+		case strings.HasPrefix(base, "bpf_") && worseBy > monitorBudget:
+			v = fmt.Sprintf("❌ over the %.0f%% budget", monitorBudget)
+			over = append(over, base)
+		case strings.HasPrefix(base, "bpf_"):
+			v = fmt.Sprintf("✅ within the %.0f%% budget", monitorBudget)
+		case math.Abs(change) <= noise || math.Abs(change) < 1:
+			v = "≈ within noise"
+		case worseBy > 0:
+			v = "❌ worse"
+			worse = append(worse, base)
+		default:
+			v = "✅ better"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% | %s / %s | %s |\n", base, off.Unit, cell(off.EBPF), cell(on.EBPF), change,
+			spreadCell(off), spreadCell(on), v)
+	}
+	b.WriteString("\n")
+	switch {
+	case len(over) == 0 && len(worse) == 0 && len(unsure) == 0:
+		fmt.Fprintf(&b, "With the stream on and a reader attached, every program's run time per packet grew by at most %.0f%% and RR/CRR stayed within the runs' noise.\n\n", monitorBudget)
+	default:
+		if len(unsure) > 0 {
+			fmt.Fprintf(&b, "*Undecided:* %s grew by more than %.0f%% but by less than the runs' noise: measure again on a quiet machine.\n\n", strings.Join(unsure, ", "), monitorBudget)
+		}
+		if len(over) > 0 {
+			fmt.Fprintf(&b, "**Over the %.0f%% budget:** %s.\n\n", monitorBudget, strings.Join(over, ", "))
+		}
+		if len(worse) > 0 {
+			fmt.Fprintf(&b, "**Worse beyond noise with the stream on:** %s.\n\n", strings.Join(worse, ", "))
+		}
+	}
+	return b.String()
+}
+
+func spreadCell(r Row) string {
+	if p := r.Spread[EBPF]; p != nil {
+		return fmt.Sprintf("%.0f%%", *p)
+	}
+	return "1 run"
+}
