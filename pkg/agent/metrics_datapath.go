@@ -71,6 +71,16 @@ func newDatapathCollector(bpfRoot, stateDir string, log *slog.Logger) *datapathC
 	return c
 }
 
+// FillableMaps names the maps whose fill the metrics report, sorted.
+func FillableMaps() []string {
+	var out []string
+	for name := range fillableMaps() {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // fillableMaps lists the maps of bpf/maps.c a node can fill, with their
 // capacities: hash, LRU and LPM maps (arrays have a fixed size).
 func fillableMaps() map[string]uint32 {

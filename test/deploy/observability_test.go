@@ -109,7 +109,8 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 }
 
 // TestEveryMetricDocumented: docs/operations.md's Metrics section names
-// every metric the agent exports (a histogram by its own name).
+// every metric the agent exports (a histogram by its own name), and every
+// map whose fill it reports.
 func TestEveryMetricDocumented(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(testutil.ModuleRoot(), "docs/operations.md"))
 	require.NoError(t, err)
@@ -127,5 +128,10 @@ func TestEveryMetricDocumented(t *testing.T) {
 			}
 		}
 		require.Contains(t, section, "`"+n+"`", "docs/operations.md (Metrics) does not document %s", n)
+	}
+	maps := agent.FillableMaps()
+	require.Contains(t, maps, "nat")
+	for _, m := range maps {
+		require.Contains(t, section, "`"+m+"`", "docs/operations.md (Metrics) does not name map %s among those whose fill is reported", m)
 	}
 }
