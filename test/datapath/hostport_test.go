@@ -40,17 +40,21 @@ func mapping(host, cont int, proto string) map[string]any {
 	return map[string]any{"hostPort": host, "containerPort": cont, "protocol": proto}
 }
 
+// portMappingsCaps is the portMappings capability of ms (nil without).
+func portMappingsCaps(ms []map[string]any) map[string]any {
+	if len(ms) == 0 {
+		return nil
+	}
+	l := []any{}
+	for _, m := range ms {
+		l = append(l, m)
+	}
+	return map[string]any{"portMappings": l}
+}
+
 func (e *env) addPodWith(list *libcni.NetworkConfigList, id string, ms ...map[string]any) *nettest.Pod {
 	e.t.Helper()
-	var caps map[string]any
-	if len(ms) > 0 {
-		l := []any{}
-		for _, m := range ms {
-			l = append(l, m)
-		}
-		caps = map[string]any{"portMappings": l}
-	}
-	p, err := e.cni.AddPod(list, id, caps)
+	p, err := e.cni.AddPod(list, id, portMappingsCaps(ms))
 	require.NoError(e.t, err, "ADD %s", id)
 	e.t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
 	return p

@@ -129,15 +129,7 @@ func (m *monitorRun) stop() cli.MonitorStats {
 // does, with port mappings when given.
 func (e *env) addK8sPod(list *libcni.NetworkConfigList, id, namespace, name string, ms ...map[string]any) *nettest.Pod {
 	e.t.Helper()
-	var caps map[string]any
-	if len(ms) > 0 {
-		l := []any{}
-		for _, m := range ms {
-			l = append(l, m)
-		}
-		caps = map[string]any{"portMappings": l}
-	}
-	return e.addK8sPodCaps(list, id, namespace, name, caps)
+	return e.addK8sPodCaps(list, id, namespace, name, portMappingsCaps(ms))
 }
 
 const spoofedIP = "10.244.1.250"
