@@ -71,7 +71,9 @@ func (b *bench) cniUpstream() error {
 }
 
 // upstreamPlugins builds the upstream reference plugins (bridge,
-// host-local, portmap, bandwidth) into the bench's directory, once.
+// host-local, portmap, bandwidth) into the bench's directory, once. They
+// are `tool` lines of go.mod: that keeps their modules in go.sum, which
+// `go mod tidy` would otherwise drop (nothing imports them).
 func (b *bench) upstreamPlugins() (string, error) {
 	dir := filepath.Join(b.tmp, "upstream-plugins")
 	const mod = "github.com/containernetworking/plugins/plugins/"
