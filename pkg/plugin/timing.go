@@ -62,9 +62,9 @@ func logTiming(verb string, args *skel.CmdArgs, n *node.Node, err error) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "ebpf-cni %s %s/%s total=%.3f", verb, args.ContainerID, args.IfName, ms(time.Since(processStart)))
+	fmt.Fprintf(&b, "ebpf-cni %s %s/%s total=%.3f", verb, args.ContainerID, args.IfName, calls.Ms(time.Since(processStart)))
 	for _, p := range n.Phases() {
-		fmt.Fprintf(&b, " %s=%.3f", p.Name, ms(p.Took))
+		fmt.Fprintf(&b, " %s=%.3f", p.Name, calls.Ms(p.Took))
 	}
 	result := "ok"
 	if err != nil {
@@ -82,8 +82,6 @@ func logTiming(verb string, args *skel.CmdArgs, n *node.Node, err error) {
 	}
 	_, _ = io.WriteString(w, b.String())
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // call is one verb's run, written to the call record (pkg/calls) when it
 // ends, whatever EBPF_CNI_TIMING says: the node agent's metrics count the
