@@ -20,6 +20,7 @@
 #include "lib/cluster.h"
 #include "lib/events.h"
 #include "lib/pods.h"
+#include "lib/policy.h"
 
 /* bpf2go generates Go only for types the object's BTF holds, and an enum is
  * there only when something has its type. go_enums has: it lists every enum
@@ -37,6 +38,8 @@ struct go_enum_list {
 	enum nat_default_lifetime nat_default_lifetime;
 	enum pkt_dir pkt_dir;
 	enum event_config_flags event_config_flags;
+	enum policy_state policy_state;
+	enum policy_rule_flags policy_rule_flags;
 	struct event event; /* the ring buffer's records: events has no value type */
 };
 

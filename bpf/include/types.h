@@ -105,6 +105,10 @@ enum pkt_reason {
 	REASON_TUNNEL_DECAP = 25,     /* "from the overlay to a pod": from the overlay straight into a pod */
 	REASON_DROP_TUNNEL = 26,      /* "drop: overlay unavailable": the overlay's device is gone or
 				       * refused the tunnel key */
+	REASON_DROP_POLICY_INGRESS = 27, /* "drop: denied by ingress policy": no NetworkPolicy lets this
+					  * peer reach the pod on this port (lib/policy.h) */
+	REASON_DROP_POLICY_EGRESS = 28,  /* "drop: denied by egress policy": no NetworkPolicy lets the pod
+					  * reach this peer on this port (lib/policy.h) */
 	REASON_MAX = 32,
 };
 
@@ -513,6 +517,124 @@ struct sock_rev {
 	__u8 addr[16];
 	__be16 port;
 	__u8 pad[6];
+};
+
+/* NetworkPolicy (lib/policy.h). The node agent compiles the policies that
+ * select each endpoint of this node into policy_rules; the programs decide
+ * a flow on its first packet and remember the decision in policy_flows. */
+
+/* Whether a direction of an endpoint is isolated, and how. */
+enum policy_state : __u8 {
+	POLICY_OPEN = 0,    /* no policy selects the pod for this direction: everything allowed */
+	POLICY_CLOSED = 1,  /* isolated, rules not written yet (ADD in a namespace that has policies,
+			     * before the agent saw the pod): everything denied */
+	POLICY_ENFORCE = 2, /* isolated: what policy_rules allow, nothing else */
+};
+
+/* Value of policy_endpoints, keyed by the host veth's ifindex (as
+ * endpoint_devs). No entry: open both ways. The generations change with
+ * the rules of their direction: a flow decided under another one is
+ * decided again. */
+struct policy_endpoint {
+	__u8 ingress; /* enum policy_state */
+	__u8 egress;  /* enum policy_state */
+	__u8 pad[2];
+	__u32 ingress_gen;
+	__u32 egress_gen;
+};
+
+/* Key of policy_rules (an LPM trie): an endpoint, a direction and a peer
+ * prefix. prefixlen counts the 64 bits of ifindex, dir, family and pad,
+ * then the address bits: a /n peer has prefixlen 64 + n. */
+struct policy_key {
+	__u32 prefixlen;
+	__u32 ifindex;   /* the endpoint's host veth */
+	__u8 dir;        /* enum pkt_dir: INGRESS, peers that may reach the pod; EGRESS, peers it may reach */
+	__u8 family;     /* enum addr_family of the peer */
+	__u8 pad[2];
+	__u8 addr[16];   /* the peer, network byte order; IPv4 in the first 4 bytes */
+};
+
+#define POLICY_MAX_PORTS 16
+#define POLICY_MAX_SOURCES 4
+
+/* One port range a rule allows. */
+struct policy_port {
+	__u16 first; /* host byte order */
+	__u16 last;  /* inclusive; == first for a single port */
+	__u8 proto;  /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP */
+	__u8 pad;
+};
+
+enum policy_rule_flags : __u8 {
+	POLICY_F_ALL_PORTS = 1, /* a rule without ports: every protocol and port (ICMP too) */
+};
+
+/* Value of policy_rules: what the peers of the longest matching prefix may
+ * use, the union of every rule that covers them (the agent merges them:
+ * one lookup decides). */
+struct policy_rule {
+	__u8 flags;     /* enum policy_rule_flags */
+	__u8 n_ports;   /* used entries of ports */
+	__u8 n_sources; /* used entries of sources */
+	__u8 pad;
+	__u32 sources[POLICY_MAX_SOURCES]; /* policy_names ids of the policies that allow it (the first ones) */
+	struct policy_port ports[POLICY_MAX_PORTS];
+};
+
+/* Value of policy_names: a policy's namespace and name, for people (the
+ * CLI); keyed by its id, FNV-1a of "namespace/name". */
+struct policy_name {
+	char namespace[CNI_POD_NAMESPACE_LEN];
+	char name[CNI_POD_NAME_LEN];
+};
+
+/* Key of policy_namespaces: a namespace that has policies. */
+struct policy_ns_key {
+	char namespace[CNI_POD_NAMESPACE_LEN];
+};
+
+/* Value of policy_namespaces: the directions its policies isolate; ADD
+ * starts a pod of it with those closed until the agent wrote its rules. */
+struct policy_ns {
+	__u8 ingress; /* 1: some policy of the namespace has policyType Ingress */
+	__u8 egress;  /* 1: some policy of the namespace has policyType Egress */
+	__u8 pad[2];
+};
+
+/* Value of policy_config[0]. */
+struct policy_settings {
+	__u32 active; /* 1: some endpoint may have an entry in policy_endpoints; 0: skip every lookup */
+	__u32 pad;
+};
+
+/* Key of policy_flows: a packet's tuple as it travels (addresses in the
+ * first 4 bytes for IPv4; ports in network byte order; an ICMP echo's
+ * identifier in both). */
+struct policy_flow_key {
+	__u8 family; /* enum addr_family */
+	__u8 proto;
+	__u8 pad[2];
+	__be16 sport;
+	__be16 dport;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+/* Value of policy_flows: an allowed flow, one entry per direction. */
+struct policy_flow {
+	__u32 src_ifindex; /* the endpoint that opened the flow (0: not a pod of this node) */
+	__u32 dst_ifindex; /* the endpoint it opened it to (0: none) */
+	__u32 egress_gen;  /* src's egress generation when decided */
+	__u32 ingress_gen; /* dst's ingress generation when decided */
+	__u8 reply;        /* 1: this key is the reply direction */
+	__u8 pad[7];
+};
+
+/* Key of policy_drops (per CPU): denied packets by endpoint and direction. */
+struct policy_drop_key {
+	__u32 ifindex;
+	__u32 dir; /* enum pkt_dir */
 };
 
 #endif

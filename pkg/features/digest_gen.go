@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "a90e0778ac11"
+const objectsDigest = "d37879755666"

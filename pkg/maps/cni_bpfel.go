@@ -250,6 +250,9 @@ type CniGoEnumList struct {
 	NatDefaultLifetime CniNatDefaultLifetime
 	PktDir             CniPktDir
 	EventConfigFlags   CniEventConfigFlags
+	PolicyState        CniPolicyState
+	PolicyRuleFlags    CniPolicyRuleFlags
+	_                  [6]byte
 	Event              CniEvent
 }
 
@@ -454,7 +457,111 @@ const (
 	CniPktReasonREASON_TUNNEL_ENCAP         CniPktReason = 24
 	CniPktReasonREASON_TUNNEL_DECAP         CniPktReason = 25
 	CniPktReasonREASON_DROP_TUNNEL          CniPktReason = 26
+	CniPktReasonREASON_DROP_POLICY_INGRESS  CniPktReason = 27
+	CniPktReasonREASON_DROP_POLICY_EGRESS   CniPktReason = 28
 	CniPktReasonREASON_MAX                  CniPktReason = 32
+)
+
+type CniPolicyDropKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Dir     uint32
+}
+
+type CniPolicyEndpoint struct {
+	_          structs.HostLayout
+	Ingress    uint8
+	Egress     uint8
+	Pad        [2]uint8
+	IngressGen uint32
+	EgressGen  uint32
+}
+
+type CniPolicyFlow struct {
+	_          structs.HostLayout
+	SrcIfindex uint32
+	DstIfindex uint32
+	EgressGen  uint32
+	IngressGen uint32
+	Reply      uint8
+	Pad        [7]uint8
+}
+
+type CniPolicyFlowKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+	Sport  uint16
+	Dport  uint16
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+}
+
+type CniPolicyKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Ifindex   uint32
+	Dir       uint8
+	Family    uint8
+	Pad       [2]uint8
+	Addr      [16]uint8
+}
+
+type CniPolicyName struct {
+	_         structs.HostLayout
+	Namespace [64]int8
+	Name      [254]int8
+}
+
+type CniPolicyNs struct {
+	_       structs.HostLayout
+	Ingress uint8
+	Egress  uint8
+	Pad     [2]uint8
+}
+
+type CniPolicyNsKey struct {
+	_         structs.HostLayout
+	Namespace [64]int8
+}
+
+type CniPolicyPort struct {
+	_     structs.HostLayout
+	First uint16
+	Last  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type CniPolicyRule struct {
+	_         structs.HostLayout
+	Flags     uint8
+	N_ports   uint8
+	N_sources uint8
+	Pad       uint8
+	Sources   [4]uint32
+	Ports     [16]CniPolicyPort
+}
+
+type CniPolicyRuleFlags uint8
+
+const (
+	CniPolicyRuleFlagsPOLICY_F_ALL_PORTS CniPolicyRuleFlags = 1
+)
+
+type CniPolicySettings struct {
+	_      structs.HostLayout
+	Active uint32
+	Pad    uint32
+}
+
+type CniPolicyState uint8
+
+const (
+	CniPolicyStatePOLICY_OPEN    CniPolicyState = 0
+	CniPolicyStatePOLICY_CLOSED  CniPolicyState = 1
+	CniPolicyStatePOLICY_ENFORCE CniPolicyState = 2
 )
 
 type CniSockRev struct {
@@ -487,32 +594,39 @@ type CniUplinkInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CniMapBwBuckets      = "bw_buckets"
-	CniMapClusterConfig  = "cluster_config"
-	CniMapClusterRoutes  = "cluster_routes"
-	CniMapDeviceCounters = "device_counters"
-	CniMapEndpointDevs   = "endpoint_devs"
-	CniMapEndpointPods   = "endpoint_pods"
-	CniMapEndpoints      = "endpoints"
-	CniMapEvents         = "events"
-	CniMapEventsConfig   = "events_config"
-	CniMapEventsStats    = "events_stats"
-	CniMapFlows          = "flows"
-	CniMapGoEnums        = "go_enums"
-	CniMapHostportConfig = "hostport_config"
-	CniMapHostports      = "hostports"
-	CniMapIpamAllocs     = "ipam_allocs"
-	CniMapIpamCursors    = "ipam_cursors"
-	CniMapIpamNets       = "ipam_nets"
-	CniMapLocalNetns     = "local_netns"
-	CniMapMasqNets       = "masq_nets"
-	CniMapMasqSkip       = "masq_skip"
-	CniMapNat            = "nat"
-	CniMapNatTimeouts    = "nat_timeouts"
-	CniMapNodeAddrs      = "node_addrs"
-	CniMapNodeCounters   = "node_counters"
-	CniMapSockRevnat     = "sock_revnat"
-	CniMapUplinks        = "uplinks"
+	CniMapBwBuckets        = "bw_buckets"
+	CniMapClusterConfig    = "cluster_config"
+	CniMapClusterRoutes    = "cluster_routes"
+	CniMapDeviceCounters   = "device_counters"
+	CniMapEndpointDevs     = "endpoint_devs"
+	CniMapEndpointPods     = "endpoint_pods"
+	CniMapEndpoints        = "endpoints"
+	CniMapEvents           = "events"
+	CniMapEventsConfig     = "events_config"
+	CniMapEventsStats      = "events_stats"
+	CniMapFlows            = "flows"
+	CniMapGoEnums          = "go_enums"
+	CniMapHostportConfig   = "hostport_config"
+	CniMapHostports        = "hostports"
+	CniMapIpamAllocs       = "ipam_allocs"
+	CniMapIpamCursors      = "ipam_cursors"
+	CniMapIpamNets         = "ipam_nets"
+	CniMapLocalNetns       = "local_netns"
+	CniMapMasqNets         = "masq_nets"
+	CniMapMasqSkip         = "masq_skip"
+	CniMapNat              = "nat"
+	CniMapNatTimeouts      = "nat_timeouts"
+	CniMapNodeAddrs        = "node_addrs"
+	CniMapNodeCounters     = "node_counters"
+	CniMapPolicyConfig     = "policy_config"
+	CniMapPolicyDrops      = "policy_drops"
+	CniMapPolicyEndpoints  = "policy_endpoints"
+	CniMapPolicyFlows      = "policy_flows"
+	CniMapPolicyNames      = "policy_names"
+	CniMapPolicyNamespaces = "policy_namespaces"
+	CniMapPolicyRules      = "policy_rules"
+	CniMapSockRevnat       = "sock_revnat"
+	CniMapUplinks          = "uplinks"
 )
 
 // LoadCni returns the embedded CollectionSpec for Cni.
@@ -563,32 +677,39 @@ type CniProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CniMapSpecs struct {
-	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
-	ClusterConfig  *ebpf.MapSpec `ebpf:"cluster_config"`
-	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
-	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	EndpointPods   *ebpf.MapSpec `ebpf:"endpoint_pods"`
-	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
-	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
-	Flows          *ebpf.MapSpec `ebpf:"flows"`
-	GoEnums        *ebpf.MapSpec `ebpf:"go_enums"`
-	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
-	IpamAllocs     *ebpf.MapSpec `ebpf:"ipam_allocs"`
-	IpamCursors    *ebpf.MapSpec `ebpf:"ipam_cursors"`
-	IpamNets       *ebpf.MapSpec `ebpf:"ipam_nets"`
-	LocalNetns     *ebpf.MapSpec `ebpf:"local_netns"`
-	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat            *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
-	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
+	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	EndpointPods     *ebpf.MapSpec `ebpf:"endpoint_pods"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	GoEnums          *ebpf.MapSpec `ebpf:"go_enums"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
+	IpamAllocs       *ebpf.MapSpec `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.MapSpec `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.MapSpec `ebpf:"ipam_nets"`
+	LocalNetns       *ebpf.MapSpec `ebpf:"local_netns"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // CniVariableSpecs contains global variables before they are loaded into the kernel.
@@ -617,32 +738,39 @@ func (o *CniObjects) Close() error {
 //
 // It can be passed to LoadCniObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CniMaps struct {
-	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
-	ClusterConfig  *ebpf.Map `ebpf:"cluster_config"`
-	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
-	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
-	EndpointPods   *ebpf.Map `ebpf:"endpoint_pods"`
-	Endpoints      *ebpf.Map `ebpf:"endpoints"`
-	Events         *ebpf.Map `ebpf:"events"`
-	EventsConfig   *ebpf.Map `ebpf:"events_config"`
-	EventsStats    *ebpf.Map `ebpf:"events_stats"`
-	Flows          *ebpf.Map `ebpf:"flows"`
-	GoEnums        *ebpf.Map `ebpf:"go_enums"`
-	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
-	Hostports      *ebpf.Map `ebpf:"hostports"`
-	IpamAllocs     *ebpf.Map `ebpf:"ipam_allocs"`
-	IpamCursors    *ebpf.Map `ebpf:"ipam_cursors"`
-	IpamNets       *ebpf.Map `ebpf:"ipam_nets"`
-	LocalNetns     *ebpf.Map `ebpf:"local_netns"`
-	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
-	Nat            *ebpf.Map `ebpf:"nat"`
-	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
-	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
+	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	EndpointPods     *ebpf.Map `ebpf:"endpoint_pods"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	Flows            *ebpf.Map `ebpf:"flows"`
+	GoEnums          *ebpf.Map `ebpf:"go_enums"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
+	IpamAllocs       *ebpf.Map `ebpf:"ipam_allocs"`
+	IpamCursors      *ebpf.Map `ebpf:"ipam_cursors"`
+	IpamNets         *ebpf.Map `ebpf:"ipam_nets"`
+	LocalNetns       *ebpf.Map `ebpf:"local_netns"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *CniMaps) Close() error {
@@ -671,6 +799,13 @@ func (m *CniMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.PolicyConfig,
+		m.PolicyDrops,
+		m.PolicyEndpoints,
+		m.PolicyFlows,
+		m.PolicyNames,
+		m.PolicyNamespaces,
+		m.PolicyRules,
 		m.SockRevnat,
 		m.Uplinks,
 	)

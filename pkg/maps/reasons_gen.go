@@ -31,4 +31,6 @@ var PktReasons = []PktReasonInfo{
 	{CniPktReasonREASON_TUNNEL_ENCAP, "tunnel_encap", "into the overlay", false},
 	{CniPktReasonREASON_TUNNEL_DECAP, "tunnel_decap", "from the overlay to a pod", false},
 	{CniPktReasonREASON_DROP_TUNNEL, "drop_tunnel", "drop: overlay unavailable", true},
+	{CniPktReasonREASON_DROP_POLICY_INGRESS, "drop_policy_ingress", "drop: denied by ingress policy", true},
+	{CniPktReasonREASON_DROP_POLICY_EGRESS, "drop_policy_egress", "drop: denied by egress policy", true},
 }

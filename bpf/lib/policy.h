@@ -1,0 +1,314 @@
+/* NetworkPolicy: the node agent writes, the programs enforce, with no
+ * agent on the packet path (docs/networkpolicy.md).
+ *
+ * The agent compiles, for each endpoint of this node and each direction,
+ * the union of the rules of the policies that select it into policy_rules:
+ * an LPM trie keyed by (endpoint, direction, peer prefix) whose value holds
+ * the ports the peers of that prefix may use (every overlapping rule merged
+ * in, ipBlock's except as more specific prefixes with fewer rights). One
+ * lookup decides a new flow, however many policies there are.
+ *
+ * A flow is decided on its first packet, in each direction by the hook
+ * that knows its final addresses (after kube-proxy's translation):
+ *  - egress of a pod: from_container for a destination that is a pod of
+ *    this node, in the cluster's pod ranges, or the node itself; to_netdev,
+ *    to_tunnel or to_container for what the node's stack forwards (a
+ *    Service's backend, the world);
+ *  - ingress of a pod: every redirect into it from outside (lib/deliver.h)
+ *    and from another pod (from_container), and to_container for what the
+ *    stack delivers. The node's own traffic to its pods (kubelet's probes,
+ *    host-network pods) is never subject to policy.
+ * An allowed flow is remembered in policy_flows, one entry per direction,
+ * so its next packets and its replies pass with one lookup; a reply the
+ * stack translated back (a Service's) is recognised by conntrack. The
+ * entry holds the generations of the rules it was decided under: when the
+ * agent changes an endpoint's rules, its flows are decided again.
+ *
+ * ADD starts a pod whose namespace has policies (policy_namespaces) with
+ * those directions POLICY_CLOSED: nothing passes until the agent has
+ * written its rules. Denied packets are dropped silently (as the API
+ * allows) and counted by reason and in policy_drops. */
+#ifndef EBPF_CNI_LIB_POLICY_H
+#define EBPF_CNI_LIB_POLICY_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "../include/types.h"
+#include "flow.h"
+#include "nat.h"
+
+#define POLICY_MAX_ENDPOINTS 16384 /* as endpoint_devs */
+#define POLICY_MAX_RULES (1 << 20)
+#define POLICY_MAX_FLOWS 131072
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct policy_settings);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, POLICY_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct policy_endpoint);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_endpoints SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* required for LPM tries */
+	__uint(max_entries, POLICY_MAX_RULES);
+	__type(key, struct policy_key);
+	__type(value, struct policy_rule);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, POLICY_MAX_FLOWS);
+	__type(key, struct policy_flow_key);
+	__type(value, struct policy_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 2 * POLICY_MAX_ENDPOINTS);
+	__type(key, struct policy_drop_key);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_drops SEC(".maps");
+
+/* Read by ADD and the CLI only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct policy_ns_key);
+	__type(value, struct policy_ns);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_namespaces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct policy_name);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_names SEC(".maps");
+
+#ifndef EBPF_CNI_MAPS_ONLY
+
+/* policy_on: some endpoint of the node may be isolated. An array lookup the
+ * verifier inlines: what a node without policies pays. */
+static __always_inline int policy_on(void)
+{
+	__u32 zero = 0;
+	struct policy_settings *c = bpf_map_lookup_elem(&policy_config, &zero);
+
+	return c && c->active;
+}
+
+static __always_inline struct policy_endpoint *policy_ep(__u32 ifindex)
+{
+	if (!ifindex)
+		return NULL;
+	return bpf_map_lookup_elem(&policy_endpoints, &ifindex);
+}
+
+/* ICMP errors belong to the flows they quote, which were decided; the API
+ * governs ports, and ICMP errors carry none. */
+static __always_inline int policy_icmp_error(const struct nat_pkt *p)
+{
+	if (p->proto == IPPROTO_ICMP)
+		return p->icmp_type == 3 || p->icmp_type == 4 || p->icmp_type == 5 || p->icmp_type == 11 ||
+		       p->icmp_type == 12;
+	if (p->proto == IPPROTO_ICMPV6_)
+		return p->icmp_type >= 1 && p->icmp_type <= 4;
+	return 0;
+}
+
+/* policy_rule_allows: the rules of endpoint ifindex for dir let peer
+ * (family as p's) use proto/port (host byte order). */
+static __always_inline int policy_rule_allows(__u32 ifindex, __u8 dir, __u8 family, const __u8 *peer, __u8 proto,
+					      __u16 port, int later_frag)
+{
+	struct policy_key k = { .ifindex = ifindex, .dir = dir, .family = family };
+	struct policy_rule *r;
+	int i;
+
+	k.prefixlen = 64 + (family == ADDR_FAMILY_V4 ? 32 : 128);
+	__builtin_memcpy(k.addr, peer, 16);
+	r = bpf_map_lookup_elem(&policy_rules, &k);
+	if (!r)
+		return 0;
+	if (r->flags & POLICY_F_ALL_PORTS)
+		return 1;
+	/* A later IPv4 fragment has no ports: only a rule without ports
+	 * covers it. */
+	if (later_frag || (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP))
+		return 0;
+#pragma unroll
+	for (i = 0; i < POLICY_MAX_PORTS; i++) {
+		if (i >= r->n_ports)
+			break;
+		if (r->ports[i].proto == proto && port >= r->ports[i].first && port <= r->ports[i].last)
+			return 1;
+	}
+	return 0;
+}
+
+/* The state of a direction: POLICY_OPEN without an entry. */
+static __always_inline __u8 policy_state_of(const struct policy_endpoint *e, __u8 dir)
+{
+	if (!e)
+		return POLICY_OPEN;
+	return dir == PKT_DIR_INGRESS ? e->ingress : e->egress;
+}
+
+static __always_inline int policy_dir_allows(const struct policy_endpoint *e, __u32 ifindex, __u8 dir,
+					     const struct nat_pkt *p, const __u8 *peer, __u16 port)
+{
+	__u8 st = policy_state_of(e, dir);
+
+	if (st == POLICY_OPEN)
+		return 1;
+	if (st != POLICY_ENFORCE)
+		return 0;
+	return policy_rule_allows(ifindex, dir, p->family, peer, p->proto, port, p->later_frag);
+}
+
+static __always_inline void policy_count_drop(__u32 ifindex, __u32 dir)
+{
+	struct policy_drop_key k = { .ifindex = ifindex, .dir = dir };
+	__u64 one = 1, *c;
+
+	c = bpf_map_lookup_elem(&policy_drops, &k);
+	if (c) {
+		*c += 1; /* per CPU */
+		return;
+	}
+	bpf_map_update_elem(&policy_drops, &k, &one, BPF_NOEXIST);
+}
+
+static __always_inline void policy_flow_key_of(struct policy_flow_key *k, const struct nat_pkt *p, int reverse)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->family = p->family;
+	k->proto = p->proto;
+	k->sport = reverse ? p->dport : p->sport;
+	k->dport = reverse ? p->sport : p->dport;
+	__builtin_memcpy(k->saddr, reverse ? p->daddr : p->saddr, 16);
+	__builtin_memcpy(k->daddr, reverse ? p->saddr : p->daddr, 16);
+}
+
+/* Flags of policy_check. */
+#define POLICY_TRUSTED_SRC 1 /* the node itself sends it: no ingress rule applies (it is recorded) */
+#define POLICY_CT_REPLY 2    /* ask conntrack whether an unknown packet is a reply (the stack delivered it) */
+
+/* policy_decide decides a flow opened from src (endpoint src_if, 0: not a
+ * pod of this node) to dst: saddr/daddr/dport are the opening direction's.
+ * 0: allowed; else the drop reason (negative). */
+static __always_inline int policy_decide(const struct nat_pkt *p, const struct policy_endpoint *se, __u32 src_if,
+					 const struct policy_endpoint *de, __u32 dst_if, const __u8 *saddr,
+					 const __u8 *daddr, __be16 dport, int trusted)
+{
+	__u16 port = bpf_ntohs(dport);
+
+	if (!policy_dir_allows(se, src_if, PKT_DIR_EGRESS, p, daddr, port)) {
+		policy_count_drop(src_if, PKT_DIR_EGRESS);
+		return DROP(REASON_DROP_POLICY_EGRESS);
+	}
+	if (!trusted && !policy_dir_allows(de, dst_if, PKT_DIR_INGRESS, p, saddr, port)) {
+		policy_count_drop(dst_if, PKT_DIR_INGRESS);
+		return DROP(REASON_DROP_POLICY_INGRESS);
+	}
+	return 0;
+}
+
+/* policy_remember records an allowed flow opened as p travels (reverse 0)
+ * or opposite to it (reverse 1): both directions' keys. */
+static __always_inline void policy_remember(const struct nat_pkt *p, int reverse, __u32 src_if, __u32 dst_if,
+					    const struct policy_endpoint *se, const struct policy_endpoint *de)
+{
+	struct policy_flow_key k;
+	struct policy_flow f = {
+		.src_ifindex = src_if,
+		.dst_ifindex = dst_if,
+		.egress_gen = se ? se->egress_gen : 0,
+		.ingress_gen = de ? de->ingress_gen : 0,
+	};
+
+	policy_flow_key_of(&k, p, reverse);
+	bpf_map_update_elem(&policy_flows, &k, &f, BPF_ANY);
+	f.reply = 1;
+	policy_flow_key_of(&k, p, !reverse);
+	bpf_map_update_elem(&policy_flows, &k, &f, BPF_ANY);
+}
+
+/* policy_check decides packet p, which comes from the endpoint src_if (0:
+ * not a pod of this node) and goes to dst_if (0: not a pod of this node).
+ * 0: it passes; else the drop reason (negative). */
+static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if, __u32 dst_if,
+					int flags)
+{
+	struct policy_endpoint *se, *de, *ie, *re;
+	struct policy_flow_key k;
+	struct policy_flow *f;
+	int rc;
+
+	se = policy_ep(src_if);
+	de = policy_ep(dst_if);
+	if (!se && !de)
+		return 0;
+	if (policy_icmp_error(p))
+		return 0;
+
+	policy_flow_key_of(&k, p, 0);
+	f = bpf_map_lookup_elem(&policy_flows, &k);
+	if (f) {
+		/* The flow's opener and peer, as this hook sees them. */
+		ie = f->reply ? de : se;
+		re = f->reply ? se : de;
+		if ((ie ? ie->egress_gen : 0) == f->egress_gen && (re ? re->ingress_gen : 0) == f->ingress_gen)
+			return 0;
+		if (f->reply) {
+			/* The rules changed: decide the flow again as it was
+			 * opened, the other way. */
+			rc = policy_decide(p, de, dst_if, se, src_if, p->daddr, p->saddr, p->sport,
+					   flags & POLICY_TRUSTED_SRC);
+			if (rc)
+				return rc;
+			policy_remember(p, 1, dst_if, src_if, de, se);
+			return 0;
+		}
+	} else if (flags & POLICY_CT_REPLY) {
+		/* A reply the stack translated back (a Service's): its tuple
+		 * is not the one the flow was decided with. */
+		struct bpf_sock_tuple t;
+
+		if (flow_tracked(p->proto)) {
+			int ct = flow_ct(skb, p, &t);
+
+			if (ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY))
+				return 0;
+		}
+	}
+	rc = policy_decide(p, se, src_if, de, dst_if, p->saddr, p->daddr, p->dport, flags & POLICY_TRUSTED_SRC);
+	if (rc)
+		return rc;
+	policy_remember(p, 0, src_if, dst_if, se, de);
+	return 0;
+}
+
+#endif /* EBPF_CNI_MAPS_ONLY */
+
+#endif
