@@ -345,13 +345,14 @@ type compilation struct {
 	nsNames  []string              // sorted
 	memo     map[string][]*podInfo // peer key -> its pods
 	nsMemo   map[string][]string   // namespace selector -> matching namespaces
+	dirMemo  map[string]dirResult  // see directionOnce
 }
 
 // Compile compiles the policies for the local endpoints eps.
 func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]NamespaceFact{}, Names: map[uint32]PolicyName{}, Errors: map[uint32]error{}}
 	cp := &compilation{byNS: map[string][]int{}, pods: map[string][]*podInfo{}, podByKey: map[string]*podInfo{},
-		nsLabels: map[string]labels.Set{}, memo: map[string][]*podInfo{}, nsMemo: map[string][]string{}}
+		nsLabels: map[string]labels.Set{}, memo: map[string][]*podInfo{}, nsMemo: map[string][]string{}, dirMemo: map[string]dirResult{}}
 
 	cache := make(map[*networkingv1.NetworkPolicy]*compiledPolicy, len(cl.Policies))
 	pols := slices.Clone(cl.Policies)
@@ -481,7 +482,7 @@ func (cp *compilation) endpoint(ep *LocalEndpoint, fact NamespaceFact) (*Endpoin
 	if len(in) > 0 {
 		er.Ingress.State = StateEnforce
 		var err error
-		er.Ingress.Entries, err = cp.direction(Ingress, self, in)
+		er.Ingress.Entries, err = cp.directionOnce(Ingress, self, in)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -489,12 +490,41 @@ func (cp *compilation) endpoint(ep *LocalEndpoint, fact NamespaceFact) (*Endpoin
 	if len(out) > 0 {
 		er.Egress.State = StateEnforce
 		var err error
-		er.Egress.Entries, err = cp.direction(Egress, self, out)
+		er.Egress.Entries, err = cp.directionOnce(Egress, self, out)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return er, joinErrs(errs)
+}
+
+type dirResult struct {
+	entries []Entry
+	err     error
+}
+
+// directionOnce is direction, once for all the pods it gives the same
+// entries: the replicas of a workload (same policies, and for ingress the
+// same container ports to resolve named ports on). Their entries are one
+// slice: read only.
+func (cp *compilation) directionOnce(d Direction, self *podInfo, pols []int) ([]Entry, error) {
+	var k strings.Builder
+	fmt.Fprint(&k, d, pols)
+	if d == Ingress {
+		for _, cs := range [][]corev1.Container{self.pod.Spec.Containers, self.pod.Spec.InitContainers} {
+			for _, c := range cs {
+				for _, p := range c.Ports {
+					fmt.Fprintf(&k, "|%s/%s/%d", p.Name, p.Protocol, p.ContainerPort)
+				}
+			}
+		}
+	}
+	if r, ok := cp.dirMemo[k.String()]; ok {
+		return r.entries, r.err
+	}
+	es, err := cp.direction(d, self, pols)
+	cp.dirMemo[k.String()] = dirResult{es, err}
+	return es, err
 }
 
 func joinErrs(errs []error) error {
@@ -584,6 +614,14 @@ func (cp *compilation) direction(d Direction, self *podInfo, pols []int) ([]Entr
 	var blocks []*group
 	for _, k := range order {
 		g := groups[k]
+		if g.ports.all {
+			g.ports.numeric, g.ports.named = nil, nil
+		}
+		g.ports.numeric = mergePorts(g.ports.numeric)
+		slices.SortFunc(g.ports.named, func(a, b namedPort) int {
+			return cmp.Or(cmp.Compare(a.proto, b.proto), strings.Compare(a.name, b.name))
+		})
+		g.ports.named = slices.Compact(g.ports.named)
 		if g.peer.block != nil {
 			if !g.ports.all && len(g.ports.numeric) == 0 {
 				continue // only named ports: an address has none

@@ -317,3 +317,27 @@ func TestMergePorts(t *testing.T) {
 		require.Equal(t, tc.want, mergePorts(tc.in), "%v", tc.in)
 	}
 }
+
+// TestCompileReplicas: pods a policy selects alike share their compiled
+// entries, unless their named ports differ.
+func TestCompileReplicas(t *testing.T) {
+	nss, pods := cluster()
+	mk := func(name string, http int32) *corev1.Pod {
+		return pod("a", name, map[string]string{"app": "server"}, []string{"10.0.1.1" + name[len(name)-1:]}, ports(corev1.ContainerPort{Name: "http", ContainerPort: http}))
+	}
+	pods = append(pods, mk("r1", 80), mk("r2", 80), mk("r3", 81))
+	var eps []LocalEndpoint
+	for i, n := range []string{"r1", "r2", "r3"} {
+		eps = append(eps, LocalEndpoint{Ifindex: uint32(21 + i), Namespace: "a", Name: n})
+	}
+	r := Compile(Cluster{Namespaces: nss, Pods: pods, Policies: []*networkingv1.NetworkPolicy{
+		np("a", "p", sel("app", "server"), both, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(sel("app", "client"), nil)), port("", "http"))},
+			[]networkingv1.NetworkPolicyEgressRule{out(peers(blockPeer("10.96.0.10/32")), port(corev1.ProtocolUDP, 53))}),
+	}}, eps)
+	require.Equal(t, []string{"enforced", "10.0.1.2/32 tcp:80 [p]"}, describe(r, &r.Endpoints[21].Ingress))
+	require.Equal(t, []string{"enforced", "10.0.1.2/32 tcp:80 [p]"}, describe(r, &r.Endpoints[22].Ingress))
+	require.Equal(t, []string{"enforced", "10.0.1.2/32 tcp:81 [p]"}, describe(r, &r.Endpoints[23].Ingress))
+	for i := uint32(21); i <= 23; i++ {
+		require.Equal(t, []string{"enforced", "10.96.0.10/32 udp:53 [p]"}, describe(r, &r.Endpoints[i].Egress))
+	}
+}
