@@ -34,7 +34,7 @@ type PolicyConfig struct {
 	BPFRoot string
 	// Poll is how often endpoint_pods and endpoint_devs are read for
 	// endpoints that came or went (ADD and DEL tell nobody). Default 250 ms.
-	Poll time.Duration
+	Poll   time.Duration
 	Logger *slog.Logger
 }
 

@@ -31,7 +31,9 @@ func pod(ns, name string, lbl map[string]string, ips []string, opts ...podOpt) *
 }
 
 func ports(cps ...corev1.ContainerPort) podOpt {
-	return func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "c", Ports: cps}) }
+	return func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "c", Ports: cps})
+	}
 }
 
 func ns(name string, lbl map[string]string) *corev1.Namespace {
@@ -216,7 +218,7 @@ func TestCompile(t *testing.T) {
 			ingress: []string{"open"}, egress: []string{"enforced", "10.0.0.0/8 tcp:1000-2000,udp:0-65535,sctp:7-9 [p]"}},
 		{name: "no peers: every address of both families; no ports: every port",
 			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(nil, port("", 53), port(corev1.ProtocolUDP, 53)), out(peers(podPeer(cli, nil)))})},
-			ingress: []string{"open"}, egress: []string{"enforced", "0.0.0.0/0 tcp:53,udp:53 [p]", "10.0.1.2/32 all [p]", "::/0 tcp:53,udp:53 [p]"}},
+			ingress:  []string{"open"}, egress: []string{"enforced", "0.0.0.0/0 tcp:53,udp:53 [p]", "10.0.1.2/32 all [p]", "::/0 tcp:53,udp:53 [p]"}},
 		{name: "rules are unions: ports merged and deduplicated, overlapping ranges of a protocol merged, sources of both",
 			policies: []*networkingv1.NetworkPolicy{
 				np("a", "p1", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(cli, nil)), port("", 80), port("", 100, 200), port(corev1.ProtocolUDP, 150))}, nil),
