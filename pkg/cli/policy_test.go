@@ -222,3 +222,49 @@ func TestPolicyNotPinned(t *testing.T) {
 	require.Contains(t, out, "policy lookups: off; endpoints isolated: 0 of 1 (ingress 0, egress 0); namespaces with policies: none\n")
 	require.Regexp(t, `(?m)^old/- +- +- +ingress +open +- +0 +all peers`, out)
 }
+
+// TestEndpointsPolicy: the endpoints view shows each endpoint's policy
+// state and drops per direction (table and JSON), all open on a node
+// without policy maps.
+func TestEndpointsPolicy(t *testing.T) {
+	n := newPolicyNode(t)
+	out, errOut, code := n.run("endpoints")
+	require.Equal(t, ExitOK, code, errOut)
+	t.Log("\n" + out)
+	lines := strings.Split(out, "\n")
+	require.Regexp(t, `  POLICY +POLICY DROPS +STATE$`, lines[0])
+	for _, want := range []string{
+		`^db/eth0 +shop/db-0 .*  in:closed eg:closed +in:0 eg:1\.5k +problem$`,
+		`^plain/eth0 +other/app .*  in:open eg:open +in:0 eg:0 +problem$`,
+		`^web/eth0 +shop/web-0 +ecpolweb0 .*  in:enforced eg:enforced +in:12 eg:0 +problem$`,
+	} {
+		require.Regexp(t, `(?m)`+want, out)
+	}
+	col := strings.Index(lines[0], "POLICY DROPS")
+	require.Equal(t, col, strings.Index(lines[1], "in:0 eg:1.5k"), "policy drops column misaligned:\n%s", out)
+
+	out, errOut, code = n.run("endpoints", "-o", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	var eps []*Endpoint
+	require.NoError(t, json.Unmarshal([]byte(out), &eps))
+	got := map[string]*EndpointPolicy{}
+	for _, e := range eps {
+		got[e.ContainerID] = e.Policy
+	}
+	require.Equal(t, map[string]*EndpointPolicy{
+		"db":    {Ingress: PolicyDirection{State: "closed"}, Egress: PolicyDirection{State: "closed", Drops: 1500}},
+		"plain": {Ingress: PolicyDirection{State: "open"}, Egress: PolicyDirection{State: "open"}},
+		"web":   {Ingress: PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, Egress: PolicyDirection{State: "enforced", Generation: 1}},
+	}, got)
+
+	bare := &policyNode{bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir()}
+	ms, err := maps.OpenPinned(bare.bpfRoot, maps.CniMapEndpointDevs)
+	require.NoError(t, err)
+	var d maps.CniEndpointDev
+	maps.CString(d.ContainerId[:], "old")
+	require.NoError(t, ms[maps.CniMapEndpointDevs].Put(uint32(ifWeb), &d))
+	ms[maps.CniMapEndpointDevs].Close()
+	out, errOut, code = bare.run("endpoints")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Regexp(t, `(?m)^old/- .*  in:open eg:open +in:0 eg:0 +problem$`, out)
+}
