@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // TestJSONFieldNames pins the JSON field names scripts rely on: renaming one
@@ -51,7 +54,19 @@ func TestReasonCountersListEveryReason(t *testing.T) {
 	for _, d := range []string{"egress", "ingress"} {
 		require.Len(t, rc.Directions[d], len(reasons()), d)
 	}
-	for _, k := range []string{"pass", "redirect", "fib_redirect", "arp_reply", "drop_spoof_src", "drop_spoof_mac", "drop_malformed", "drop_no_endpoint"} {
+	for _, k := range []string{"pass", "redirect", "fib_redirect", "arp_reply", "drop_spoof_src", "drop_spoof_mac", "drop_malformed", "drop_no_endpoint",
+		"drop_policy_ingress", "drop_policy_egress"} {
 		require.Contains(t, rc.Reasons, k)
 	}
+	// NetworkPolicy's denials are drops, each in the direction the
+	// program saw the packet.
+	rc = reasonCounters(map[maps.CniPktReason]counters.ByDir{
+		maps.CniPktReasonREASON_DROP_POLICY_INGRESS: {counters.Egress: {Packets: 2, Bytes: 120}},
+		maps.CniPktReasonREASON_DROP_POLICY_EGRESS:  {counters.Ingress: {Packets: 1, Bytes: 60}},
+	})
+	require.Equal(t, CounterValue{3, 180}, rc.Dropped)
+	require.Equal(t, CounterValue{2, 120}, rc.Directions["egress"]["drop_policy_ingress"])
+	require.Equal(t, CounterValue{1, 60}, rc.Directions["ingress"]["drop_policy_egress"])
+	require.Equal(t, "drop: denied by ingress policy", counters.ReasonNames[maps.CniPktReasonREASON_DROP_POLICY_INGRESS])
+	require.Equal(t, "drop: denied by egress policy", counters.ReasonNames[maps.CniPktReasonREASON_DROP_POLICY_EGRESS])
 }
