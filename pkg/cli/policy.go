@@ -39,8 +39,9 @@ older one is decided again); DROPS the packets denied in that direction
 For an enforced direction, one row per peer prefix: PORTS the peers may
 use ("tcp/80, udp/53-55", "all ports" for every protocol and port, "none"
 for an except carved out of a wider prefix) and POLICIES, the policies
-that allow it (at most 4 are recorded per prefix; "+N more" says how many
-others do too). A peer matches its longest prefix only.
+that allow it (4 are recorded per prefix: "+N more" says how many others
+do too when the agent counted them, "+maybe more" that all 4 slots are
+used). A peer matches its longest prefix only.
 
 JSON: {"node": {"lookups", "endpoints", "isolated": {"any", "ingress", "egress"},
 "namespaces": [{"namespace", "ingress", "egress"}]}, "endpoints":
@@ -48,7 +49,7 @@ JSON: {"node": {"lookups", "endpoints", "isolated": {"any", "ingress", "egress"}
 K8S_POD_*), "hostVeth", "hostIfindex", "ips", "ingress" and "egress":
 {"state" (open|closed|enforced), "generation", "drops", "rules":
 [{"peer", "allPorts", "ports": [{"protocol", "first", "last"}],
-"policies", "morePolicies"}]}}]}. "rules" lists what the maps hold
+"policies", "morePolicies", "maybeMore"}]}}]}. "rules" lists what the maps hold
 whatever the state (only an enforced direction uses them).`,
 		Flags: func(fs *flag.FlagSet) func(*Context) error {
 			var o policyOpts
@@ -102,9 +103,12 @@ type PolicyRule struct {
 	AllPorts bool         `json:"allPorts"` // every protocol and port, ICMP too
 	Ports    []PolicyPort `json:"ports"`
 	// Policies are the recorded policies that allow it (namespace/name),
-	// MorePolicies how many others do too.
+	// MorePolicies how many others do too, when the agent counted them;
+	// MaybeMore: every slot is used (4), and the agent did not count the
+	// others, if any.
 	Policies     []string `json:"policies"`
 	MorePolicies int      `json:"morePolicies"`
+	MaybeMore    bool     `json:"maybeMore"`
 }
 
 // PolicyRules is one direction of an endpoint with its rules.
@@ -268,6 +272,7 @@ func (v *policyView) rulesOf(ifindex uint32, d policy.Direction) []PolicyRule {
 			r.Policies = append(r.Policies, v.policyName(id))
 		}
 		r.MorePolicies = max(n-len(e.Rule.Sources), 0)
+		r.MaybeMore = n == len(e.Rule.Sources)
 		out = append(out, r)
 	}
 	return out
@@ -467,8 +472,11 @@ func (r *PolicyRule) ports() string {
 // policies is how the table shows why a rule allows it.
 func (r *PolicyRule) policies() string {
 	s := strings.Join(r.Policies, ", ")
-	if r.MorePolicies > 0 {
+	switch {
+	case r.MorePolicies > 0:
 		s += fmt.Sprintf(" +%d more", r.MorePolicies)
+	case r.MaybeMore:
+		s += " +maybe more"
 	}
 	return orDash(s)
 }

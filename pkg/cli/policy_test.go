@@ -85,13 +85,15 @@ func newPolicyNode(t *testing.T) *policyNode {
 		copy(r.Sources[:], ids)
 		r.N_sources = uint8(n)
 	}
-	var fromRange, fromPod, except, v6, dns policy.Rule
+	var fromRange, fromPod, except, v6, dns, full policy.Rule
 	ports(&fromRange, maps.CniPolicyPort{Proto: unix.IPPROTO_TCP, First: 80, Last: 80})
 	sources(&fromRange, 1, allowWeb)
 	ports(&fromPod, maps.CniPolicyPort{Proto: unix.IPPROTO_TCP, First: 80, Last: 80}, maps.CniPolicyPort{Proto: unix.IPPROTO_UDP, First: 53, Last: 55})
 	sources(&fromPod, 2, allowWeb, allowDNS)
 	v6.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS)
 	sources(&v6, 6, allowWeb, allowDNS, 0xdead, allowWeb)
+	full.Flags = v6.Flags
+	sources(&full, 4, allowWeb, allowDNS, allowWeb, allowDNS)
 	ports(&dns, maps.CniPolicyPort{Proto: unix.IPPROTO_UDP, First: 53, Last: 53}, maps.CniPolicyPort{Proto: unix.IPPROTO_SCTP, First: 9, Last: 9})
 	sources(&dns, 1, allowDNS)
 	require.NoError(t, pm.PutRules(ifWeb, policy.Ingress, []policy.Entry{
@@ -99,6 +101,7 @@ func newPolicyNode(t *testing.T) *policyNode {
 		{Prefix: netip.MustParsePrefix("10.244.2.0/24"), Rule: except},
 		{Prefix: netip.MustParsePrefix("10.244.1.8/32"), Rule: fromPod},
 		{Prefix: netip.MustParsePrefix("10.244.0.0/16"), Rule: fromRange},
+		{Prefix: netip.MustParsePrefix("fd00:10:244:2::9/128"), Rule: full},
 	}))
 	require.NoError(t, pm.PutRules(ifWeb, policy.Egress, []policy.Entry{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Rule: dns}}))
 	require.NoError(t, pm.SetEndpoint(ifWeb, policy.EndpointState{Ingress: uint8(policy.StateEnforce), Egress: uint8(policy.StateEnforce),
@@ -147,6 +150,7 @@ func TestPolicyCommand(t *testing.T) {
 		`^ +10\.244\.1\.8/32 +tcp/80, udp/53-55 +shop/allow-web, shop/allow-dns$`,
 		`^ +10\.244\.2\.0/24 +none +-$`,
 		`^ +fd00:10:244::/48 +all ports +shop/allow-web, shop/allow-dns, policy 0xdead, shop/allow-web \+2 more$`,
+		`^ +fd00:10:244:2::9/128 +all ports +shop/allow-web, shop/allow-dns, shop/allow-web, shop/allow-dns \+maybe more$`,
 		`^ +egress +enforced +1 +0 +0\.0\.0\.0/0 +udp/53, sctp/9 +shop/allow-dns$`,
 		`^- +\(ifindex 1048585\) +- +ingress +closed +- +0 +none +- +\(waiting`,
 		`^ +egress +open +- +0 +all peers`,
@@ -175,11 +179,14 @@ func TestPolicyCommand(t *testing.T) {
 	require.Equal(t, PolicyRule{Peer: "10.244.2.0/24", Ports: []PolicyPort{}, Policies: []string{}}, web.Ingress.Rules[2])
 	require.True(t, web.Ingress.Rules[3].AllPorts)
 	require.Equal(t, 2, web.Ingress.Rules[3].MorePolicies)
+	require.False(t, web.Ingress.Rules[3].MaybeMore)
+	require.True(t, web.Ingress.Rules[4].MaybeMore)
+	require.Zero(t, web.Ingress.Rules[4].MorePolicies)
 	require.Equal(t, PolicyDirection{State: "closed", Drops: 1500}, got.Endpoints[0].Egress.PolicyDirection)
 	require.Equal(t, []PolicyRule{}, got.Endpoints[0].Egress.Rules)
 	// Field names scripts rely on.
 	require.Regexp(t, regexp.MustCompile(`"rules": \[\s+\{\s+"peer": "0\.0\.0\.0/0",\s+"allPorts": false,\s+"ports": \[\s+\{\s+"protocol": "udp",\s+"first": 53,\s+"last": 53`), out)
-	for _, k := range []string{`"lookups"`, `"isolated"`, `"any"`, `"namespaces"`, `"hostVeth"`, `"hostIfindex"`, `"ips"`, `"state"`, `"generation"`, `"drops"`, `"policies"`, `"morePolicies"`} {
+	for _, k := range []string{`"lookups"`, `"isolated"`, `"any"`, `"namespaces"`, `"hostVeth"`, `"hostIfindex"`, `"ips"`, `"state"`, `"generation"`, `"drops"`, `"policies"`, `"morePolicies"`, `"maybeMore"`} {
 		require.Contains(t, out, k)
 	}
 }
