@@ -67,13 +67,11 @@ func (o policyOpts) wants(e *PolicyEndpoint) bool {
 	if o.veth != "" && e.HostVeth != o.veth {
 		return false
 	}
-	if o.pod == "" {
-		return true
+	pod := ""
+	if e.Pod != nil {
+		pod = e.Pod.Namespace + "/" + e.Pod.Name
 	}
-	if e.Pod != nil && e.Pod.Namespace+"/"+e.Pod.Name == o.pod {
-		return true
-	}
-	return e.ContainerID != "" && (e.ContainerID+"/"+e.IfName == o.pod || view.Name(e.ContainerID, e.IfName) == o.pod)
+	return podIs(o.pod, pod, e.ContainerID, e.IfName)
 }
 
 // PolicyDirection is the state of one direction of an endpoint (the
