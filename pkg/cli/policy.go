@@ -41,7 +41,8 @@ use ("tcp/80, udp/53-55", "all ports" for every protocol and port, "none"
 for an except carved out of a wider prefix) and POLICIES, the policies
 that allow it (4 are recorded per prefix: "+N more" says how many others
 do too when the agent counted them, "+maybe more" that all 4 slots are
-used). A peer matches its longest prefix only.
+used). A peer matches its longest prefix only. --pod or --veth that
+matches no endpoint of the node is an error.
 
 JSON: {"node": {"lookups", "endpoints", "isolated": {"any", "ingress", "egress"},
 "namespaces": [{"namespace", "ingress", "egress"}]}, "endpoints":
@@ -366,14 +367,14 @@ func runPolicy(ctx *Context, o policyOpts) error {
 	if err != nil {
 		return err
 	}
+	if len(out.Endpoints) == 0 && (o.pod != "" || o.veth != "") {
+		return errors.New("no endpoint on this node matches --pod or --veth (see ebpf-cni endpoints)")
+	}
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, out)
 	}
 	fmt.Fprintln(ctx.Stdout, out.Node.line())
 	if len(out.Endpoints) == 0 {
-		if o.pod != "" || o.veth != "" {
-			return errors.New("no endpoint on this node matches --pod or --veth (see ebpf-cni endpoints)")
-		}
 		fmt.Fprintln(ctx.Stdout, "no endpoints on this node")
 		return nil
 	}
@@ -381,7 +382,7 @@ func runPolicy(ctx *Context, o policyOpts) error {
 	t := &view.Table{Header: []string{"POD", "HOST VETH", "IPS", "DIRECTION", "STATE", "GEN", "DROPS", "PEER", "PORTS", "POLICIES"},
 		Right: map[int]bool{5: true, 6: true}}
 	for _, e := range out.Endpoints {
-		pod, veth, ips := orDash(""), orDash(e.HostVeth), orDash(strings.Join(e.IPs, ","))
+		pod, veth, ips := "-", orDash(e.HostVeth), orDash(strings.Join(e.IPs, ","))
 		switch {
 		case e.Pod != nil:
 			pod = e.Pod.String()

@@ -208,9 +208,12 @@ func TestPolicyFilter(t *testing.T) {
 	out, _, code := n.run("policy", "--pod", "other/app")
 	require.Equal(t, ExitOK, code)
 	require.Len(t, strings.Split(strings.TrimRight(out, "\n"), "\n"), 5, out)
-	_, errOut, code := n.run("policy", "--pod", "shop/nope")
-	require.Equal(t, ExitError, code)
-	require.Contains(t, errOut, "no endpoint on this node matches --pod or --veth")
+	for _, o := range []string{"table", "json"} {
+		out, errOut, code := n.run("policy", "--pod", "shop/nope", "-o", o)
+		require.Equal(t, ExitError, code, o)
+		require.Empty(t, out, o)
+		require.Contains(t, errOut, "no endpoint on this node matches --pod or --veth", o)
+	}
 }
 
 // TestPolicyNotPinned: a node whose policy maps are not pinned (no pod
