@@ -24,8 +24,8 @@ drop_malformed, drop_no_endpoint, drop_policy_ingress and
 drop_policy_egress for what NetworkPolicy denies), and by direction:
 egress (leaving the pod; on an uplink, leaving the node), ingress
 (arriving). A device counts what its programs did: a policy denial on the
-device whose program dropped the packet (the sender's host veth for a pod
-of this node, else the uplink or the receiver's host veth); 'ebpf-cni
+device whose program dropped the packet (the sending pod's host veth, the
+uplink, the tunnel device or the receiving pod's host veth); 'ebpf-cni
 policy' counts denials by the pod whose policy denied them. Counts are
 packets and bytes summed over CPUs. Per endpoint they come from
 device_counters (keyed by host ifindex; DEL removes an endpoint's), the
