@@ -277,7 +277,7 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 	struct policy_endpoint *ie, *re;
 	struct policy_flow_key k;
 	struct policy_flow *f;
-	int rc;
+	int rc, reply, evicted = 0;
 
 	if (!policy_any(se, de))
 		return 0;
@@ -286,13 +286,27 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 
 	policy_flow_key_of(&k, p, 0);
 	f = bpf_map_lookup_elem(&policy_flows, &k);
+	reply = f ? f->reply : 0;
+	if (!f) {
+		/* The LRU may have evicted this direction's entry alone: the
+		 * other direction's tells which way the flow was opened. */
+		policy_flow_key_of(&k, p, 1);
+		f = bpf_map_lookup_elem(&policy_flows, &k);
+		if (f) {
+			reply = !f->reply;
+			evicted = 1;
+		}
+	}
 	if (f) {
 		/* The flow's opener and peer, as this hook sees them. */
-		ie = f->reply ? de : se;
-		re = f->reply ? se : de;
-		if ((ie ? ie->egress_gen : 0) == f->egress_gen && (re ? re->ingress_gen : 0) == f->ingress_gen)
+		ie = reply ? de : se;
+		re = reply ? se : de;
+		if ((ie ? ie->egress_gen : 0) == f->egress_gen && (re ? re->ingress_gen : 0) == f->ingress_gen) {
+			if (evicted)
+				policy_remember(p, reply, reply ? dst_if : src_if, reply ? src_if : dst_if, ie, re);
 			return 0;
-		if (f->reply) {
+		}
+		if (reply) {
 			/* The rules changed: decide the flow again as it was
 			 * opened, the other way. */
 			rc = policy_decide(p, de, dst_if, se, src_if, p->daddr, p->saddr, p->sport,

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "35a46823ee6a"
+const objectsDigest = "9e405c75bd93"
