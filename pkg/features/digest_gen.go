@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "d37879755666"
+const objectsDigest = "a8ed6424d905"
