@@ -11,9 +11,11 @@
  * A flow is decided on its first packet, in each direction by the hook
  * that knows its final addresses (after kube-proxy's translation):
  *  - egress of a pod: from_container for a destination that is a pod of
- *    this node, in the cluster's pod ranges, or the node itself; to_netdev,
- *    to_tunnel or to_container for what the node's stack forwards (a
- *    Service's backend, the world);
+ *    this node or in the cluster's pod ranges; to_netdev, to_tunnel or
+ *    to_container for what the node's stack forwards (a Service's backend,
+ *    the world). What the stack delivers to the node itself is not
+ *    subject to policy: traffic between a pod and its node is always
+ *    allowed (the API's rule);
  *  - ingress of a pod: every redirect into it from outside (lib/deliver.h)
  *    and from another pod (from_container), and to_container for what the
  *    stack delivers. The node's own traffic to its pods (kubelet's probes,
