@@ -305,13 +305,15 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 		}
 	} else if (flags & POLICY_CT_REPLY) {
 		/* A reply the stack translated back (a Service's): its tuple
-		 * is not the one the flow was decided with. */
+		 * is not the one the flow was decided with. Reversed, it is
+		 * the tuple of the flow's opening packet as conntrack stored
+		 * it (before translation). */
 		struct bpf_sock_tuple t;
 
 		if (flow_tracked(p->proto)) {
-			int ct = flow_ct(skb, p, &t);
+			int ct = flow_ct_dir(skb, p, &t, 1);
 
-			if (ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY))
+			if (ct != FLOW_CT_NONE && !(ct & FLOW_CT_REPLY))
 				return 0;
 		}
 	}

@@ -144,9 +144,12 @@ func testPolicyServices(t *testing.T, overlay bool) {
 	require.NoError(t, pm1.SetEndpoint(ib1, policy.EndpointState{}))
 	require.NoError(t, pm2.SetEndpoint(ib2, policy.EndpointState{}))
 
-	// a may reach b1 only: through the ClusterIP, b2 never answers.
+	// a may reach b1 only, and nothing may reach a: through the
+	// ClusterIP, b2 never answers, b1's replies (translated back by the
+	// stack) do.
 	require.NoError(t, pm1.PutRules(ia, policy.Egress, allowTCP(backendPort, b1)))
-	require.NoError(t, pm1.SetEndpoint(ia, policy.EndpointState{Egress: uint8(policy.StateEnforce), EgressGen: 1}))
+	require.NoError(t, pm1.SetEndpoint(ia, policy.EndpointState{Egress: uint8(policy.StateEnforce), EgressGen: 1,
+		Ingress: uint8(policy.StateEnforce), IngressGen: 1}))
 	before := n1.counters()
 	for _, fam := range []int{4, 6} {
 		web := hp(pick(fam, webIP4, webIP6), servicePort)
