@@ -41,9 +41,16 @@ func TestAgentDown(t *testing.T) {
 	}
 	// x/a admits x/b only, whatever the agent does for x/d.
 	closed := []pair{{d, cl.pod("x/a"), key{TCP, 80, 4}}, {d, cl.pod("x/a"), key{TCP, 80, 6}}}
-	for _, p := range append(opening, closed...) {
-		if r := probe(p.from, p.to, p.k, retryTimeout); r.ok {
-			t.Errorf("agent stopped: %s %s -> %s reached: the new pod of a namespace with policies must start closed both ways", p.k, p.from, p.to)
+	// probeAll runs the probes of pairs at once.
+	probeAll := func(pairs []pair, timeout time.Duration) []result {
+		out := make([]result, len(pairs))
+		parallel(len(pairs), func(i int) { out[i] = probe(pairs[i].from, pairs[i].to, pairs[i].k, timeout) })
+		return out
+	}
+	all := append(opening[:len(opening):len(opening)], closed...)
+	for i, r := range probeAll(all, retryTimeout) {
+		if r.ok {
+			t.Errorf("agent stopped: %s %s -> %s reached: the new pod of a namespace with policies must start closed both ways", all[i].k, all[i].from, all[i].to)
 		}
 	}
 	cl.expect(t, checks, 0)
@@ -55,9 +62,9 @@ func TestAgentDown(t *testing.T) {
 	left := opening
 	for len(left) > 0 && time.Since(start) < settle {
 		var still []pair
-		for _, p := range left {
-			if r := probe(p.from, p.to, p.k, probeTimeout/2); !r.ok {
-				still = append(still, p)
+		for i, r := range probeAll(left, probeTimeout/2) {
+			if !r.ok {
+				still = append(still, left[i])
 			}
 		}
 		left = still
@@ -74,9 +81,9 @@ func TestAgentDown(t *testing.T) {
 	if took > changeBound {
 		t.Errorf("the new pod opened %v after the controller started, over %v", took.Round(time.Millisecond), changeBound)
 	}
-	for _, p := range closed {
-		if r := probe(p.from, p.to, p.k, retryTimeout); r.ok {
-			t.Errorf("%s %s -> %s reached: x/a admits x/b only", p.k, p.from, p.to)
+	for i, r := range probeAll(closed, retryTimeout) {
+		if r.ok {
+			t.Errorf("%s %s -> %s reached: x/a admits x/b only", closed[i].k, closed[i].from, closed[i].to)
 		}
 	}
 	cl.expect(t, checks, 0)

@@ -244,7 +244,13 @@ var cases = []tcase{
 		udp(53, allowAll()),
 		tcp(53, allowAll()),
 	}},
-	{"egress on a named port of the peers, and DNS", func(*cluster) []*pol {
+	{"egress on a named port of the pods of every namespace", func(*cluster) []*pol {
+		return []*pol{policyOf("x", "x-a-to-pods-serve-80-tcp", labels("pod", "a")).egress(toOn(ports(namedPort("serve-80-tcp")), nsPeer(labels())))}
+	}, []check{
+		tcp(80, allowAll()),
+		tcp(81, allowAll().deny("x/a", "*")),
+	}},
+	{"egress on a named port to every destination, and DNS", func(*cluster) []*pol {
 		return []*pol{policyOf("x", "x-a-to-serve-80-tcp", labels("pod", "a")).egress(toOn(ports(namedPort("serve-80-tcp"))), dns())}
 	}, []check{
 		tcp(80, allowAll()),

@@ -162,18 +162,26 @@ type cell struct {
 // gives each its own.
 func (cl *cluster) probeCells(cells []cell, timeout func(cell) time.Duration) []result {
 	out := make([]result, len(cells))
+	parallel(len(cells), func(i int) {
+		c := cells[i]
+		out[i] = probe(cl.pods[c.from], cl.pods[c.to], c.k, timeout(c))
+	})
+	return out
+}
+
+// parallel runs f(0)...f(n-1), concurrency at a time, and waits for them.
+func parallel(n int, f func(i int)) {
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
-	for i, c := range cells {
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i] = probe(cl.pods[c.from], cl.pods[c.to], c.k, timeout(c))
+			f(i)
 		}()
 	}
 	wg.Wait()
-	return out
 }
 
 // npods is the size of the model: 3 namespaces of 3 pods.
