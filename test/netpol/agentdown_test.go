@@ -12,7 +12,8 @@ import (
 // policies has both directions closed (no policy selects it: it is
 // closed because its namespace has policies, until the agent has looked);
 // once the controller runs again, it opens within changeBound of the
-// start.
+// start. A pod started meanwhile in a namespace without policies is open
+// at once.
 func TestAgentDown(t *testing.T) {
 	cl := newCluster(t)
 	ctl := cl.startController(t)
@@ -51,6 +52,17 @@ func TestAgentDown(t *testing.T) {
 	for i, r := range probeAll(all, retryTimeout) {
 		if r.ok {
 			t.Errorf("agent stopped: %s %s -> %s reached: the new pod of a namespace with policies must start closed both ways", all[i].k, all[i].from, all[i].to)
+		}
+	}
+	// A pod of a namespace without policies starts open, agent or not.
+	zd := cl.addPod("z", "d")
+	var open []pair
+	for _, fam := range families {
+		open = append(open, pair{ya, zd, key{TCP, 80, fam}}, pair{zd, ya, key{UDP, 81, fam}})
+	}
+	for i, r := range probeAll(open, retryTimeout) {
+		if !r.ok {
+			t.Errorf("agent stopped: %s %s -> %s: %s: a new pod of a namespace without policies must start open", open[i].k, open[i].from, open[i].to, r.why)
 		}
 	}
 	cl.expect(t, checks, 0)
