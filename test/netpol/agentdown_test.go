@@ -17,10 +17,12 @@ import (
 func TestAgentDown(t *testing.T) {
 	cl := newCluster(t)
 	ctl := cl.startController(t)
-	cl.create(
-		policyOf("x", "x-a-from-x-b", labels("pod", "a")).ingress(from(podPeer(labels("pod", "b")))).obj(),
-		policyOf("x", "x-b-to-y-and-x-a", labels("pod", "b")).egress(to(nsPeer(nsName("y")), podPeer(labels("pod", "a")))).obj(),
-	)
+	cl.change(func() {
+		cl.create(
+			policyOf("x", "x-a-from-x-b", labels("pod", "a")).ingress(from(podPeer(labels("pod", "b")))).obj(),
+			policyOf("x", "x-b-to-y-and-x-a", labels("pod", "b")).egress(to(nsPeer(nsName("y")), podPeer(labels("pod", "a")))).obj(),
+		)
+	})
 	want := allowAll().deny("*", "x/a").deny("x/b", "*").allow("x/b", "y/*").allow("x/b", "x/a")
 	checks := []check{tcp(80, want), udp(81, want), sctp(80, want)}
 	cl.expect(t, checks, settle)

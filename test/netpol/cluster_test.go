@@ -46,6 +46,7 @@ type cluster struct {
 	client *fake.Clientset
 	pods   []*pod // the model's 9, in matrix order
 	maps   *policy.Maps
+	ctl    *controller // the policy controller last started
 }
 
 // pod is a pod of the model: its netns, addresses and servers.

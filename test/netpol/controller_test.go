@@ -35,6 +35,7 @@ func (cl *cluster) startController(t testing.TB) *controller {
 	ctl := &controller{c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { ctl.done <- c.Run(ctx) }()
 	t.Cleanup(func() { ctl.stop(t) })
+	cl.ctl = ctl
 	deadline := time.Now().Add(5 * time.Second)
 	for !c.Synced() {
 		select {
@@ -64,6 +65,27 @@ func (ctl *controller) stop(t testing.TB) {
 			t.Error("the policy controller's Run has not returned 10 s after its context ended")
 		}
 	})
+}
+
+// writes counts the controller's writes of the maps so far.
+func (ctl *controller) writes() int { return len(ctl.c.Latencies()) }
+
+// change makes an API change and waits until the controller has written
+// the maps since, so that no probe runs before the agent acted on it (a
+// case whose matrix is the same as without policies would pass anyway).
+// The agent may see a burst of changes in more than one write: the
+// matrix's own retries cover the rest.
+func (cl *cluster) change(f func()) {
+	cl.t.Helper()
+	before := cl.ctl.writes()
+	f()
+	deadline := time.Now().Add(settle)
+	for cl.ctl.writes() == before {
+		if time.Now().After(deadline) {
+			cl.t.Fatalf("the policy controller has not written the maps in %v after the change", settle)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // logWriter hands the controller's warnings to the test's log.

@@ -13,8 +13,9 @@ import (
 // measured time logged.
 const changeBound = time.Second
 
-// step is one change of an update case: what it does to the API, and the
-// matrices that hold after it. The first check is the one timed: its
+// step is one change of an update case: what it does to the API (the
+// first step's may be nil: the matrix as it is), and the matrices that hold
+// after it. The first check is the one timed: its
 // cells that differ from the previous step's must all show the new
 // expectation within changeBound, while the others never show anything
 // else.
@@ -33,7 +34,7 @@ type updateCase struct {
 
 var updateCases = []updateCase{
 	{"default deny ingress added, then removed", []step{
-		{"no policy", func(*cluster) {}, []check{tcp(80, allowAll())}},
+		{"no policy", nil, []check{tcp(80, allowAll())}},
 		{"deny ingress in x", func(cl *cluster) { cl.create(policyOf("x", "deny-ingress", labels()).ingress().obj()) },
 			[]check{tcp(80, allowAll().deny("*", "x/*"))}},
 		{"deleted", func(cl *cluster) { cl.remove(policyOf("x", "deny-ingress", labels()).obj()) },
@@ -108,7 +109,9 @@ func TestPolicyUpdates(t *testing.T) {
 			var prev []check
 			for i, s := range uc.steps {
 				if i == 0 {
-					s.change(cl)
+					if s.change != nil {
+						cl.change(func() { s.change(cl) })
+					}
 					cl.expect(t, s.checks, settle)
 				} else {
 					cl.expectChange(t, s, prev[0])
@@ -187,6 +190,7 @@ func (cl *cluster) expectChange(t *testing.T, s step, before check) {
 		}
 	}()
 
+	writes := cl.ctl.writes()
 	s.change(cl)
 	changed := time.Now()
 	pending := flips
@@ -213,7 +217,8 @@ func (cl *cluster) expectChange(t *testing.T, s step, before check) {
 		t.Errorf("step %q: %v after the change, %d of %d changed cells still show the old matrix:\n  %s",
 			s.name, settle, len(pending), len(flips), strings.Join(l, "\n  "))
 	} else {
-		t.Logf("step %q: the %d changed cells held %v after the change", s.name, len(flips), took.Round(time.Millisecond))
+		t.Logf("step %q: the %d changed cells held %v after the change (the agent's writes since, from the change seen to the maps written: %v)",
+			s.name, len(flips), took.Round(time.Millisecond), cl.ctl.c.Latencies()[writes:])
 		if took > changeBound {
 			t.Errorf("step %q: the new matrix held %v after the change, over %v", s.name, took.Round(time.Millisecond), changeBound)
 		}
