@@ -383,9 +383,14 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 static __always_inline int policy_from_pod(struct __sk_buff *skb, const struct endpoint_info *dst)
 {
 	__u32 src_if = skb->ifindex, dst_if = dst ? dst->ifindex : 0;
+	struct policy_endpoint *se, *de;
 	struct nat_scratch *s;
 
-	if (!policy_on() || !policy_any(policy_ep(src_if), policy_ep(dst_if)))
+	if (!policy_on())
+		return 0;
+	se = policy_ep(src_if);
+	de = policy_ep(dst_if);
+	if (!policy_any(se, de))
 		return 0;
 	s = scratch_get();
 	if (!s)
@@ -395,7 +400,7 @@ static __always_inline int policy_from_pod(struct __sk_buff *skb, const struct e
 		return 0; /* not IP: the link's own */
 	if (!dst && !cluster_lookup(s->p.family, s->p.daddr))
 		return 0;
-	return policy_check(skb, &s->p, src_if, dst_if, 0);
+	return policy_check_eps(skb, &s->p, src_if, se, dst_if, de, 0);
 }
 
 /* translate_and_route: hostPort translation, then the path (the stack when

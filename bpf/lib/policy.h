@@ -267,19 +267,18 @@ static __always_inline void policy_remember(const struct nat_pkt *p, int reverse
 	bpf_map_update_elem(&policy_flows, &k, &f, BPF_ANY);
 }
 
-/* policy_check decides packet p, which comes from the endpoint src_if (0:
- * not a pod of this node) and goes to dst_if (0: not a pod of this node).
+/* policy_check_eps decides packet p, which comes from the endpoint src_if
+ * (0: not a pod of this node; se its state) and goes to dst_if (de).
  * 0: it passes; else the drop reason (negative). */
-static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if, __u32 dst_if,
-					int flags)
+static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if,
+					    struct policy_endpoint *se, __u32 dst_if, struct policy_endpoint *de,
+					    int flags)
 {
-	struct policy_endpoint *se, *de, *ie, *re;
+	struct policy_endpoint *ie, *re;
 	struct policy_flow_key k;
 	struct policy_flow *f;
 	int rc;
 
-	se = policy_ep(src_if);
-	de = policy_ep(dst_if);
 	if (!policy_any(se, de))
 		return 0;
 	if (policy_icmp_error(p))
@@ -322,6 +321,13 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 		return rc;
 	policy_remember(p, 0, src_if, dst_if, se, de);
 	return 0;
+}
+
+/* policy_check is policy_check_eps with the endpoints' states looked up. */
+static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if, __u32 dst_if,
+					int flags)
+{
+	return policy_check_eps(skb, p, src_if, policy_ep(src_if), dst_if, policy_ep(dst_if), flags);
 }
 
 #endif /* EBPF_CNI_MAPS_ONLY */
