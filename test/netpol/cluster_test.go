@@ -192,7 +192,8 @@ func (cl *cluster) removeAll() {
 	}
 }
 
-// setLabels replaces the labels of a namespace or a pod in the API.
+// setNamespaceLabels and setPodLabels replace the labels of a namespace or a
+// pod in the API.
 func (cl *cluster) setNamespaceLabels(ns string, labels map[string]string) {
 	cl.t.Helper()
 	c := cl.client.CoreV1().Namespaces()
