@@ -358,11 +358,25 @@ func (c *PolicyController) endpoints() ([]policy.LocalEndpoint, error) {
 
 // sync compiles and writes what changed: namespace facts first (ADD reads
 // them), policy names, then each endpoint's rules and state.
-func (c *PolicyController) sync(l policyListers) error {
+func (c *PolicyController) sync(l policyListers) (err error) {
 	c.mu.Lock()
 	since := c.pending
 	c.pending = time.Time{}
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			if !since.IsZero() {
+				c.record(time.Since(since))
+			}
+			return
+		}
+		// Not written: the change is still pending, since when it was seen.
+		if !since.IsZero() && (c.pending.IsZero() || since.Before(c.pending)) {
+			c.pending = since
+		}
+	}()
 
 	eps, err := c.endpoints()
 	if err != nil {
@@ -461,12 +475,10 @@ func (c *PolicyController) sync(l policyListers) error {
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.enforced = enforced
+	// Every endpoint's state was written, closed where writing failed.
 	c.synced = true
-	if !since.IsZero() {
-		c.record(time.Since(since))
-	}
+	c.mu.Unlock()
 	return errors.Join(errs...)
 }
 
