@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -393,8 +394,53 @@ func TestPolicyControllerMapFull(t *testing.T) {
 	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
 	pc, _ := n.run()
 	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateClosed), IngressGen: 1}}, n.states())
-	require.Positive(t, pc.stats().errors)
-	require.Zero(t, pc.stats().enforced, "compiled as enforced but written closed")
+	mt := NewMetrics(bpfRoot, t.TempDir(), nil, nil)
+	mt.AddPolicy(pc)
+	reg := mt.Registry()
+	errs, _ := gauge(t, reg, "ebpf_cni_policy_errors_total")
+	require.Positive(t, errs)
+	enforced, ok := gauge(t, reg, "ebpf_cni_policy_endpoints_enforced")
+	require.True(t, ok)
+	require.Zero(t, enforced, "compiled as enforced but written closed")
+	synced, _ := gauge(t, reg, "ebpf_cni_policy_synced")
+	require.Equal(t, 1.0, synced)
+
+	// The rules fit again (a peer is gone): written and enforced (the
+	// retry, or the pod's deletion).
+	require.NoError(t, n.client.CoreV1().Pods("a").Delete(context.Background(), "c2", metav1.DeleteOptions{}))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 2}}, n.states())
+	})
+	require.Equal(t, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.1.2/32", withSources(tcp(80), policy.ID("a", "web")))}}}, n.rules())
+}
+
+// TestPolicyMetrics: the latency histogram counts every write since a
+// change, the enforced endpoints their states.
+func TestPolicyMetrics(t *testing.T) {
+	n := serverClient(t)
+	pc, _ := n.run()
+	mt := NewMetrics(n.bpfRoot, t.TempDir(), nil, nil)
+	mt.AddPolicy(pc)
+	reg := mt.Registry()
+	enforced, _ := gauge(t, reg, "ebpf_cni_policy_endpoints_enforced")
+	require.Equal(t, 1.0, enforced)
+	n.apply(denyEgress("a", "out", "client", "server", 80))
+	n.eventually(func(c *assert.CollectT) {
+		enforced, _ := gauge(c, reg, "ebpf_cni_policy_endpoints_enforced")
+		assert.Equal(c, 2.0, enforced)
+	})
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	var h *dto.Histogram
+	for _, f := range fams {
+		if f.GetName() == "ebpf_cni_policy_sync_duration_seconds" {
+			h = f.Metric[0].Histogram
+		}
+	}
+	require.NotNil(t, h)
+	require.Equal(t, uint64(len(pc.Latencies())), h.GetSampleCount())
+	require.GreaterOrEqual(t, h.GetSampleCount(), uint64(2))
+	require.Equal(t, h.GetSampleCount(), h.Bucket[len(h.Bucket)-1].GetCumulativeCount(), "every write under 10 s")
 }
 
 // BenchmarkPolicyChange: from a policy's update to the maps written, with
