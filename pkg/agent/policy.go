@@ -119,7 +119,7 @@ const policyKey = "policies"
 // written).
 func (c *PolicyController) Run(ctx context.Context) error {
 	defer c.close()
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(dropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slim))
 	pols := factory.Networking().V1().NetworkPolicies()
 	pods := factory.Core().V1().Pods()
 	nss := factory.Core().V1().Namespaces()
@@ -227,9 +227,28 @@ type policyListers struct {
 	nss  listerscorev1.NamespaceLister
 }
 
-// dropManagedFields keeps the informers' caches small: the agent caches
-// every pod of the cluster.
-func dropManagedFields(obj any) (any, error) {
+// slim keeps the informers' caches small (the agent caches every pod of
+// the cluster): of a pod, what the compiler reads (podFacts); of anything,
+// no managedFields.
+func slim(obj any) (any, error) {
+	if o, ok := obj.(*corev1.Pod); ok {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
+			ResourceVersion: o.ResourceVersion, Labels: o.Labels, DeletionTimestamp: o.DeletionTimestamp}}
+		p.Spec.HostNetwork = o.Spec.HostNetwork
+		p.Spec.NodeName = o.Spec.NodeName
+		for _, c := range o.Spec.Containers {
+			if len(c.Ports) > 0 {
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		for _, c := range o.Spec.InitContainers {
+			if len(c.Ports) > 0 {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = o.Status.Phase, o.Status.PodIP, o.Status.PodIPs
+		return p, nil
+	}
 	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		m.GetObjectMeta().SetManagedFields(nil)
 	}
@@ -262,7 +281,9 @@ func podFacts(obj any) any {
 	f := facts{UID: string(p.UID), Labels: p.Labels, IPs: p.Status.PodIPs, IP: p.Status.PodIP, Phase: p.Status.Phase, Host: p.Spec.HostNetwork}
 	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for _, ct := range cs {
-			f.Containers = append(f.Containers, ct.Ports)
+			if len(ct.Ports) > 0 {
+				f.Containers = append(f.Containers, ct.Ports)
+			}
 		}
 	}
 	return f

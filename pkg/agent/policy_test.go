@@ -511,3 +511,33 @@ func BenchmarkPolicyChange(b *testing.B) {
 		b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds())/1000, "p99-ms")
 	}
 }
+
+// TestSlimPod: the informer's copy of a pod keeps what the compiler reads
+// and nothing else.
+func TestSlimPod(t *testing.T) {
+	p := testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"})
+	p.Annotations = map[string]string{"big": "value"}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	p.Spec.HostNetwork = true
+	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "x", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}, {Name: "d", Image: "y"}}
+	p.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}}}}
+	p.Spec.Volumes = []corev1.Volume{{Name: "v"}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}}
+	p.Status.PodIP = "10.0.1.1"
+	s, err := slim(p)
+	require.NoError(t, err)
+	sp := s.(*corev1.Pod)
+	require.Equal(t, podFacts(p), podFacts(sp))
+	require.Nil(t, sp.Annotations)
+	require.Nil(t, sp.ManagedFields)
+	require.Nil(t, sp.Spec.Volumes)
+	require.Nil(t, sp.Status.Conditions)
+	require.Len(t, sp.Spec.Containers, 1)
+	require.Empty(t, sp.Spec.Containers[0].Image)
+
+	ns := testNS("a")
+	ns.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
+	s, err = slim(ns)
+	require.NoError(t, err)
+	require.Nil(t, s.(*corev1.Namespace).ManagedFields)
+}
