@@ -175,12 +175,15 @@ var (
 	}
 )
 
+// nothing is the selector of a selector that cannot be read.
+var nothing = labels.Nothing()
+
 func selector(ls *metav1.LabelSelector) labels.Selector {
 	s, err := metav1.LabelSelectorAsSelector(ls)
 	if err != nil {
 		// The API server validates selectors; one it let through that we
 		// cannot read selects nothing (fails closed).
-		return labels.Nothing()
+		return nothing
 	}
 	return s
 }
@@ -271,6 +274,9 @@ func compilePeers(ns string, ps []networkingv1.NetworkPolicyPeer) []compiledPeer
 			} else {
 				c.ns = ns
 				c.key = "pods:" + c.podSel.String() + "|in:" + ns
+			}
+			if c.podSel == nothing || c.nsSel == nothing {
+				c.key = "nothing" // its String() is Everything()'s, ""
 			}
 			out = append(out, c)
 		}

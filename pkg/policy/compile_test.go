@@ -192,6 +192,11 @@ func TestCompile(t *testing.T) {
 		{name: "empty namespace selector: every namespace",
 			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(cli, all)))}, nil)},
 			ingress:  []string{"enforced", "10.0.1.2/32 all [p]", "10.0.2.2/32 all [p]", "10.0.3.2/32 all [p]", "fd00::3:2/128 all [p]"}, egress: []string{"open"}},
+		{name: "a selector that cannot be read selects nothing (not everything)",
+			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{
+				in(peers(podPeer(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}, nil)), port("", 1)),
+				in(peers(podPeer(all, nil)), port("", 2))}, nil)},
+			ingress: []string{"enforced", "10.0.1.1/32 tcp:2 [p]", "10.0.1.2/32 tcp:2 [p]", "fd00::1:1/128 tcp:2 [p]"}, egress: []string{"open"}},
 		{name: "ipBlock with except; a pod inside the except gets only its own rights, one outside the union",
 			policies: []*networkingv1.NetworkPolicy{
 				np("a", "block", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(blockPeer("10.0.0.0/16", "10.0.2.0/24", "10.1.0.0/24")), port("", 443))}, nil),
