@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -663,4 +665,30 @@ func (c *PolicyController) stats() policyStats {
 	h := c.hist
 	h.counts = slices.Clone(h.counts)
 	return policyStats{synced: c.synced, enforced: c.enforced, errors: c.errors, hist: h}
+}
+
+// ClearPolicies removes what an earlier agent wrote for network policies:
+// the namespace facts first (ADD then starts every pod open), the endpoint
+// states, rules and names, and turns the programs' lookups off. For an
+// agent that runs without network policies (-network-policy=false): left
+// in place, the facts would keep closing new pods of those namespaces, with
+// nobody to open them. Maps not pinned: nothing to do.
+func ClearPolicies(bpfRoot string) error {
+	if _, err := os.Stat(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPolicyNamespaces)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	pm, err := policy.Open(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer pm.Close()
+	for _, m := range []struct {
+		name string
+		m    *ebpf.Map
+	}{{maps.CniMapPolicyNamespaces, pm.NamespaceMap}, {maps.CniMapPolicyEndpoints, pm.EndpointMap}, {maps.CniMapPolicyRules, pm.RuleMap}, {maps.CniMapPolicyNames, pm.NameMap}} {
+		if err := maps.Clear(m.m); err != nil {
+			return fmt.Errorf("clearing %s: %w", m.name, err)
+		}
+	}
+	return pm.SetActive(false)
 }

@@ -541,3 +541,24 @@ func TestSlimPod(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, s.(*corev1.Namespace).ManagedFields)
 }
+
+// TestClearPolicies: an agent without network policies removes what an
+// earlier one wrote: new pods start open, isolated ones are opened.
+func TestClearPolicies(t *testing.T) {
+	require.NoError(t, ClearPolicies(t.TempDir()), "no maps: nothing to do")
+	n := serverClient(t)
+	_, stop := n.run()
+	stop()
+	require.NotEmpty(t, n.states())
+	require.NotEmpty(t, n.rules())
+	require.NoError(t, ClearPolicies(n.bpfRoot))
+	require.Empty(t, n.states())
+	require.Empty(t, n.rules())
+	facts, err := n.pm.NamespaceFacts()
+	require.NoError(t, err)
+	require.Empty(t, facts)
+	require.Equal(t, fmt.Sprintf("policy %#x", policy.ID("a", "web")), n.pm.NameOf(policy.ID("a", "web")))
+	active, err := n.pm.Active()
+	require.NoError(t, err)
+	require.False(t, active)
+}
