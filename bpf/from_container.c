@@ -26,9 +26,9 @@
  *    direct routing, the world), else (local destination, fragmentation
  *    needed, no route...) handed to the stack.
  * 8. NetworkPolicy (lib/policy.h): a new flow to a destination that is
- *    final here (a pod of this node, the cluster's pod ranges, the node
- *    itself) is decided before anything else forwards it; one the stack
- *    may translate (a Service) where it leaves the stack.
+ *    final here (a pod of this node, the cluster's pod ranges) is decided
+ *    before anything forwards it; one the stack may translate (a Service)
+ *    where it leaves the stack.
  * 9. Another plugin's qdiscs on the host veth (lib/qdisc.h): with its
  *    ingress qdisc, what 5 and 7 would redirect goes to its filters and the
  *    stack instead; a root qdisc that queues is noted on the pod's
@@ -374,36 +374,23 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 	return fib_forward(skb, &p, why);
 }
 
-/* policy_dst_local: the FIB says the destination is the node itself. */
-static __always_inline int policy_dst_local(struct __sk_buff *skb, const struct nat_pkt *p)
-{
-	struct bpf_fib_lookup f = {};
-
-	f.ifindex = skb->ifindex;
-	f.l4_protocol = p->proto;
-	if (p->family == ADDR_FAMILY_V4) {
-		f.family = AF_INET;
-		__builtin_memcpy(&f.ipv4_src, p->saddr, 4);
-		__builtin_memcpy(&f.ipv4_dst, p->daddr, 4);
-	} else {
-		f.family = AF_INET6;
-		__builtin_memcpy(f.ipv6_src, p->saddr, 16);
-		__builtin_memcpy(f.ipv6_dst, p->daddr, 16);
-	}
-	return bpf_fib_lookup(skb, &f, sizeof(f), 0) == BPF_FIB_LKUP_RET_NOT_FWDED;
-}
-
 /* policy_from_pod decides the pod's packet under NetworkPolicy when its
- * destination is final: dst (a pod of this node), the cluster's pod
- * ranges or the node itself. Anything else may be a Service: the stack
- * translates it first, and it is decided where it leaves (lib/policy.h).
- * 0: on; else a drop reason. */
+ * destination is final: dst (a pod of this node) or the cluster's pod
+ * ranges. Anything else may be a Service: the stack translates it first,
+ * and it is decided where it leaves the node (lib/policy.h); what the
+ * stack delivers to the node itself is not subject to policy. 0: on; else
+ * a drop reason. */
 static __always_inline int policy_from_pod(struct __sk_buff *skb, const struct endpoint_info *dst)
 {
 	__u32 src_if = skb->ifindex, dst_if = dst ? dst->ifindex : 0;
+	struct policy_endpoint *se, *de;
 	struct nat_scratch *s;
 
-	if (!policy_on() || !policy_any(policy_ep(src_if), policy_ep(dst_if)))
+	if (!policy_on())
+		return 0;
+	se = policy_ep(src_if);
+	de = policy_ep(dst_if);
+	if (!policy_any(se, de))
 		return 0;
 	s = scratch_get();
 	if (!s)
@@ -411,9 +398,9 @@ static __always_inline int policy_from_pod(struct __sk_buff *skb, const struct e
 	__builtin_memset(&s->p, 0, sizeof(s->p));
 	if (nat_parse(skb, &s->p))
 		return 0; /* not IP: the link's own */
-	if (!dst && !cluster_lookup(s->p.family, s->p.daddr) && !policy_dst_local(skb, &s->p))
+	if (!dst && !cluster_lookup(s->p.family, s->p.daddr))
 		return 0;
-	return policy_check(skb, &s->p, src_if, dst_if, 0);
+	return policy_check_eps(skb, &s->p, src_if, se, dst_if, de, 0);
 }
 
 /* translate_and_route: hostPort translation, then the path (the stack when

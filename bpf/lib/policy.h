@@ -11,9 +11,11 @@
  * A flow is decided on its first packet, in each direction by the hook
  * that knows its final addresses (after kube-proxy's translation):
  *  - egress of a pod: from_container for a destination that is a pod of
- *    this node, in the cluster's pod ranges, or the node itself; to_netdev,
- *    to_tunnel or to_container for what the node's stack forwards (a
- *    Service's backend, the world);
+ *    this node or in the cluster's pod ranges; to_netdev, to_tunnel or
+ *    to_container for what the node's stack forwards (a Service's backend,
+ *    the world). What the stack delivers to the node itself is not
+ *    subject to policy: traffic between a pod and its node is always
+ *    allowed (the API's rule);
  *  - ingress of a pod: every redirect into it from outside (lib/deliver.h)
  *    and from another pod (from_container), and to_container for what the
  *    stack delivers. The node's own traffic to its pods (kubelet's probes,
@@ -265,19 +267,18 @@ static __always_inline void policy_remember(const struct nat_pkt *p, int reverse
 	bpf_map_update_elem(&policy_flows, &k, &f, BPF_ANY);
 }
 
-/* policy_check decides packet p, which comes from the endpoint src_if (0:
- * not a pod of this node) and goes to dst_if (0: not a pod of this node).
+/* policy_check_eps decides packet p, which comes from the endpoint src_if
+ * (0: not a pod of this node; se its state) and goes to dst_if (de).
  * 0: it passes; else the drop reason (negative). */
-static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if, __u32 dst_if,
-					int flags)
+static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if,
+					    struct policy_endpoint *se, __u32 dst_if, struct policy_endpoint *de,
+					    int flags)
 {
-	struct policy_endpoint *se, *de, *ie, *re;
+	struct policy_endpoint *ie, *re;
 	struct policy_flow_key k;
 	struct policy_flow *f;
 	int rc;
 
-	se = policy_ep(src_if);
-	de = policy_ep(dst_if);
 	if (!policy_any(se, de))
 		return 0;
 	if (policy_icmp_error(p))
@@ -303,13 +304,15 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 		}
 	} else if (flags & POLICY_CT_REPLY) {
 		/* A reply the stack translated back (a Service's): its tuple
-		 * is not the one the flow was decided with. */
+		 * is not the one the flow was decided with. Reversed, it is
+		 * the tuple of the flow's opening packet as conntrack stored
+		 * it (before translation). */
 		struct bpf_sock_tuple t;
 
 		if (flow_tracked(p->proto)) {
-			int ct = flow_ct(skb, p, &t);
+			int ct = flow_ct_dir(skb, p, &t, 1);
 
-			if (ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY))
+			if (ct != FLOW_CT_NONE && !(ct & FLOW_CT_REPLY))
 				return 0;
 		}
 	}
@@ -318,6 +321,13 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 		return rc;
 	policy_remember(p, 0, src_if, dst_if, se, de);
 	return 0;
+}
+
+/* policy_check is policy_check_eps with the endpoints' states looked up. */
+static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if, __u32 dst_if,
+					int flags)
+{
+	return policy_check_eps(skb, p, src_if, policy_ep(src_if), dst_if, policy_ep(dst_if), flags);
 }
 
 #endif /* EBPF_CNI_MAPS_ONLY */

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "a8ed6424d905"
+const objectsDigest = "35a46823ee6a"
