@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -119,7 +121,7 @@ const policyKey = "policies"
 // written).
 func (c *PolicyController) Run(ctx context.Context) error {
 	defer c.close()
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(dropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slim))
 	pols := factory.Networking().V1().NetworkPolicies()
 	pods := factory.Core().V1().Pods()
 	nss := factory.Core().V1().Namespaces()
@@ -227,9 +229,28 @@ type policyListers struct {
 	nss  listerscorev1.NamespaceLister
 }
 
-// dropManagedFields keeps the informers' caches small: the agent caches
-// every pod of the cluster.
-func dropManagedFields(obj any) (any, error) {
+// slim keeps the informers' caches small (the agent caches every pod of
+// the cluster): of a pod, what the compiler reads (podFacts); of anything,
+// no managedFields.
+func slim(obj any) (any, error) {
+	if o, ok := obj.(*corev1.Pod); ok {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
+			ResourceVersion: o.ResourceVersion, Labels: o.Labels, DeletionTimestamp: o.DeletionTimestamp}}
+		p.Spec.HostNetwork = o.Spec.HostNetwork
+		p.Spec.NodeName = o.Spec.NodeName
+		for _, c := range o.Spec.Containers {
+			if len(c.Ports) > 0 {
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		for _, c := range o.Spec.InitContainers {
+			if len(c.Ports) > 0 {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = o.Status.Phase, o.Status.PodIP, o.Status.PodIPs
+		return p, nil
+	}
 	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		m.GetObjectMeta().SetManagedFields(nil)
 	}
@@ -262,7 +283,9 @@ func podFacts(obj any) any {
 	f := facts{UID: string(p.UID), Labels: p.Labels, IPs: p.Status.PodIPs, IP: p.Status.PodIP, Phase: p.Status.Phase, Host: p.Spec.HostNetwork}
 	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for _, ct := range cs {
-			f.Containers = append(f.Containers, ct.Ports)
+			if len(ct.Ports) > 0 {
+				f.Containers = append(f.Containers, ct.Ports)
+			}
 		}
 	}
 	return f
@@ -358,11 +381,25 @@ func (c *PolicyController) endpoints() ([]policy.LocalEndpoint, error) {
 
 // sync compiles and writes what changed: namespace facts first (ADD reads
 // them), policy names, then each endpoint's rules and state.
-func (c *PolicyController) sync(l policyListers) error {
+func (c *PolicyController) sync(l policyListers) (err error) {
 	c.mu.Lock()
 	since := c.pending
 	c.pending = time.Time{}
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			if !since.IsZero() {
+				c.record(time.Since(since))
+			}
+			return
+		}
+		// Not written: the change is still pending, since when it was seen.
+		if !since.IsZero() && (c.pending.IsZero() || since.Before(c.pending)) {
+			c.pending = since
+		}
+	}()
 
 	eps, err := c.endpoints()
 	if err != nil {
@@ -461,12 +498,10 @@ func (c *PolicyController) sync(l policyListers) error {
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.enforced = enforced
+	// Every endpoint's state was written, closed where writing failed.
 	c.synced = true
-	if !since.IsZero() {
-		c.record(time.Since(since))
-	}
+	c.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -630,4 +665,30 @@ func (c *PolicyController) stats() policyStats {
 	h := c.hist
 	h.counts = slices.Clone(h.counts)
 	return policyStats{synced: c.synced, enforced: c.enforced, errors: c.errors, hist: h}
+}
+
+// ClearPolicies removes what an earlier agent wrote for network policies:
+// the namespace facts first (ADD then starts every pod open), the endpoint
+// states, rules and names, and turns the programs' lookups off. For an
+// agent that runs without network policies (-network-policy=false): left
+// in place, the facts would keep closing new pods of those namespaces, with
+// nobody to open them. Maps not pinned: nothing to do.
+func ClearPolicies(bpfRoot string) error {
+	if _, err := os.Stat(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPolicyNamespaces)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	pm, err := policy.Open(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer pm.Close()
+	for _, m := range []struct {
+		name string
+		m    *ebpf.Map
+	}{{maps.CniMapPolicyNamespaces, pm.NamespaceMap}, {maps.CniMapPolicyEndpoints, pm.EndpointMap}, {maps.CniMapPolicyRules, pm.RuleMap}, {maps.CniMapPolicyNames, pm.NameMap}} {
+		if err := maps.Clear(m.m); err != nil {
+			return fmt.Errorf("clearing %s: %w", m.name, err)
+		}
+	}
+	return pm.SetActive(false)
 }

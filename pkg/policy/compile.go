@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,9 +109,11 @@ type Result struct {
 
 // Compiler compiles; it keeps the parsed form of the policies it saw, by
 // object (an informer hands out the same object until it changes), so a
-// recompile parses only what changed. Not safe for concurrent use.
+// recompile parses only what changed, and the peers it matched while the
+// pods and namespaces stay the same objects. Not safe for concurrent use.
 type Compiler struct {
 	cache map[*networkingv1.NetworkPolicy]*compiledPolicy
+	pods  *podState
 }
 
 // Compile is a compilation without a cache.
@@ -172,12 +175,15 @@ var (
 	}
 )
 
+// nothing is the selector of a selector that cannot be read.
+var nothing = labels.Nothing()
+
 func selector(ls *metav1.LabelSelector) labels.Selector {
 	s, err := metav1.LabelSelectorAsSelector(ls)
 	if err != nil {
 		// The API server validates selectors; one it let through that we
 		// cannot read selects nothing (fails closed).
-		return labels.Nothing()
+		return nothing
 	}
 	return s
 }
@@ -269,6 +275,9 @@ func compilePeers(ns string, ps []networkingv1.NetworkPolicyPeer) []compiledPeer
 				c.ns = ns
 				c.key = "pods:" + c.podSel.String() + "|in:" + ns
 			}
+			if c.podSel == nothing || c.nsSel == nothing {
+				c.key = "nothing" // its String() is Everything()'s, ""
+			}
 			out = append(out, c)
 		}
 	}
@@ -335,24 +344,36 @@ func (p *podInfo) containerPort(n namedPort) uint16 {
 	return 0
 }
 
-// compilation is the state of one Compile.
-type compilation struct {
-	policies []*compiledPolicy     // sorted by namespace/name: their index orders sources
-	byNS     map[string][]int      // namespace -> indexes of its policies
+// podState is what the compiler knows of pods and namespaces, and the
+// peers it matched among them: kept from one Compile to the next while the
+// pods, namespaces and local endpoints are the same objects (a policy's
+// change matches no pod again).
+type podState struct {
 	pods     map[string][]*podInfo // namespace -> peer pods
 	podByKey map[string]*podInfo   // namespace/name -> pod (peer or not)
 	nsLabels map[string]labels.Set // namespace -> labels (with kubernetes.io/metadata.name)
 	nsNames  []string              // sorted
 	memo     map[string][]*podInfo // peer key -> its pods
 	nsMemo   map[string][]string   // namespace selector -> matching namespaces
-	dirMemo  map[string]dirResult  // see directionOnce
+
+	// What it was made of.
+	podSet map[*corev1.Pod]bool
+	nsSet  map[*corev1.Namespace]bool
+	eps    []LocalEndpoint
+}
+
+// compilation is the state of one Compile.
+type compilation struct {
+	*podState
+	policies []*compiledPolicy    // sorted by namespace/name: their index orders sources
+	byNS     map[string][]int     // namespace -> indexes of its policies
+	dirMemo  map[string]dirResult // see directionOnce
 }
 
 // Compile compiles the policies for the local endpoints eps.
 func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]NamespaceFact{}, Names: map[uint32]PolicyName{}, Errors: map[uint32]error{}}
-	cp := &compilation{byNS: map[string][]int{}, pods: map[string][]*podInfo{}, podByKey: map[string]*podInfo{},
-		nsLabels: map[string]labels.Set{}, memo: map[string][]*podInfo{}, nsMemo: map[string][]string{}, dirMemo: map[string]dirResult{}}
+	cp := &compilation{byNS: map[string][]int{}, dirMemo: map[string]dirResult{}}
 
 	cache := make(map[*networkingv1.NetworkPolicy]*compiledPolicy, len(cl.Policies))
 	pols := slices.Clone(cl.Policies)
@@ -375,7 +396,53 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 	}
 	c.cache = cache
 
+	if c.pods == nil || !c.pods.same(cl, eps) {
+		c.pods = newPodState(cl, eps)
+	}
+	cp.podState = c.pods
 	for _, ns := range cl.Namespaces {
+		if _, ok := res.Namespaces[ns.Name]; !ok {
+			res.Namespaces[ns.Name] = NamespaceFact{}
+		}
+	}
+	for i := range eps {
+		ep := &eps[i]
+		er, err := cp.endpoint(ep, res.Namespaces[ep.Namespace])
+		res.Endpoints[ep.Ifindex] = er
+		if err != nil {
+			res.Errors[ep.Ifindex] = fmt.Errorf("endpoint %s/%s (ifindex %d): %w", ep.Namespace, ep.Name, ep.Ifindex, err)
+		}
+	}
+	return res
+}
+
+// same: ps was made of these objects.
+func (ps *podState) same(cl Cluster, eps []LocalEndpoint) bool {
+	if len(cl.Pods) != len(ps.podSet) || len(cl.Namespaces) != len(ps.nsSet) {
+		return false
+	}
+	for _, p := range cl.Pods {
+		if !ps.podSet[p] {
+			return false
+		}
+	}
+	for _, n := range cl.Namespaces {
+		if !ps.nsSet[n] {
+			return false
+		}
+	}
+	return slices.EqualFunc(ps.eps, eps, func(a, b LocalEndpoint) bool {
+		return a.Ifindex == b.Ifindex && a.Namespace == b.Namespace && a.Name == b.Name && a.UID == b.UID && slices.Equal(a.IPs, b.IPs)
+	})
+}
+
+func newPodState(cl Cluster, eps []LocalEndpoint) *podState {
+	ps := &podState{pods: map[string][]*podInfo{}, podByKey: map[string]*podInfo{}, nsLabels: map[string]labels.Set{},
+		memo: map[string][]*podInfo{}, nsMemo: map[string][]string{},
+		podSet: make(map[*corev1.Pod]bool, len(cl.Pods)), nsSet: make(map[*corev1.Namespace]bool, len(cl.Namespaces)),
+		eps: slices.Clone(eps)}
+	for _, ns := range cl.Namespaces {
+		ps.nsSet[ns] = true
 		l := make(labels.Set, len(ns.Labels)+1)
 		for k, v := range ns.Labels {
 			l[k] = v
@@ -383,20 +450,17 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 		// The API server sets it on every namespace; a fake clientset's
 		// namespaces lack it.
 		l[corev1.LabelMetadataName] = ns.Name
-		cp.nsLabels[ns.Name] = l
-		if _, ok := res.Namespaces[ns.Name]; !ok {
-			res.Namespaces[ns.Name] = NamespaceFact{}
-		}
+		ps.nsLabels[ns.Name] = l
 	}
-
 	local := map[string]*LocalEndpoint{}
 	for i := range eps {
 		local[eps[i].Namespace+"/"+eps[i].Name] = &eps[i]
 	}
 	for _, p := range cl.Pods {
+		ps.podSet[p] = true
 		pi := &podInfo{ns: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), pod: p}
 		key := p.Namespace + "/" + p.Name
-		cp.podByKey[key] = pi
+		ps.podByKey[key] = pi
 		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -416,29 +480,20 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 			}
 		}
 		if len(pi.addrs) > 0 {
-			cp.pods[p.Namespace] = append(cp.pods[p.Namespace], pi)
+			ps.pods[p.Namespace] = append(ps.pods[p.Namespace], pi)
 		}
-		if _, ok := cp.nsLabels[p.Namespace]; !ok {
-			cp.nsLabels[p.Namespace] = labels.Set{corev1.LabelMetadataName: p.Namespace}
+		if _, ok := ps.nsLabels[p.Namespace]; !ok {
+			ps.nsLabels[p.Namespace] = labels.Set{corev1.LabelMetadataName: p.Namespace}
 		}
 	}
-	for ns := range cp.nsLabels {
-		cp.nsNames = append(cp.nsNames, ns)
+	for ns := range ps.nsLabels {
+		ps.nsNames = append(ps.nsNames, ns)
 	}
-	slices.Sort(cp.nsNames)
-	for _, pods := range cp.pods {
+	slices.Sort(ps.nsNames)
+	for _, pods := range ps.pods {
 		slices.SortFunc(pods, func(a, b *podInfo) int { return strings.Compare(a.name, b.name) })
 	}
-
-	for i := range eps {
-		ep := &eps[i]
-		er, err := cp.endpoint(ep, res.Namespaces[ep.Namespace])
-		res.Endpoints[ep.Ifindex] = er
-		if err != nil {
-			res.Errors[ep.Ifindex] = fmt.Errorf("endpoint %s/%s (ifindex %d): %w", ep.Namespace, ep.Name, ep.Ifindex, err)
-		}
-	}
-	return res
+	return ps
 }
 
 func sameUID(a, b string) bool { return a == "" || b == "" || a == b }
@@ -508,22 +563,26 @@ type dirResult struct {
 // same container ports to resolve named ports on). Their entries are one
 // slice: read only.
 func (cp *compilation) directionOnce(d Direction, self *podInfo, pols []int) ([]Entry, error) {
-	var k strings.Builder
-	fmt.Fprint(&k, d, pols)
+	k := make([]byte, 0, 8*len(pols)+16)
+	k = append(k, byte(d))
+	for _, i := range pols {
+		k = strconv.AppendInt(append(k, ','), int64(i), 10)
+	}
 	if d == Ingress {
 		for _, cs := range [][]corev1.Container{self.pod.Spec.Containers, self.pod.Spec.InitContainers} {
 			for _, c := range cs {
 				for _, p := range c.Ports {
-					fmt.Fprintf(&k, "|%s/%s/%d", p.Name, p.Protocol, p.ContainerPort)
+					k = append(append(append(append(k, '|'), p.Name...), '/'), p.Protocol...)
+					k = strconv.AppendInt(append(k, '/'), int64(p.ContainerPort), 10)
 				}
 			}
 		}
 	}
-	if r, ok := cp.dirMemo[k.String()]; ok {
+	if r, ok := cp.dirMemo[string(k)]; ok {
 		return r.entries, r.err
 	}
 	es, err := cp.direction(d, self, pols)
-	cp.dirMemo[k.String()] = dirResult{es, err}
+	cp.dirMemo[string(k)] = dirResult{es, err}
 	return es, err
 }
 

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,6 +192,11 @@ func TestCompile(t *testing.T) {
 		{name: "empty namespace selector: every namespace",
 			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(cli, all)))}, nil)},
 			ingress:  []string{"enforced", "10.0.1.2/32 all [p]", "10.0.2.2/32 all [p]", "10.0.3.2/32 all [p]", "fd00::3:2/128 all [p]"}, egress: []string{"open"}},
+		{name: "a selector that cannot be read selects nothing (not everything)",
+			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{
+				in(peers(podPeer(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}, nil)), port("", 1)),
+				in(peers(podPeer(all, nil)), port("", 2))}, nil)},
+			ingress: []string{"enforced", "10.0.1.1/32 tcp:2 [p]", "10.0.1.2/32 tcp:2 [p]", "fd00::1:1/128 tcp:2 [p]"}, egress: []string{"open"}},
 		{name: "ipBlock with except; a pod inside the except gets only its own rights, one outside the union",
 			policies: []*networkingv1.NetworkPolicy{
 				np("a", "block", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(blockPeer("10.0.0.0/16", "10.0.2.0/24", "10.1.0.0/24")), port("", 443))}, nil),
@@ -306,6 +312,26 @@ func TestCompileCache(t *testing.T) {
 	r3 := c.Compile(cl, []LocalEndpoint{server})
 	require.Equal(t, []string{"enforced", "10.0.1.2/32 tcp:81 [p]"}, describe(r3, &r3.Endpoints[10].Ingress))
 	require.Len(t, c.cache, 1)
+
+	// The pods' state is kept while the pods, namespaces and endpoints are
+	// the same objects (in any order), and made again when one changes.
+	ps := c.pods
+	slices.Reverse(cl.Pods)
+	c.Compile(cl, []LocalEndpoint{server})
+	require.Same(t, ps, c.pods)
+	cl.Pods = slices.Clone(cl.Pods)
+	for i, p := range cl.Pods {
+		if p.Name == "client" && p.Namespace == "a" {
+			q := p.DeepCopy()
+			q.Status.PodIPs = []corev1.PodIP{{IP: "10.0.1.99"}}
+			cl.Pods[i] = q
+		}
+	}
+	r4 := c.Compile(cl, []LocalEndpoint{server})
+	require.Equal(t, []string{"enforced", "10.0.1.99/32 tcp:81 [p]"}, describe(r4, &r4.Endpoints[10].Ingress))
+	newClient := LocalEndpoint{Ifindex: 11, Namespace: "a", Name: "client", UID: "a-client", IPs: []netip.Addr{netip.MustParseAddr("10.0.1.100")}}
+	r5 := c.Compile(cl, []LocalEndpoint{server, newClient})
+	require.Equal(t, []string{"enforced", "10.0.1.99/32 tcp:81 [p]", "10.0.1.100/32 tcp:81 [p]"}, describe(r5, &r5.Endpoints[10].Ingress))
 }
 
 func TestMergePorts(t *testing.T) {
