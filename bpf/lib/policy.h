@@ -301,7 +301,11 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 		/* The flow's opener and peer, as this hook sees them. */
 		ie = reply ? de : se;
 		re = reply ? se : de;
-		if ((ie ? ie->egress_gen : 0) == f->egress_gen && (re ? re->ingress_gen : 0) == f->ingress_gen) {
+		/* Decided under the rules in force, and neither side closed
+		 * since (ADD closes a new pod with generation 0, which a flow
+		 * of an earlier pod of the same ifindex may carry). */
+		if ((ie ? ie->egress_gen : 0) == f->egress_gen && (re ? re->ingress_gen : 0) == f->ingress_gen &&
+		    policy_state_of(ie, PKT_DIR_EGRESS) != POLICY_CLOSED && policy_state_of(re, PKT_DIR_INGRESS) != POLICY_CLOSED) {
 			if (evicted)
 				policy_remember(p, reply, reply ? dst_if : src_if, reply ? src_if : dst_if, ie, re);
 			return 0;

@@ -28,6 +28,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy/compile"
 )
 
 // PolicyConfig is how the NetworkPolicy controller runs.
@@ -63,7 +64,7 @@ type PolicyController struct {
 	pods   *ebpf.Map // endpoint_pods
 
 	// Touched by the worker only.
-	compiler policy.Compiler
+	compiler compile.Compiler
 	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
@@ -355,14 +356,14 @@ func (c *PolicyController) dirRules(ifindex uint32, d policy.Direction) map[neti
 
 // endpoints reads the local endpoints: endpoint_pods (who) and
 // endpoint_devs (their addresses), sorted by ifindex.
-func (c *PolicyController) endpoints() ([]policy.LocalEndpoint, error) {
+func (c *PolicyController) endpoints() ([]compile.LocalEndpoint, error) {
 	pods, err := endpoint.ReadPods(c.pods)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]policy.LocalEndpoint, 0, len(pods))
+	out := make([]compile.LocalEndpoint, 0, len(pods))
 	for ifindex, p := range pods {
-		ep := policy.LocalEndpoint{Ifindex: ifindex, Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+		ep := compile.LocalEndpoint{Ifindex: ifindex, Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 		var d maps.CniEndpointDev
 		if err := c.devs.Lookup(ifindex, &d); err == nil {
 			for _, ip := range maps.EndpointIPs(&d) {
@@ -375,7 +376,7 @@ func (c *PolicyController) endpoints() ([]policy.LocalEndpoint, error) {
 		}
 		out = append(out, ep)
 	}
-	slices.SortFunc(out, func(a, b policy.LocalEndpoint) int { return int(a.Ifindex) - int(b.Ifindex) })
+	slices.SortFunc(out, func(a, b compile.LocalEndpoint) int { return int(a.Ifindex) - int(b.Ifindex) })
 	return out, nil
 }
 
@@ -405,7 +406,7 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	if err != nil {
 		return err
 	}
-	var cl policy.Cluster
+	var cl compile.Cluster
 	if cl.Policies, err = l.pols.List(labels.Everything()); err != nil {
 		return err
 	}
@@ -505,7 +506,7 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	return errors.Join(errs...)
 }
 
-func (c *PolicyController) reportCompileError(ep policy.LocalEndpoint, err error) {
+func (c *PolicyController) reportCompileError(ep compile.LocalEndpoint, err error) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -536,7 +537,7 @@ func prefixes(m map[netip.Prefix]policy.Rule) []netip.Prefix {
 // and returns the state written. A direction whose rules or state change
 // gets a new generation, so the flows decided under the old rules are
 // decided again.
-func (c *PolicyController) writeEndpoint(ep policy.LocalEndpoint, er *policy.EndpointRules, cur policy.EndpointState) (policy.EndpointState, error) {
+func (c *PolicyController) writeEndpoint(ep compile.LocalEndpoint, er *compile.EndpointRules, cur policy.EndpointState) (policy.EndpointState, error) {
 	st := cur
 	gens := c.gens[ep.Ifindex]
 	gens[0], gens[1] = max(gens[0], cur.IngressGen), max(gens[1], cur.EgressGen)
@@ -580,7 +581,7 @@ func (c *PolicyController) writeEndpoint(ep policy.LocalEndpoint, er *policy.End
 // writeRules brings policy_rules' entries of (ifindex, d) to want's (none
 // unless enforced): new and changed entries first, then the vanished ones.
 // n: how many entries it wrote or deleted.
-func (c *PolicyController) writeRules(ifindex uint32, d policy.Direction, want *policy.DirRules) (n int, err error) {
+func (c *PolicyController) writeRules(ifindex uint32, d policy.Direction, want *compile.DirRules) (n int, err error) {
 	have := c.dirRules(ifindex, d)
 	var entries []policy.Entry
 	if want.State == policy.StateEnforce {

@@ -28,6 +28,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy/compile"
 )
 
 // policyNode is a node's maps in a private bpffs, its endpoints written as
@@ -140,7 +141,7 @@ func (n *policyNode) rules() policy.RuleSet {
 	require.NoError(n.t, err)
 	for _, byDir := range rs {
 		for _, es := range byDir {
-			policy.SortEntries(es)
+			compile.SortEntries(es)
 		}
 	}
 	return rs

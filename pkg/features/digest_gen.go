@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "9e405c75bd93"
+const objectsDigest = "ea6b7206825a"

@@ -39,7 +39,7 @@ var layers = []struct {
 	{"features", nil, false},
 	// Building blocks, each layer on the ones below it.
 	{"blocks: the core's endpoint step and what features share", []string{"pkg/endpoint", "pkg/uplink",
-		"pkg/conntrack", "pkg/clusterranges"}, false},
+		"pkg/conntrack", "pkg/clusterranges", "pkg/policy/compile"}, false},
 	{"blocks: the feature contract", []string{"pkg/feature"}, false},
 	{"blocks: the node handle", []string{"pkg/node"}, false},
 	{"blocks: programs", []string{"pkg/programs"}, false},

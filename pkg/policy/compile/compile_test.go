@@ -1,4 +1,4 @@
-package policy
+package compile
 
 import (
 	"fmt"
@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 )
 
 // Fixtures: the local pod under test is ns a/"server" (ifindex 10).
@@ -225,6 +227,10 @@ func TestCompile(t *testing.T) {
 		{name: "no peers: every address of both families; no ports: every port",
 			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(nil, port("", 53), port(corev1.ProtocolUDP, 53)), out(peers(podPeer(cli, nil)))})},
 			ingress:  []string{"open"}, egress: []string{"enforced", "0.0.0.0/0 tcp:53,udp:53 [p]", "10.0.1.2/32 all [p]", "::/0 tcp:53,udp:53 [p]"}},
+		{name: "no peers and a named port: every address for the numbers, every pod of every namespace for the name",
+			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(nil, port("", "http"), port("", 53))})},
+			ingress:  []string{"open"}, egress: []string{"enforced", "0.0.0.0/0 tcp:53 [p]", "10.0.1.1/32 tcp:53,tcp:8080 [p]",
+				"10.0.1.2/32 tcp:53,tcp:9090 [p]", "10.0.2.2/32 tcp:53,tcp:7070 [p]", "::/0 tcp:53 [p]", "fd00::1:1/128 tcp:53,tcp:8080 [p]"}},
 		{name: "rules are unions: ports merged and deduplicated, overlapping ranges of a protocol merged, sources of both",
 			policies: []*networkingv1.NetworkPolicy{
 				np("a", "p1", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(cli, nil)), port("", 80), port("", 100, 200), port(corev1.ProtocolUDP, 150))}, nil),
@@ -291,8 +297,8 @@ func TestCompileNamespaces(t *testing.T) {
 		np("b", "out2", sel("x", "y"), egressOnly, nil, nil),
 		np("d", "both", sel(), both, nil, nil), // a namespace the list does not have (yet)
 	}}, nil)
-	require.Equal(t, map[string]NamespaceFact{"a": {Ingress: true}, "b": {Egress: true}, "c": {}, "d": {Ingress: true, Egress: true}}, r.Namespaces)
-	require.Equal(t, map[uint32]PolicyName{ID("a", "in"): {"a", "in"}, ID("b", "out"): {"b", "out"}, ID("b", "out2"): {"b", "out2"}, ID("d", "both"): {"d", "both"}}, r.Names)
+	require.Equal(t, map[string]policy.NamespaceFact{"a": {Ingress: true}, "b": {Egress: true}, "c": {}, "d": {Ingress: true, Egress: true}}, r.Namespaces)
+	require.Equal(t, map[uint32]PolicyName{policy.ID("a", "in"): {"a", "in"}, policy.ID("b", "out"): {"b", "out"}, policy.ID("b", "out2"): {"b", "out2"}, policy.ID("d", "both"): {"d", "both"}}, r.Names)
 	require.Empty(t, r.Endpoints)
 }
 
