@@ -447,6 +447,17 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 	ret = pod_translate(skb, s, dev, dst != NULL, &parsed, &xlat);
 	if (ret < 0)
 		return ret;
+	if (xlat == REASON_DNAT) {
+		/* To a published port, that is to a pod of this node: its
+		 * ingress policy (and the sender's egress) decides the flow as
+		 * the pod sees it, translated. */
+		struct endpoint_key ek = { .family = s->p.family };
+
+		__builtin_memcpy(ek.addr, s->res.addr, 16);
+		ret = policy_pod_egress(skb, bpf_map_lookup_elem(&endpoints, &ek));
+		if (ret)
+			return ret;
+	}
 	if (xlat != REASON_PASS) {
 		/* Ours: the stack knows nothing of it, it goes our way. */
 		ret = v6 ? route6(skb, NULL, 1, why) : route4(skb, NULL, 1, why);

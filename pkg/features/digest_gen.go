@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "ea6b7206825a"
+const objectsDigest = "afde302980b4"

@@ -207,3 +207,29 @@ func TestPolicyDatapath(t *testing.T) {
 	require.NoError(t, e.cni.DelPod(list, b))
 	e.requireClean()
 }
+
+// A pod reaching another pod of its node through a hostPort of the node
+// (the translation is from_container's own): the target's ingress policy
+// decides the flow as the target sees it, translated (its address and
+// containerPort).
+func TestPolicyHostPortHairpin(t *testing.T) {
+	e := newEnv(t)
+	list := e.hostPortList("", "", testutil.Cgroup(t), nil)
+	pm := e.policyMaps()
+	a := e.addK8sPod(list, "polhp-a", "web", "a")
+	b := e.addK8sPod(list, "polhp-b", "web", "b", mapping(8080, 80, "tcp"))
+	ib := uint32(e.hostIndex(b))
+	l, err := nettest.ListenPort(b.NS, b.IP(4), 80)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	require.True(t, reaches(a.NS, nettest.NodeIP4, 8080), "a -> the node's hostPort without policy")
+
+	require.NoError(t, pm.SetEndpoint(ib, policy.EndpointState{Ingress: uint8(policy.StateClosed)}))
+	require.True(t, blocked(a.NS, nettest.NodeIP4, 8080), "a -> the node's hostPort, b's ingress closed")
+	require.NoError(t, pm.PutRules(ib, policy.Ingress, []policy.Entry{{Prefix: hostPrefix(a.IP(4)), Rule: tcpRule(80, 80)}}))
+	require.NoError(t, pm.SetEndpoint(ib, policy.EndpointState{Ingress: uint8(policy.StateEnforce), IngressGen: 1}))
+	require.True(t, reaches(a.NS, nettest.NodeIP4, 8080), "a -> the node's hostPort, b admits a on its containerPort 80")
+	require.NoError(t, pm.PutRules(ib, policy.Ingress, []policy.Entry{{Prefix: hostPrefix(a.IP(4)), Rule: tcpRule(8080, 8080)}}))
+	require.NoError(t, pm.SetEndpoint(ib, policy.EndpointState{Ingress: uint8(policy.StateEnforce), IngressGen: 2}))
+	require.True(t, blocked(a.NS, nettest.NodeIP4, 8080), "a -> the node's hostPort, b admits the hostPort's number only (not what it sees)")
+}
