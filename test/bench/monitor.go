@@ -223,14 +223,14 @@ const monitorBudget = 5.0
 // on/off pair of rows side by side, the run-time growth per packet against
 // monitorBudget and RR/CRR against the runs' noise.
 func monitorComparison(rows []Row) string {
-	return stateComparison(rows, monitorPath, "off", "on", "the stream", monitorBudget)
+	return stateComparison(rows, monitorPath, "off", "on", "the stream on", monitorBudget)
 }
 
 // stateComparison puts each pair of rows <metric>_<base> and <metric>_<with>
 // of path side by side: the growth of a program's run time per packet
 // (bpf_ rows) against budget (percent; 0: no budget, the figures only), the
 // other rows against the runs' noise. what names the difference ("the
-// stream").
+// stream on").
 func stateComparison(rows []Row, path, base, with, what string, budget float64) string {
 	byMetric := map[string]Row{}
 	var bases []string
@@ -295,9 +295,9 @@ func stateComparison(rows []Row, path, base, with, what string, budget float64) 
 	b.WriteString("\n")
 	switch {
 	case len(over) == 0 && len(worse) == 0 && len(unsure) == 0 && budget > 0:
-		fmt.Fprintf(&b, "With %s (%s), every program's run time per packet grew by at most %.0f%% and RR/CRR stayed within the runs' noise.\n\n", what, with, budget)
+		fmt.Fprintf(&b, "With %s, every program's run time per packet grew by at most %.0f%% and RR/CRR stayed within the runs' noise.\n\n", what, budget)
 	case len(over) == 0 && len(worse) == 0 && len(unsure) == 0:
-		fmt.Fprintf(&b, "With %s (%s), RR and CRR stayed within the runs' noise.\n\n", what, with)
+		fmt.Fprintf(&b, "With %s, RR and CRR stayed within the runs' noise.\n\n", what)
 	default:
 		if len(unsure) > 0 {
 			fmt.Fprintf(&b, "*Undecided:* %s grew by more than %.0f%% but by less than the runs' noise: measure again on a quiet machine.\n\n", strings.Join(unsure, ", "), budget)
