@@ -63,16 +63,17 @@ build_containerd() {
 }
 
 # The NetworkPolicy e2e suite (test/e2e/netpol: only k8s.io/kubernetes's
-# test/e2e/network/netpol and the e2e framework) and agnhost, the image its
-# pods run, both from the k8s.io/kubernetes module at K8S_VERSION (the
-# version test/e2e/netpol/go.mod requires). Built again when a file of
-# test/e2e/netpol is newer than the binaries.
+# test/e2e/network/netpol and the e2e framework), agnhost (the image its
+# pods run) from the k8s.io/kubernetes module at K8S_VERSION (the version
+# test/e2e/netpol/go.mod requires), and the ginkgo runner (parallel
+# processes). Built again when a file of test/e2e/netpol is newer than the
+# binaries.
 build_netpol() {
 	local out="$E2E_CACHE/netpol-$K8S_VERSION" dir
 	dir=$(cd "$(dirname "$0")/netpol" && pwd)
 	grep -q "^[[:space:]]*k8s.io/kubernetes $K8S_VERSION\$" "$dir/go.mod" ||
 		{ log "test/e2e/netpol/go.mod does not require k8s.io/kubernetes $K8S_VERSION"; exit 1; }
-	if [ -x "$out/netpol.test" ] && [ -x "$out/agnhost" ] && [ -s "$out/agnhost.image" ] &&
+	if [ -x "$out/netpol.test" ] && [ -x "$out/agnhost" ] && [ -x "$out/ginkgo" ] && [ -s "$out/agnhost.image" ] &&
 		[ -z "$(find "$dir" -newer "$out/netpol.test" -type f)" ]; then
 		log "netpol e2e $K8S_VERSION: cached in $out"; return
 	fi
@@ -80,7 +81,8 @@ build_netpol() {
 	log "netpol e2e $K8S_VERSION: building the suite and agnhost"
 	rm -rf "$out.tmp" && mkdir -p "$out.tmp"
 	(cd "$dir" && slow $GO test -c -vet=off -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/netpol.test" . &&
-		slow $GO build -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/agnhost" k8s.io/kubernetes/test/images/agnhost)
+		slow $GO build -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/agnhost" k8s.io/kubernetes/test/images/agnhost &&
+		slow $GO build -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
 	# The name the suite asks for (imageutils.GetE2EImage(Agnhost)): the
 	# e2e registry and the tag of test/utils/image/manifest.go.
 	local k8s tag

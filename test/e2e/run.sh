@@ -22,7 +22,8 @@
 #   E2E_KEEP=1  on failure, wait for Enter before tearing down (to look around)
 #   E2E_NETPOL=1  then run the upstream NetworkPolicy e2e tests (test/e2e/netpol)
 #                 against the cluster; E2E_NETPOL=only: those and none of the other checks;
-#                 E2E_NETPOL_FOCUS narrows them (a ginkgo focus regexp)
+#                 E2E_NETPOL_FOCUS narrows them (a ginkgo focus regexp); E2E_NETPOL_PROCS
+#                 specs at a time (2)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -489,16 +490,19 @@ summary+=("node Ready again once STATUS passes: 1/1 ($((SECONDS - t0)) s)")
 # its reason: SCTP ones when the kernel has no SCTP, the rest as the suite
 # decides. Its log: $T/logs/netpol.log.
 netpol_e2e() {
-	local skip="" focus=${E2E_NETPOL_FOCUS:-} t0=$SECONDS rc=0
+	local skip="" focus=${E2E_NETPOL_FOCUS:-} procs=${E2E_NETPOL_PROCS:-2} t0=$SECONDS rc=0
 	local report="$T/logs/netpol-report.json"
 	kubectl taint node $NODE2 $NODE2_TAINT- >/dev/null
 	# The SCTP specs need the kernel's sctp (not loaded from here: the
 	# module would be the machine's).
 	if [ ! -d /proc/sys/net/sctp ]; then skip='\[Feature:SCTPConnectivity\]'; fi
-	log "netpol: the upstream NetworkPolicy e2e tests${focus:+ (focus: $focus)}${skip:+, without SCTP (the kernel has none)}; log in $T/logs/netpol.log"
-	"$E2E_NETPOL_DIR/netpol.test" -kubeconfig="$KUBECONFIG" -provider=skeleton \
-		-ginkgo.focus="${focus:-Netpol}" ${skip:+-ginkgo.skip="$skip"} \
-		-ginkgo.no-color -ginkgo.v -ginkgo.json-report="$report" \
+	log "netpol: the upstream NetworkPolicy e2e tests${focus:+ (focus: $focus)}${skip:+, without SCTP (the kernel has none)}, $procs at a time; log in $T/logs/netpol.log"
+	# ginkgo runs the compiled suite in $procs processes (the specs
+	# mostly wait: pods, probes, namespace deletion).
+	"$E2E_NETPOL_DIR/ginkgo" run --procs="$procs" --no-color -v \
+		--focus="${focus:-Netpol}" ${skip:+--skip="$skip"} \
+		--output-dir="$T/logs" --json-report="$(basename "$report")" \
+		"$E2E_NETPOL_DIR/netpol.test" -- -kubeconfig="$KUBECONFIG" -provider=skeleton \
 		>"$T/logs/netpol.log" 2>&1 || rc=$?
 	log "netpol: done in $((SECONDS - t0)) s (exit $rc)"
 	if [ ! -s "$report" ]; then
@@ -506,20 +510,21 @@ netpol_e2e() {
 		failed=$((failed + 1))
 		return
 	fi
-	# One line per spec that did not pass, then the counts; a spec left
-	# out by the focus or skip is listed with that as its reason.
+	# The counts, one line per spec that failed or was skipped (with the
+	# failure's first line or the skip's reason: the suite's own, or no
+	# SCTP), then the number of failures. The specs E2E_NETPOL_FOCUS
+	# leaves out are only counted.
 	local lines nfail
 	lines=()
-	mapfile -t lines < <(python3 - "$report" "$skip" <<'PY'
-import json, sys
-report, skip = json.load(open(sys.argv[1])), sys.argv[2]
+	mapfile -t lines < <(python3 - "$report" "${focus:-Netpol}" "$skip" <<'PY'
+import json, re, sys
+report, focus, skip = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
 counts, out = {}, []
 for suite in report:
     for s in suite.get("SpecReports") or []:
         if s.get("LeafNodeType") != "It":
             continue
-        name = " ".join(t for t in s.get("ContainerHierarchyTexts") or [] if t) + " " + s.get("LeafNodeText", "")
-        labels = s.get("LeafNodeLabels") or []
+        name = " ".join((s.get("ContainerHierarchyTexts") or []) + [s.get("LeafNodeText", "")])
         state = s["State"]
         counts[state] = counts.get(state, 0) + 1
         if state == "passed":
@@ -527,11 +532,17 @@ for suite in report:
         why = (s.get("Failure") or {}).get("Message", "").strip().splitlines()
         why = why[0][:300] if why else ""
         if state == "skipped" and not why:
-            why = "the kernel has no SCTP" if skip and "Feature:SCTPConnectivity" in name + str(labels) else "not in the focus"
+            if not re.search(focus, name) or not (skip and re.search(skip, name)):
+                counts["left out by E2E_NETPOL_FOCUS"] = counts.get("left out by E2E_NETPOL_FOCUS", 0) + 1
+                counts[state] -= 1
+                continue
+            why = "the kernel has no SCTP"
         out.append(f"netpol {state}: {name.strip()} ({s['RunTime'] / 1e9:.0f} s): {why}")
+left = counts.pop("left out by E2E_NETPOL_FOCUS", 0)
 total = sum(counts.values())
-print(f"netpol e2e: {counts.get('passed', 0)}/{total} passed, " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()) if k != "passed"))
-print("\n".join(out))
+print(f"netpol e2e: {counts.get('passed', 0)}/{total} passed" + "".join(f", {n} {k}" for k, n in sorted(counts.items()) if n and k != "passed") + (f" ({left} left out by E2E_NETPOL_FOCUS)" if left else ""))
+for line in out:
+    print(line)
 print(counts.get("failed", 0) + counts.get("panicked", 0) + counts.get("timedout", 0) + counts.get("interrupted", 0) + counts.get("aborted", 0))
 PY
 	)

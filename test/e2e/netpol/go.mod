@@ -144,4 +144,9 @@ replace (
 	k8s.io/sample-controller => k8s.io/sample-controller v0.34.3
 )
 
-tool k8s.io/kubernetes/test/images/agnhost
+// agnhost: the image the suite's pods run; ginkgo: runs the compiled suite
+// in parallel processes (make e2e's E2E_NETPOL_PROCS).
+tool (
+	github.com/onsi/ginkgo/v2/ginkgo
+	k8s.io/kubernetes/test/images/agnhost
+)
