@@ -25,7 +25,11 @@
  *    bpf_redirect_neigh when the FIB says so (other nodes' pod ranges by
  *    direct routing, the world), else (local destination, fragmentation
  *    needed, no route...) handed to the stack.
- * 8. Another plugin's qdiscs on the host veth (lib/qdisc.h): with its
+ * 8. NetworkPolicy (lib/policy.h): a new flow to a destination that is
+ *    final here (a pod of this node, the cluster's pod ranges) is decided
+ *    before anything forwards it; one the stack may translate (a Service)
+ *    where it leaves the stack.
+ * 9. Another plugin's qdiscs on the host veth (lib/qdisc.h): with its
  *    ingress qdisc, what 5 and 7 would redirect goes to its filters and the
  *    stack instead; a root qdisc that queues is noted on the pod's
  *    endpoint, so that deliveries to the pod pass it. */
@@ -50,6 +54,7 @@
 #include "lib/hostport_nat.h"
 #include "lib/l3.h"
 #include "lib/nat.h"
+#include "lib/policy.h"
 #include "lib/qdisc.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
@@ -369,6 +374,30 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 	return fib_forward(skb, &p, why);
 }
 
+/* policy_from_pod decides the pod's packet under NetworkPolicy when its
+ * destination is final: dst (a pod of this node) or the cluster's pod
+ * ranges. Anything else may be a Service: the stack translates it first,
+ * and it is decided where it leaves the node (lib/policy.h); what the
+ * stack delivers to the node itself is not subject to policy. 0: on; else
+ * a drop reason. */
+static __always_inline int policy_from_pod(struct __sk_buff *skb, const struct endpoint_info *dst)
+{
+	__u32 src_if = skb->ifindex, dst_if = dst ? dst->ifindex : 0;
+	struct nat_scratch *s;
+
+	if (!policy_on() || !policy_any(policy_ep(src_if), policy_ep(dst_if)))
+		return 0;
+	s = scratch_get();
+	if (!s)
+		return DROP(REASON_DROP_MALFORMED);
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	if (nat_parse(skb, &s->p))
+		return 0; /* not IP: the link's own */
+	if (!dst && !cluster_lookup(s->p.family, s->p.daddr))
+		return 0;
+	return policy_check(skb, &s->p, src_if, dst_if, 0);
+}
+
 /* translate_and_route: hostPort translation, then the path (the stack when
  * netfilter must see the packet, the overlay, or routing); a translated
  * packet is counted by its translation. */
@@ -433,7 +462,8 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpo
 	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct iphdr *ip = (void *)(eth + 1);
-	struct endpoint_info *src;
+	struct endpoint_info *src, *dst;
+	int rc;
 
 	if ((void *)(ip + 1) > data_end || ip->ihl < 5)
 		return DROP(REASON_DROP_MALFORMED);
@@ -444,7 +474,11 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpo
 	qdisc_learn(src, q);
 	if (bw_egress(skb, src->flags))
 		return DROP(REASON_DROP_BW_EGRESS);
-	return translate_and_route(skb, dev, endpoint_lookup4(ip->daddr), 0, q, why);
+	dst = endpoint_lookup4(ip->daddr);
+	rc = policy_from_pod(skb, dst);
+	if (rc)
+		return rc;
+	return translate_and_route(skb, dev, dst, 0, q, why);
 }
 
 static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
@@ -454,7 +488,8 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpo
 	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
-	struct endpoint_info *src;
+	struct endpoint_info *src, *dst;
+	int rc;
 
 	if ((void *)(ip6 + 1) > data_end)
 		return DROP(REASON_DROP_MALFORMED);
@@ -475,7 +510,11 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpo
 		*why = REASON_PASS; /* neighbour solicitation for the gateway */
 		return TC_ACT_OK;
 	}
-	return translate_and_route(skb, dev, endpoint_lookup6(&ip6->daddr), 1, q, why);
+	dst = endpoint_lookup6(&ip6->daddr);
+	rc = policy_from_pod(skb, dst);
+	if (rc)
+		return rc;
+	return translate_and_route(skb, dev, dst, 1, q, why);
 }
 
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)

@@ -187,6 +187,7 @@ static __always_inline int hostport_in(struct __sk_buff *skb, struct nat_scratch
 {
 	struct hostport_target *t;
 	struct endpoint_info *ep;
+	int ret;
 
 	if (!hostport_proto(s->p.proto) || !hostport_active())
 		return routed_in(skb, s, why);
@@ -201,6 +202,12 @@ static __always_inline int hostport_in(struct __sk_buff *skb, struct nat_scratch
 		return TC_ACT_OK; /* the pod is going away: the stack answers */
 	if (hostport_dnat(skb, s, 0))
 		return DROP(REASON_DROP_MALFORMED);
+	/* The pod's view, for its ingress policy. */
+	__builtin_memcpy(s->p.daddr, s->res.addr, 16);
+	s->p.dport = s->res.port;
+	ret = policy_into_pod(skb, s, ep);
+	if (ret)
+		return ret;
 	return to_pod(skb, ep, REASON_DNAT, why);
 }
 

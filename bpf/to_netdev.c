@@ -26,6 +26,7 @@
 #include "lib/endpoint.h"
 #include "lib/flow.h"
 #include "lib/nat.h"
+#include "lib/policy.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
 
@@ -56,6 +57,14 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 		if (!ep)
 			return TC_ACT_OK; /* the node's own traffic */
 		net_id = ep->net_id;
+	}
+	/* A pod's flow leaving the node: its egress policy decides it here
+	 * when the stack forwarded it (after kube-proxy's translation);
+	 * from_container's decisions are found (lib/policy.h). */
+	if (policy_on()) {
+		rc = policy_check(skb, &s->p, ep->ifindex, 0, 0);
+		if (rc)
+			return rc;
 	}
 	/* A pod's packet the stack let through, untranslated: its pending
 	 * flow is settled (lib/flow.h). */

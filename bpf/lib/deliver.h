@@ -14,6 +14,7 @@
 #include "flow.h"
 #include "l3.h"
 #include "nat.h"
+#include "policy.h"
 #include "verdict.h"
 
 /* Into the pod behind ep: TTL, L2, redirect_peer. A spent TTL goes to the
@@ -38,16 +39,31 @@ static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_i
 	return endpoint_redirect(skb, eth, ep);
 }
 
+/* policy_into_pod decides s->p (the pod's view of it, after any
+ * translation of ours) under the ingress policy of the pod behind ep
+ * (lib/policy.h). 0: on; else a drop reason. */
+static __always_inline int policy_into_pod(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_info *ep)
+{
+	if (!policy_on())
+		return 0;
+	return policy_check(skb, &s->p, 0, ep->ifindex, 0);
+}
+
 /* deliver hands s->p (as it is now, after any translation of ours) to the
  * pod behind ep, or to the stack when netfilter translated its flow (the
- * stack translates it back). */
+ * stack translates it back, and to_container decides its policy). */
 static __always_inline int deliver(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_info *ep,
 				   enum pkt_reason reason, enum pkt_reason *why)
 {
+	int rc;
+
 	if (flow_ingress(skb, s)) {
 		*why = REASON_FLOW_STACK;
 		return TC_ACT_OK;
 	}
+	rc = policy_into_pod(skb, s, ep);
+	if (rc)
+		return rc;
 	return to_pod(skb, ep, reason, why);
 }
 

@@ -105,8 +105,10 @@ extern void bpf_ct_release(struct nf_conn___ebpfcni *ct) __ksym __weak;
 #define FLOW_CT_NAT 1     /* the entry is translated */
 #define FLOW_CT_REPLY 2   /* the packet travels in the entry's reply direction */
 
-/* flow_ct asks conntrack about packet p (its tuple as it travels). */
-static __always_inline int flow_ct(struct __sk_buff *skb, const struct nat_pkt *p, struct bpf_sock_tuple *t)
+/* flow_ct asks conntrack about packet p (its tuple as it travels, or
+ * reversed: the tuple of a packet the other way). */
+static __always_inline int flow_ct_dir(struct __sk_buff *skb, const struct nat_pkt *p, struct bpf_sock_tuple *t,
+				       int reverse)
 {
 	struct bpf_ct_opts___ebpfcni opts = { .netns_id = -1 /* BPF_F_CURRENT_NETNS */ };
 	struct nf_conn___ebpfcni *ct;
@@ -116,7 +118,10 @@ static __always_inline int flow_ct(struct __sk_buff *skb, const struct nat_pkt *
 	if (!have_conntrack)
 		return FLOW_CT_NONE;
 	opts.l4proto = p->proto;
-	size = sock_tuple(t, p->family, p->saddr, p->daddr, p->sport, p->dport);
+	if (reverse)
+		size = sock_tuple(t, p->family, p->daddr, p->saddr, p->dport, p->sport);
+	else
+		size = sock_tuple(t, p->family, p->saddr, p->daddr, p->sport, p->dport);
 	ct = bpf_skb_ct_lookup(skb, t, size, &opts, ct_opts_size);
 	if (!ct)
 		return FLOW_CT_NONE;
@@ -125,6 +130,11 @@ static __always_inline int flow_ct(struct __sk_buff *skb, const struct nat_pkt *
 		r |= FLOW_CT_REPLY;
 	bpf_ct_release(ct);
 	return r;
+}
+
+static __always_inline int flow_ct(struct __sk_buff *skb, const struct nat_pkt *p, struct bpf_sock_tuple *t)
+{
+	return flow_ct_dir(skb, p, t, 0);
 }
 
 /* flow_key_of is the flow key of p: a packet the pod sends (from_pod), or

@@ -11,9 +11,11 @@
  * A flow is decided on its first packet, in each direction by the hook
  * that knows its final addresses (after kube-proxy's translation):
  *  - egress of a pod: from_container for a destination that is a pod of
- *    this node, in the cluster's pod ranges, or the node itself; to_netdev,
- *    to_tunnel or to_container for what the node's stack forwards (a
- *    Service's backend, the world);
+ *    this node or in the cluster's pod ranges; to_netdev, to_tunnel or
+ *    to_container for what the node's stack forwards (a Service's backend,
+ *    the world). What the stack delivers to the node itself is not
+ *    subject to policy: traffic between a pod and its node is always
+ *    allowed (the API's rule);
  *  - ingress of a pod: every redirect into it from outside (lib/deliver.h)
  *    and from another pod (from_container), and to_container for what the
  *    stack delivers. The node's own traffic to its pods (kubelet's probes,
@@ -122,6 +124,17 @@ static __always_inline struct policy_endpoint *policy_ep(__u32 ifindex)
 	if (!ifindex)
 		return NULL;
 	return bpf_map_lookup_elem(&policy_endpoints, &ifindex);
+}
+
+/* policy_any: a or b is set. Ints, not pointers: clang would OR the
+ * pointers, which the verifier refuses. */
+static __always_inline int policy_any(const void *a, const void *b)
+{
+	int x = a != NULL, y = b != NULL;
+
+	asm volatile("" : "+r"(x));
+	asm volatile("" : "+r"(y));
+	return x | y;
 }
 
 /* ICMP errors belong to the flows they quote, which were decided; the API
@@ -267,7 +280,7 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 
 	se = policy_ep(src_if);
 	de = policy_ep(dst_if);
-	if (!se && !de)
+	if (!policy_any(se, de))
 		return 0;
 	if (policy_icmp_error(p))
 		return 0;
@@ -292,13 +305,15 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 		}
 	} else if (flags & POLICY_CT_REPLY) {
 		/* A reply the stack translated back (a Service's): its tuple
-		 * is not the one the flow was decided with. */
+		 * is not the one the flow was decided with. Reversed, it is
+		 * the tuple of the flow's opening packet as conntrack stored
+		 * it (before translation). */
 		struct bpf_sock_tuple t;
 
 		if (flow_tracked(p->proto)) {
-			int ct = flow_ct(skb, p, &t);
+			int ct = flow_ct_dir(skb, p, &t, 1);
 
-			if (ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY))
+			if (ct != FLOW_CT_NONE && !(ct & FLOW_CT_REPLY))
 				return 0;
 		}
 	}

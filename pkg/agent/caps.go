@@ -21,6 +21,10 @@ var CapsOf = map[conflist.Mode][]int{
 // maps (bpf() on them).
 var MetricsCaps = []int{unix.CAP_BPF}
 
+// PolicyCaps are what the network policies add: BPF, to write the plugin's
+// policy maps.
+var PolicyCaps = []int{unix.CAP_BPF}
+
 // keepOnlyCaps drops every capability but keep from the process's
 // effective, permitted and inheritable sets, on every thread (capabilities
 // are per thread, hence AllThreadsSyscall; threads made later copy them).

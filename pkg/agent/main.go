@@ -31,7 +31,9 @@ const usage = `ebpf-cni-agent: the node agent of ebpf-cni on Kubernetes.
 Usage:
   ebpf-cni-agent run [flags]      watch Node objects and keep, for every other node's
                                   pod ranges, a route (mode direct) or a tunnel
-                                  endpoint (mode vxlan) (the DaemonSet's container)
+                                  endpoint (mode vxlan); compile the NetworkPolicies
+                                  for this node's pods into the plugin's maps
+                                  (the DaemonSet's container)
   ebpf-cni-agent install [flags]  put the plugins into the node's CNI directory and
                                   write its conflist from the Node's spec.podCIDRs
                                   (the DaemonSet's init container)
@@ -69,10 +71,11 @@ const (
 	EnvMTU          = "EBPF_CNI_MTU"
 	EnvVXLANPort    = "EBPF_CNI_VXLAN_PORT"
 	EnvVXLANVNI     = "EBPF_CNI_VXLAN_VNI"
+	EnvNetPolicy    = "EBPF_CNI_NETWORK_POLICY"
 )
 
 // EnvVars are all of them.
-var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvMetricsAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI}
+var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvMetricsAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI, EnvNetPolicy}
 
 // env is an environment variable or def.
 func env(name, def string) string {
@@ -195,14 +198,19 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	c.flags(fs)
 	mode := fs.String("mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
 	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
-	bpfRoot := fs.String("bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints; the metrics' maps)")
+	bpfRoot := fs.String("bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints; the network policy maps; the metrics' maps)")
 	stateDir := fs.String("state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record; the metrics' call record)")
-	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF; BPF kept for the metrics)")
+	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF; BPF kept for the metrics and network policies)")
+	policyOn, policyErr := envBool(EnvNetPolicy, true)
+	netpol := fs.Bool("network-policy", policyOn, "enforce the cluster's NetworkPolicies on this node's pods: write them into the plugin's maps (EBPF_CNI_NETWORK_POLICY)")
 	health := fs.String("health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
 	metrics := fs.String("metrics-addr", env(EnvMetricsAddr, DefaultMetricsAddr), "`ADDR` of the Prometheus /metrics (EBPF_CNI_METRICS_ADDR); empty or off: none")
 	resync := fs.Duration("resync", time.Minute, "how often everything is compared with the Node objects")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if policyErr != nil && !flagSet(fs, "network-policy") {
+		return policyErr
 	}
 	m, err := conflist.ParseMode(*mode)
 	if err != nil {
@@ -215,6 +223,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		caps := CapsOf[m]
 		if *metrics != "" {
 			caps = append(slices.Clone(caps), MetricsCaps...)
+		}
+		if *netpol {
+			caps = append(slices.Clone(caps), PolicyCaps...)
 		}
 		if err := keepOnlyCaps(caps); err != nil {
 			return err
@@ -244,19 +255,52 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	if err != nil {
 		return &usageError{err}
 	}
+	var pc *PolicyController
+	if *netpol {
+		if pc, err = NewPolicyController(client, PolicyConfig{BPFRoot: *bpfRoot, Logger: log.With("controller", "networkpolicy")}); err != nil {
+			return err
+		}
+	}
 	if *metrics != "" {
 		l, err := net.Listen("tcp", *metrics)
 		if err != nil {
 			return fmt.Errorf("listening for metrics on %s: %w", *metrics, err)
 		}
-		srv := &http.Server{Handler: NewMetrics(*bpfRoot, *stateDir, a, log).Handler(), ReadHeaderTimeout: 5 * time.Second}
+		mt := NewMetrics(*bpfRoot, *stateDir, a, log)
+		if pc != nil {
+			mt.AddPolicy(pc)
+		}
+		srv := &http.Server{Handler: mt.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
-	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir, "metrics", *metrics)
-	err = a.Run(ctx)
+	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir, "metrics", *metrics, "networkPolicy", *netpol)
+	// The routes and the policies run side by side; either one failing
+	// stops both (the DaemonSet restarts the agent).
+	run, cancel := context.WithCancel(ctx)
+	defer cancel()
+	policyDone := make(chan error, 1)
+	if pc != nil {
+		go func() {
+			err := pc.Run(run)
+			if run.Err() != nil {
+				err = nil // stopped, not failed
+			} else {
+				err = fmt.Errorf("network policies: %w", err)
+			}
+			policyDone <- err
+			cancel()
+		}()
+	} else {
+		policyDone <- nil
+	}
+	err = a.Run(run)
+	cancel()
+	if perr := <-policyDone; perr != nil {
+		err = perr
+	}
 	if ctx.Err() != nil {
-		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints stay")
+		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints and the policies it wrote stay")
 		return nil
 	}
 	return err

@@ -55,6 +55,7 @@ func MetricNames() []string {
 		newDatapathCollector("", "", slog.Default())
 		newCallsCollector("")
 		newAgentCollector(nil)
+		newPolicyCollector(nil)
 	})
 	namesMu.Lock()
 	defer namesMu.Unlock()
@@ -88,6 +89,11 @@ func NewMetrics(bpfRoot, stateDir string, a *Agent, log *slog.Logger) *Metrics {
 	reg.MustRegister(newCallsCollector(stateDir))
 	reg.MustRegister(newAgentCollector(a))
 	return &Metrics{reg: reg}
+}
+
+// AddPolicy adds the NetworkPolicy controller's metrics.
+func (m *Metrics) AddPolicy(pc *PolicyController) {
+	m.reg.MustRegister(newPolicyCollector(pc))
 }
 
 // Registry is where the metrics are registered.
@@ -260,4 +266,49 @@ type syncStats struct {
 	last    time.Time // end of the last full sync
 	present int       // owned entries found installed by it
 	errors  int       // failed syncs so far
+}
+
+// policyCollector is the NetworkPolicy controller's state.
+type policyCollector struct {
+	pc                                *PolicyController
+	latency, synced, enforced, errors *prometheus.Desc
+}
+
+const mPolicyLatency = "ebpf_cni_policy_sync_duration_seconds"
+
+func newPolicyCollector(pc *PolicyController) *policyCollector {
+	declare(mPolicyLatency, prometheus.UntypedValue, true)
+	return &policyCollector{pc: pc,
+		latency: prometheus.NewDesc(mPolicyLatency,
+			"from a change the network policies depend on (a policy, pod or namespace event, an endpoint of this node come or gone) to the policy maps written", nil, nil),
+		synced: desc("ebpf_cni_policy_synced", prometheus.GaugeValue,
+			"1 once the agent has the network policies, pods and namespaces and has written the policy maps from them"),
+		enforced: desc("ebpf_cni_policy_endpoints_enforced", prometheus.GaugeValue,
+			"pods of this node that network policies isolate in at least one direction"),
+		errors: desc("ebpf_cni_policy_errors_total", prometheus.CounterValue,
+			"network policy writes that failed (a full map: the direction stays closed) and endpoints whose policies could not be compiled exactly (more port ranges than an entry holds)"),
+	}
+}
+
+func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.latency, c.synced, c.enforced, c.errors} {
+		ch <- d
+	}
+}
+
+func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.pc == nil {
+		return
+	}
+	st := c.pc.stats()
+	buckets := make(map[float64]uint64, len(policyLatencyBuckets))
+	var n uint64
+	for i, b := range policyLatencyBuckets {
+		n += st.hist.counts[i]
+		buckets[b] = n
+	}
+	ch <- prometheus.MustNewConstHistogram(c.latency, st.hist.count, st.hist.sum, buckets)
+	ch <- prometheus.MustNewConstMetric(c.synced, prometheus.GaugeValue, b2f(st.synced))
+	ch <- prometheus.MustNewConstMetric(c.enforced, prometheus.GaugeValue, float64(st.enforced))
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(st.errors))
 }

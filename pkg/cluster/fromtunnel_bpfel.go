@@ -16,28 +16,35 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromTunnelMapBwBuckets      = "bw_buckets"
-	FromTunnelMapDeviceCounters = "device_counters"
-	FromTunnelMapEndpointDevs   = "endpoint_devs"
-	FromTunnelMapEndpoints      = "endpoints"
-	FromTunnelMapEvents         = "events"
-	FromTunnelMapEventsConfig   = "events_config"
-	FromTunnelMapEventsStats    = "events_stats"
-	FromTunnelMapFlows          = "flows"
-	FromTunnelMapHostportConfig = "hostport_config"
-	FromTunnelMapHostports      = "hostports"
-	FromTunnelMapMasqNets       = "masq_nets"
-	FromTunnelMapMasqSkip       = "masq_skip"
-	FromTunnelMapNat            = "nat"
-	FromTunnelMapNatTimeouts    = "nat_timeouts"
-	FromTunnelMapNodeAddrs      = "node_addrs"
-	FromTunnelMapNodeCounters   = "node_counters"
-	FromTunnelMapScratch        = "scratch"
-	FromTunnelMapSockRevnat     = "sock_revnat"
-	FromTunnelMapUplinks        = "uplinks"
-	FromTunnelProgFromTunnel    = "from_tunnel"
-	FromTunnelVarCtOptsSize     = "ct_opts_size"
-	FromTunnelVarHaveConntrack  = "have_conntrack"
+	FromTunnelMapBwBuckets        = "bw_buckets"
+	FromTunnelMapDeviceCounters   = "device_counters"
+	FromTunnelMapEndpointDevs     = "endpoint_devs"
+	FromTunnelMapEndpoints        = "endpoints"
+	FromTunnelMapEvents           = "events"
+	FromTunnelMapEventsConfig     = "events_config"
+	FromTunnelMapEventsStats      = "events_stats"
+	FromTunnelMapFlows            = "flows"
+	FromTunnelMapHostportConfig   = "hostport_config"
+	FromTunnelMapHostports        = "hostports"
+	FromTunnelMapMasqNets         = "masq_nets"
+	FromTunnelMapMasqSkip         = "masq_skip"
+	FromTunnelMapNat              = "nat"
+	FromTunnelMapNatTimeouts      = "nat_timeouts"
+	FromTunnelMapNodeAddrs        = "node_addrs"
+	FromTunnelMapNodeCounters     = "node_counters"
+	FromTunnelMapPolicyConfig     = "policy_config"
+	FromTunnelMapPolicyDrops      = "policy_drops"
+	FromTunnelMapPolicyEndpoints  = "policy_endpoints"
+	FromTunnelMapPolicyFlows      = "policy_flows"
+	FromTunnelMapPolicyNames      = "policy_names"
+	FromTunnelMapPolicyNamespaces = "policy_namespaces"
+	FromTunnelMapPolicyRules      = "policy_rules"
+	FromTunnelMapScratch          = "scratch"
+	FromTunnelMapSockRevnat       = "sock_revnat"
+	FromTunnelMapUplinks          = "uplinks"
+	FromTunnelProgFromTunnel      = "from_tunnel"
+	FromTunnelVarCtOptsSize       = "ct_opts_size"
+	FromTunnelVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadFromTunnel returns the embedded CollectionSpec for FromTunnel.
@@ -89,25 +96,32 @@ type FromTunnelProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromTunnelMapSpecs struct {
-	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
-	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
-	Flows          *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat            *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromTunnelVariableSpecs contains global variables before they are loaded into the kernel.
@@ -138,25 +152,32 @@ func (o *FromTunnelObjects) Close() error {
 //
 // It can be passed to LoadFromTunnelObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromTunnelMaps struct {
-	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.Map `ebpf:"endpoints"`
-	Events         *ebpf.Map `ebpf:"events"`
-	EventsConfig   *ebpf.Map `ebpf:"events_config"`
-	EventsStats    *ebpf.Map `ebpf:"events_stats"`
-	Flows          *ebpf.Map `ebpf:"flows"`
-	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
-	Hostports      *ebpf.Map `ebpf:"hostports"`
-	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
-	Nat            *ebpf.Map `ebpf:"nat"`
-	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	Flows            *ebpf.Map `ebpf:"flows"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromTunnelMaps) Close() error {
@@ -177,6 +198,13 @@ func (m *FromTunnelMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.PolicyConfig,
+		m.PolicyDrops,
+		m.PolicyEndpoints,
+		m.PolicyFlows,
+		m.PolicyNames,
+		m.PolicyNamespaces,
+		m.PolicyRules,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

@@ -16,14 +16,37 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToTunnelMapClusterConfig  = "cluster_config"
-	ToTunnelMapClusterRoutes  = "cluster_routes"
-	ToTunnelMapDeviceCounters = "device_counters"
-	ToTunnelMapEvents         = "events"
-	ToTunnelMapEventsConfig   = "events_config"
-	ToTunnelMapEventsStats    = "events_stats"
-	ToTunnelMapNodeCounters   = "node_counters"
-	ToTunnelProgToTunnel      = "to_tunnel"
+	ToTunnelMapBwBuckets        = "bw_buckets"
+	ToTunnelMapClusterConfig    = "cluster_config"
+	ToTunnelMapClusterRoutes    = "cluster_routes"
+	ToTunnelMapDeviceCounters   = "device_counters"
+	ToTunnelMapEndpointDevs     = "endpoint_devs"
+	ToTunnelMapEndpoints        = "endpoints"
+	ToTunnelMapEvents           = "events"
+	ToTunnelMapEventsConfig     = "events_config"
+	ToTunnelMapEventsStats      = "events_stats"
+	ToTunnelMapFlows            = "flows"
+	ToTunnelMapHostportConfig   = "hostport_config"
+	ToTunnelMapHostports        = "hostports"
+	ToTunnelMapMasqNets         = "masq_nets"
+	ToTunnelMapMasqSkip         = "masq_skip"
+	ToTunnelMapNat              = "nat"
+	ToTunnelMapNatTimeouts      = "nat_timeouts"
+	ToTunnelMapNodeAddrs        = "node_addrs"
+	ToTunnelMapNodeCounters     = "node_counters"
+	ToTunnelMapPolicyConfig     = "policy_config"
+	ToTunnelMapPolicyDrops      = "policy_drops"
+	ToTunnelMapPolicyEndpoints  = "policy_endpoints"
+	ToTunnelMapPolicyFlows      = "policy_flows"
+	ToTunnelMapPolicyNames      = "policy_names"
+	ToTunnelMapPolicyNamespaces = "policy_namespaces"
+	ToTunnelMapPolicyRules      = "policy_rules"
+	ToTunnelMapScratch          = "scratch"
+	ToTunnelMapSockRevnat       = "sock_revnat"
+	ToTunnelMapUplinks          = "uplinks"
+	ToTunnelProgToTunnel        = "to_tunnel"
+	ToTunnelVarCtOptsSize       = "ct_opts_size"
+	ToTunnelVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadToTunnel returns the embedded CollectionSpec for ToTunnel.
@@ -75,19 +98,42 @@ type ToTunnelProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToTunnelMapSpecs struct {
-	ClusterConfig  *ebpf.MapSpec `ebpf:"cluster_config"`
-	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
-	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
-	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
-	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
+	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToTunnelVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToTunnelVariableSpecs struct {
+	CtOptsSize    *ebpf.VariableSpec `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.VariableSpec `ebpf:"have_conntrack"`
 }
 
 // ToTunnelObjects contains all objects after they have been loaded into the kernel.
@@ -110,24 +156,66 @@ func (o *ToTunnelObjects) Close() error {
 //
 // It can be passed to LoadToTunnelObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToTunnelMaps struct {
-	ClusterConfig  *ebpf.Map `ebpf:"cluster_config"`
-	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
-	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
-	Events         *ebpf.Map `ebpf:"events"`
-	EventsConfig   *ebpf.Map `ebpf:"events_config"`
-	EventsStats    *ebpf.Map `ebpf:"events_stats"`
-	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
+	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	Flows            *ebpf.Map `ebpf:"flows"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToTunnelMaps) Close() error {
 	return _ToTunnelClose(
+		m.BwBuckets,
 		m.ClusterConfig,
 		m.ClusterRoutes,
 		m.DeviceCounters,
+		m.EndpointDevs,
+		m.Endpoints,
 		m.Events,
 		m.EventsConfig,
 		m.EventsStats,
+		m.Flows,
+		m.HostportConfig,
+		m.Hostports,
+		m.MasqNets,
+		m.MasqSkip,
+		m.Nat,
+		m.NatTimeouts,
+		m.NodeAddrs,
 		m.NodeCounters,
+		m.PolicyConfig,
+		m.PolicyDrops,
+		m.PolicyEndpoints,
+		m.PolicyFlows,
+		m.PolicyNames,
+		m.PolicyNamespaces,
+		m.PolicyRules,
+		m.Scratch,
+		m.SockRevnat,
+		m.Uplinks,
 	)
 }
 
@@ -135,6 +223,8 @@ func (m *ToTunnelMaps) Close() error {
 //
 // It can be passed to LoadToTunnelObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToTunnelVariables struct {
+	CtOptsSize    *ebpf.Variable `ebpf:"ct_opts_size"`
+	HaveConntrack *ebpf.Variable `ebpf:"have_conntrack"`
 }
 
 // ToTunnelPrograms contains all programs after they have been loaded into the kernel.

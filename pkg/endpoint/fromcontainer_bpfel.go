@@ -16,30 +16,37 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromContainerMapBwBuckets      = "bw_buckets"
-	FromContainerMapClusterConfig  = "cluster_config"
-	FromContainerMapClusterRoutes  = "cluster_routes"
-	FromContainerMapDeviceCounters = "device_counters"
-	FromContainerMapEndpointDevs   = "endpoint_devs"
-	FromContainerMapEndpoints      = "endpoints"
-	FromContainerMapEvents         = "events"
-	FromContainerMapEventsConfig   = "events_config"
-	FromContainerMapEventsStats    = "events_stats"
-	FromContainerMapFlows          = "flows"
-	FromContainerMapHostportConfig = "hostport_config"
-	FromContainerMapHostports      = "hostports"
-	FromContainerMapMasqNets       = "masq_nets"
-	FromContainerMapMasqSkip       = "masq_skip"
-	FromContainerMapNat            = "nat"
-	FromContainerMapNatTimeouts    = "nat_timeouts"
-	FromContainerMapNodeAddrs      = "node_addrs"
-	FromContainerMapNodeCounters   = "node_counters"
-	FromContainerMapScratch        = "scratch"
-	FromContainerMapSockRevnat     = "sock_revnat"
-	FromContainerMapUplinks        = "uplinks"
-	FromContainerProgFromContainer = "from_container"
-	FromContainerVarCtOptsSize     = "ct_opts_size"
-	FromContainerVarHaveConntrack  = "have_conntrack"
+	FromContainerMapBwBuckets        = "bw_buckets"
+	FromContainerMapClusterConfig    = "cluster_config"
+	FromContainerMapClusterRoutes    = "cluster_routes"
+	FromContainerMapDeviceCounters   = "device_counters"
+	FromContainerMapEndpointDevs     = "endpoint_devs"
+	FromContainerMapEndpoints        = "endpoints"
+	FromContainerMapEvents           = "events"
+	FromContainerMapEventsConfig     = "events_config"
+	FromContainerMapEventsStats      = "events_stats"
+	FromContainerMapFlows            = "flows"
+	FromContainerMapHostportConfig   = "hostport_config"
+	FromContainerMapHostports        = "hostports"
+	FromContainerMapMasqNets         = "masq_nets"
+	FromContainerMapMasqSkip         = "masq_skip"
+	FromContainerMapNat              = "nat"
+	FromContainerMapNatTimeouts      = "nat_timeouts"
+	FromContainerMapNodeAddrs        = "node_addrs"
+	FromContainerMapNodeCounters     = "node_counters"
+	FromContainerMapPolicyConfig     = "policy_config"
+	FromContainerMapPolicyDrops      = "policy_drops"
+	FromContainerMapPolicyEndpoints  = "policy_endpoints"
+	FromContainerMapPolicyFlows      = "policy_flows"
+	FromContainerMapPolicyNames      = "policy_names"
+	FromContainerMapPolicyNamespaces = "policy_namespaces"
+	FromContainerMapPolicyRules      = "policy_rules"
+	FromContainerMapScratch          = "scratch"
+	FromContainerMapSockRevnat       = "sock_revnat"
+	FromContainerMapUplinks          = "uplinks"
+	FromContainerProgFromContainer   = "from_container"
+	FromContainerVarCtOptsSize       = "ct_opts_size"
+	FromContainerVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadFromContainer returns the embedded CollectionSpec for FromContainer.
@@ -91,27 +98,34 @@ type FromContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromContainerMapSpecs struct {
-	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
-	ClusterConfig  *ebpf.MapSpec `ebpf:"cluster_config"`
-	ClusterRoutes  *ebpf.MapSpec `ebpf:"cluster_routes"`
-	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
-	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
-	Flows          *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat            *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
+	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -142,27 +156,34 @@ func (o *FromContainerObjects) Close() error {
 //
 // It can be passed to LoadFromContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromContainerMaps struct {
-	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
-	ClusterConfig  *ebpf.Map `ebpf:"cluster_config"`
-	ClusterRoutes  *ebpf.Map `ebpf:"cluster_routes"`
-	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.Map `ebpf:"endpoints"`
-	Events         *ebpf.Map `ebpf:"events"`
-	EventsConfig   *ebpf.Map `ebpf:"events_config"`
-	EventsStats    *ebpf.Map `ebpf:"events_stats"`
-	Flows          *ebpf.Map `ebpf:"flows"`
-	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
-	Hostports      *ebpf.Map `ebpf:"hostports"`
-	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
-	Nat            *ebpf.Map `ebpf:"nat"`
-	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
+	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	Flows            *ebpf.Map `ebpf:"flows"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromContainerMaps) Close() error {
@@ -185,6 +206,13 @@ func (m *FromContainerMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.PolicyConfig,
+		m.PolicyDrops,
+		m.PolicyEndpoints,
+		m.PolicyFlows,
+		m.PolicyNames,
+		m.PolicyNamespaces,
+		m.PolicyRules,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

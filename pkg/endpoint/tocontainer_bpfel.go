@@ -16,28 +16,35 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToContainerMapBwBuckets      = "bw_buckets"
-	ToContainerMapDeviceCounters = "device_counters"
-	ToContainerMapEndpointDevs   = "endpoint_devs"
-	ToContainerMapEndpoints      = "endpoints"
-	ToContainerMapEvents         = "events"
-	ToContainerMapEventsConfig   = "events_config"
-	ToContainerMapEventsStats    = "events_stats"
-	ToContainerMapFlows          = "flows"
-	ToContainerMapHostportConfig = "hostport_config"
-	ToContainerMapHostports      = "hostports"
-	ToContainerMapMasqNets       = "masq_nets"
-	ToContainerMapMasqSkip       = "masq_skip"
-	ToContainerMapNat            = "nat"
-	ToContainerMapNatTimeouts    = "nat_timeouts"
-	ToContainerMapNodeAddrs      = "node_addrs"
-	ToContainerMapNodeCounters   = "node_counters"
-	ToContainerMapScratch        = "scratch"
-	ToContainerMapSockRevnat     = "sock_revnat"
-	ToContainerMapUplinks        = "uplinks"
-	ToContainerProgToContainer   = "to_container"
-	ToContainerVarCtOptsSize     = "ct_opts_size"
-	ToContainerVarHaveConntrack  = "have_conntrack"
+	ToContainerMapBwBuckets        = "bw_buckets"
+	ToContainerMapDeviceCounters   = "device_counters"
+	ToContainerMapEndpointDevs     = "endpoint_devs"
+	ToContainerMapEndpoints        = "endpoints"
+	ToContainerMapEvents           = "events"
+	ToContainerMapEventsConfig     = "events_config"
+	ToContainerMapEventsStats      = "events_stats"
+	ToContainerMapFlows            = "flows"
+	ToContainerMapHostportConfig   = "hostport_config"
+	ToContainerMapHostports        = "hostports"
+	ToContainerMapMasqNets         = "masq_nets"
+	ToContainerMapMasqSkip         = "masq_skip"
+	ToContainerMapNat              = "nat"
+	ToContainerMapNatTimeouts      = "nat_timeouts"
+	ToContainerMapNodeAddrs        = "node_addrs"
+	ToContainerMapNodeCounters     = "node_counters"
+	ToContainerMapPolicyConfig     = "policy_config"
+	ToContainerMapPolicyDrops      = "policy_drops"
+	ToContainerMapPolicyEndpoints  = "policy_endpoints"
+	ToContainerMapPolicyFlows      = "policy_flows"
+	ToContainerMapPolicyNames      = "policy_names"
+	ToContainerMapPolicyNamespaces = "policy_namespaces"
+	ToContainerMapPolicyRules      = "policy_rules"
+	ToContainerMapScratch          = "scratch"
+	ToContainerMapSockRevnat       = "sock_revnat"
+	ToContainerMapUplinks          = "uplinks"
+	ToContainerProgToContainer     = "to_container"
+	ToContainerVarCtOptsSize       = "ct_opts_size"
+	ToContainerVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadToContainer returns the embedded CollectionSpec for ToContainer.
@@ -89,25 +96,32 @@ type ToContainerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToContainerMapSpecs struct {
-	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
-	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
-	Flows          *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat            *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -138,25 +152,32 @@ func (o *ToContainerObjects) Close() error {
 //
 // It can be passed to LoadToContainerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToContainerMaps struct {
-	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.Map `ebpf:"endpoints"`
-	Events         *ebpf.Map `ebpf:"events"`
-	EventsConfig   *ebpf.Map `ebpf:"events_config"`
-	EventsStats    *ebpf.Map `ebpf:"events_stats"`
-	Flows          *ebpf.Map `ebpf:"flows"`
-	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
-	Hostports      *ebpf.Map `ebpf:"hostports"`
-	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
-	Nat            *ebpf.Map `ebpf:"nat"`
-	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	Flows            *ebpf.Map `ebpf:"flows"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToContainerMaps) Close() error {
@@ -177,6 +198,13 @@ func (m *ToContainerMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.PolicyConfig,
+		m.PolicyDrops,
+		m.PolicyEndpoints,
+		m.PolicyFlows,
+		m.PolicyNames,
+		m.PolicyNamespaces,
+		m.PolicyRules,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

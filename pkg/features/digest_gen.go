@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "d37879755666"
+const objectsDigest = "e7312aeb6c2e"

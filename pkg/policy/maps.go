@@ -72,7 +72,7 @@ type Maps struct {
 	DropMap      *ebpf.Map // policy_drop_key -> per-CPU u64
 	NamespaceMap *ebpf.Map // policy_ns_key -> policy_ns
 	NameMap      *ebpf.Map // policy id -> policy_name
-	own        bool
+	own          bool
 }
 
 // Open opens (creating and pinning when missing) the policy maps under

@@ -16,28 +16,35 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToNetdevMapBwBuckets      = "bw_buckets"
-	ToNetdevMapDeviceCounters = "device_counters"
-	ToNetdevMapEndpointDevs   = "endpoint_devs"
-	ToNetdevMapEndpoints      = "endpoints"
-	ToNetdevMapEvents         = "events"
-	ToNetdevMapEventsConfig   = "events_config"
-	ToNetdevMapEventsStats    = "events_stats"
-	ToNetdevMapFlows          = "flows"
-	ToNetdevMapHostportConfig = "hostport_config"
-	ToNetdevMapHostports      = "hostports"
-	ToNetdevMapMasqNets       = "masq_nets"
-	ToNetdevMapMasqSkip       = "masq_skip"
-	ToNetdevMapNat            = "nat"
-	ToNetdevMapNatTimeouts    = "nat_timeouts"
-	ToNetdevMapNodeAddrs      = "node_addrs"
-	ToNetdevMapNodeCounters   = "node_counters"
-	ToNetdevMapScratch        = "scratch"
-	ToNetdevMapSockRevnat     = "sock_revnat"
-	ToNetdevMapUplinks        = "uplinks"
-	ToNetdevProgToNetdev      = "to_netdev"
-	ToNetdevVarCtOptsSize     = "ct_opts_size"
-	ToNetdevVarHaveConntrack  = "have_conntrack"
+	ToNetdevMapBwBuckets        = "bw_buckets"
+	ToNetdevMapDeviceCounters   = "device_counters"
+	ToNetdevMapEndpointDevs     = "endpoint_devs"
+	ToNetdevMapEndpoints        = "endpoints"
+	ToNetdevMapEvents           = "events"
+	ToNetdevMapEventsConfig     = "events_config"
+	ToNetdevMapEventsStats      = "events_stats"
+	ToNetdevMapFlows            = "flows"
+	ToNetdevMapHostportConfig   = "hostport_config"
+	ToNetdevMapHostports        = "hostports"
+	ToNetdevMapMasqNets         = "masq_nets"
+	ToNetdevMapMasqSkip         = "masq_skip"
+	ToNetdevMapNat              = "nat"
+	ToNetdevMapNatTimeouts      = "nat_timeouts"
+	ToNetdevMapNodeAddrs        = "node_addrs"
+	ToNetdevMapNodeCounters     = "node_counters"
+	ToNetdevMapPolicyConfig     = "policy_config"
+	ToNetdevMapPolicyDrops      = "policy_drops"
+	ToNetdevMapPolicyEndpoints  = "policy_endpoints"
+	ToNetdevMapPolicyFlows      = "policy_flows"
+	ToNetdevMapPolicyNames      = "policy_names"
+	ToNetdevMapPolicyNamespaces = "policy_namespaces"
+	ToNetdevMapPolicyRules      = "policy_rules"
+	ToNetdevMapScratch          = "scratch"
+	ToNetdevMapSockRevnat       = "sock_revnat"
+	ToNetdevMapUplinks          = "uplinks"
+	ToNetdevProgToNetdev        = "to_netdev"
+	ToNetdevVarCtOptsSize       = "ct_opts_size"
+	ToNetdevVarHaveConntrack    = "have_conntrack"
 )
 
 // LoadToNetdev returns the embedded CollectionSpec for ToNetdev.
@@ -89,25 +96,32 @@ type ToNetdevProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToNetdevMapSpecs struct {
-	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
-	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
-	Flows          *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat            *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
+	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
+	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	Flows            *ebpf.MapSpec `ebpf:"flows"`
+	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
+	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
+	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
+	Nat              *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToNetdevVariableSpecs contains global variables before they are loaded into the kernel.
@@ -138,25 +152,32 @@ func (o *ToNetdevObjects) Close() error {
 //
 // It can be passed to LoadToNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToNetdevMaps struct {
-	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
-	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.Map `ebpf:"endpoints"`
-	Events         *ebpf.Map `ebpf:"events"`
-	EventsConfig   *ebpf.Map `ebpf:"events_config"`
-	EventsStats    *ebpf.Map `ebpf:"events_stats"`
-	Flows          *ebpf.Map `ebpf:"flows"`
-	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
-	Hostports      *ebpf.Map `ebpf:"hostports"`
-	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
-	Nat            *ebpf.Map `ebpf:"nat"`
-	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
-	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.Map `ebpf:"uplinks"`
+	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsConfig     *ebpf.Map `ebpf:"events_config"`
+	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	Flows            *ebpf.Map `ebpf:"flows"`
+	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
+	Hostports        *ebpf.Map `ebpf:"hostports"`
+	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
+	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
+	Nat              *ebpf.Map `ebpf:"nat"`
+	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
+	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
+	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
+	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
+	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
+	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
+	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
+	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
+	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToNetdevMaps) Close() error {
@@ -177,6 +198,13 @@ func (m *ToNetdevMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.PolicyConfig,
+		m.PolicyDrops,
+		m.PolicyEndpoints,
+		m.PolicyFlows,
+		m.PolicyNames,
+		m.PolicyNamespaces,
+		m.PolicyRules,
 		m.Scratch,
 		m.SockRevnat,
 		m.Uplinks,

@@ -23,6 +23,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
@@ -156,6 +157,19 @@ func (e *env) requireClean() {
 	require.NoError(e.t, err)
 	require.Empty(e.t, ups, "uplink records left")
 	require.Empty(e.t, e.netnsEntries(), "local_netns entries left")
+	require.Empty(e.t, e.policyStates(), "policy_endpoints entries left")
+}
+
+// policyStates reads policy_endpoints: host ifindex -> NetworkPolicy state.
+func (e *env) policyStates() map[uint32]policy.EndpointState {
+	e.t.Helper()
+	nd := e.handle()
+	defer nd.Close()
+	em, err := endpoint.MapsOf(nd)
+	require.NoError(e.t, err)
+	st, err := em.Policy.EndpointStates()
+	require.NoError(e.t, err)
+	return st
 }
 
 // netnsEntries lists local_netns: netns cookie -> host ifindex (0: node).

@@ -1,0 +1,633 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	listersnetworkingv1 "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+)
+
+// PolicyConfig is how the NetworkPolicy controller runs.
+type PolicyConfig struct {
+	// BPFRoot is the plugin's bpfRoot: the policy and endpoint maps.
+	BPFRoot string
+	// Poll is how often endpoint_pods and endpoint_devs are read for
+	// endpoints that came or went (ADD and DEL tell nobody). Default 250 ms.
+	Poll   time.Duration
+	Logger *slog.Logger
+}
+
+// DefaultPolicyPoll is PolicyConfig.Poll's default.
+const DefaultPolicyPoll = 250 * time.Millisecond
+
+// policyResync: a full comparison of the maps with the policies even when
+// nothing changed (a write that failed, an entry someone removed).
+const policyResync = time.Minute
+
+// policyLatencies is how many of the last latencies Latencies keeps.
+const policyLatencies = 10000
+
+// PolicyController compiles the cluster's NetworkPolicies for the endpoints
+// of this node into the policy maps (pkg/policy) and keeps them current.
+// The maps are the datapath's only input: they stay as written while the
+// controller is down.
+type PolicyController struct {
+	cfg    PolicyConfig
+	client kubernetes.Interface
+	log    *slog.Logger
+	pm     *policy.Maps
+	devs   *ebpf.Map // endpoint_devs
+	pods   *ebpf.Map // endpoint_pods
+
+	// Touched by the worker only.
+	compiler policy.Compiler
+	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
+	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
+	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
+	names    map[uint32]bool                                              // what policy_names holds
+	errs     map[uint32]string                                            // the compile error last reported, by endpoint
+
+	mu       sync.Mutex
+	synced   bool
+	pending  time.Time // the first change not written yet
+	lats     []time.Duration
+	latNext  int
+	hist     latencyHist
+	enforced int
+	errors   uint64
+}
+
+// latencyHist is a Prometheus histogram's counts.
+type latencyHist struct {
+	counts []uint64 // by policyLatencyBuckets, not cumulative
+	count  uint64
+	sum    float64
+}
+
+// policyLatencyBuckets: from a change to the maps written, 1 ms to 10 s.
+var policyLatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// NewPolicyController opens the maps under cfg.BPFRoot (creating the
+// policy maps when no plugin call has yet); Run starts it.
+func NewPolicyController(client kubernetes.Interface, cfg PolicyConfig) (*PolicyController, error) {
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPolicyPoll
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	pm, err := policy.Open(cfg.BPFRoot)
+	if err != nil {
+		return nil, fmt.Errorf("the plugin's policy maps (bpfRoot %s): %w", cfg.BPFRoot, err)
+	}
+	ms, err := maps.OpenPinned(cfg.BPFRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
+	if err != nil {
+		pm.Close()
+		return nil, fmt.Errorf("the plugin's endpoint maps (bpfRoot %s): %w", cfg.BPFRoot, err)
+	}
+	return &PolicyController{cfg: cfg, client: client, log: cfg.Logger, pm: pm,
+		devs: ms[maps.CniMapEndpointDevs], pods: ms[maps.CniMapEndpointPods],
+		hist: latencyHist{counts: make([]uint64, len(policyLatencyBuckets))}}, nil
+}
+
+// policyKey is the one key of the queue: every change leads to one
+// recompile, bursts to one.
+const policyKey = "policies"
+
+// Run watches until ctx ends, then closes the maps (the pinned maps stay as
+// written).
+func (c *PolicyController) Run(ctx context.Context) error {
+	defer c.close()
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(dropManagedFields))
+	pols := factory.Networking().V1().NetworkPolicies()
+	pods := factory.Core().V1().Pods()
+	nss := factory.Core().V1().Namespaces()
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second))
+	defer queue.ShutDown()
+	changed := func() {
+		c.mu.Lock()
+		if c.pending.IsZero() {
+			c.pending = time.Now()
+		}
+		c.mu.Unlock()
+		queue.Add(policyKey)
+	}
+	handler := func(relevant func(old, cur any) bool) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { changed() },
+			UpdateFunc: func(old, cur any) {
+				if relevant(old, cur) {
+					changed()
+				}
+			},
+			DeleteFunc: func(any) { changed() },
+		}
+	}
+	for what, h := range map[string]struct {
+		inf      cache.SharedIndexInformer
+		relevant func(old, cur any) bool
+	}{
+		"network policies": {pols.Informer(), func(old, cur any) bool { return !reflect.DeepEqual(specOf(old), specOf(cur)) }},
+		"pods":             {pods.Informer(), func(old, cur any) bool { return !reflect.DeepEqual(podFacts(old), podFacts(cur)) }},
+		"namespaces":       {nss.Informer(), func(old, cur any) bool { return !reflect.DeepEqual(nsLabels(old), nsLabels(cur)) }},
+	} {
+		if _, err := h.inf.AddEventHandler(handler(h.relevant)); err != nil {
+			return fmt.Errorf("watching %s: %w", what, err)
+		}
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	c.log.Info("waiting for the network policies, pods and namespaces")
+	if !cache.WaitForCacheSync(ctx.Done(), pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	if err := c.load(); err != nil {
+		return err
+	}
+	changed()
+	eps, err := c.endpoints()
+	if err != nil {
+		return err
+	}
+	last := fmt.Sprint(eps)
+	go func() {
+		poll := time.NewTicker(c.cfg.Poll)
+		defer poll.Stop()
+		resync := time.NewTicker(policyResync)
+		defer resync.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				queue.ShutDown()
+				return
+			case <-resync.C:
+				queue.Add(policyKey)
+			case <-poll.C:
+				eps, err := c.endpoints()
+				if err != nil {
+					c.log.Warn("reading the endpoints", "err", err)
+					continue
+				}
+				if sig := fmt.Sprint(eps); sig != last {
+					last = sig
+					changed()
+				}
+			}
+		}
+	}()
+	l := policyListers{pols.Lister(), pods.Lister(), nss.Lister()}
+	for {
+		key, quit := queue.Get()
+		if quit {
+			return ctx.Err()
+		}
+		if err := c.sync(l); err != nil {
+			c.log.Warn("writing the network policies failed, retrying", "err", err, "retries", queue.NumRequeues(key))
+			c.mu.Lock()
+			c.errors++
+			c.mu.Unlock()
+			queue.AddRateLimited(key)
+		} else {
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+}
+
+func (c *PolicyController) close() {
+	c.pm.Close()
+	c.devs.Close()
+	c.pods.Close()
+}
+
+type policyListers struct {
+	pols listersnetworkingv1.NetworkPolicyLister
+	pods listerscorev1.PodLister
+	nss  listerscorev1.NamespaceLister
+}
+
+// dropManagedFields keeps the informers' caches small: the agent caches
+// every pod of the cluster.
+func dropManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		m.GetObjectMeta().SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func specOf(obj any) any {
+	if p, ok := obj.(*networkingv1.NetworkPolicy); ok {
+		return p.Spec
+	}
+	return obj
+}
+
+// podFacts is what the compiler reads of a pod: an update that changes
+// none of it (a condition, an annotation) is no change.
+func podFacts(obj any) any {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj
+	}
+	type facts struct {
+		UID        string
+		Labels     map[string]string
+		IPs        []corev1.PodIP
+		IP         string
+		Phase      corev1.PodPhase
+		Host       bool
+		Containers [][]corev1.ContainerPort
+	}
+	f := facts{UID: string(p.UID), Labels: p.Labels, IPs: p.Status.PodIPs, IP: p.Status.PodIP, Phase: p.Status.Phase, Host: p.Spec.HostNetwork}
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for _, ct := range cs {
+			f.Containers = append(f.Containers, ct.Ports)
+		}
+	}
+	return f
+}
+
+func nsLabels(obj any) any {
+	if n, ok := obj.(*corev1.Namespace); ok {
+		return n.Labels
+	}
+	return obj
+}
+
+// load reads what the maps hold, so that a restart with the same policies
+// writes nothing.
+func (c *PolicyController) load() error {
+	rs, err := c.pm.ReadRules()
+	if err != nil {
+		return err
+	}
+	c.rules = map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule{}
+	for ifindex, byDir := range rs {
+		for d, es := range byDir {
+			m := c.dirRules(ifindex, d)
+			for _, e := range es {
+				m[e.Prefix] = e.Rule
+			}
+		}
+	}
+	states, err := c.pm.EndpointStates()
+	if err != nil {
+		return err
+	}
+	c.gens = map[uint32][2]uint32{}
+	for ifindex, st := range states {
+		c.gens[ifindex] = [2]uint32{st.IngressGen, st.EgressGen}
+	}
+	if c.facts, err = c.pm.NamespaceFacts(); err != nil {
+		return err
+	}
+	c.names = map[uint32]bool{}
+	var id uint32
+	var v maps.CniPolicyName
+	it := c.pm.NameMap.Iterate()
+	for it.Next(&id, &v) {
+		c.names[id] = true
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterating %s: %w", maps.CniMapPolicyNames, err)
+	}
+	c.errs = map[uint32]string{}
+	return nil
+}
+
+func (c *PolicyController) dirRules(ifindex uint32, d policy.Direction) map[netip.Prefix]policy.Rule {
+	byDir := c.rules[ifindex]
+	if byDir == nil {
+		byDir = map[policy.Direction]map[netip.Prefix]policy.Rule{}
+		c.rules[ifindex] = byDir
+	}
+	m := byDir[d]
+	if m == nil {
+		m = map[netip.Prefix]policy.Rule{}
+		byDir[d] = m
+	}
+	return m
+}
+
+// endpoints reads the local endpoints: endpoint_pods (who) and
+// endpoint_devs (their addresses), sorted by ifindex.
+func (c *PolicyController) endpoints() ([]policy.LocalEndpoint, error) {
+	pods, err := endpoint.ReadPods(c.pods)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]policy.LocalEndpoint, 0, len(pods))
+	for ifindex, p := range pods {
+		ep := policy.LocalEndpoint{Ifindex: ifindex, Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+		var d maps.CniEndpointDev
+		if err := c.devs.Lookup(ifindex, &d); err == nil {
+			for _, ip := range maps.EndpointIPs(&d) {
+				if a, ok := netip.AddrFromSlice(ip); ok {
+					ep.IPs = append(ep.IPs, a.Unmap())
+				}
+			}
+		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, fmt.Errorf("reading %s[%d]: %w", maps.CniMapEndpointDevs, ifindex, err)
+		}
+		out = append(out, ep)
+	}
+	slices.SortFunc(out, func(a, b policy.LocalEndpoint) int { return int(a.Ifindex) - int(b.Ifindex) })
+	return out, nil
+}
+
+// sync compiles and writes what changed: namespace facts first (ADD reads
+// them), policy names, then each endpoint's rules and state.
+func (c *PolicyController) sync(l policyListers) error {
+	c.mu.Lock()
+	since := c.pending
+	c.pending = time.Time{}
+	c.mu.Unlock()
+
+	eps, err := c.endpoints()
+	if err != nil {
+		return err
+	}
+	var cl policy.Cluster
+	if cl.Policies, err = l.pols.List(labels.Everything()); err != nil {
+		return err
+	}
+	if cl.Pods, err = l.pods.List(labels.Everything()); err != nil {
+		return err
+	}
+	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
+		return err
+	}
+	res := c.compiler.Compile(cl, eps)
+	var errs []error
+
+	for ns, f := range res.Namespaces {
+		if c.facts[ns] == f {
+			continue
+		}
+		if err := c.pm.SetNamespace(ns, f); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.facts[ns] = f
+	}
+	for ns := range c.facts {
+		if _, ok := res.Namespaces[ns]; !ok {
+			if err := c.pm.SetNamespace(ns, policy.NamespaceFact{}); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(c.facts, ns)
+		}
+	}
+	for ns, f := range c.facts {
+		if f == (policy.NamespaceFact{}) {
+			delete(c.facts, ns)
+		}
+	}
+	for id, n := range res.Names {
+		if c.names[id] {
+			continue
+		}
+		if _, err := c.pm.SetName(n.Namespace, n.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.names[id] = true
+	}
+
+	states, err := c.pm.EndpointStates()
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	enforced := 0
+	for _, ep := range eps {
+		st, err := c.writeEndpoint(ep, res.Endpoints[ep.Ifindex], states[ep.Ifindex])
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if policy.State(st.Ingress) == policy.StateEnforce || policy.State(st.Egress) == policy.StateEnforce {
+			enforced++
+		}
+		c.reportCompileError(ep, res.Errors[ep.Ifindex])
+	}
+	// The rules of ifindexes that are no endpoint any more (DEL leaves them).
+	for ifindex, byDir := range c.rules {
+		if _, ok := res.Endpoints[ifindex]; ok {
+			continue
+		}
+		for d, m := range byDir {
+			if err := c.pm.DeleteRules(ifindex, d, prefixes(m)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(byDir, d)
+		}
+		if len(byDir) == 0 {
+			delete(c.rules, ifindex)
+			delete(c.errs, ifindex)
+		}
+	}
+	// Names last: no entry names a policy that is gone any more.
+	for id := range c.names {
+		if _, ok := res.Names[id]; ok {
+			continue
+		}
+		if err := c.pm.DeleteName(id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(c.names, id)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.enforced = enforced
+	c.synced = true
+	if !since.IsZero() {
+		c.record(time.Since(since))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *PolicyController) reportCompileError(ep policy.LocalEndpoint, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if c.errs[ep.Ifindex] == msg {
+		return
+	}
+	c.errs[ep.Ifindex] = msg
+	if err == nil {
+		return
+	}
+	c.log.Warn("network policy not compiled exactly", "err", err)
+	c.mu.Lock()
+	c.errors++
+	c.mu.Unlock()
+}
+
+func prefixes(m map[netip.Prefix]policy.Rule) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	return out
+}
+
+// writeEndpoint writes one endpoint's rules and state where they differ
+// from what the maps hold (cur: its policy_endpoints entry, zero: none),
+// and returns the state written. A direction whose rules or state change
+// gets a new generation, so the flows decided under the old rules are
+// decided again.
+func (c *PolicyController) writeEndpoint(ep policy.LocalEndpoint, er *policy.EndpointRules, cur policy.EndpointState) (policy.EndpointState, error) {
+	st := cur
+	gens := c.gens[ep.Ifindex]
+	gens[0], gens[1] = max(gens[0], cur.IngressGen), max(gens[1], cur.EgressGen)
+	changed := false
+	var errs []error
+	for i, d := range []policy.Direction{policy.Ingress, policy.Egress} {
+		want := er.Dir(d)
+		state := want.State
+		n, err := c.writeRules(ep.Ifindex, d, want)
+		if err != nil {
+			// Map full or worse: what the rules allow is not what the
+			// policies do. Fail closed.
+			errs = append(errs, fmt.Errorf("endpoint %s/%s (ifindex %d) %s: %w; its %s stays closed", ep.Namespace, ep.Name, ep.Ifindex, d, err, d))
+			state = policy.StateClosed
+		}
+		have := &st.Ingress
+		gen := &st.IngressGen
+		if d == policy.Egress {
+			have, gen = &st.Egress, &st.EgressGen
+		}
+		if n == 0 && policy.State(*have) == state {
+			continue
+		}
+		changed = true
+		*have = uint8(state)
+		gens[i]++
+		if gens[i] == 0 {
+			gens[i] = 1
+		}
+		*gen = gens[i]
+	}
+	c.gens[ep.Ifindex] = gens
+	if changed {
+		if err := c.pm.SetEndpoint(ep.Ifindex, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return st, errors.Join(errs...)
+}
+
+// writeRules brings policy_rules' entries of (ifindex, d) to want's (none
+// unless enforced): new and changed entries first, then the vanished ones.
+// n: how many entries it wrote or deleted.
+func (c *PolicyController) writeRules(ifindex uint32, d policy.Direction, want *policy.DirRules) (n int, err error) {
+	have := c.dirRules(ifindex, d)
+	var entries []policy.Entry
+	if want.State == policy.StateEnforce {
+		entries = want.Entries
+	}
+	keep := make(map[netip.Prefix]bool, len(entries))
+	for _, e := range entries {
+		keep[e.Prefix] = true
+		if r, ok := have[e.Prefix]; ok && r == e.Rule {
+			continue
+		}
+		if err := c.pm.PutRules(ifindex, d, []policy.Entry{e}); err != nil {
+			return n, err
+		}
+		have[e.Prefix] = e.Rule
+		n++
+	}
+	var gone []netip.Prefix
+	for p := range have {
+		if !keep[p] {
+			gone = append(gone, p)
+		}
+	}
+	if len(gone) == 0 {
+		return n, nil
+	}
+	if err := c.pm.DeleteRules(ifindex, d, gone); err != nil {
+		return n, err
+	}
+	for _, p := range gone {
+		delete(have, p)
+	}
+	return n + len(gone), nil
+}
+
+func (c *PolicyController) record(d time.Duration) {
+	if len(c.lats) < policyLatencies {
+		c.lats = append(c.lats, d)
+	} else {
+		c.lats[c.latNext] = d
+		c.latNext = (c.latNext + 1) % policyLatencies
+	}
+	s := d.Seconds()
+	c.hist.count++
+	c.hist.sum += s
+	for i, b := range policyLatencyBuckets {
+		if s <= b {
+			c.hist.counts[i]++
+			break
+		}
+	}
+}
+
+// Synced says whether the informers have synced and a first full write is
+// done.
+func (c *PolicyController) Synced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced
+}
+
+// Latencies are the last writes' delays (up to 10,000), oldest first: from
+// the first change seen (an API event, an endpoint found by the poll) to
+// the maps written.
+func (c *PolicyController) Latencies() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(slices.Clone(c.lats[c.latNext:]), c.lats[:c.latNext]...)
+}
+
+// policyStats is what the metrics report.
+type policyStats struct {
+	synced   bool
+	enforced int
+	errors   uint64
+	hist     latencyHist
+}
+
+func (c *PolicyController) stats() policyStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.hist
+	h.counts = slices.Clone(h.counts)
+	return policyStats{synced: c.synced, enforced: c.enforced, errors: c.errors, hist: h}
+}

@@ -1,0 +1,396 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+)
+
+// policyNode is a node's maps in a private bpffs, its endpoints written as
+// ADD writes them, and a fake API server.
+type policyNode struct {
+	t       *testing.T
+	bpfRoot string
+	client  *fake.Clientset
+	pm      *policy.Maps
+	devs    *ebpf.Map
+	pods    *ebpf.Map
+}
+
+func newPolicyNode(t *testing.T, objs ...any) *policyNode {
+	bpfRoot := testutil.BPFFS(t)
+	pm, err := policy.Open(bpfRoot)
+	require.NoError(t, err)
+	t.Cleanup(pm.Close)
+	ms, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
+	require.NoError(t, err)
+	t.Cleanup(func() { ms[maps.CniMapEndpointDevs].Close(); ms[maps.CniMapEndpointPods].Close() })
+	client := fake.NewClientset()
+	n := &policyNode{t: t, bpfRoot: bpfRoot, client: client, pm: pm, devs: ms[maps.CniMapEndpointDevs], pods: ms[maps.CniMapEndpointPods]}
+	for _, o := range objs {
+		n.apply(o)
+	}
+	return n
+}
+
+func (n *policyNode) apply(o any) {
+	n.t.Helper()
+	ctx := context.Background()
+	var err error
+	switch o := o.(type) {
+	case *corev1.Namespace:
+		if _, err = n.client.CoreV1().Namespaces().Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+			_, err = n.client.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		}
+	case *corev1.Pod:
+		if _, err = n.client.CoreV1().Pods(o.Namespace).Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+			_, err = n.client.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		}
+	case *networkingv1.NetworkPolicy:
+		if _, err = n.client.NetworkingV1().NetworkPolicies(o.Namespace).Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+			_, err = n.client.NetworkingV1().NetworkPolicies(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		}
+	}
+	require.NoError(n.t, err)
+}
+
+func (n *policyNode) deletePolicy(ns, name string) {
+	n.t.Helper()
+	require.NoError(n.t, n.client.NetworkingV1().NetworkPolicies(ns).Delete(context.Background(), name, metav1.DeleteOptions{}))
+}
+
+// addEndpoint writes endpoint_devs and endpoint_pods as ADD does (its
+// policy state aside).
+func (n *policyNode) addEndpoint(ifindex uint32, ns, name string, ip string) {
+	n.t.Helper()
+	var d maps.CniEndpointDev
+	a := netip.MustParseAddr(ip).As4()
+	d.Ip4[0] = binary.NativeEndian.Uint32(a[:])
+	d.N_ip4 = 1
+	require.NoError(n.t, n.devs.Put(ifindex, &d))
+	var p maps.CniEndpointPod
+	maps.CString(p.Namespace[:], ns)
+	maps.CString(p.Name[:], name)
+	maps.CString(p.Uid[:], ns+"-"+name)
+	require.NoError(n.t, n.pods.Put(ifindex, &p))
+}
+
+func (n *policyNode) delEndpoint(ifindex uint32) {
+	n.t.Helper()
+	require.NoError(n.t, n.devs.Delete(ifindex))
+	require.NoError(n.t, n.pods.Delete(ifindex))
+	require.NoError(n.t, n.pm.DeleteEndpoint(ifindex))
+}
+
+// run starts a controller until stop (or the test's end).
+func (n *policyNode) run() (pc *PolicyController, stop func()) {
+	n.t.Helper()
+	pc, err := NewPolicyController(n.client, PolicyConfig{BPFRoot: n.bpfRoot, Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(n.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = pc.Run(ctx); close(done) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	n.t.Cleanup(stop)
+	require.Eventually(n.t, pc.Synced, 10*time.Second, 10*time.Millisecond)
+	return pc, stop
+}
+
+func (n *policyNode) states() map[uint32]policy.EndpointState {
+	n.t.Helper()
+	s, err := n.pm.EndpointStates()
+	require.NoError(n.t, err)
+	return s
+}
+
+func (n *policyNode) rules() policy.RuleSet {
+	n.t.Helper()
+	rs, err := n.pm.ReadRules()
+	require.NoError(n.t, err)
+	for _, byDir := range rs {
+		for _, es := range byDir {
+			policy.SortEntries(es)
+		}
+	}
+	return rs
+}
+
+// eventually waits (a bound for a broken controller, not a speed
+// assertion) until cond holds on the maps.
+func (n *policyNode) eventually(cond func(c *assert.CollectT)) {
+	n.t.Helper()
+	require.EventuallyWithT(n.t, cond, 10*time.Second, 10*time.Millisecond)
+}
+
+func testPod(ns, name, ip string, lbl map[string]string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl, UID: types.UID(ns + "-" + name)}}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	return p
+}
+
+func testNS(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// allowFrom lets pods labelled app=from reach the pods labelled app=to on
+// TCP port (ingress).
+func allowFrom(ns, name, to, from string, port int32) *networkingv1.NetworkPolicy {
+	p := intstr.FromInt32(port)
+	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": to}},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": from}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: &p}},
+		}},
+	}}
+}
+
+// denyEgress isolates the egress of the pods labelled app=to, but for
+// TCP port to pods labelled app=peer.
+func denyEgress(ns, name, to, peer string, port int32) *networkingv1.NetworkPolicy {
+	p := intstr.FromInt32(port)
+	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": to}},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		Egress: []networkingv1.NetworkPolicyEgressRule{{
+			To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": peer}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: &p}},
+		}},
+	}}
+}
+
+func tcp(port uint16) policy.Rule {
+	r := policy.Rule{N_ports: 1}
+	r.Ports[0] = maps.CniPolicyPort{First: port, Last: port, Proto: 6}
+	return r
+}
+
+func withSources(r policy.Rule, ids ...uint32) policy.Rule {
+	for i, id := range ids {
+		r.Sources[i] = id
+	}
+	r.N_sources = uint8(len(ids))
+	return r
+}
+
+func entry(prefix string, r policy.Rule) policy.Entry {
+	return policy.Entry{Prefix: netip.MustParsePrefix(prefix), Rule: r}
+}
+
+const (
+	ifServer = 10
+	ifClient = 11
+)
+
+// serverClient: namespace a holds server (10.0.1.1, ifindex 10) and client
+// (10.0.1.2, ifindex 11), both of this node; b has no policy.
+func serverClient(t *testing.T) *policyNode {
+	n := newPolicyNode(t, testNS("a"), testNS("b"),
+		testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"}),
+		testPod("a", "client", "10.0.1.2", map[string]string{"app": "client"}),
+		allowFrom("a", "web", "server", "client", 80))
+	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
+	n.addEndpoint(ifClient, "a", "client", "10.0.1.2")
+	return n
+}
+
+// TestPolicyControllerRestart: the controller writes the server's ingress
+// rules and state, the namespace's fact and the policy's name; a new
+// controller with the same policies changes nothing, generations included.
+func TestPolicyControllerRestart(t *testing.T) {
+	n := serverClient(t)
+	pc, stop := n.run()
+	states := n.states()
+	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 1}}, states)
+	rules := n.rules()
+	require.Equal(t, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.1.2/32", withSources(tcp(80), policy.ID("a", "web")))}}}, rules)
+	fact, err := n.pm.Namespace("a")
+	require.NoError(t, err)
+	require.Equal(t, policy.NamespaceFact{Ingress: true}, fact)
+	facts, err := n.pm.NamespaceFacts()
+	require.NoError(t, err)
+	require.Len(t, facts, 1, "namespaces without policies have no fact")
+	require.Equal(t, "a/web", n.pm.NameOf(policy.ID("a", "web")))
+	require.NotEmpty(t, pc.Latencies())
+	stop()
+
+	_, stop = n.run()
+	time.Sleep(100 * time.Millisecond) // a few polls
+	require.Equal(t, states, n.states(), "a restart bumped a generation")
+	require.Equal(t, rules, n.rules())
+	stop()
+
+	// The same after the policy maps' state is changed behind the
+	// controller's back: it follows the maps, not its memory.
+	require.NoError(t, n.pm.SetEndpoint(ifServer, policy.EndpointState{Ingress: uint8(policy.StateClosed), Egress: uint8(policy.StateClosed)}))
+	n.run()
+	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 1, Egress: uint8(policy.StateOpen), EgressGen: 1}}, n.states())
+}
+
+// TestPolicyControllerChanges: a change bumps the generation of the
+// direction whose rules or state it changes, and only that one; a new
+// local peer is found by the poll before the API server has its address;
+// an endpoint that goes loses its rules.
+func TestPolicyControllerChanges(t *testing.T) {
+	n := serverClient(t)
+	_, _ = n.run()
+	web := policy.ID("a", "web")
+
+	// Egress of the server: a new direction, its own generation.
+	n.apply(denyEgress("a", "out", "server", "client", 53))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 1, Egress: uint8(policy.StateEnforce), EgressGen: 1}}, n.states())
+	})
+	require.Equal(t, policy.RuleSet{ifServer: {
+		policy.Ingress: {entry("10.0.1.2/32", withSources(tcp(80), web))},
+		policy.Egress:  {entry("10.0.1.2/32", withSources(tcp(53), policy.ID("a", "out")))},
+	}}, n.rules())
+
+	// The ingress port changes: the ingress generation only.
+	n.apply(allowFrom("a", "web", "server", "client", 8080))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 2, Egress: uint8(policy.StateEnforce), EgressGen: 1}}, n.states())
+	})
+	require.Equal(t, []policy.Entry{entry("10.0.1.2/32", withSources(tcp(8080), web))}, n.rules()[ifServer][policy.Ingress])
+
+	// A pod update that changes nothing the policies read: no change.
+	p := testPod("a", "client", "10.0.1.2", map[string]string{"app": "client"})
+	p.Annotations = map[string]string{"x": "y"}
+	n.apply(p)
+
+	// A new client of this node, not in the API server's status yet: a
+	// peer by its endpoint's address.
+	n.apply(testPod("a", "client2", "", map[string]string{"app": "client"}))
+	n.addEndpoint(12, "a", "client2", "10.0.1.3")
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, []policy.Entry{entry("10.0.1.2/32", withSources(tcp(8080), web)), entry("10.0.1.3/32", withSources(tcp(8080), web))}, n.rules()[ifServer][policy.Ingress])
+	})
+	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 3, Egress: uint8(policy.StateEnforce), EgressGen: 2}}, n.states(),
+		"a new peer bumps both directions: it is an ingress and an egress peer")
+
+	// The server goes: its rules go; a client in its place (the same
+	// ifindex) is open.
+	n.delEndpoint(ifServer)
+	n.eventually(func(c *assert.CollectT) { assert.Empty(c, n.rules()) })
+	require.Empty(t, n.states())
+
+	// Policies removed: the namespace's fact and the names go.
+	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
+	n.eventually(func(c *assert.CollectT) { assert.Len(c, n.rules()[ifServer], 2) })
+	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 4, Egress: uint8(policy.StateEnforce), EgressGen: 3}}, n.states(),
+		"an ifindex that comes back continues its generations")
+	n.deletePolicy("a", "web")
+	n.deletePolicy("a", "out")
+	n.eventually(func(c *assert.CollectT) {
+		assert.Empty(c, n.states())
+		assert.Empty(c, n.rules())
+		facts, err := n.pm.NamespaceFacts()
+		assert.NoError(c, err)
+		assert.Empty(c, facts)
+	})
+	require.Equal(t, fmt.Sprintf("policy %#x", web), n.pm.NameOf(web), "the name is gone")
+}
+
+// TestPolicyControllerNamespaces: every namespace's fact follows its
+// policies' types; a pod of this node the API server does not know yet
+// stays closed where its namespace's policies isolate, and is opened or
+// enforced once it is known.
+func TestPolicyControllerNamespaces(t *testing.T) {
+	n := newPolicyNode(t, testNS("a"), testNS("b"), allowFrom("a", "web", "server", "client", 80))
+	n.run()
+	facts := func() map[string]policy.NamespaceFact {
+		f, err := n.pm.NamespaceFacts()
+		require.NoError(t, err)
+		return f
+	}
+	require.Equal(t, map[string]policy.NamespaceFact{"a": {Ingress: true}}, facts())
+
+	n.apply(denyEgress("b", "out", "x", "y", 1))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, map[string]policy.NamespaceFact{"a": {Ingress: true}, "b": {Egress: true}}, facts())
+	})
+	n.apply(denyEgress("a", "out", "x", "y", 1))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, map[string]policy.NamespaceFact{"a": {Ingress: true, Egress: true}, "b": {Egress: true}}, facts())
+	})
+
+	// ADD of a pod of a: closed both ways (its namespace's fact).
+	st, err := n.pm.StartState("a")
+	require.NoError(t, err)
+	require.NoError(t, n.pm.SetEndpoint(20, st))
+	n.addEndpoint(20, "a", "server", "10.0.1.1")
+	time.Sleep(100 * time.Millisecond) // a few polls: the pod is not known
+	require.Equal(t, map[uint32]policy.EndpointState{20: {Ingress: uint8(policy.StateClosed), Egress: uint8(policy.StateClosed)}}, n.states())
+	n.apply(testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"}))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, map[uint32]policy.EndpointState{20: {Ingress: uint8(policy.StateEnforce), IngressGen: 1, Egress: uint8(policy.StateOpen), EgressGen: 1}}, n.states())
+	})
+
+	n.deletePolicy("b", "out")
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, map[string]policy.NamespaceFact{"a": {Ingress: true, Egress: true}}, facts())
+	})
+}
+
+// TestPolicyControllerMapFull: an endpoint whose rules do not fit keeps the
+// direction closed (fails closed) and the error is counted.
+func TestPolicyControllerMapFull(t *testing.T) {
+	bpfRoot := testutil.BPFFS(t)
+	spec, err := maps.LoadCni()
+	require.NoError(t, err)
+	small := spec.Maps[maps.CniMapPolicyRules].Copy()
+	small.MaxEntries = 1
+	small.Pinning = ebpf.PinNone
+	m, err := ebpf.NewMap(small)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(maps.Dir(bpfRoot), 0o700))
+	require.NoError(t, m.Pin(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPolicyRules)))
+	m.Close()
+
+	pm, err := policy.Open(bpfRoot)
+	require.NoError(t, err)
+	t.Cleanup(pm.Close)
+	ms, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
+	require.NoError(t, err)
+	n := &policyNode{t: t, bpfRoot: bpfRoot, client: fake.NewClientset(), pm: pm, devs: ms[maps.CniMapEndpointDevs], pods: ms[maps.CniMapEndpointPods]}
+	t.Cleanup(func() { n.devs.Close(); n.pods.Close() })
+	n.apply(testNS("a"))
+	n.apply(testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"}))
+	n.apply(testPod("a", "c1", "10.0.1.2", map[string]string{"app": "client"}))
+	n.apply(testPod("a", "c2", "10.0.1.3", map[string]string{"app": "client"}))
+	n.apply(allowFrom("a", "web", "server", "client", 80))
+	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
+	pc, _ := n.run()
+	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateClosed), IngressGen: 1}}, n.states())
+	require.Positive(t, pc.stats().errors)
+	require.Zero(t, pc.stats().enforced, "compiled as enforced but written closed")
+}

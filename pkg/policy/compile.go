@@ -1,0 +1,776 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+)
+
+// This file compiles the cluster's NetworkPolicies into the entries of
+// policy_rules, with no map in sight: the node agent diffs what it returns
+// against what the maps hold. The semantics are the API's
+// (k8s.io/api/networking/v1):
+//   - policyTypes: when empty, Ingress always, and Egress when the policy
+//     has egress rules; rules of a type the policy does not list are ignored;
+//   - a pod is isolated for a direction when some policy of its namespace
+//     selects it (spec.podSelector) and has that type; what it may then
+//     receive or send is the union of the rules of every such policy;
+//   - a rule's peers: podSelector (pods of the policy's namespace),
+//     namespaceSelector (every pod of the matching namespaces), both (the
+//     matching pods of the matching namespaces), ipBlock (a CIDR less its
+//     excepts); no peers: every address (0.0.0.0/0 and ::/0);
+//   - a rule's ports: TCP (the default), UDP or SCTP; a number, a range
+//     (endPort) or a named port; no port number: every port of the
+//     protocol; no ports: every port of every protocol (ICMP too). A named
+//     port is resolved on the pod that listens: for ingress on the selected
+//     (local) pod, for egress on each peer pod. A named port of an egress
+//     rule towards an ipBlock matches nothing (an address has no container
+//     ports to resolve the name against).
+// Peer pods are the pods with addresses (status.podIPs, and for the pods of
+// this node the addresses their endpoint has, so a new pod does not wait
+// for the kubelet's status), not on the host network, not finished.
+//
+// The maps answer one longest-prefix lookup per flow, so each prefix's entry
+// holds the union of every rule that covers the prefix's addresses: rule R
+// covers prefix P when R's CIDR contains P and no except of R contains P.
+// An except is an entry of its own (with what the other rules give it,
+// possibly nothing: a deny).
+
+// MaxPorts is how many port ranges one entry holds (POLICY_MAX_PORTS).
+const MaxPorts = len(Rule{}.Ports)
+
+// MaxSources is how many policy ids one entry names (POLICY_MAX_SOURCES).
+const MaxSources = len(Rule{}.Sources)
+
+// LocalEndpoint is a pod of this node as endpoint_pods and endpoint_devs
+// hold it.
+type LocalEndpoint struct {
+	Ifindex   uint32
+	Namespace string
+	Name      string
+	UID       string
+	IPs       []netip.Addr
+}
+
+// Cluster is what the API server holds (the informers' caches).
+type Cluster struct {
+	Policies   []*networkingv1.NetworkPolicy
+	Pods       []*corev1.Pod
+	Namespaces []*corev1.Namespace
+}
+
+// DirRules is what an endpoint gets for one direction: its state, and in
+// state enforce the entries of its rules, sorted by prefix.
+type DirRules struct {
+	State   State
+	Entries []Entry
+}
+
+// EndpointRules is an endpoint's compiled policy.
+type EndpointRules struct {
+	Ingress, Egress DirRules
+}
+
+// Dir is the rules of direction d.
+func (e *EndpointRules) Dir(d Direction) *DirRules {
+	if d == Ingress {
+		return &e.Ingress
+	}
+	return &e.Egress
+}
+
+// PolicyName is a policy's namespace and name (policy_names).
+type PolicyName struct{ Namespace, Name string }
+
+// Result is a compilation.
+type Result struct {
+	// Endpoints: every local endpoint's rules, by host ifindex.
+	Endpoints map[uint32]*EndpointRules
+	// Namespaces: the fact of every namespace known (namespaces and
+	// policies); a zero fact for those without policies.
+	Namespaces map[string]NamespaceFact
+	// Names: every policy, by ID.
+	Names map[uint32]PolicyName
+	// Errors: what could not be compiled exactly, by endpoint (an entry
+	// with more port ranges than fit: it got the first ones).
+	Errors map[uint32]error
+}
+
+// Compiler compiles; it keeps the parsed form of the policies it saw, by
+// object (an informer hands out the same object until it changes), so a
+// recompile parses only what changed. Not safe for concurrent use.
+type Compiler struct {
+	cache map[*networkingv1.NetworkPolicy]*compiledPolicy
+}
+
+// Compile is a compilation without a cache.
+func Compile(cl Cluster, eps []LocalEndpoint) *Result {
+	var c Compiler
+	return c.Compile(cl, eps)
+}
+
+type portRange struct {
+	proto       uint8
+	first, last uint16
+}
+
+type namedPort struct {
+	proto uint8
+	name  string
+}
+
+// portSpec is a rule's ports: all, or ranges and named ports.
+type portSpec struct {
+	all     bool
+	numeric []portRange
+	named   []namedPort
+}
+
+type ipBlock struct {
+	cidr   netip.Prefix
+	except []netip.Prefix
+}
+
+type compiledPeer struct {
+	key    string // what peers with the same addresses share (the memo of their pods)
+	block  *ipBlock
+	podSel labels.Selector
+	nsSel  labels.Selector // nil: the pods of namespace ns
+	ns     string
+}
+
+type compiledRule struct {
+	peers []compiledPeer
+	ports portSpec
+}
+
+type compiledPolicy struct {
+	ns, name        string
+	id              uint32
+	sel             labels.Selector
+	ingress, egress bool
+	in, out         []compiledRule
+}
+
+var (
+	allV4 = netip.MustParsePrefix("0.0.0.0/0")
+	allV6 = netip.MustParsePrefix("::/0")
+	// everyone is the peers of a rule without any.
+	everyone = []compiledPeer{
+		{key: "ip:" + allV4.String(), block: &ipBlock{cidr: allV4}},
+		{key: "ip:" + allV6.String(), block: &ipBlock{cidr: allV6}},
+	}
+)
+
+func selector(ls *metav1.LabelSelector) labels.Selector {
+	s, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		// The API server validates selectors; one it let through that we
+		// cannot read selects nothing (fails closed).
+		return labels.Nothing()
+	}
+	return s
+}
+
+func protoOf(p *corev1.Protocol) (uint8, bool) {
+	if p == nil {
+		return 6, true
+	}
+	switch *p {
+	case corev1.ProtocolTCP, "":
+		return 6, true
+	case corev1.ProtocolUDP:
+		return 17, true
+	case corev1.ProtocolSCTP:
+		return 132, true
+	}
+	return 0, false
+}
+
+func compilePorts(ps []networkingv1.NetworkPolicyPort) portSpec {
+	if len(ps) == 0 {
+		return portSpec{all: true}
+	}
+	var s portSpec
+	for _, p := range ps {
+		proto, ok := protoOf(p.Protocol)
+		if !ok {
+			continue // a protocol the API does not define: matches nothing
+		}
+		switch {
+		case p.Port == nil:
+			s.numeric = append(s.numeric, portRange{proto, 0, 65535})
+		case p.Port.Type == intstr.String:
+			s.named = append(s.named, namedPort{proto, p.Port.StrVal})
+		default:
+			first := uint16(p.Port.IntVal)
+			last := first
+			if p.EndPort != nil && *p.EndPort >= p.Port.IntVal && *p.EndPort <= 65535 {
+				last = uint16(*p.EndPort)
+			}
+			if p.Port.IntVal < 0 || p.Port.IntVal > 65535 {
+				continue
+			}
+			s.numeric = append(s.numeric, portRange{proto, first, last})
+		}
+	}
+	return s
+}
+
+func compilePeers(ns string, ps []networkingv1.NetworkPolicyPeer) []compiledPeer {
+	if len(ps) == 0 {
+		return everyone
+	}
+	var out []compiledPeer
+	for _, p := range ps {
+		switch {
+		case p.IPBlock != nil:
+			cidr, err := netip.ParsePrefix(p.IPBlock.CIDR)
+			if err != nil {
+				continue // validated by the API server
+			}
+			cidr = unmapPrefix(cidr).Masked()
+			b := &ipBlock{cidr: cidr}
+			keys := []string{cidr.String()}
+			for _, e := range p.IPBlock.Except {
+				ep, err := netip.ParsePrefix(e)
+				if err != nil {
+					continue
+				}
+				ep = unmapPrefix(ep).Masked()
+				if ep.Addr().Is4() != cidr.Addr().Is4() || ep.Bits() < cidr.Bits() || !cidr.Contains(ep.Addr()) {
+					continue // not inside the CIDR: nothing to take out
+				}
+				b.except = append(b.except, ep)
+				keys = append(keys, ep.String())
+			}
+			out = append(out, compiledPeer{key: "ip:" + strings.Join(keys, ","), block: b})
+		case p.PodSelector == nil && p.NamespaceSelector == nil:
+			continue // an empty peer: the API rejects it
+		default:
+			c := compiledPeer{podSel: labels.Everything()}
+			if p.PodSelector != nil {
+				c.podSel = selector(p.PodSelector)
+			}
+			if p.NamespaceSelector != nil {
+				c.nsSel = selector(p.NamespaceSelector)
+				c.key = "pods:" + c.podSel.String() + "|ns:" + c.nsSel.String()
+			} else {
+				c.ns = ns
+				c.key = "pods:" + c.podSel.String() + "|in:" + ns
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() {
+		return netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+	}
+	return p
+}
+
+func compilePolicy(p *networkingv1.NetworkPolicy) *compiledPolicy {
+	c := &compiledPolicy{ns: p.Namespace, name: p.Name, id: ID(p.Namespace, p.Name), sel: selector(&p.Spec.PodSelector)}
+	if len(p.Spec.PolicyTypes) == 0 {
+		c.ingress = true
+		c.egress = len(p.Spec.Egress) > 0
+	}
+	for _, t := range p.Spec.PolicyTypes {
+		switch t {
+		case networkingv1.PolicyTypeIngress:
+			c.ingress = true
+		case networkingv1.PolicyTypeEgress:
+			c.egress = true
+		}
+	}
+	if c.ingress {
+		for _, r := range p.Spec.Ingress {
+			c.in = append(c.in, compiledRule{peers: compilePeers(p.Namespace, r.From), ports: compilePorts(r.Ports)})
+		}
+	}
+	if c.egress {
+		for _, r := range p.Spec.Egress {
+			c.out = append(c.out, compiledRule{peers: compilePeers(p.Namespace, r.To), ports: compilePorts(r.Ports)})
+		}
+	}
+	return c
+}
+
+// podInfo is a pod as a peer or a selected pod.
+type podInfo struct {
+	ns, name string
+	labels   labels.Set
+	addrs    []netip.Addr
+	pod      *corev1.Pod
+}
+
+// containerPort resolves a named port on the pod: 0 when it has none.
+func (p *podInfo) containerPort(n namedPort) uint16 {
+	if p == nil || p.pod == nil {
+		return 0
+	}
+	for _, cs := range [][]corev1.Container{p.pod.Spec.Containers, p.pod.Spec.InitContainers} {
+		for _, c := range cs {
+			for _, cp := range c.Ports {
+				proto, ok := protoOf(&cp.Protocol)
+				if ok && cp.Name == n.name && proto == n.proto && cp.ContainerPort > 0 && cp.ContainerPort <= 65535 {
+					return uint16(cp.ContainerPort)
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// compilation is the state of one Compile.
+type compilation struct {
+	policies []*compiledPolicy     // sorted by namespace/name: their index orders sources
+	byNS     map[string][]int      // namespace -> indexes of its policies
+	pods     map[string][]*podInfo // namespace -> peer pods
+	podByKey map[string]*podInfo   // namespace/name -> pod (peer or not)
+	nsLabels map[string]labels.Set // namespace -> labels (with kubernetes.io/metadata.name)
+	nsNames  []string              // sorted
+	memo     map[string][]*podInfo // peer key -> its pods
+	nsMemo   map[string][]string   // namespace selector -> matching namespaces
+	dirMemo  map[string]dirResult  // see directionOnce
+}
+
+// Compile compiles the policies for the local endpoints eps.
+func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
+	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]NamespaceFact{}, Names: map[uint32]PolicyName{}, Errors: map[uint32]error{}}
+	cp := &compilation{byNS: map[string][]int{}, pods: map[string][]*podInfo{}, podByKey: map[string]*podInfo{},
+		nsLabels: map[string]labels.Set{}, memo: map[string][]*podInfo{}, nsMemo: map[string][]string{}, dirMemo: map[string]dirResult{}}
+
+	cache := make(map[*networkingv1.NetworkPolicy]*compiledPolicy, len(cl.Policies))
+	pols := slices.Clone(cl.Policies)
+	slices.SortFunc(pols, func(a, b *networkingv1.NetworkPolicy) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	for _, p := range pols {
+		x := c.cache[p]
+		if x == nil {
+			x = compilePolicy(p)
+		}
+		cache[p] = x
+		cp.byNS[x.ns] = append(cp.byNS[x.ns], len(cp.policies))
+		cp.policies = append(cp.policies, x)
+		res.Names[x.id] = PolicyName{x.ns, x.name}
+		f := res.Namespaces[x.ns]
+		f.Ingress = f.Ingress || x.ingress
+		f.Egress = f.Egress || x.egress
+		res.Namespaces[x.ns] = f
+	}
+	c.cache = cache
+
+	for _, ns := range cl.Namespaces {
+		l := make(labels.Set, len(ns.Labels)+1)
+		for k, v := range ns.Labels {
+			l[k] = v
+		}
+		// The API server sets it on every namespace; a fake clientset's
+		// namespaces lack it.
+		l[corev1.LabelMetadataName] = ns.Name
+		cp.nsLabels[ns.Name] = l
+		if _, ok := res.Namespaces[ns.Name]; !ok {
+			res.Namespaces[ns.Name] = NamespaceFact{}
+		}
+	}
+
+	local := map[string]*LocalEndpoint{}
+	for i := range eps {
+		local[eps[i].Namespace+"/"+eps[i].Name] = &eps[i]
+	}
+	for _, p := range cl.Pods {
+		pi := &podInfo{ns: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), pod: p}
+		key := p.Namespace + "/" + p.Name
+		cp.podByKey[key] = pi
+		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				pi.addrs = appendAddr(pi.addrs, a.Unmap())
+			}
+		}
+		if len(p.Status.PodIPs) == 0 && p.Status.PodIP != "" {
+			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+				pi.addrs = appendAddr(pi.addrs, a.Unmap())
+			}
+		}
+		if ep := local[key]; ep != nil && sameUID(ep.UID, string(p.UID)) {
+			for _, a := range ep.IPs {
+				pi.addrs = appendAddr(pi.addrs, a.Unmap())
+			}
+		}
+		if len(pi.addrs) > 0 {
+			cp.pods[p.Namespace] = append(cp.pods[p.Namespace], pi)
+		}
+		if _, ok := cp.nsLabels[p.Namespace]; !ok {
+			cp.nsLabels[p.Namespace] = labels.Set{corev1.LabelMetadataName: p.Namespace}
+		}
+	}
+	for ns := range cp.nsLabels {
+		cp.nsNames = append(cp.nsNames, ns)
+	}
+	slices.Sort(cp.nsNames)
+	for _, pods := range cp.pods {
+		slices.SortFunc(pods, func(a, b *podInfo) int { return strings.Compare(a.name, b.name) })
+	}
+
+	for i := range eps {
+		ep := &eps[i]
+		er, err := cp.endpoint(ep, res.Namespaces[ep.Namespace])
+		res.Endpoints[ep.Ifindex] = er
+		if err != nil {
+			res.Errors[ep.Ifindex] = fmt.Errorf("endpoint %s/%s (ifindex %d): %w", ep.Namespace, ep.Name, ep.Ifindex, err)
+		}
+	}
+	return res
+}
+
+func sameUID(a, b string) bool { return a == "" || b == "" || a == b }
+
+func appendAddr(as []netip.Addr, a netip.Addr) []netip.Addr {
+	if slices.Contains(as, a) {
+		return as
+	}
+	return append(as, a)
+}
+
+// endpoint compiles one local endpoint; fact is its namespace's.
+func (cp *compilation) endpoint(ep *LocalEndpoint, fact NamespaceFact) (*EndpointRules, error) {
+	er := &EndpointRules{}
+	self := cp.podByKey[ep.Namespace+"/"+ep.Name]
+	if self == nil || !sameUID(ep.UID, string(self.pod.UID)) {
+		// Not in the API server's list (yet): its labels are unknown, so
+		// whatever its namespace's policies may isolate stays closed.
+		if fact.Ingress {
+			er.Ingress.State = StateClosed
+		}
+		if fact.Egress {
+			er.Egress.State = StateClosed
+		}
+		return er, nil
+	}
+	var in, out []int
+	for _, i := range cp.byNS[ep.Namespace] {
+		p := cp.policies[i]
+		if !p.sel.Matches(self.labels) {
+			continue
+		}
+		if p.ingress {
+			in = append(in, i)
+		}
+		if p.egress {
+			out = append(out, i)
+		}
+	}
+	var errs []error
+	if len(in) > 0 {
+		er.Ingress.State = StateEnforce
+		var err error
+		er.Ingress.Entries, err = cp.directionOnce(Ingress, self, in)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(out) > 0 {
+		er.Egress.State = StateEnforce
+		var err error
+		er.Egress.Entries, err = cp.directionOnce(Egress, self, out)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return er, joinErrs(errs)
+}
+
+type dirResult struct {
+	entries []Entry
+	err     error
+}
+
+// directionOnce is direction, once for all the pods it gives the same
+// entries: the replicas of a workload (same policies, and for ingress the
+// same container ports to resolve named ports on). Their entries are one
+// slice: read only.
+func (cp *compilation) directionOnce(d Direction, self *podInfo, pols []int) ([]Entry, error) {
+	var k strings.Builder
+	fmt.Fprint(&k, d, pols)
+	if d == Ingress {
+		for _, cs := range [][]corev1.Container{self.pod.Spec.Containers, self.pod.Spec.InitContainers} {
+			for _, c := range cs {
+				for _, p := range c.Ports {
+					fmt.Fprintf(&k, "|%s/%s/%d", p.Name, p.Protocol, p.ContainerPort)
+				}
+			}
+		}
+	}
+	if r, ok := cp.dirMemo[k.String()]; ok {
+		return r.entries, r.err
+	}
+	es, err := cp.direction(d, self, pols)
+	cp.dirMemo[k.String()] = dirResult{es, err}
+	return es, err
+}
+
+func joinErrs(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return fmt.Errorf("%w; %w", errs[0], errs[1])
+}
+
+// group is what the rules of one direction give one peer (by key): their
+// ports and the policies they come from.
+type group struct {
+	peer  *compiledPeer
+	ports portSpec
+	pols  []int
+}
+
+// builder accumulates an entry.
+type builder struct {
+	all   bool
+	ports []portRange
+	pols  []int
+}
+
+func (b *builder) add(all bool, ports []portRange, pols []int) {
+	b.all = b.all || all
+	if !b.all {
+		b.ports = append(b.ports, ports...)
+	}
+	b.pols = append(b.pols, pols...)
+}
+
+// direction compiles the entries of one direction of the local pod self,
+// from the policies pols (indexes) that select it for it.
+func (cp *compilation) direction(d Direction, self *podInfo, pols []int) ([]Entry, error) {
+	groups := map[string]*group{}
+	var order []string
+	for _, i := range pols {
+		p := cp.policies[i]
+		rules := p.in
+		if d == Egress {
+			rules = p.out
+		}
+		for ri := range rules {
+			r := &rules[ri]
+			ports := r.ports
+			if d == Ingress && len(ports.named) > 0 {
+				// Named ports of ingress rules are the selected pod's.
+				ports.numeric = slices.Clone(ports.numeric)
+				for _, n := range ports.named {
+					if pn := self.containerPort(n); pn != 0 {
+						ports.numeric = append(ports.numeric, portRange{n.proto, pn, pn})
+					}
+				}
+				ports.named = nil
+			}
+			for pi := range r.peers {
+				peer := &r.peers[pi]
+				g := groups[peer.key]
+				if g == nil {
+					g = &group{peer: peer}
+					groups[peer.key] = g
+					order = append(order, peer.key)
+				}
+				g.ports.all = g.ports.all || ports.all
+				g.ports.numeric = append(g.ports.numeric, ports.numeric...)
+				g.ports.named = append(g.ports.named, ports.named...)
+				if len(g.pols) == 0 || g.pols[len(g.pols)-1] != i {
+					g.pols = append(g.pols, i)
+				}
+			}
+		}
+	}
+
+	entries := map[netip.Prefix]*builder{}
+	get := func(p netip.Prefix) *builder {
+		b := entries[p]
+		if b == nil {
+			b = &builder{}
+			entries[p] = b
+		}
+		return b
+	}
+	var blocks []*group
+	for _, k := range order {
+		g := groups[k]
+		if g.ports.all {
+			g.ports.numeric, g.ports.named = nil, nil
+		}
+		g.ports.numeric = mergePorts(g.ports.numeric)
+		slices.SortFunc(g.ports.named, func(a, b namedPort) int {
+			return cmp.Or(cmp.Compare(a.proto, b.proto), strings.Compare(a.name, b.name))
+		})
+		g.ports.named = slices.Compact(g.ports.named)
+		if g.peer.block != nil {
+			if !g.ports.all && len(g.ports.numeric) == 0 {
+				continue // only named ports: an address has none
+			}
+			blocks = append(blocks, g)
+			get(g.peer.block.cidr)
+			for _, e := range g.peer.block.except {
+				get(e)
+			}
+			continue
+		}
+		for _, pod := range cp.peers(g.peer) {
+			ports := g.ports.numeric
+			if d == Egress && len(g.ports.named) > 0 && !g.ports.all {
+				ports = slices.Clone(ports)
+				for _, n := range g.ports.named {
+					if pn := pod.containerPort(n); pn != 0 {
+						ports = append(ports, portRange{n.proto, pn, pn})
+					}
+				}
+			}
+			if !g.ports.all && len(ports) == 0 {
+				continue
+			}
+			for _, a := range pod.addrs {
+				get(netip.PrefixFrom(a, a.BitLen())).add(g.ports.all, ports, g.pols)
+			}
+		}
+	}
+	// Every entry gets what the blocks that cover it give.
+	for p, b := range entries {
+		for _, g := range blocks {
+			if covers(g.peer.block, p) {
+				b.add(g.ports.all, g.ports.numeric, g.pols)
+			}
+		}
+	}
+
+	out := make([]Entry, 0, len(entries))
+	var errs []error
+	for p, b := range entries {
+		r, n := cp.rule(b)
+		if n > MaxPorts {
+			errs = append(errs, fmt.Errorf("%s peer %s: %d port ranges, at most %d fit: only the first %d are allowed", d, p, n, MaxPorts, MaxPorts))
+		}
+		out = append(out, Entry{Prefix: p, Rule: r})
+	}
+	SortEntries(out)
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	if len(errs) > 2 {
+		errs = append(errs[:1], fmt.Errorf("and %d more entries with too many port ranges", len(errs)-1))
+	}
+	return out, joinErrs(errs)
+}
+
+// covers: block b gives its rights to prefix p (of an entry).
+func covers(b *ipBlock, p netip.Prefix) bool {
+	if b.cidr.Addr().Is4() != p.Addr().Is4() || b.cidr.Bits() > p.Bits() || !b.cidr.Contains(p.Addr()) {
+		return false
+	}
+	for _, e := range b.except {
+		if e.Bits() <= p.Bits() && e.Contains(p.Addr()) {
+			return false
+		}
+	}
+	return true
+}
+
+// rule makes the entry of builder b; n is how many port ranges it needed.
+func (cp *compilation) rule(b *builder) (r Rule, n int) {
+	slices.Sort(b.pols)
+	b.pols = slices.Compact(b.pols)
+	for i := 0; i < len(b.pols) && i < MaxSources; i++ {
+		r.Sources[i] = cp.policies[b.pols[i]].id
+		r.N_sources++
+	}
+	if b.all {
+		r.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS)
+		return r, 0
+	}
+	ports := mergePorts(b.ports)
+	for i := 0; i < len(ports) && i < MaxPorts; i++ {
+		r.Ports[i] = maps.CniPolicyPort{First: ports[i].first, Last: ports[i].last, Proto: ports[i].proto}
+		r.N_ports++
+	}
+	return r, len(ports)
+}
+
+// mergePorts sorts ranges and merges those of a protocol that overlap or
+// touch.
+func mergePorts(ps []portRange) []portRange {
+	slices.SortFunc(ps, func(a, b portRange) int {
+		return cmp.Or(cmp.Compare(a.proto, b.proto), cmp.Compare(a.first, b.first), cmp.Compare(a.last, b.last))
+	})
+	var out []portRange
+	for _, p := range ps {
+		if n := len(out); n > 0 && out[n-1].proto == p.proto && uint32(p.first) <= uint32(out[n-1].last)+1 {
+			out[n-1].last = max(out[n-1].last, p.last)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// SortEntries orders entries by family, address and prefix length (the
+// order Compile returns them in).
+func SortEntries(es []Entry) {
+	slices.SortFunc(es, func(a, b Entry) int {
+		return cmp.Or(a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()))
+	})
+}
+
+// peers are the pods a selector peer selects (memoized by its key).
+func (cp *compilation) peers(p *compiledPeer) []*podInfo {
+	if ps, ok := cp.memo[p.key]; ok {
+		return ps
+	}
+	var out []*podInfo
+	match := func(ns string) {
+		for _, pod := range cp.pods[ns] {
+			if p.podSel.Matches(pod.labels) {
+				out = append(out, pod)
+			}
+		}
+	}
+	if p.nsSel == nil {
+		match(p.ns)
+	} else {
+		for _, ns := range cp.namespaces(p.nsSel) {
+			match(ns)
+		}
+	}
+	cp.memo[p.key] = out
+	return out
+}
+
+// namespaces are the namespaces sel matches, sorted.
+func (cp *compilation) namespaces(sel labels.Selector) []string {
+	k := sel.String()
+	if ns, ok := cp.nsMemo[k]; ok {
+		return ns
+	}
+	var out []string
+	for _, ns := range cp.nsNames {
+		if sel.Matches(cp.nsLabels[ns]) {
+			out = append(out, ns)
+		}
+	}
+	cp.nsMemo[k] = out
+	return out
+}
