@@ -267,19 +267,18 @@ static __always_inline void policy_remember(const struct nat_pkt *p, int reverse
 	bpf_map_update_elem(&policy_flows, &k, &f, BPF_ANY);
 }
 
-/* policy_check decides packet p, which comes from the endpoint src_if (0:
- * not a pod of this node) and goes to dst_if (0: not a pod of this node).
+/* policy_check_eps decides packet p, which comes from the endpoint src_if
+ * (0: not a pod of this node; se its state) and goes to dst_if (de).
  * 0: it passes; else the drop reason (negative). */
-static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if, __u32 dst_if,
-					int flags)
+static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if,
+					    struct policy_endpoint *se, __u32 dst_if, struct policy_endpoint *de,
+					    int flags)
 {
-	struct policy_endpoint *se, *de, *ie, *re;
+	struct policy_endpoint *ie, *re;
 	struct policy_flow_key k;
 	struct policy_flow *f;
-	int rc;
+	int rc, reply, evicted = 0;
 
-	se = policy_ep(src_if);
-	de = policy_ep(dst_if);
 	if (!policy_any(se, de))
 		return 0;
 	if (policy_icmp_error(p))
@@ -287,13 +286,31 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 
 	policy_flow_key_of(&k, p, 0);
 	f = bpf_map_lookup_elem(&policy_flows, &k);
+	reply = f ? f->reply : 0;
+	if (!f) {
+		/* The LRU may have evicted this direction's entry alone: the
+		 * other direction's tells which way the flow was opened. */
+		policy_flow_key_of(&k, p, 1);
+		f = bpf_map_lookup_elem(&policy_flows, &k);
+		if (f) {
+			reply = !f->reply;
+			evicted = 1;
+		}
+	}
 	if (f) {
 		/* The flow's opener and peer, as this hook sees them. */
-		ie = f->reply ? de : se;
-		re = f->reply ? se : de;
-		if ((ie ? ie->egress_gen : 0) == f->egress_gen && (re ? re->ingress_gen : 0) == f->ingress_gen)
+		ie = reply ? de : se;
+		re = reply ? se : de;
+		/* Decided under the rules in force, and neither side closed
+		 * since (ADD closes a new pod with generation 0, which a flow
+		 * of an earlier pod of the same ifindex may carry). */
+		if ((ie ? ie->egress_gen : 0) == f->egress_gen && (re ? re->ingress_gen : 0) == f->ingress_gen &&
+		    policy_state_of(ie, PKT_DIR_EGRESS) != POLICY_CLOSED && policy_state_of(re, PKT_DIR_INGRESS) != POLICY_CLOSED) {
+			if (evicted)
+				policy_remember(p, reply, reply ? dst_if : src_if, reply ? src_if : dst_if, ie, re);
 			return 0;
-		if (f->reply) {
+		}
+		if (reply) {
 			/* The rules changed: decide the flow again as it was
 			 * opened, the other way. */
 			rc = policy_decide(p, de, dst_if, se, src_if, p->daddr, p->saddr, p->sport,
@@ -322,6 +339,13 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 		return rc;
 	policy_remember(p, 0, src_if, dst_if, se, de);
 	return 0;
+}
+
+/* policy_check is policy_check_eps with the endpoints' states looked up. */
+static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_pkt *p, __u32 src_if, __u32 dst_if,
+					int flags)
+{
+	return policy_check_eps(skb, p, src_if, policy_ep(src_if), dst_if, policy_ep(dst_if), flags);
 }
 
 #endif /* EBPF_CNI_MAPS_ONLY */

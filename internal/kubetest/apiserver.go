@@ -172,8 +172,54 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, "/api/v1/nodes/"):
 		s.count("get")
 		s.get(w, strings.TrimPrefix(path, "/api/v1/nodes/"))
+	case emptyKinds[path] != [2]string{}:
+		s.empty(w, r, emptyKinds[path])
 	default:
 		writeStatus(w, http.StatusNotFound, "NotFound", "the server could not find the requested resource")
+	}
+}
+
+// emptyKinds are the resources the agent's NetworkPolicy controller
+// watches besides nodes, by path: served empty (kind, apiVersion), so that
+// agents started against this server sync instead of retrying 404s.
+var emptyKinds = map[string][2]string{
+	"/api/v1/pods":       {"Pod", "v1"},
+	"/api/v1/namespaces": {"Namespace", "v1"},
+	"/apis/networking.k8s.io/v1/networkpolicies": {"NetworkPolicy", "networking.k8s.io/v1"},
+}
+
+// empty lists none of kind, and watches for nothing (a watch-list gets the
+// bookmark that ends its initial events) until the client or the server
+// stops.
+func (s *Server) empty(w http.ResponseWriter, r *http.Request, kind [2]string) {
+	s.mu.Lock()
+	rv := strconv.FormatInt(s.rv, 10)
+	stopped := s.stopped
+	s.mu.Unlock()
+	if r.URL.Query().Get("watch") != "true" {
+		s.count("list")
+		writeJSON(w, http.StatusOK, map[string]any{"kind": kind[0] + "List", "apiVersion": kind[1],
+			"metadata": map[string]any{"resourceVersion": rv}, "items": []any{}})
+		return
+	}
+	s.count("watch")
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeStatus(w, http.StatusInternalServerError, "InternalError", "no streaming")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if r.URL.Query().Get("sendInitialEvents") == "true" {
+		obj, _ := json.Marshal(map[string]any{"kind": kind[0], "apiVersion": kind[1], "metadata": map[string]any{"resourceVersion": rv,
+			"annotations": map[string]string{metav1.InitialEventsAnnotationKey: "true"}}})
+		_ = json.NewEncoder(w).Encode(metav1.WatchEvent{Type: string(watch.Bookmark), Object: runtime.RawExtension{Raw: obj}})
+		flusher.Flush()
+	}
+	select {
+	case <-stopped:
+	case <-r.Context().Done():
+	case <-time.After(5 * time.Minute):
 	}
 }
 

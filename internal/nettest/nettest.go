@@ -290,11 +290,17 @@ func (p *Pod) IP(family int) net.IP {
 
 // AddPod makes a netns and attaches it as containerID/eth0.
 func (c *CNI) AddPod(list *libcni.NetworkConfigList, containerID string, caps map[string]any) (*Pod, error) {
+	return c.AddPodArgs(list, containerID, caps, nil)
+}
+
+// AddPodArgs is AddPod with CNI_ARGS (K8S_POD_NAMESPACE... as a
+// runtime passes them).
+func (c *CNI) AddPodArgs(list *libcni.NetworkConfigList, containerID string, caps map[string]any, args [][2]string) (*Pod, error) {
 	n, err := NewNetNS()
 	if err != nil {
 		return nil, err
 	}
-	rt := &libcni.RuntimeConf{ContainerID: containerID, NetNS: n.Path(), IfName: "eth0", CapabilityArgs: caps}
+	rt := &libcni.RuntimeConf{ContainerID: containerID, NetNS: n.Path(), IfName: "eth0", CapabilityArgs: caps, Args: args}
 	res, err := c.Add(list, rt)
 	if err != nil {
 		CloseNetNS(n)

@@ -364,12 +364,28 @@ func (o *Output) Must(t testing.TB) *Output {
 // idempotent, so a test that already deleted it loses nothing).
 func AddPod(t testing.TB, c *nettest.CNI, list *libcni.NetworkConfigList, id string) *nettest.Pod {
 	t.Helper()
-	p, err := c.AddPod(list, id, nil)
+	return AddPodArgs(t, c, list, id, nil, nil)
+}
+
+// AddPodArgs is AddPod with capabilities and CNI_ARGS.
+func AddPodArgs(t testing.TB, c *nettest.CNI, list *libcni.NetworkConfigList, id string, caps map[string]any, args [][2]string) *nettest.Pod {
+	t.Helper()
+	p, err := c.AddPodArgs(list, id, caps, args)
 	if err != nil {
 		t.Fatalf("ADD %s: %v", id, err)
 	}
 	t.Cleanup(func() { _ = c.DelPod(list, p) })
 	return p
+}
+
+// K8sArgs are the CNI_ARGS containerd's CRI passes for a pod (uid may be
+// empty: left out).
+func K8sArgs(namespace, name, uid string) [][2]string {
+	args := [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", namespace}, {"K8S_POD_NAME", name}}
+	if uid != "" {
+		args = append(args, [2]string{"K8S_POD_UID", uid})
+	}
+	return args
 }
 
 // Cgroup creates a cgroup v2 directory for the test and moves the test

@@ -219,6 +219,12 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	if *metrics == "off" {
 		*metrics = ""
 	}
+	if !*netpol {
+		// Before the capabilities go: BPF may be among them.
+		if err := ClearPolicies(*bpfRoot); err != nil {
+			log.Warn("network policies off, but the policies an earlier agent wrote could not be removed: pods of namespaces that had policies may start closed", "err", err)
+		}
+	}
 	if *dropCaps {
 		caps := CapsOf[m]
 		if *metrics != "" {

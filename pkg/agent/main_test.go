@@ -62,6 +62,12 @@ func TestMainErrors(t *testing.T) {
 	require.Contains(t, errOut, `EBPF_CNI_MASQUERADE: "yes" is not true or false`)
 	t.Setenv(EnvMasquerade, "false")
 
+	t.Setenv(EnvNetPolicy, "on")
+	_, errOut, code = runMain("run")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `EBPF_CNI_NETWORK_POLICY: "on" is not true or false`)
+	t.Setenv(EnvNetPolicy, "")
+
 	t.Setenv(EnvClusterCIDRs, "10.244.0.0/33")
 	_, errOut, code = runMain("install")
 	require.Equal(t, 2, code)

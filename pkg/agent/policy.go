@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -26,6 +28,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy/compile"
 )
 
 // PolicyConfig is how the NetworkPolicy controller runs.
@@ -61,7 +64,7 @@ type PolicyController struct {
 	pods   *ebpf.Map // endpoint_pods
 
 	// Touched by the worker only.
-	compiler policy.Compiler
+	compiler compile.Compiler
 	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
@@ -119,7 +122,7 @@ const policyKey = "policies"
 // written).
 func (c *PolicyController) Run(ctx context.Context) error {
 	defer c.close()
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(dropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slim))
 	pols := factory.Networking().V1().NetworkPolicies()
 	pods := factory.Core().V1().Pods()
 	nss := factory.Core().V1().Namespaces()
@@ -227,9 +230,28 @@ type policyListers struct {
 	nss  listerscorev1.NamespaceLister
 }
 
-// dropManagedFields keeps the informers' caches small: the agent caches
-// every pod of the cluster.
-func dropManagedFields(obj any) (any, error) {
+// slim keeps the informers' caches small (the agent caches every pod of
+// the cluster): of a pod, what the compiler reads (podFacts); of anything,
+// no managedFields.
+func slim(obj any) (any, error) {
+	if o, ok := obj.(*corev1.Pod); ok {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
+			ResourceVersion: o.ResourceVersion, Labels: o.Labels, DeletionTimestamp: o.DeletionTimestamp}}
+		p.Spec.HostNetwork = o.Spec.HostNetwork
+		p.Spec.NodeName = o.Spec.NodeName
+		for _, c := range o.Spec.Containers {
+			if len(c.Ports) > 0 {
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		for _, c := range o.Spec.InitContainers {
+			if len(c.Ports) > 0 {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = o.Status.Phase, o.Status.PodIP, o.Status.PodIPs
+		return p, nil
+	}
 	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		m.GetObjectMeta().SetManagedFields(nil)
 	}
@@ -262,7 +284,9 @@ func podFacts(obj any) any {
 	f := facts{UID: string(p.UID), Labels: p.Labels, IPs: p.Status.PodIPs, IP: p.Status.PodIP, Phase: p.Status.Phase, Host: p.Spec.HostNetwork}
 	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for _, ct := range cs {
-			f.Containers = append(f.Containers, ct.Ports)
+			if len(ct.Ports) > 0 {
+				f.Containers = append(f.Containers, ct.Ports)
+			}
 		}
 	}
 	return f
@@ -332,14 +356,14 @@ func (c *PolicyController) dirRules(ifindex uint32, d policy.Direction) map[neti
 
 // endpoints reads the local endpoints: endpoint_pods (who) and
 // endpoint_devs (their addresses), sorted by ifindex.
-func (c *PolicyController) endpoints() ([]policy.LocalEndpoint, error) {
+func (c *PolicyController) endpoints() ([]compile.LocalEndpoint, error) {
 	pods, err := endpoint.ReadPods(c.pods)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]policy.LocalEndpoint, 0, len(pods))
+	out := make([]compile.LocalEndpoint, 0, len(pods))
 	for ifindex, p := range pods {
-		ep := policy.LocalEndpoint{Ifindex: ifindex, Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+		ep := compile.LocalEndpoint{Ifindex: ifindex, Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 		var d maps.CniEndpointDev
 		if err := c.devs.Lookup(ifindex, &d); err == nil {
 			for _, ip := range maps.EndpointIPs(&d) {
@@ -352,23 +376,37 @@ func (c *PolicyController) endpoints() ([]policy.LocalEndpoint, error) {
 		}
 		out = append(out, ep)
 	}
-	slices.SortFunc(out, func(a, b policy.LocalEndpoint) int { return int(a.Ifindex) - int(b.Ifindex) })
+	slices.SortFunc(out, func(a, b compile.LocalEndpoint) int { return int(a.Ifindex) - int(b.Ifindex) })
 	return out, nil
 }
 
 // sync compiles and writes what changed: namespace facts first (ADD reads
 // them), policy names, then each endpoint's rules and state.
-func (c *PolicyController) sync(l policyListers) error {
+func (c *PolicyController) sync(l policyListers) (err error) {
 	c.mu.Lock()
 	since := c.pending
 	c.pending = time.Time{}
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			if !since.IsZero() {
+				c.record(time.Since(since))
+			}
+			return
+		}
+		// Not written: the change is still pending, since when it was seen.
+		if !since.IsZero() && (c.pending.IsZero() || since.Before(c.pending)) {
+			c.pending = since
+		}
+	}()
 
 	eps, err := c.endpoints()
 	if err != nil {
 		return err
 	}
-	var cl policy.Cluster
+	var cl compile.Cluster
 	if cl.Policies, err = l.pols.List(labels.Everything()); err != nil {
 		return err
 	}
@@ -461,16 +499,14 @@ func (c *PolicyController) sync(l policyListers) error {
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.enforced = enforced
+	// Every endpoint's state was written, closed where writing failed.
 	c.synced = true
-	if !since.IsZero() {
-		c.record(time.Since(since))
-	}
+	c.mu.Unlock()
 	return errors.Join(errs...)
 }
 
-func (c *PolicyController) reportCompileError(ep policy.LocalEndpoint, err error) {
+func (c *PolicyController) reportCompileError(ep compile.LocalEndpoint, err error) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -501,7 +537,7 @@ func prefixes(m map[netip.Prefix]policy.Rule) []netip.Prefix {
 // and returns the state written. A direction whose rules or state change
 // gets a new generation, so the flows decided under the old rules are
 // decided again.
-func (c *PolicyController) writeEndpoint(ep policy.LocalEndpoint, er *policy.EndpointRules, cur policy.EndpointState) (policy.EndpointState, error) {
+func (c *PolicyController) writeEndpoint(ep compile.LocalEndpoint, er *compile.EndpointRules, cur policy.EndpointState) (policy.EndpointState, error) {
 	st := cur
 	gens := c.gens[ep.Ifindex]
 	gens[0], gens[1] = max(gens[0], cur.IngressGen), max(gens[1], cur.EgressGen)
@@ -545,7 +581,7 @@ func (c *PolicyController) writeEndpoint(ep policy.LocalEndpoint, er *policy.End
 // writeRules brings policy_rules' entries of (ifindex, d) to want's (none
 // unless enforced): new and changed entries first, then the vanished ones.
 // n: how many entries it wrote or deleted.
-func (c *PolicyController) writeRules(ifindex uint32, d policy.Direction, want *policy.DirRules) (n int, err error) {
+func (c *PolicyController) writeRules(ifindex uint32, d policy.Direction, want *compile.DirRules) (n int, err error) {
 	have := c.dirRules(ifindex, d)
 	var entries []policy.Entry
 	if want.State == policy.StateEnforce {
@@ -630,4 +666,30 @@ func (c *PolicyController) stats() policyStats {
 	h := c.hist
 	h.counts = slices.Clone(h.counts)
 	return policyStats{synced: c.synced, enforced: c.enforced, errors: c.errors, hist: h}
+}
+
+// ClearPolicies removes what an earlier agent wrote for network policies:
+// the namespace facts first (ADD then starts every pod open), the endpoint
+// states, rules and names, and turns the programs' lookups off. For an
+// agent that runs without network policies (-network-policy=false): left
+// in place, the facts would keep closing new pods of those namespaces, with
+// nobody to open them. Maps not pinned: nothing to do.
+func ClearPolicies(bpfRoot string) error {
+	if _, err := os.Stat(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPolicyNamespaces)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	pm, err := policy.Open(bpfRoot)
+	if err != nil {
+		return err
+	}
+	defer pm.Close()
+	for _, m := range []struct {
+		name string
+		m    *ebpf.Map
+	}{{maps.CniMapPolicyNamespaces, pm.NamespaceMap}, {maps.CniMapPolicyEndpoints, pm.EndpointMap}, {maps.CniMapPolicyRules, pm.RuleMap}, {maps.CniMapPolicyNames, pm.NameMap}} {
+		if err := maps.Clear(m.m); err != nil {
+			return fmt.Errorf("clearing %s: %w", m.name, err)
+		}
+	}
+	return pm.SetActive(false)
 }

@@ -20,8 +20,13 @@ func init() {
 redirect (redirect_peer into another pod), fib_redirect (forwarded through
 the FIB), pass (handed to the node's stack), arp_reply (ARP answered in BPF)
 and drop_* (dropped, with why: drop_spoof_src, drop_spoof_mac,
-drop_malformed, drop_no_endpoint), and by direction: egress (leaving the
-pod; on an uplink, leaving the node), ingress (arriving). Counts are
+drop_malformed, drop_no_endpoint, drop_policy_ingress and
+drop_policy_egress for what NetworkPolicy denies), and by direction:
+egress (leaving the pod; on an uplink, leaving the node), ingress
+(arriving). A device counts what its programs did: a policy denial on the
+device whose program dropped the packet (the sending pod's host veth, the
+uplink, the tunnel device or the receiving pod's host veth); 'ebpf-cni
+policy' counts denials by the pod whose policy denied them. Counts are
 packets and bytes summed over CPUs. Per endpoint they come from
 device_counters (keyed by host ifindex; DEL removes an endpoint's), the
 node total from node_counters (everything since the maps were created,

@@ -19,6 +19,10 @@ the programs attached to the host veth (kernel program ID) and how (tcx or
 tc), OTHER QDISCS: another plugin's qdiscs on the host veth (a chained
 bandwidth plugin's "root tbf" and "ingress"; "(delivering)" when the
 datapath has learned the root qdisc and delivers to the pod through it),
+POLICY: the NetworkPolicy state of ingress and egress (open: no policy
+selects the pod; closed: isolated, waiting for the node agent to write its
+rules; enforced: only what its policies allow, see ebpf-cni policy),
+POLICY DROPS: the packets denied each way,
 and STATE: ok, or "problem" with each problem listed under the table.
 Endpoints come from the records under --state-dir joined with the pinned
 endpoint maps, so an entry either side lacks is shown too.
@@ -27,7 +31,8 @@ JSON: a list of objects with containerID, ifname, pod (namespace, name,
 uid; absent without K8S_POD_*), network, netns, hostVeth,
 hostIfindex, ips, mac, hostMAC, attachments (hook, mode, recordedMode,
 programIDs, programTag), recorded, inMaps, vethPresent, problems, qdiscs,
-viaQdisc.`,
+viaQdisc, policy (ingress, egress: state open|closed|enforced, generation,
+drops).`,
 		Flags: func(*flag.FlagSet) func(*Context) error { return runEndpoints },
 	})
 }
@@ -37,10 +42,21 @@ func runEndpoints(ctx *Context) error {
 	if err != nil {
 		return err
 	}
+	pv, closePolicy, err := readPolicy(ctx)
+	if err != nil {
+		return err
+	}
+	defer closePolicy()
+	for _, e := range n.Endpoints {
+		if e.Policy, err = pv.endpointPolicy(uint32(e.HostIfIndex)); err != nil {
+			return err
+		}
+	}
 	if ctx.JSON {
 		return writeJSON(ctx.Stdout, n.Endpoints)
 	}
-	t := &view.Table{Header: []string{"CONTAINER/IFNAME", "POD", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "STATE"}, Right: map[int]bool{3: true}}
+	t := &view.Table{Header: []string{"CONTAINER/IFNAME", "POD", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "POLICY", "POLICY DROPS", "STATE"},
+		Right: map[int]bool{3: true}}
 	var problems []string
 	for _, e := range n.Endpoints {
 		var progs []string
@@ -69,7 +85,9 @@ func runEndpoints(ctx *Context) error {
 		if e.Pod != nil {
 			pod = e.Pod.String()
 		}
-		t.Row(e.Name(), orDash(pod), orDash(e.HostVeth), fmt.Sprint(e.HostIfIndex), orDash(strings.Join(e.IPs, ",")), orDash(e.MAC), strings.Join(progs, "; "), orDash(qdiscs), state)
+		t.Row(e.Name(), orDash(pod), orDash(e.HostVeth), fmt.Sprint(e.HostIfIndex), orDash(strings.Join(e.IPs, ",")), orDash(e.MAC), strings.Join(progs, "; "), orDash(qdiscs),
+			"in:"+e.Policy.Ingress.State+" eg:"+e.Policy.Egress.State,
+			"in:"+view.HumanCount(e.Policy.Ingress.Drops)+" eg:"+view.HumanCount(e.Policy.Egress.Drops), state)
 	}
 	if t.Len() == 0 {
 		fmt.Fprintln(ctx.Stdout, "no endpoints on this node")

@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // TestJSONFieldNames pins the JSON field names scripts rely on: renaming one
@@ -14,13 +17,15 @@ func TestJSONFieldNames(t *testing.T) {
 	ep := &Endpoint{ContainerID: "c", IfName: "eth0", Network: "n", NetNS: "/run/netns/x", HostVeth: "ec0", HostIfIndex: 7,
 		IPs: []string{"10.0.0.2"}, MAC: "0e:00:00:00:00:01", HostMAC: "0e:00:00:00:00:02",
 		Attachments: []Attached{{Hook: "from_container", Mode: "tcx", RecordedMode: "tcx", ProgramIDs: []uint32{42}, ProgramTag: "v1-abc"}},
-		Recorded:    true, InMaps: true, VethPresent: true, Problems: []string{}, Qdiscs: []string{"root tbf"}, ViaQdisc: true}
+		Recorded:    true, InMaps: true, VethPresent: true, Problems: []string{}, Qdiscs: []string{"root tbf"}, ViaQdisc: true,
+		Policy: &EndpointPolicy{Ingress: PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, Egress: PolicyDirection{State: "open"}}}
 	var b bytes.Buffer
 	require.NoError(t, writeJSON(&b, ep))
 	require.JSONEq(t, `{"containerID":"c","ifname":"eth0","network":"n","netns":"/run/netns/x","hostVeth":"ec0","hostIfindex":7,
 		"ips":["10.0.0.2"],"mac":"0e:00:00:00:00:01","hostMAC":"0e:00:00:00:00:02",
 		"attachments":[{"hook":"from_container","mode":"tcx","recordedMode":"tcx","programIDs":[42],"programTag":"v1-abc"}],
-		"recorded":true,"inMaps":true,"vethPresent":true,"problems":[],"qdiscs":["root tbf"],"viaQdisc":true}`, b.String())
+		"recorded":true,"inMaps":true,"vethPresent":true,"problems":[],"qdiscs":["root tbf"],"viaQdisc":true,
+		"policy":{"ingress":{"state":"enforced","generation":3,"drops":12},"egress":{"state":"open","generation":0,"drops":0}}}`, b.String())
 
 	c := &countersOutput{
 		Total: ReasonCounters{Reasons: map[string]CounterValue{"redirect": {3, 300}, "drop_spoof_src": {1, 100}}, Dropped: CounterValue{1, 100},
@@ -49,7 +54,19 @@ func TestReasonCountersListEveryReason(t *testing.T) {
 	for _, d := range []string{"egress", "ingress"} {
 		require.Len(t, rc.Directions[d], len(reasons()), d)
 	}
-	for _, k := range []string{"pass", "redirect", "fib_redirect", "arp_reply", "drop_spoof_src", "drop_spoof_mac", "drop_malformed", "drop_no_endpoint"} {
+	for _, k := range []string{"pass", "redirect", "fib_redirect", "arp_reply", "drop_spoof_src", "drop_spoof_mac", "drop_malformed", "drop_no_endpoint",
+		"drop_policy_ingress", "drop_policy_egress"} {
 		require.Contains(t, rc.Reasons, k)
 	}
+	// NetworkPolicy's denials are drops, each in the direction the
+	// program saw the packet.
+	rc = reasonCounters(map[maps.CniPktReason]counters.ByDir{
+		maps.CniPktReasonREASON_DROP_POLICY_INGRESS: {counters.Egress: {Packets: 2, Bytes: 120}},
+		maps.CniPktReasonREASON_DROP_POLICY_EGRESS:  {counters.Ingress: {Packets: 1, Bytes: 60}},
+	})
+	require.Equal(t, CounterValue{3, 180}, rc.Dropped)
+	require.Equal(t, CounterValue{2, 120}, rc.Directions["egress"]["drop_policy_ingress"])
+	require.Equal(t, CounterValue{1, 60}, rc.Directions["ingress"]["drop_policy_egress"])
+	require.Equal(t, "drop: denied by ingress policy", counters.ReasonNames[maps.CniPktReasonREASON_DROP_POLICY_INGRESS])
+	require.Equal(t, "drop: denied by egress policy", counters.ReasonNames[maps.CniPktReasonREASON_DROP_POLICY_EGRESS])
 }

@@ -287,13 +287,24 @@ func (o *monitorOpts) wants(e *MonitorEvent) bool {
 	if (o.typ == "drop" && flow) || (o.typ == "flow" && !flow) {
 		return false
 	}
-	if o.pod == "" {
+	pod := ""
+	if e.Pod != nil {
+		pod = e.Pod.Namespace + "/" + e.Pod.Name
+	}
+	return podIs(o.pod, pod, e.ContainerID, e.IfName)
+}
+
+// podIs: the --pod filter want ("" matches all) names the pod (its
+// namespace/name; "": none known), or the attachment containerID/ifname
+// (the ID whole, or cut as tables show it).
+func podIs(want, pod, containerID, ifName string) bool {
+	if want == "" {
 		return true
 	}
-	if e.Pod != nil && e.Pod.Namespace+"/"+e.Pod.Name == o.pod {
+	if pod != "" && pod == want {
 		return true
 	}
-	return e.ContainerID != "" && (e.ContainerID+"/"+e.IfName == o.pod || view.Name(e.ContainerID, e.IfName) == o.pod)
+	return containerID != "" && (containerID+"/"+ifName == want || view.Name(containerID, ifName) == want)
 }
 
 func writeJSONLine(ctx *Context, v any) error { return view.WriteJSONLine(ctx.Stdout, v) }

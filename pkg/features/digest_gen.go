@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "e7312aeb6c2e"
+const objectsDigest = "ea6b7206825a"

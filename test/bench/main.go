@@ -51,7 +51,7 @@ type config struct {
 	started      time.Time
 }
 
-var allPaths = []string{"cni", "cni-upstream", "pod-to-pod", "monitor", "masquerade", "hostport", "bandwidth", "cross-node", "cross-node-vxlan", "masquerade-services"}
+var allPaths = []string{"cni", "cni-upstream", "pod-to-pod", "monitor", "policy", "masquerade", "hostport", "bandwidth", "cross-node", "cross-node-vxlan", "masquerade-services"}
 
 // profile returns the settings of a named profile: full takes about 30
 // minutes on 2 vCPUs (28m45s measured before the policy path), quick about
@@ -190,7 +190,7 @@ func (b *bench) run() error {
 		return err
 	}
 	b.versions = append(b.versions, [2]string{"bridge-nf-call-iptables (REF node)", bridgeNF(b.setups[REF].node.NS)})
-	steps := map[string]func() error{"cni": b.cniPath, "cni-upstream": b.cniUpstream, "pod-to-pod": b.podToPod, monitorPath: b.monitor, "masquerade": b.masquerade,
+	steps := map[string]func() error{"cni": b.cniPath, "cni-upstream": b.cniUpstream, "pod-to-pod": b.podToPod, monitorPath: b.monitor, policyPath: b.policy, "masquerade": b.masquerade,
 		"hostport": b.hostport, "bandwidth": b.bandwidth,
 		"cross-node":          func() error { return b.crossNode("cross-node", false) },
 		"cross-node-vxlan":    func() error { return b.crossNode("cross-node-vxlan", true) },

@@ -223,26 +223,35 @@ const monitorBudget = 5.0
 // on/off pair of rows side by side, the run-time growth per packet against
 // monitorBudget and RR/CRR against the runs' noise.
 func monitorComparison(rows []Row) string {
+	return stateComparison(rows, monitorPath, "off", "on", "the stream", monitorBudget)
+}
+
+// stateComparison puts each pair of rows <metric>_<base> and <metric>_<with>
+// of path side by side: the growth of a program's run time per packet
+// (bpf_ rows) against budget (percent; 0: no budget, the figures only), the
+// other rows against the runs' noise. what names the difference ("the
+// stream").
+func stateComparison(rows []Row, path, base, with, what string, budget float64) string {
 	byMetric := map[string]Row{}
 	var bases []string
 	for _, r := range rows {
-		if r.Path != monitorPath || r.EBPF == nil {
+		if r.Path != path || r.EBPF == nil {
 			continue
 		}
 		byMetric[r.Metric] = r
-		if base, ok := strings.CutSuffix(r.Metric, "_off"); ok {
-			bases = append(bases, base)
+		if m, ok := strings.CutSuffix(r.Metric, "_"+base); ok {
+			bases = append(bases, m)
 		}
 	}
 	if len(bases) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("| metric | unit | stream off | stream on | on/off | noise (off / on) | verdict |\n| --- | --- | ---: | ---: | ---: | --- | --- |\n")
+	fmt.Fprintf(&b, "| metric | unit | %s | %s | %s/%s | noise (%s / %s) | verdict |\n| --- | --- | ---: | ---: | ---: | --- | --- |\n", base, with, with, base, base, with)
 	var over, unsure, worse []string
-	for _, base := range bases {
-		off, okOff := byMetric[base+"_off"]
-		on, okOn := byMetric[base+"_on"]
+	for _, m := range bases {
+		off, okOff := byMetric[m+"_"+base]
+		on, okOn := byMetric[m+"_"+with]
 		if !okOff || !okOn || *off.EBPF == 0 {
 			continue
 		}
@@ -256,44 +265,48 @@ func monitorComparison(rows []Row) string {
 				}
 			}
 		}
-		worseBy := change // how much worse "on" is, in percent
+		worseBy := change // how much worse "with" is, in percent
 		if off.Better == "higher" {
 			worseBy = -change
 		}
 		var v string
 		switch {
-		case strings.HasPrefix(base, "bpf_") && worseBy > monitorBudget && worseBy <= noise:
-			v = fmt.Sprintf("? over the %.0f%% budget by less than the noise", monitorBudget)
-			unsure = append(unsure, base)
-		case strings.HasPrefix(base, "bpf_") && worseBy > monitorBudget:
-			v = fmt.Sprintf("❌ over the %.0f%% budget", monitorBudget)
-			over = append(over, base)
-		case strings.HasPrefix(base, "bpf_"):
-			v = fmt.Sprintf("✅ within the %.0f%% budget", monitorBudget)
+		case strings.HasPrefix(m, "bpf_") && budget <= 0:
+			v = "(run time per packet)"
+		case strings.HasPrefix(m, "bpf_") && worseBy > budget && worseBy <= noise:
+			v = fmt.Sprintf("? over the %.0f%% budget by less than the noise", budget)
+			unsure = append(unsure, m)
+		case strings.HasPrefix(m, "bpf_") && worseBy > budget:
+			v = fmt.Sprintf("❌ over the %.0f%% budget", budget)
+			over = append(over, m)
+		case strings.HasPrefix(m, "bpf_"):
+			v = fmt.Sprintf("✅ within the %.0f%% budget", budget)
 		case math.Abs(change) <= noise || math.Abs(change) < 1:
 			v = "≈ within noise"
 		case worseBy > 0:
 			v = "❌ worse"
-			worse = append(worse, base)
+			worse = append(worse, m)
 		default:
 			v = "✅ better"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% | %s / %s | %s |\n", base, off.Unit, cell(off.EBPF), cell(on.EBPF), change,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% | %s / %s | %s |\n", m, off.Unit, cell(off.EBPF), cell(on.EBPF), change,
 			spreadCell(off), spreadCell(on), v)
 	}
 	b.WriteString("\n")
 	switch {
+	case len(over) == 0 && len(worse) == 0 && len(unsure) == 0 && budget > 0:
+		fmt.Fprintf(&b, "With %s (%s), every program's run time per packet grew by at most %.0f%% and RR/CRR stayed within the runs' noise.\n\n", what, with, budget)
 	case len(over) == 0 && len(worse) == 0 && len(unsure) == 0:
-		fmt.Fprintf(&b, "With the stream on and a reader attached, every program's run time per packet grew by at most %.0f%% and RR/CRR stayed within the runs' noise.\n\n", monitorBudget)
+		fmt.Fprintf(&b, "With %s (%s), RR and CRR stayed within the runs' noise.\n\n", what, with)
 	default:
 		if len(unsure) > 0 {
-			fmt.Fprintf(&b, "*Undecided:* %s grew by more than %.0f%% but by less than the runs' noise: measure again on a quiet machine.\n\n", strings.Join(unsure, ", "), monitorBudget)
+			fmt.Fprintf(&b, "*Undecided:* %s grew by more than %.0f%% but by less than the runs' noise: measure again on a quiet machine.\n\n", strings.Join(unsure, ", "), budget)
 		}
 		if len(over) > 0 {
-			fmt.Fprintf(&b, "**Over the %.0f%% budget:** %s.\n\n", monitorBudget, strings.Join(over, ", "))
+			fmt.Fprintf(&b, "**Over the %.0f%% budget:** %s.\n\n", budget, strings.Join(over, ", "))
 		}
 		if len(worse) > 0 {
-			fmt.Fprintf(&b, "**Worse beyond noise with the stream on:** %s.\n\n", strings.Join(worse, ", "))
+			fmt.Fprintf(&b, "**Worse beyond noise with %s:** %s.\n\n", what, strings.Join(worse, ", "))
 		}
 	}
 	return b.String()

@@ -160,12 +160,17 @@ func (b *bench) newSetupWith(name, tag, refDir string) (*setup, error) {
 // addPod attaches a new pod through the setup's chain, passing only the
 // capabilities the setup's list declares.
 func (b *bench) addPod(s *setup, caps map[string]any) (*pod, time.Duration, error) {
+	return b.addPodArgs(s, caps, nil)
+}
+
+// addPodArgs is addPod with CNI_ARGS (a Kubernetes pod's K8S_POD_*).
+func (b *bench) addPodArgs(s *setup, caps map[string]any, args [][2]string) (*pod, time.Duration, error) {
 	n, err := b.newNS()
 	if err != nil {
 		return nil, 0, err
 	}
 	id := fmt.Sprintf("%s-%d", s.name, s.pods.Add(1))
-	p, d, err := s.attach(n, id, caps)
+	p, d, err := s.attachArgs(n, id, caps, args)
 	if err != nil {
 		b.closeNS(n)
 	}
@@ -174,7 +179,12 @@ func (b *bench) addPod(s *setup, caps map[string]any) (*pod, time.Duration, erro
 
 // attach runs ADD for netns n and times it.
 func (s *setup) attach(n ns.NetNS, id string, caps map[string]any) (*pod, time.Duration, error) {
-	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: n.Path(), IfName: "eth0", CapabilityArgs: caps}
+	return s.attachArgs(n, id, caps, nil)
+}
+
+// attachArgs is attach with CNI_ARGS.
+func (s *setup) attachArgs(n ns.NetNS, id string, caps map[string]any, args [][2]string) (*pod, time.Duration, error) {
+	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: n.Path(), IfName: "eth0", CapabilityArgs: caps, Args: args}
 	t0 := time.Now()
 	res, err := s.cni.Add(s.list, rt)
 	d := time.Since(t0)

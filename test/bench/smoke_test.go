@@ -65,6 +65,12 @@ func TestSmoke(t *testing.T) {
 			require.NotNil(t, get(monitorPath, m+st).EBPF, "monitor %s%s", m, st)
 		}
 	}
+	for _, st := range policyStates {
+		for _, m := range []string{"rr_tps_", "crr_cps_", "bpf_crr_from_container_ns_pkt_"} {
+			require.NotNil(t, get(policyPath, m+st).EBPF, "policy %s%s", m, st)
+		}
+	}
+	require.NotNil(t, get(policyPath, "agent_sync_p99_ms").EBPF, "policy agent_sync_p99_ms")
 	for _, f := range ebpfFeatures {
 		if f == "hostport" {
 			require.NotNil(t, get("hostport-10", "crr_cps").EBPF, "EBPF serves hostPorts")

@@ -125,18 +125,7 @@ func delta(before, after scrape, name string, want map[string]string) float64 {
 // and name in CNI_ARGS, caps as its runtimeConfig.
 func (e *env) addK8sPodCaps(list *libcni.NetworkConfigList, id, namespace, name string, caps map[string]any) *nettest.Pod {
 	e.t.Helper()
-	n, err := nettest.NewNetNS()
-	require.NoError(e.t, err)
-	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: n.Path(), IfName: "eth0", CapabilityArgs: caps,
-		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", namespace}, {"K8S_POD_NAME", name}}}
-	res, err := e.cni.Add(list, rt)
-	if err != nil {
-		nettest.CloseNetNS(n)
-	}
-	require.NoError(e.t, err, "ADD %s", id)
-	p := &nettest.Pod{NS: n, RT: rt, Result: res}
-	e.t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
-	return p
+	return testutil.AddPodArgs(e.t, e.cni, list, id, caps, testutil.K8sArgs(namespace, name, ""))
 }
 
 // udpFlood sends n datagrams of size bytes from the pod to dst, without

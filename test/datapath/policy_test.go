@@ -143,6 +143,34 @@ func TestPolicyDatapath(t *testing.T) {
 	before = e.counters()[int(maps.CniPktReasonREASON_DROP_POLICY_EGRESS)]
 	require.True(t, blocked(a.NS, b.IP(4), 80), "a -> b:80 with a's egress enforced and empty")
 	require.Greater(t, e.counters()[int(maps.CniPktReasonREASON_DROP_POLICY_EGRESS)], before, "egress policy drops not counted")
+	// The LRU may evict one direction's decision alone: the other's
+	// still tells a reply (b's answers to a, whose ingress admits
+	// nobody) from a new flow.
+	require.NoError(t, pm.PutRules(ia, policy.Egress, []policy.Entry{{Prefix: hostPrefix(b.IP(4)), Rule: tcpRule(80, 80)}}))
+	require.NoError(t, pm.SetEndpoint(ia, policy.EndpointState{Egress: uint8(policy.StateEnforce), EgressGen: 2,
+		Ingress: uint8(policy.StateEnforce), IngressGen: 1}))
+	c2, err := nettest.Dial(a.NS, net.JoinHostPort(b.IP(4).String(), "80"))
+	require.NoError(t, err)
+	defer c2.Close()
+	require.NoError(t, nettest.Echo(c2, "before eviction\n"))
+	evicted := 0
+	var fk maps.CniPolicyFlowKey
+	var fv maps.CniPolicyFlow
+	var replies []maps.CniPolicyFlowKey
+	it := pm.FlowMap.Iterate()
+	for it.Next(&fk, &fv) {
+		if fv.Reply == 1 && net.IP(fk.Saddr[:4]).Equal(b.IP(4)) {
+			replies = append(replies, fk)
+		}
+	}
+	require.NoError(t, it.Err())
+	for _, k := range replies {
+		require.NoError(t, pm.FlowMap.Delete(&k))
+		evicted++
+	}
+	require.NotZero(t, evicted, "no reply entry of b's to evict")
+	_ = c2.SetDeadline(time.Now().Add(5 * time.Second))
+	require.NoError(t, nettest.Echo(c2, "after eviction\n"), "b's replies dropped once their decision was evicted")
 	require.NoError(t, pm.SetEndpoint(ia, policy.EndpointState{}))
 	_, ok, err := pm.Endpoint(ia)
 	require.NoError(t, err)

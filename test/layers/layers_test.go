@@ -39,13 +39,13 @@ var layers = []struct {
 	{"features", nil, false},
 	// Building blocks, each layer on the ones below it.
 	{"blocks: the core's endpoint step and what features share", []string{"pkg/endpoint", "pkg/uplink",
-		"pkg/conntrack", "pkg/clusterranges"}, false},
+		"pkg/conntrack", "pkg/clusterranges", "pkg/policy/compile"}, false},
 	{"blocks: the feature contract", []string{"pkg/feature"}, false},
 	{"blocks: the node handle", []string{"pkg/node"}, false},
 	{"blocks: programs", []string{"pkg/programs"}, false},
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
 	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/events", "pkg/veth", "pkg/config", "pkg/errcode",
-		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls"}, false},
+		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls", "pkg/policy"}, false},
 	{"maps", []string{"pkg/maps"}, false},
 }
 

@@ -1,4 +1,4 @@
-package policy
+package compile
 
 import (
 	"fmt"
@@ -45,18 +45,25 @@ func benchCluster(pods, policies, local int) (Cluster, []LocalEndpoint) {
 	return cl, eps
 }
 
-// BenchmarkCompile: a full recompile of 1,000 pods and 1,000 policies for
-// a node of 110 pods, as the agent does on a change (its cache warm).
+// BenchmarkCompile: a recompile of 1,000 pods and 1,000 policies for a
+// node of 2 or 110 pods, as the agent does on a change: warm (a policy
+// changed: the parsed policies and matched peers of the last compile
+// kept), or cold (nothing kept: a pod changed, or the agent's first).
 func BenchmarkCompile(b *testing.B) {
 	for _, local := range []int{2, 110} {
-		b.Run(fmt.Sprintf("local=%d", local), func(b *testing.B) {
-			cl, eps := benchCluster(1000, 1000, local)
-			var c Compiler
-			c.Compile(cl, eps)
-			b.ResetTimer()
-			for b.Loop() {
+		for _, warm := range []bool{true, false} {
+			b.Run(fmt.Sprintf("local=%d/warm=%v", local, warm), func(b *testing.B) {
+				cl, eps := benchCluster(1000, 1000, local)
+				var c Compiler
 				c.Compile(cl, eps)
-			}
-		})
+				b.ResetTimer()
+				for b.Loop() {
+					if !warm {
+						c = Compiler{}
+					}
+					c.Compile(cl, eps)
+				}
+			})
+		}
 	}
 }

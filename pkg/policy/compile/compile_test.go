@@ -1,8 +1,9 @@
-package policy
+package compile
 
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 )
 
 // Fixtures: the local pod under test is ns a/"server" (ifindex 10).
@@ -191,6 +194,11 @@ func TestCompile(t *testing.T) {
 		{name: "empty namespace selector: every namespace",
 			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(cli, all)))}, nil)},
 			ingress:  []string{"enforced", "10.0.1.2/32 all [p]", "10.0.2.2/32 all [p]", "10.0.3.2/32 all [p]", "fd00::3:2/128 all [p]"}, egress: []string{"open"}},
+		{name: "a selector that cannot be read selects nothing (not everything)",
+			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{
+				in(peers(podPeer(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}, nil)), port("", 1)),
+				in(peers(podPeer(all, nil)), port("", 2))}, nil)},
+			ingress: []string{"enforced", "10.0.1.1/32 tcp:2 [p]", "10.0.1.2/32 tcp:2 [p]", "fd00::1:1/128 tcp:2 [p]"}, egress: []string{"open"}},
 		{name: "ipBlock with except; a pod inside the except gets only its own rights, one outside the union",
 			policies: []*networkingv1.NetworkPolicy{
 				np("a", "block", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(blockPeer("10.0.0.0/16", "10.0.2.0/24", "10.1.0.0/24")), port("", 443))}, nil),
@@ -219,6 +227,10 @@ func TestCompile(t *testing.T) {
 		{name: "no peers: every address of both families; no ports: every port",
 			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(nil, port("", 53), port(corev1.ProtocolUDP, 53)), out(peers(podPeer(cli, nil)))})},
 			ingress:  []string{"open"}, egress: []string{"enforced", "0.0.0.0/0 tcp:53,udp:53 [p]", "10.0.1.2/32 all [p]", "::/0 tcp:53,udp:53 [p]"}},
+		{name: "no peers and a named port: every address for the numbers, every pod of every namespace for the name",
+			policies: []*networkingv1.NetworkPolicy{np("a", "p", srv, egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(nil, port("", "http"), port("", 53))})},
+			ingress:  []string{"open"}, egress: []string{"enforced", "0.0.0.0/0 tcp:53 [p]", "10.0.1.1/32 tcp:53,tcp:8080 [p]",
+				"10.0.1.2/32 tcp:53,tcp:9090 [p]", "10.0.2.2/32 tcp:53,tcp:7070 [p]", "::/0 tcp:53 [p]", "fd00::1:1/128 tcp:53,tcp:8080 [p]"}},
 		{name: "rules are unions: ports merged and deduplicated, overlapping ranges of a protocol merged, sources of both",
 			policies: []*networkingv1.NetworkPolicy{
 				np("a", "p1", srv, ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(cli, nil)), port("", 80), port("", 100, 200), port(corev1.ProtocolUDP, 150))}, nil),
@@ -285,8 +297,8 @@ func TestCompileNamespaces(t *testing.T) {
 		np("b", "out2", sel("x", "y"), egressOnly, nil, nil),
 		np("d", "both", sel(), both, nil, nil), // a namespace the list does not have (yet)
 	}}, nil)
-	require.Equal(t, map[string]NamespaceFact{"a": {Ingress: true}, "b": {Egress: true}, "c": {}, "d": {Ingress: true, Egress: true}}, r.Namespaces)
-	require.Equal(t, map[uint32]PolicyName{ID("a", "in"): {"a", "in"}, ID("b", "out"): {"b", "out"}, ID("b", "out2"): {"b", "out2"}, ID("d", "both"): {"d", "both"}}, r.Names)
+	require.Equal(t, map[string]policy.NamespaceFact{"a": {Ingress: true}, "b": {Egress: true}, "c": {}, "d": {Ingress: true, Egress: true}}, r.Namespaces)
+	require.Equal(t, map[uint32]PolicyName{policy.ID("a", "in"): {"a", "in"}, policy.ID("b", "out"): {"b", "out"}, policy.ID("b", "out2"): {"b", "out2"}, policy.ID("d", "both"): {"d", "both"}}, r.Names)
 	require.Empty(t, r.Endpoints)
 }
 
@@ -306,6 +318,26 @@ func TestCompileCache(t *testing.T) {
 	r3 := c.Compile(cl, []LocalEndpoint{server})
 	require.Equal(t, []string{"enforced", "10.0.1.2/32 tcp:81 [p]"}, describe(r3, &r3.Endpoints[10].Ingress))
 	require.Len(t, c.cache, 1)
+
+	// The pods' state is kept while the pods, namespaces and endpoints are
+	// the same objects (in any order), and made again when one changes.
+	ps := c.pods
+	slices.Reverse(cl.Pods)
+	c.Compile(cl, []LocalEndpoint{server})
+	require.Same(t, ps, c.pods)
+	cl.Pods = slices.Clone(cl.Pods)
+	for i, p := range cl.Pods {
+		if p.Name == "client" && p.Namespace == "a" {
+			q := p.DeepCopy()
+			q.Status.PodIPs = []corev1.PodIP{{IP: "10.0.1.99"}}
+			cl.Pods[i] = q
+		}
+	}
+	r4 := c.Compile(cl, []LocalEndpoint{server})
+	require.Equal(t, []string{"enforced", "10.0.1.99/32 tcp:81 [p]"}, describe(r4, &r4.Endpoints[10].Ingress))
+	newClient := LocalEndpoint{Ifindex: 11, Namespace: "a", Name: "client", UID: "a-client", IPs: []netip.Addr{netip.MustParseAddr("10.0.1.100")}}
+	r5 := c.Compile(cl, []LocalEndpoint{server, newClient})
+	require.Equal(t, []string{"enforced", "10.0.1.99/32 tcp:81 [p]", "10.0.1.100/32 tcp:81 [p]"}, describe(r5, &r5.Endpoints[10].Ingress))
 }
 
 func TestMergePorts(t *testing.T) {

@@ -1,10 +1,11 @@
-package policy
+package compile
 
 import (
 	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 )
 
 // This file compiles the cluster's NetworkPolicies into the entries of
@@ -28,14 +30,16 @@ import (
 //   - a rule's peers: podSelector (pods of the policy's namespace),
 //     namespaceSelector (every pod of the matching namespaces), both (the
 //     matching pods of the matching namespaces), ipBlock (a CIDR less its
-//     excepts); no peers: every address (0.0.0.0/0 and ::/0);
+//     excepts); no peers: every address (0.0.0.0/0 and ::/0) and every
+//     pod (for an egress rule's named ports);
 //   - a rule's ports: TCP (the default), UDP or SCTP; a number, a range
 //     (endPort) or a named port; no port number: every port of the
 //     protocol; no ports: every port of every protocol (ICMP too). A named
 //     port is resolved on the pod that listens: for ingress on the selected
-//     (local) pod, for egress on each peer pod. A named port of an egress
-//     rule towards an ipBlock matches nothing (an address has no container
-//     ports to resolve the name against).
+//     (local) pod, for egress on each peer pod (every pod of the cluster
+//     when the rule has no peers). A named port of an egress rule towards
+//     an ipBlock matches nothing (an address has no container ports to
+//     resolve the name against).
 // Peer pods are the pods with addresses (status.podIPs, and for the pods of
 // this node the addresses their endpoint has, so a new pod does not wait
 // for the kubelet's status), not on the host network, not finished.
@@ -47,10 +51,10 @@ import (
 // possibly nothing: a deny).
 
 // MaxPorts is how many port ranges one entry holds (POLICY_MAX_PORTS).
-const MaxPorts = len(Rule{}.Ports)
+const MaxPorts = len(policy.Rule{}.Ports)
 
 // MaxSources is how many policy ids one entry names (POLICY_MAX_SOURCES).
-const MaxSources = len(Rule{}.Sources)
+const MaxSources = len(policy.Rule{}.Sources)
 
 // LocalEndpoint is a pod of this node as endpoint_pods and endpoint_devs
 // hold it.
@@ -72,8 +76,8 @@ type Cluster struct {
 // DirRules is what an endpoint gets for one direction: its state, and in
 // state enforce the entries of its rules, sorted by prefix.
 type DirRules struct {
-	State   State
-	Entries []Entry
+	State   policy.State
+	Entries []policy.Entry
 }
 
 // EndpointRules is an endpoint's compiled policy.
@@ -82,8 +86,8 @@ type EndpointRules struct {
 }
 
 // Dir is the rules of direction d.
-func (e *EndpointRules) Dir(d Direction) *DirRules {
-	if d == Ingress {
+func (e *EndpointRules) Dir(d policy.Direction) *DirRules {
+	if d == policy.Ingress {
 		return &e.Ingress
 	}
 	return &e.Egress
@@ -98,8 +102,8 @@ type Result struct {
 	Endpoints map[uint32]*EndpointRules
 	// Namespaces: the fact of every namespace known (namespaces and
 	// policies); a zero fact for those without policies.
-	Namespaces map[string]NamespaceFact
-	// Names: every policy, by ID.
+	Namespaces map[string]policy.NamespaceFact
+	// Names: every policy, by policy.ID.
 	Names map[uint32]PolicyName
 	// Errors: what could not be compiled exactly, by endpoint (an entry
 	// with more port ranges than fit: it got the first ones).
@@ -108,9 +112,11 @@ type Result struct {
 
 // Compiler compiles; it keeps the parsed form of the policies it saw, by
 // object (an informer hands out the same object until it changes), so a
-// recompile parses only what changed. Not safe for concurrent use.
+// recompile parses only what changed, and the peers it matched while the
+// pods and namespaces stay the same objects. Not safe for concurrent use.
 type Compiler struct {
 	cache map[*networkingv1.NetworkPolicy]*compiledPolicy
+	pods  *podState
 }
 
 // Compile is a compilation without a cache.
@@ -147,6 +153,8 @@ type compiledPeer struct {
 	podSel labels.Selector
 	nsSel  labels.Selector // nil: the pods of namespace ns
 	ns     string
+	// everyone: a rule without peers (every address, every pod).
+	everyone bool
 }
 
 type compiledRule struct {
@@ -165,19 +173,25 @@ type compiledPolicy struct {
 var (
 	allV4 = netip.MustParsePrefix("0.0.0.0/0")
 	allV6 = netip.MustParsePrefix("::/0")
-	// everyone is the peers of a rule without any.
+	// everyone is the peers of a rule without any: every address, every
+	// pod (an egress rule's named ports are resolved on each).
 	everyone = []compiledPeer{
-		{key: "ip:" + allV4.String(), block: &ipBlock{cidr: allV4}},
-		{key: "ip:" + allV6.String(), block: &ipBlock{cidr: allV6}},
+		{key: "every:" + allV4.String(), block: &ipBlock{cidr: allV4}, everyone: true},
+		{key: "every:" + allV6.String(), block: &ipBlock{cidr: allV6}, everyone: true},
 	}
+	// everyPod selects every pod of every namespace.
+	everyPod = compiledPeer{key: "every pod", podSel: labels.Everything(), nsSel: labels.Everything()}
 )
+
+// nothing is the selector of a selector that cannot be read.
+var nothing = labels.Nothing()
 
 func selector(ls *metav1.LabelSelector) labels.Selector {
 	s, err := metav1.LabelSelectorAsSelector(ls)
 	if err != nil {
 		// The API server validates selectors; one it let through that we
 		// cannot read selects nothing (fails closed).
-		return labels.Nothing()
+		return nothing
 	}
 	return s
 }
@@ -269,6 +283,9 @@ func compilePeers(ns string, ps []networkingv1.NetworkPolicyPeer) []compiledPeer
 				c.ns = ns
 				c.key = "pods:" + c.podSel.String() + "|in:" + ns
 			}
+			if c.podSel == nothing || c.nsSel == nothing {
+				c.key = "nothing" // its String() is Everything()'s, ""
+			}
 			out = append(out, c)
 		}
 	}
@@ -283,7 +300,7 @@ func unmapPrefix(p netip.Prefix) netip.Prefix {
 }
 
 func compilePolicy(p *networkingv1.NetworkPolicy) *compiledPolicy {
-	c := &compiledPolicy{ns: p.Namespace, name: p.Name, id: ID(p.Namespace, p.Name), sel: selector(&p.Spec.PodSelector)}
+	c := &compiledPolicy{ns: p.Namespace, name: p.Name, id: policy.ID(p.Namespace, p.Name), sel: selector(&p.Spec.PodSelector)}
 	if len(p.Spec.PolicyTypes) == 0 {
 		c.ingress = true
 		c.egress = len(p.Spec.Egress) > 0
@@ -335,24 +352,36 @@ func (p *podInfo) containerPort(n namedPort) uint16 {
 	return 0
 }
 
-// compilation is the state of one Compile.
-type compilation struct {
-	policies []*compiledPolicy     // sorted by namespace/name: their index orders sources
-	byNS     map[string][]int      // namespace -> indexes of its policies
+// podState is what the compiler knows of pods and namespaces, and the
+// peers it matched among them: kept from one Compile to the next while the
+// pods, namespaces and local endpoints are the same objects (a policy's
+// change matches no pod again).
+type podState struct {
 	pods     map[string][]*podInfo // namespace -> peer pods
 	podByKey map[string]*podInfo   // namespace/name -> pod (peer or not)
 	nsLabels map[string]labels.Set // namespace -> labels (with kubernetes.io/metadata.name)
 	nsNames  []string              // sorted
 	memo     map[string][]*podInfo // peer key -> its pods
 	nsMemo   map[string][]string   // namespace selector -> matching namespaces
-	dirMemo  map[string]dirResult  // see directionOnce
+
+	// What it was made of.
+	podSet map[*corev1.Pod]bool
+	nsSet  map[*corev1.Namespace]bool
+	eps    []LocalEndpoint
+}
+
+// compilation is the state of one Compile.
+type compilation struct {
+	*podState
+	policies []*compiledPolicy    // sorted by namespace/name: their index orders sources
+	byNS     map[string][]int     // namespace -> indexes of its policies
+	dirMemo  map[string]dirResult // see directionOnce
 }
 
 // Compile compiles the policies for the local endpoints eps.
 func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
-	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]NamespaceFact{}, Names: map[uint32]PolicyName{}, Errors: map[uint32]error{}}
-	cp := &compilation{byNS: map[string][]int{}, pods: map[string][]*podInfo{}, podByKey: map[string]*podInfo{},
-		nsLabels: map[string]labels.Set{}, memo: map[string][]*podInfo{}, nsMemo: map[string][]string{}, dirMemo: map[string]dirResult{}}
+	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]policy.NamespaceFact{}, Names: map[uint32]PolicyName{}, Errors: map[uint32]error{}}
+	cp := &compilation{byNS: map[string][]int{}, dirMemo: map[string]dirResult{}}
 
 	cache := make(map[*networkingv1.NetworkPolicy]*compiledPolicy, len(cl.Policies))
 	pols := slices.Clone(cl.Policies)
@@ -375,7 +404,53 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 	}
 	c.cache = cache
 
+	if c.pods == nil || !c.pods.same(cl, eps) {
+		c.pods = newPodState(cl, eps)
+	}
+	cp.podState = c.pods
 	for _, ns := range cl.Namespaces {
+		if _, ok := res.Namespaces[ns.Name]; !ok {
+			res.Namespaces[ns.Name] = policy.NamespaceFact{}
+		}
+	}
+	for i := range eps {
+		ep := &eps[i]
+		er, err := cp.endpoint(ep, res.Namespaces[ep.Namespace])
+		res.Endpoints[ep.Ifindex] = er
+		if err != nil {
+			res.Errors[ep.Ifindex] = fmt.Errorf("endpoint %s/%s (ifindex %d): %w", ep.Namespace, ep.Name, ep.Ifindex, err)
+		}
+	}
+	return res
+}
+
+// same: ps was made of these objects.
+func (ps *podState) same(cl Cluster, eps []LocalEndpoint) bool {
+	if len(cl.Pods) != len(ps.podSet) || len(cl.Namespaces) != len(ps.nsSet) {
+		return false
+	}
+	for _, p := range cl.Pods {
+		if !ps.podSet[p] {
+			return false
+		}
+	}
+	for _, n := range cl.Namespaces {
+		if !ps.nsSet[n] {
+			return false
+		}
+	}
+	return slices.EqualFunc(ps.eps, eps, func(a, b LocalEndpoint) bool {
+		return a.Ifindex == b.Ifindex && a.Namespace == b.Namespace && a.Name == b.Name && a.UID == b.UID && slices.Equal(a.IPs, b.IPs)
+	})
+}
+
+func newPodState(cl Cluster, eps []LocalEndpoint) *podState {
+	ps := &podState{pods: map[string][]*podInfo{}, podByKey: map[string]*podInfo{}, nsLabels: map[string]labels.Set{},
+		memo: map[string][]*podInfo{}, nsMemo: map[string][]string{},
+		podSet: make(map[*corev1.Pod]bool, len(cl.Pods)), nsSet: make(map[*corev1.Namespace]bool, len(cl.Namespaces)),
+		eps: slices.Clone(eps)}
+	for _, ns := range cl.Namespaces {
+		ps.nsSet[ns] = true
 		l := make(labels.Set, len(ns.Labels)+1)
 		for k, v := range ns.Labels {
 			l[k] = v
@@ -383,20 +458,17 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 		// The API server sets it on every namespace; a fake clientset's
 		// namespaces lack it.
 		l[corev1.LabelMetadataName] = ns.Name
-		cp.nsLabels[ns.Name] = l
-		if _, ok := res.Namespaces[ns.Name]; !ok {
-			res.Namespaces[ns.Name] = NamespaceFact{}
-		}
+		ps.nsLabels[ns.Name] = l
 	}
-
 	local := map[string]*LocalEndpoint{}
 	for i := range eps {
 		local[eps[i].Namespace+"/"+eps[i].Name] = &eps[i]
 	}
 	for _, p := range cl.Pods {
+		ps.podSet[p] = true
 		pi := &podInfo{ns: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), pod: p}
 		key := p.Namespace + "/" + p.Name
-		cp.podByKey[key] = pi
+		ps.podByKey[key] = pi
 		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -416,29 +488,20 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 			}
 		}
 		if len(pi.addrs) > 0 {
-			cp.pods[p.Namespace] = append(cp.pods[p.Namespace], pi)
+			ps.pods[p.Namespace] = append(ps.pods[p.Namespace], pi)
 		}
-		if _, ok := cp.nsLabels[p.Namespace]; !ok {
-			cp.nsLabels[p.Namespace] = labels.Set{corev1.LabelMetadataName: p.Namespace}
+		if _, ok := ps.nsLabels[p.Namespace]; !ok {
+			ps.nsLabels[p.Namespace] = labels.Set{corev1.LabelMetadataName: p.Namespace}
 		}
 	}
-	for ns := range cp.nsLabels {
-		cp.nsNames = append(cp.nsNames, ns)
+	for ns := range ps.nsLabels {
+		ps.nsNames = append(ps.nsNames, ns)
 	}
-	slices.Sort(cp.nsNames)
-	for _, pods := range cp.pods {
+	slices.Sort(ps.nsNames)
+	for _, pods := range ps.pods {
 		slices.SortFunc(pods, func(a, b *podInfo) int { return strings.Compare(a.name, b.name) })
 	}
-
-	for i := range eps {
-		ep := &eps[i]
-		er, err := cp.endpoint(ep, res.Namespaces[ep.Namespace])
-		res.Endpoints[ep.Ifindex] = er
-		if err != nil {
-			res.Errors[ep.Ifindex] = fmt.Errorf("endpoint %s/%s (ifindex %d): %w", ep.Namespace, ep.Name, ep.Ifindex, err)
-		}
-	}
-	return res
+	return ps
 }
 
 func sameUID(a, b string) bool { return a == "" || b == "" || a == b }
@@ -451,17 +514,17 @@ func appendAddr(as []netip.Addr, a netip.Addr) []netip.Addr {
 }
 
 // endpoint compiles one local endpoint; fact is its namespace's.
-func (cp *compilation) endpoint(ep *LocalEndpoint, fact NamespaceFact) (*EndpointRules, error) {
+func (cp *compilation) endpoint(ep *LocalEndpoint, fact policy.NamespaceFact) (*EndpointRules, error) {
 	er := &EndpointRules{}
 	self := cp.podByKey[ep.Namespace+"/"+ep.Name]
 	if self == nil || !sameUID(ep.UID, string(self.pod.UID)) {
 		// Not in the API server's list (yet): its labels are unknown, so
 		// whatever its namespace's policies may isolate stays closed.
 		if fact.Ingress {
-			er.Ingress.State = StateClosed
+			er.Ingress.State = policy.StateClosed
 		}
 		if fact.Egress {
-			er.Egress.State = StateClosed
+			er.Egress.State = policy.StateClosed
 		}
 		return er, nil
 	}
@@ -480,17 +543,17 @@ func (cp *compilation) endpoint(ep *LocalEndpoint, fact NamespaceFact) (*Endpoin
 	}
 	var errs []error
 	if len(in) > 0 {
-		er.Ingress.State = StateEnforce
+		er.Ingress.State = policy.StateEnforce
 		var err error
-		er.Ingress.Entries, err = cp.directionOnce(Ingress, self, in)
+		er.Ingress.Entries, err = cp.directionOnce(policy.Ingress, self, in)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(out) > 0 {
-		er.Egress.State = StateEnforce
+		er.Egress.State = policy.StateEnforce
 		var err error
-		er.Egress.Entries, err = cp.directionOnce(Egress, self, out)
+		er.Egress.Entries, err = cp.directionOnce(policy.Egress, self, out)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -499,7 +562,7 @@ func (cp *compilation) endpoint(ep *LocalEndpoint, fact NamespaceFact) (*Endpoin
 }
 
 type dirResult struct {
-	entries []Entry
+	entries []policy.Entry
 	err     error
 }
 
@@ -507,23 +570,27 @@ type dirResult struct {
 // entries: the replicas of a workload (same policies, and for ingress the
 // same container ports to resolve named ports on). Their entries are one
 // slice: read only.
-func (cp *compilation) directionOnce(d Direction, self *podInfo, pols []int) ([]Entry, error) {
-	var k strings.Builder
-	fmt.Fprint(&k, d, pols)
-	if d == Ingress {
+func (cp *compilation) directionOnce(d policy.Direction, self *podInfo, pols []int) ([]policy.Entry, error) {
+	k := make([]byte, 0, 8*len(pols)+16)
+	k = append(k, byte(d))
+	for _, i := range pols {
+		k = strconv.AppendInt(append(k, ','), int64(i), 10)
+	}
+	if d == policy.Ingress {
 		for _, cs := range [][]corev1.Container{self.pod.Spec.Containers, self.pod.Spec.InitContainers} {
 			for _, c := range cs {
 				for _, p := range c.Ports {
-					fmt.Fprintf(&k, "|%s/%s/%d", p.Name, p.Protocol, p.ContainerPort)
+					k = append(append(append(append(k, '|'), p.Name...), '/'), p.Protocol...)
+					k = strconv.AppendInt(append(k, '/'), int64(p.ContainerPort), 10)
 				}
 			}
 		}
 	}
-	if r, ok := cp.dirMemo[k.String()]; ok {
+	if r, ok := cp.dirMemo[string(k)]; ok {
 		return r.entries, r.err
 	}
 	es, err := cp.direction(d, self, pols)
-	cp.dirMemo[k.String()] = dirResult{es, err}
+	cp.dirMemo[string(k)] = dirResult{es, err}
 	return es, err
 }
 
@@ -562,19 +629,19 @@ func (b *builder) add(all bool, ports []portRange, pols []int) {
 
 // direction compiles the entries of one direction of the local pod self,
 // from the policies pols (indexes) that select it for it.
-func (cp *compilation) direction(d Direction, self *podInfo, pols []int) ([]Entry, error) {
+func (cp *compilation) direction(d policy.Direction, self *podInfo, pols []int) ([]policy.Entry, error) {
 	groups := map[string]*group{}
 	var order []string
 	for _, i := range pols {
 		p := cp.policies[i]
 		rules := p.in
-		if d == Egress {
+		if d == policy.Egress {
 			rules = p.out
 		}
 		for ri := range rules {
 			r := &rules[ri]
 			ports := r.ports
-			if d == Ingress && len(ports.named) > 0 {
+			if d == policy.Ingress && len(ports.named) > 0 {
 				// Named ports of ingress rules are the selected pod's.
 				ports.numeric = slices.Clone(ports.numeric)
 				for _, n := range ports.named {
@@ -623,6 +690,26 @@ func (cp *compilation) direction(d Direction, self *podInfo, pols []int) ([]Entr
 		})
 		g.ports.named = slices.Compact(g.ports.named)
 		if g.peer.block != nil {
+			if d == policy.Egress && g.peer.everyone && len(g.ports.named) > 0 && !g.ports.all {
+				// No peers: every address, and so every pod, whose
+				// container ports the named ports are resolved on.
+				for _, pod := range cp.peers(&everyPod) {
+					var ports []portRange
+					for _, n := range g.ports.named {
+						if pn := pod.containerPort(n); pn != 0 {
+							ports = append(ports, portRange{n.proto, pn, pn})
+						}
+					}
+					if len(ports) == 0 {
+						continue
+					}
+					for _, a := range pod.addrs {
+						if a.Is4() == g.peer.block.cidr.Addr().Is4() {
+							get(netip.PrefixFrom(a, a.BitLen())).add(false, ports, g.pols)
+						}
+					}
+				}
+			}
 			if !g.ports.all && len(g.ports.numeric) == 0 {
 				continue // only named ports: an address has none
 			}
@@ -635,7 +722,7 @@ func (cp *compilation) direction(d Direction, self *podInfo, pols []int) ([]Entr
 		}
 		for _, pod := range cp.peers(g.peer) {
 			ports := g.ports.numeric
-			if d == Egress && len(g.ports.named) > 0 && !g.ports.all {
+			if d == policy.Egress && len(g.ports.named) > 0 && !g.ports.all {
 				ports = slices.Clone(ports)
 				for _, n := range g.ports.named {
 					if pn := pod.containerPort(n); pn != 0 {
@@ -660,14 +747,14 @@ func (cp *compilation) direction(d Direction, self *podInfo, pols []int) ([]Entr
 		}
 	}
 
-	out := make([]Entry, 0, len(entries))
+	out := make([]policy.Entry, 0, len(entries))
 	var errs []error
 	for p, b := range entries {
 		r, n := cp.rule(b)
 		if n > MaxPorts {
 			errs = append(errs, fmt.Errorf("%s peer %s: %d port ranges, at most %d fit: only the first %d are allowed", d, p, n, MaxPorts, MaxPorts))
 		}
-		out = append(out, Entry{Prefix: p, Rule: r})
+		out = append(out, policy.Entry{Prefix: p, Rule: r})
 	}
 	SortEntries(out)
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
@@ -691,7 +778,7 @@ func covers(b *ipBlock, p netip.Prefix) bool {
 }
 
 // rule makes the entry of builder b; n is how many port ranges it needed.
-func (cp *compilation) rule(b *builder) (r Rule, n int) {
+func (cp *compilation) rule(b *builder) (r policy.Rule, n int) {
 	slices.Sort(b.pols)
 	b.pols = slices.Compact(b.pols)
 	for i := 0; i < len(b.pols) && i < MaxSources; i++ {
@@ -729,8 +816,8 @@ func mergePorts(ps []portRange) []portRange {
 
 // SortEntries orders entries by family, address and prefix length (the
 // order Compile returns them in).
-func SortEntries(es []Entry) {
-	slices.SortFunc(es, func(a, b Entry) int {
+func SortEntries(es []policy.Entry) {
+	slices.SortFunc(es, func(a, b policy.Entry) int {
 		return cmp.Or(a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()))
 	})
 }

@@ -1,0 +1,481 @@
+package cli
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+	"github.com/ebpf-cni/ebpf-cni/pkg/view"
+)
+
+func init() {
+	register(&Command{
+		Name:    "policy",
+		Summary: "NetworkPolicy per endpoint: isolated or not, which peers and ports are allowed by which policy, packets denied",
+		Help: `What the NetworkPolicy maps the node agent writes let each pod receive
+(ingress) and send (egress), as the programs enforce it (docs/networkpolicy.md).
+
+The first line is the node's: policy lookups on or off (off until some pod
+is isolated: the programs then skip every policy lookup), how many
+endpoints are isolated in each direction, and the namespaces that have
+policies (new pods of those start with the policies' directions closed).
+
+Then one block per endpoint (pod namespace/name from endpoint_pods, host
+veth, addresses) and direction, with its STATE:
+  open      no policy selects the pod for this direction: everything passes
+  closed    isolated, waiting for the agent to write its rules: nothing passes
+  enforced  only what the rows below it allow passes
+GEN is the generation of the direction's rules (a flow decided under an
+older one is decided again); DROPS the packets denied in that direction
+(drop_policy_ingress and drop_policy_egress in 'ebpf-cni counters').
+For an enforced direction, one row per peer prefix: PORTS the peers may
+use ("tcp/80, udp/53-55", "all ports" for every protocol and port, "none"
+for an except carved out of a wider prefix) and POLICIES, the policies
+that allow it (4 are recorded per prefix: "+N more" says how many others
+do too when the agent counted them, "+maybe more" that all 4 slots are
+used). A peer matches its longest prefix only. --pod or --veth that
+matches no endpoint of the node is an error.
+
+JSON: {"node": {"lookups", "endpoints", "isolated": {"any", "ingress", "egress"},
+"namespaces": [{"namespace", "ingress", "egress"}]}, "endpoints":
+[{"containerID", "ifname", "pod" (namespace, name, uid; absent without
+K8S_POD_*), "hostVeth", "hostIfindex", "ips", "ingress" and "egress":
+{"state" (open|closed|enforced), "generation", "drops", "rules":
+[{"peer", "allPorts", "ports": [{"protocol", "first", "last"}],
+"policies", "morePolicies", "maybeMore"}]}}]}. "rules" lists what the maps hold
+whatever the state (only an enforced direction uses them).`,
+		Flags: func(fs *flag.FlagSet) func(*Context) error {
+			var o policyOpts
+			fs.StringVar(&o.pod, "pod", "", "only pod `NAMESPACE/NAME` (or containerID/ifname)")
+			fs.StringVar(&o.veth, "veth", "", "only the endpoint of host veth `NAME`")
+			return func(ctx *Context) error { return runPolicy(ctx, o) }
+		},
+	})
+}
+
+type policyOpts struct{ pod, veth string }
+
+// wants: e passes the filters.
+func (o policyOpts) wants(e *PolicyEndpoint) bool {
+	if o.veth != "" && e.HostVeth != o.veth {
+		return false
+	}
+	pod := ""
+	if e.Pod != nil {
+		pod = e.Pod.Namespace + "/" + e.Pod.Name
+	}
+	return podIs(o.pod, pod, e.ContainerID, e.IfName)
+}
+
+// PolicyDirection is the state of one direction of an endpoint (the
+// endpoints command shows it too).
+type PolicyDirection struct {
+	State      string `json:"state"`      // open, closed, enforced
+	Generation uint32 `json:"generation"` // of the direction's rules; 0: never written
+	Drops      uint64 `json:"drops"`      // packets denied in this direction
+}
+
+// EndpointPolicy is an endpoint's two directions.
+type EndpointPolicy struct {
+	Ingress PolicyDirection `json:"ingress"`
+	Egress  PolicyDirection `json:"egress"`
+}
+
+// PolicyPort is a port range a rule allows.
+type PolicyPort struct {
+	Protocol string `json:"protocol"` // tcp, udp, sctp (or the protocol's number)
+	First    uint16 `json:"first"`
+	Last     uint16 `json:"last"`
+}
+
+// PolicyRule is what the peers of one prefix may use, and why.
+type PolicyRule struct {
+	Peer     string       `json:"peer"`
+	AllPorts bool         `json:"allPorts"` // every protocol and port, ICMP too
+	Ports    []PolicyPort `json:"ports"`
+	// Policies are the recorded policies that allow it (namespace/name),
+	// MorePolicies how many others do too, when the agent counted them;
+	// MaybeMore: every slot is used (4), and the agent did not count the
+	// others, if any.
+	Policies     []string `json:"policies"`
+	MorePolicies int      `json:"morePolicies"`
+	MaybeMore    bool     `json:"maybeMore"`
+}
+
+// PolicyRules is one direction of an endpoint with its rules.
+type PolicyRules struct {
+	PolicyDirection
+	Rules []PolicyRule `json:"rules"`
+}
+
+// PolicyEndpoint is one endpoint in the policy command's output.
+type PolicyEndpoint struct {
+	ContainerID string      `json:"containerID"`
+	IfName      string      `json:"ifname"`
+	Pod         *node.Pod   `json:"pod,omitempty"`
+	HostVeth    string      `json:"hostVeth"`
+	HostIfIndex int         `json:"hostIfindex"`
+	IPs         []string    `json:"ips"`
+	Ingress     PolicyRules `json:"ingress"`
+	Egress      PolicyRules `json:"egress"`
+}
+
+// PolicyNamespace is a namespace that has policies, and the directions
+// they isolate.
+type PolicyNamespace struct {
+	Namespace string `json:"namespace"`
+	Ingress   bool   `json:"ingress"`
+	Egress    bool   `json:"egress"`
+}
+
+// PolicyNode is the node's summary.
+type PolicyNode struct {
+	Lookups bool `json:"lookups"` // policy_config: the programs look policies up
+	// Endpoints of the node, and how many are isolated (a direction not
+	// open): all of the node's, whatever --pod and --veth select.
+	Endpoints int `json:"endpoints"`
+	Isolated  struct {
+		Any     int `json:"any"`
+		Ingress int `json:"ingress"`
+		Egress  int `json:"egress"`
+	} `json:"isolated"`
+	Namespaces []PolicyNamespace `json:"namespaces"`
+}
+
+type policyOutput struct {
+	Node      PolicyNode        `json:"node"`
+	Endpoints []*PolicyEndpoint `json:"endpoints"`
+}
+
+// policyView is what the policy maps hold, read once. Maps that are not
+// pinned (no pod added since an upgrade to a build with NetworkPolicy, or
+// no agent ever wrote rules) read as empty: everything open.
+type policyView struct {
+	maps   *policy.Maps
+	states map[uint32]policy.EndpointState
+	rules  policy.RuleSet
+}
+
+// readPolicy reads the policy maps (read-only); close releases them.
+func readPolicy(ctx *Context) (v *policyView, close func(), err error) {
+	ms, close, err := openMaps(ctx.BPFRoot, policy.Names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	v = &policyView{maps: policy.FromMaps(ms, false), states: map[uint32]policy.EndpointState{}, rules: policy.RuleSet{}}
+	if v.maps.EndpointMap != nil {
+		if v.states, err = v.maps.EndpointStates(); err != nil {
+			close()
+			return nil, nil, err
+		}
+	}
+	if v.maps.RuleMap != nil {
+		if v.rules, err = v.maps.ReadRules(); err != nil {
+			close()
+			return nil, nil, err
+		}
+	}
+	return v, close, nil
+}
+
+// lookups is policy_config's switch (off when it is not pinned).
+func (v *policyView) lookups() (bool, error) {
+	if v.maps.ConfigMap == nil {
+		return false, nil
+	}
+	return v.maps.Active()
+}
+
+// direction is the state of endpoint ifindex in direction d.
+func (v *policyView) direction(ifindex uint32, d policy.Direction) (PolicyDirection, error) {
+	st, ok := v.states[ifindex]
+	out := PolicyDirection{State: policy.StateOpen.String()}
+	if ok {
+		if d == policy.Ingress {
+			out.State, out.Generation = policy.State(st.Ingress).String(), st.IngressGen
+		} else {
+			out.State, out.Generation = policy.State(st.Egress).String(), st.EgressGen
+		}
+	}
+	if v.maps.DropMap != nil {
+		n, err := v.maps.Drops(ifindex, d)
+		if err != nil {
+			return out, err
+		}
+		out.Drops = n
+	}
+	return out, nil
+}
+
+// endpointPolicy is both directions of endpoint ifindex.
+func (v *policyView) endpointPolicy(ifindex uint32) (*EndpointPolicy, error) {
+	in, err := v.direction(ifindex, policy.Ingress)
+	if err != nil {
+		return nil, err
+	}
+	eg, err := v.direction(ifindex, policy.Egress)
+	if err != nil {
+		return nil, err
+	}
+	return &EndpointPolicy{Ingress: in, Egress: eg}, nil
+}
+
+// policyName names a source of a rule.
+func (v *policyView) policyName(id uint32) string {
+	if v.maps.NameMap == nil {
+		return fmt.Sprintf("policy %#x", id)
+	}
+	return v.maps.NameOf(id)
+}
+
+// protoName names the protocols a rule's ports hold.
+func protoName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	}
+	return view.ProtoName(p)
+}
+
+// rulesOf are the rules of endpoint ifindex for d, by peer: IPv4 first,
+// then by address and prefix length.
+func (v *policyView) rulesOf(ifindex uint32, d policy.Direction) []PolicyRule {
+	entries := slices.Clone(v.rules[ifindex][d])
+	slices.SortFunc(entries, func(a, b policy.Entry) int {
+		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits())
+	})
+	out := make([]PolicyRule, 0, len(entries))
+	for _, e := range entries {
+		r := PolicyRule{Peer: e.Prefix.String(), AllPorts: e.Rule.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS) != 0,
+			Ports: []PolicyPort{}, Policies: []string{}}
+		for _, p := range e.Rule.Ports[:min(int(e.Rule.N_ports), len(e.Rule.Ports))] {
+			r.Ports = append(r.Ports, PolicyPort{Protocol: protoName(p.Proto), First: p.First, Last: p.Last})
+		}
+		n := int(e.Rule.N_sources)
+		for _, id := range e.Rule.Sources[:min(n, len(e.Rule.Sources))] {
+			r.Policies = append(r.Policies, v.policyName(id))
+		}
+		r.MorePolicies = max(n-len(e.Rule.Sources), 0)
+		r.MaybeMore = n == len(e.Rule.Sources)
+		out = append(out, r)
+	}
+	return out
+}
+
+func readPolicyOutput(ctx *Context, o policyOpts) (*policyOutput, error) {
+	n, err := loadNode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, closeMaps, err := readPolicy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeMaps()
+	out := &policyOutput{Endpoints: []*PolicyEndpoint{}, Node: PolicyNode{Namespaces: []PolicyNamespace{}}}
+	if out.Node.Lookups, err = v.lookups(); err != nil {
+		return nil, err
+	}
+	for _, st := range v.states {
+		in, eg := policy.State(st.Ingress) != policy.StateOpen, policy.State(st.Egress) != policy.StateOpen
+		if in {
+			out.Node.Isolated.Ingress++
+		}
+		if eg {
+			out.Node.Isolated.Egress++
+		}
+		if in || eg {
+			out.Node.Isolated.Any++
+		}
+	}
+	if v.maps.NamespaceMap != nil {
+		facts, err := v.maps.NamespaceFacts()
+		if err != nil {
+			return nil, err
+		}
+		for _, ns := range sortedKeys(facts) {
+			out.Node.Namespaces = append(out.Node.Namespaces, PolicyNamespace{Namespace: ns, Ingress: facts[ns].Ingress, Egress: facts[ns].Egress})
+		}
+	}
+	add := func(e *PolicyEndpoint) error {
+		out.Node.Endpoints++
+		if !o.wants(e) {
+			return nil
+		}
+		idx := uint32(e.HostIfIndex)
+		for _, d := range []policy.Direction{policy.Ingress, policy.Egress} {
+			dir, err := v.direction(idx, d)
+			if err != nil {
+				return err
+			}
+			r := PolicyRules{PolicyDirection: dir, Rules: v.rulesOf(idx, d)}
+			if d == policy.Ingress {
+				e.Ingress = r
+			} else {
+				e.Egress = r
+			}
+		}
+		out.Endpoints = append(out.Endpoints, e)
+		return nil
+	}
+	for _, e := range n.Endpoints {
+		if err := add(&PolicyEndpoint{ContainerID: e.ContainerID, IfName: e.IfName, Pod: e.Pod, HostVeth: e.HostVeth,
+			HostIfIndex: e.HostIfIndex, IPs: e.IPs}); err != nil {
+			return nil, err
+		}
+	}
+	// States and rules of an ifindex that is no endpoint: left by a pod
+	// removed without DEL (gc removes them), or written by the agent for a
+	// pod whose ADD has not finished.
+	var others []int
+	for idx := range v.states {
+		if n.byIfIndex[int(idx)] == nil {
+			others = append(others, int(idx))
+		}
+	}
+	for idx := range v.rules {
+		if n.byIfIndex[int(idx)] == nil && !slices.Contains(others, int(idx)) {
+			others = append(others, int(idx))
+		}
+	}
+	slices.Sort(others)
+	for _, idx := range others {
+		if err := add(&PolicyEndpoint{HostIfIndex: idx, IPs: []string{}}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func runPolicy(ctx *Context, o policyOpts) error {
+	out, err := readPolicyOutput(ctx, o)
+	if err != nil {
+		return err
+	}
+	if len(out.Endpoints) == 0 && (o.pod != "" || o.veth != "") {
+		return errors.New("no endpoint on this node matches --pod or --veth (see ebpf-cni endpoints)")
+	}
+	if ctx.JSON {
+		return writeJSON(ctx.Stdout, out)
+	}
+	fmt.Fprintln(ctx.Stdout, out.Node.line())
+	if len(out.Endpoints) == 0 {
+		fmt.Fprintln(ctx.Stdout, "no endpoints on this node")
+		return nil
+	}
+	fmt.Fprintln(ctx.Stdout)
+	t := &view.Table{Header: []string{"POD", "HOST VETH", "IPS", "DIRECTION", "STATE", "GEN", "DROPS", "PEER", "PORTS", "POLICIES"},
+		Right: map[int]bool{5: true, 6: true}}
+	for _, e := range out.Endpoints {
+		pod, veth, ips := "-", orDash(e.HostVeth), orDash(strings.Join(e.IPs, ","))
+		switch {
+		case e.Pod != nil:
+			pod = e.Pod.String()
+		case e.ContainerID != "":
+			pod = view.Name(e.ContainerID, e.IfName)
+		}
+		if e.ContainerID == "" && e.Pod == nil {
+			veth = fmt.Sprintf("(ifindex %d)", e.HostIfIndex)
+		}
+		for _, d := range []struct {
+			name string
+			r    *PolicyRules
+		}{{"ingress", &e.Ingress}, {"egress", &e.Egress}} {
+			first := []string{pod, veth, ips, d.name, d.r.State, "-", view.HumanCount(d.r.Drops)}
+			if d.r.Generation != 0 {
+				first[5] = fmt.Sprint(d.r.Generation)
+			}
+			pod, veth, ips = "", "", ""
+			switch d.r.State {
+			case policy.StateOpen.String():
+				t.Row(append(first, "all peers", "all ports", "(no policy selects it)")...)
+				continue
+			case policy.StateClosed.String():
+				t.Row(append(first, "none", "-", "(waiting for the agent to write its rules)")...)
+				continue
+			}
+			if len(d.r.Rules) == 0 {
+				t.Row(append(first, "none", "-", "(no policy allows any peer)")...)
+				continue
+			}
+			for i, r := range d.r.Rules {
+				cells := first
+				if i > 0 {
+					cells = make([]string, len(first))
+				}
+				t.Row(append(cells, r.Peer, r.ports(), r.policies())...)
+			}
+		}
+	}
+	return t.Write(ctx.Stdout)
+}
+
+// line is the node's summary line.
+func (n *PolicyNode) line() string {
+	on := "off"
+	if n.Lookups {
+		on = "on"
+	}
+	ns := make([]string, 0, len(n.Namespaces))
+	for _, x := range n.Namespaces {
+		var dirs []string
+		if x.Ingress {
+			dirs = append(dirs, "ingress")
+		}
+		if x.Egress {
+			dirs = append(dirs, "egress")
+		}
+		ns = append(ns, fmt.Sprintf("%s (%s)", x.Namespace, strings.Join(dirs, ", ")))
+	}
+	list := "none"
+	if len(ns) > 0 {
+		list = fmt.Sprintf("%d: %s", len(ns), strings.Join(ns, ", "))
+	}
+	return fmt.Sprintf("policy lookups: %s; endpoints isolated: %d of %d (ingress %d, egress %d); namespaces with policies: %s",
+		on, n.Isolated.Any, n.Endpoints, n.Isolated.Ingress, n.Isolated.Egress, list)
+}
+
+// ports is how the table shows what a rule allows.
+func (r *PolicyRule) ports() string {
+	if r.AllPorts {
+		return "all ports"
+	}
+	if len(r.Ports) == 0 {
+		return "none"
+	}
+	s := make([]string, len(r.Ports))
+	for i, p := range r.Ports {
+		s[i] = fmt.Sprintf("%s/%d", p.Protocol, p.First)
+		if p.Last != p.First {
+			s[i] += fmt.Sprintf("-%d", p.Last)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// policies is how the table shows why a rule allows it.
+func (r *PolicyRule) policies() string {
+	s := strings.Join(r.Policies, ", ")
+	switch {
+	case r.MorePolicies > 0:
+		s += fmt.Sprintf(" +%d more", r.MorePolicies)
+	case r.MaybeMore:
+		s += " +maybe more"
+	}
+	return orDash(s)
+}

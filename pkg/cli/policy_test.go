@@ -1,0 +1,280 @@
+package cli
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+)
+
+// Host ifindexes of the policy tests' endpoints: no device of this netns
+// has them (nothing is attached; the CLI finds no veth).
+const (
+	ifWeb    = 1<<20 + 1
+	ifDB     = 1<<20 + 2
+	ifPlain  = 1<<20 + 3
+	ifOrphan = 1<<20 + 9
+)
+
+// policyNode is a node's maps in a private bpffs, written as ADD and the
+// agent write them: namespace facts, three pods (shop/web-0 enforced both
+// ways with rules, shop/db-0 closed as ADD starts it, other/app open), an
+// orphan state, drops.
+type policyNode struct {
+	bpfRoot, stateDir string
+	pm                *policy.Maps
+}
+
+func newPolicyNode(t *testing.T) *policyNode {
+	t.Helper()
+	n := &policyNode{bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir()}
+	pm, err := policy.Open(n.bpfRoot)
+	require.NoError(t, err)
+	t.Cleanup(pm.Close)
+	n.pm = pm
+	ms, err := maps.OpenPinned(n.bpfRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, m := range ms {
+			m.Close()
+		}
+	})
+	em := &endpoint.Maps{Endpoints: ms[maps.CniMapEndpoints], Devs: ms[maps.CniMapEndpointDevs], Pods: ms[maps.CniMapEndpointPods], Policy: pm}
+
+	require.NoError(t, pm.SetNamespace("shop", policy.NamespaceFact{Ingress: true, Egress: true}))
+	require.NoError(t, pm.SetNamespace("team", policy.NamespaceFact{Ingress: true}))
+	mac := func(b byte) net.HardwareAddr { return net.HardwareAddr{0x0e, 0, 0, 0, 0, b} }
+	for _, e := range []*endpoint.Entry{
+		{HostIfIndex: ifWeb, ContainerID: "web", IfName: "eth0", MAC: mac(1), HostMAC: mac(2),
+			IPs: []net.IP{net.ParseIP("10.244.1.5"), net.ParseIP("fd00:10:244:1::5")}, Pod: &endpoint.Pod{Namespace: "shop", Name: "web-0"}},
+		{HostIfIndex: ifDB, ContainerID: "db", IfName: "eth0", MAC: mac(3), HostMAC: mac(4),
+			IPs: []net.IP{net.ParseIP("10.244.1.6")}, Pod: &endpoint.Pod{Namespace: "shop", Name: "db-0"}},
+		{HostIfIndex: ifPlain, ContainerID: "plain", IfName: "eth0", MAC: mac(5), HostMAC: mac(6),
+			IPs: []net.IP{net.ParseIP("10.244.1.7")}, Pod: &endpoint.Pod{Namespace: "other", Name: "app"}},
+	} {
+		require.NoError(t, em.Put(e))
+	}
+	// web has a record: the CLI knows its host veth by it.
+	require.NoError(t, node.WriteRecord(n.stateDir, &node.Record{ContainerID: "web", IfName: "eth0", HostIfName: "ecpolweb0", HostIfIndex: ifWeb,
+		MAC: mac(1).String(), HostMAC: mac(2).String(), IPs: []string{"10.244.1.5/32"}}))
+
+	// The agent's rules for web: ingress from the pod range on tcp/80
+	// (one policy), from one pod on more ports (two), a range carved out
+	// (except), IPv6 from six policies; egress DNS anywhere.
+	var allowWeb, allowDNS uint32
+	allowWeb, err = pm.SetName("shop", "allow-web")
+	require.NoError(t, err)
+	allowDNS, err = pm.SetName("shop", "allow-dns")
+	require.NoError(t, err)
+	ports := func(r *policy.Rule, ps ...maps.CniPolicyPort) {
+		r.N_ports = uint8(copy(r.Ports[:], ps))
+	}
+	sources := func(r *policy.Rule, n int, ids ...uint32) {
+		copy(r.Sources[:], ids)
+		r.N_sources = uint8(n)
+	}
+	var fromRange, fromPod, except, v6, dns, full policy.Rule
+	ports(&fromRange, maps.CniPolicyPort{Proto: unix.IPPROTO_TCP, First: 80, Last: 80})
+	sources(&fromRange, 1, allowWeb)
+	ports(&fromPod, maps.CniPolicyPort{Proto: unix.IPPROTO_TCP, First: 80, Last: 80}, maps.CniPolicyPort{Proto: unix.IPPROTO_UDP, First: 53, Last: 55})
+	sources(&fromPod, 2, allowWeb, allowDNS)
+	v6.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS)
+	sources(&v6, 6, allowWeb, allowDNS, 0xdead, allowWeb)
+	full.Flags = v6.Flags
+	sources(&full, 4, allowWeb, allowDNS, allowWeb, allowDNS)
+	ports(&dns, maps.CniPolicyPort{Proto: unix.IPPROTO_UDP, First: 53, Last: 53}, maps.CniPolicyPort{Proto: unix.IPPROTO_SCTP, First: 9, Last: 9})
+	sources(&dns, 1, allowDNS)
+	require.NoError(t, pm.PutRules(ifWeb, policy.Ingress, []policy.Entry{
+		{Prefix: netip.MustParsePrefix("fd00:10:244::/48"), Rule: v6},
+		{Prefix: netip.MustParsePrefix("10.244.2.0/24"), Rule: except},
+		{Prefix: netip.MustParsePrefix("10.244.1.8/32"), Rule: fromPod},
+		{Prefix: netip.MustParsePrefix("10.244.0.0/16"), Rule: fromRange},
+		{Prefix: netip.MustParsePrefix("fd00:10:244:2::9/128"), Rule: full},
+	}))
+	require.NoError(t, pm.PutRules(ifWeb, policy.Egress, []policy.Entry{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Rule: dns}}))
+	require.NoError(t, pm.SetEndpoint(ifWeb, policy.EndpointState{Ingress: uint8(policy.StateEnforce), Egress: uint8(policy.StateEnforce),
+		IngressGen: 3, EgressGen: 1}))
+	require.NoError(t, pm.SetEndpoint(ifOrphan, policy.EndpointState{Ingress: uint8(policy.StateClosed)}))
+
+	// Drops as the programs count them: per CPU.
+	cpus, err := ebpf.PossibleCPU()
+	require.NoError(t, err)
+	drops := func(ifindex uint32, d policy.Direction, n uint64) {
+		per := make([]uint64, cpus)
+		per[0] = n - n/2
+		per[cpus-1] += n / 2
+		k := maps.CniPolicyDropKey{Ifindex: ifindex, Dir: uint32(d)}
+		require.NoError(t, pm.DropMap.Put(&k, per))
+	}
+	drops(ifWeb, policy.Ingress, 12)
+	drops(ifDB, policy.Egress, 1500)
+	return n
+}
+
+func (n *policyNode) run(args ...string) (stdout, stderr string, code int) {
+	return run(append(args, "--bpf-root", n.bpfRoot, "--state-dir", n.stateDir)...)
+}
+
+// TestPolicyCommand: the node line, then per endpoint and direction its
+// state, generation, drops and, when enforced, each peer prefix with its
+// ports and the policies that allow it; JSON holds the same.
+func TestPolicyCommand(t *testing.T) {
+	n := newPolicyNode(t)
+	out, errOut, code := n.run("policy")
+	require.Equal(t, ExitOK, code, errOut)
+	t.Log("\n" + out)
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	require.Equal(t, "policy lookups: on; endpoints isolated: 3 of 4 (ingress 3, egress 2); namespaces with policies: 2: shop (ingress, egress), team (ingress)", lines[0])
+	require.Equal(t, "", lines[1])
+	require.Regexp(t, `^POD +HOST VETH +IPS +DIRECTION +STATE +GEN +DROPS +PEER +PORTS +POLICIES$`, lines[2])
+	want := []string{
+		// db-0 as ADD started it: closed both ways, waiting for the agent.
+		`^shop/db-0 +- +10\.244\.1\.6 +ingress +closed +- +0 +none +- +\(waiting for the agent to write its rules\)$`,
+		`^ +egress +closed +- +1\.5k +none +- +\(waiting for the agent to write its rules\)$`,
+		`^other/app +- +10\.244\.1\.7 +ingress +open +- +0 +all peers +all ports +\(no policy selects it\)$`,
+		`^ +egress +open +- +0 +all peers +all ports +\(no policy selects it\)$`,
+		// web-0: longest prefixes under their wider ones, IPv4 first.
+		`^shop/web-0 +ecpolweb0 +10\.244\.1\.5,fd00:10:244:1::5 +ingress +enforced +3 +12 +10\.244\.0\.0/16 +tcp/80 +shop/allow-web$`,
+		`^ +10\.244\.1\.8/32 +tcp/80, udp/53-55 +shop/allow-web, shop/allow-dns$`,
+		`^ +10\.244\.2\.0/24 +none +-$`,
+		`^ +fd00:10:244::/48 +all ports +shop/allow-web, shop/allow-dns, policy 0xdead, shop/allow-web \+2 more$`,
+		`^ +fd00:10:244:2::9/128 +all ports +shop/allow-web, shop/allow-dns, shop/allow-web, shop/allow-dns \+maybe more$`,
+		`^ +egress +enforced +1 +0 +0\.0\.0\.0/0 +udp/53, sctp/9 +shop/allow-dns$`,
+		`^- +\(ifindex 1048585\) +- +ingress +closed +- +0 +none +- +\(waiting`,
+		`^ +egress +open +- +0 +all peers`,
+	}
+	require.Len(t, lines, 3+len(want), out)
+	for i, re := range want {
+		require.Regexp(t, re, lines[3+i])
+	}
+	col := strings.Index(lines[2], "PEER")
+	require.Equal(t, col, strings.Index(lines[8], "10.244.1.8/32"), "peer column misaligned:\n%s", out)
+
+	out, errOut, code = n.run("policy", "-o", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	var got policyOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.True(t, got.Node.Lookups)
+	require.Equal(t, 4, got.Node.Endpoints)
+	require.Equal(t, []PolicyNamespace{{"shop", true, true}, {"team", true, false}}, got.Node.Namespaces)
+	require.Len(t, got.Endpoints, 4)
+	web := got.Endpoints[2]
+	require.Equal(t, "web", web.ContainerID)
+	require.Equal(t, &node.Pod{Namespace: "shop", Name: "web-0"}, web.Pod)
+	require.Equal(t, PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, web.Ingress.PolicyDirection)
+	require.Equal(t, PolicyRule{Peer: "10.244.1.8/32", Ports: []PolicyPort{{"tcp", 80, 80}, {"udp", 53, 55}},
+		Policies: []string{"shop/allow-web", "shop/allow-dns"}}, web.Ingress.Rules[1])
+	require.Equal(t, PolicyRule{Peer: "10.244.2.0/24", Ports: []PolicyPort{}, Policies: []string{}}, web.Ingress.Rules[2])
+	require.True(t, web.Ingress.Rules[3].AllPorts)
+	require.Equal(t, 2, web.Ingress.Rules[3].MorePolicies)
+	require.False(t, web.Ingress.Rules[3].MaybeMore)
+	require.True(t, web.Ingress.Rules[4].MaybeMore)
+	require.Zero(t, web.Ingress.Rules[4].MorePolicies)
+	require.Equal(t, PolicyDirection{State: "closed", Drops: 1500}, got.Endpoints[0].Egress.PolicyDirection)
+	require.Equal(t, []PolicyRule{}, got.Endpoints[0].Egress.Rules)
+	// Field names scripts rely on.
+	require.Regexp(t, regexp.MustCompile(`"rules": \[\s+\{\s+"peer": "0\.0\.0\.0/0",\s+"allPorts": false,\s+"ports": \[\s+\{\s+"protocol": "udp",\s+"first": 53,\s+"last": 53`), out)
+	for _, k := range []string{`"lookups"`, `"isolated"`, `"any"`, `"namespaces"`, `"hostVeth"`, `"hostIfindex"`, `"ips"`, `"state"`, `"generation"`, `"drops"`, `"policies"`, `"morePolicies"`, `"maybeMore"`} {
+		require.Contains(t, out, k)
+	}
+}
+
+// TestPolicyFilter: --pod and --veth select one endpoint; the node line
+// still counts the node's; a filter matching nothing is an error.
+func TestPolicyFilter(t *testing.T) {
+	n := newPolicyNode(t)
+	for _, args := range [][]string{{"--pod", "shop/web-0"}, {"--veth", "ecpolweb0"}, {"--pod", "web/eth0"}} {
+		out, errOut, code := n.run(append([]string{"policy", "-o", "json"}, args...)...)
+		require.Equal(t, ExitOK, code, errOut)
+		var got policyOutput
+		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		require.Len(t, got.Endpoints, 1, args)
+		require.Equal(t, ifWeb, got.Endpoints[0].HostIfIndex, args)
+		require.Equal(t, 4, got.Node.Endpoints)
+		require.Equal(t, 3, got.Node.Isolated.Any)
+	}
+	out, _, code := n.run("policy", "--pod", "other/app")
+	require.Equal(t, ExitOK, code)
+	require.Len(t, strings.Split(strings.TrimRight(out, "\n"), "\n"), 5, out)
+	for _, o := range []string{"table", "json"} {
+		out, errOut, code := n.run("policy", "--pod", "shop/nope", "-o", o)
+		require.Equal(t, ExitError, code, o)
+		require.Empty(t, out, o)
+		require.Contains(t, errOut, "no endpoint on this node matches --pod or --veth", o)
+	}
+}
+
+// TestPolicyNotPinned: a node whose policy maps are not pinned (no pod
+// added since the upgrade to a build with NetworkPolicy) shows everything
+// open, lookups off.
+func TestPolicyNotPinned(t *testing.T) {
+	n := &policyNode{bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir()}
+	ms, err := maps.OpenPinned(n.bpfRoot, maps.CniMapEndpointDevs)
+	require.NoError(t, err)
+	d := maps.CniEndpointDev{}
+	maps.CString(d.ContainerId[:], "old")
+	require.NoError(t, ms[maps.CniMapEndpointDevs].Put(uint32(ifWeb), &d))
+	ms[maps.CniMapEndpointDevs].Close()
+	out, errOut, code := n.run("policy")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "policy lookups: off; endpoints isolated: 0 of 1 (ingress 0, egress 0); namespaces with policies: none\n")
+	require.Regexp(t, `(?m)^old/- +- +- +ingress +open +- +0 +all peers`, out)
+}
+
+// TestEndpointsPolicy: the endpoints view shows each endpoint's policy
+// state and drops per direction (table and JSON), all open on a node
+// without policy maps.
+func TestEndpointsPolicy(t *testing.T) {
+	n := newPolicyNode(t)
+	out, errOut, code := n.run("endpoints")
+	require.Equal(t, ExitOK, code, errOut)
+	t.Log("\n" + out)
+	lines := strings.Split(out, "\n")
+	require.Regexp(t, `  POLICY +POLICY DROPS +STATE$`, lines[0])
+	for _, want := range []string{
+		`^db/eth0 +shop/db-0 .*  in:closed eg:closed +in:0 eg:1\.5k +problem$`,
+		`^plain/eth0 +other/app .*  in:open eg:open +in:0 eg:0 +problem$`,
+		`^web/eth0 +shop/web-0 +ecpolweb0 .*  in:enforced eg:enforced +in:12 eg:0 +problem$`,
+	} {
+		require.Regexp(t, `(?m)`+want, out)
+	}
+	col := strings.Index(lines[0], "POLICY DROPS")
+	require.Equal(t, col, strings.Index(lines[1], "in:0 eg:1.5k"), "policy drops column misaligned:\n%s", out)
+
+	out, errOut, code = n.run("endpoints", "-o", "json")
+	require.Equal(t, ExitOK, code, errOut)
+	var eps []*Endpoint
+	require.NoError(t, json.Unmarshal([]byte(out), &eps))
+	got := map[string]*EndpointPolicy{}
+	for _, e := range eps {
+		got[e.ContainerID] = e.Policy
+	}
+	require.Equal(t, map[string]*EndpointPolicy{
+		"db":    {Ingress: PolicyDirection{State: "closed"}, Egress: PolicyDirection{State: "closed", Drops: 1500}},
+		"plain": {Ingress: PolicyDirection{State: "open"}, Egress: PolicyDirection{State: "open"}},
+		"web":   {Ingress: PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, Egress: PolicyDirection{State: "enforced", Generation: 1}},
+	}, got)
+
+	bare := &policyNode{bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir()}
+	ms, err := maps.OpenPinned(bare.bpfRoot, maps.CniMapEndpointDevs)
+	require.NoError(t, err)
+	var d maps.CniEndpointDev
+	maps.CString(d.ContainerId[:], "old")
+	require.NoError(t, ms[maps.CniMapEndpointDevs].Put(uint32(ifWeb), &d))
+	ms[maps.CniMapEndpointDevs].Close()
+	out, errOut, code = bare.run("endpoints")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Regexp(t, `(?m)^old/- .*  in:open eg:open +in:0 eg:0 +problem$`, out)
+}
