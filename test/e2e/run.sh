@@ -51,7 +51,7 @@ PAUSE_IMAGE=localhost/pause:e2e
 
 # The directories each node covers with its own ($T/root for the first,
 # $T/root2 for the second).
-NODE_DIRS="/opt/cni/bin /etc/cni/net.d /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/ebpf-cni /var/lib/cni /run/netns"
+NODE_DIRS="/opt/cni/bin /etc/cni/net.d /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/ebpf-cni /var/lib/cni /run/netns /run/nri"
 
 if [ "${1:-}" = node2 ]; then
 	# ---------------- the second node's mounts ----------------
