@@ -130,7 +130,14 @@ test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in
 E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux python3
 E2E_CACHE ?= /var/cache/ebpf-cni-e2e
 E2E_PROXY_MODES ?= iptables nftables
+# E2E_NETPOL=1: then the upstream NetworkPolicy e2e tests (test/e2e/netpol,
+# built once into E2E_CACHE); E2E_NETPOL=only: those without the other checks;
+# E2E_NETPOL_FOCUS: a ginkgo focus regexp within them; E2E_NETPOL_PROCS:
+# specs at a time.
+E2E_NETPOL ?=
+E2E_NETPOL_FOCUS ?=
+E2E_NETPOL_PROCS ?= 2
 .PHONY: e2e
-e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its DaemonSet, the checks; as root; see docs/development.md
+e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its DaemonSet, the checks (E2E_NETPOL=1: and the upstream NetworkPolicy e2e tests); as root; see docs/development.md
 	$(call apt-install,$(E2E_DEB_PKGS))
-	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" test/e2e/run.sh
+	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" test/e2e/run.sh

@@ -4,6 +4,8 @@
 # A second run finds the cache and builds nothing. Builds run at nice 19 on
 # one core (GOMAXPROCS=1, -p 1): the machine is shared.
 # Usage: test/e2e/build.sh   (prints the cache directory of each component)
+# With E2E_NETPOL=1 it also builds the upstream NetworkPolicy e2e tests
+# (test/e2e/netpol, its own module) and agnhost into $E2E_CACHE/netpol-<version>/.
 set -euo pipefail
 
 : "${E2E_CACHE:=/var/cache/ebpf-cni-e2e}"
@@ -60,6 +62,38 @@ build_containerd() {
 	log "containerd $CONTAINERD_VERSION: built in $((SECONDS - start)) s"
 }
 
+# The NetworkPolicy e2e suite (test/e2e/netpol: only k8s.io/kubernetes's
+# test/e2e/network/netpol and the e2e framework), agnhost (the image its
+# pods run) from the k8s.io/kubernetes module at K8S_VERSION (the version
+# test/e2e/netpol/go.mod requires), and the ginkgo runner (parallel
+# processes). Built again when a file of test/e2e/netpol is newer than the
+# binaries.
+build_netpol() {
+	local out="$E2E_CACHE/netpol-$K8S_VERSION" dir
+	dir=$(cd "$(dirname "$0")/netpol" && pwd)
+	grep -q "^[[:space:]]*k8s.io/kubernetes $K8S_VERSION\$" "$dir/go.mod" ||
+		{ log "test/e2e/netpol/go.mod does not require k8s.io/kubernetes $K8S_VERSION"; exit 1; }
+	if [ -x "$out/netpol.test" ] && [ -x "$out/agnhost" ] && [ -x "$out/ginkgo" ] && [ -s "$out/agnhost.image" ] &&
+		[ -z "$(find "$dir" -newer "$out/netpol.test" -type f)" ]; then
+		log "netpol e2e $K8S_VERSION: cached in $out"; return
+	fi
+	local start=$SECONDS
+	log "netpol e2e $K8S_VERSION: building the suite and agnhost"
+	rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+	(cd "$dir" && slow $GO test -c -vet=off -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/netpol.test" . &&
+		slow $GO build -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/agnhost" k8s.io/kubernetes/test/images/agnhost &&
+		slow $GO build -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
+	# The name the suite asks for (imageutils.GetE2EImage(Agnhost)): the
+	# e2e registry and the tag of test/utils/image/manifest.go.
+	local k8s tag
+	k8s=$(cd "$dir" && $GO list -m -f '{{.Dir}}' k8s.io/kubernetes)
+	tag=$(sed -n 's/^[[:space:]]*configs\[Agnhost\] = Config{list.PromoterE2eRegistry, "agnhost", "\([^"]*\)"}.*/\1/p' "$k8s/test/utils/image/manifest.go")
+	[ -n "$tag" ] || { log "no agnhost tag in $k8s/test/utils/image/manifest.go"; exit 1; }
+	echo "registry.k8s.io/e2e-test-images/agnhost:$tag" >"$out.tmp/agnhost.image"
+	rm -rf "$out" && mv "$out.tmp" "$out"
+	log "netpol e2e $K8S_VERSION: built in $((SECONDS - start)) s"
+}
+
 debs() {
 	local missing=""
 	for p in etcd-server etcd-client runc iptables nftables conntrack; do
@@ -75,6 +109,8 @@ start=$SECONDS
 debs
 build_containerd
 build_k8s
+case ${E2E_NETPOL:-} in 1 | only) build_netpol ;; esac
 log "all components ready in $((SECONDS - start)) s"
 echo "$E2E_CACHE/kubernetes-$K8S_VERSION"
 echo "$E2E_CACHE/containerd-$CONTAINERD_VERSION"
+case ${E2E_NETPOL:-} in 1 | only) echo "$E2E_CACHE/netpol-$K8S_VERSION" ;; esac

@@ -20,6 +20,10 @@
 #   E2E_CACHE   cache of the built binaries (/var/cache/ebpf-cni-e2e; test/e2e/build.sh)
 #   E2E_PROXY_MODES  kube-proxy modes to run the Service checks in ("iptables nftables")
 #   E2E_KEEP=1  on failure, wait for Enter before tearing down (to look around)
+#   E2E_NETPOL=1  then run the upstream NetworkPolicy e2e tests (test/e2e/netpol)
+#                 against the cluster; E2E_NETPOL=only: those and none of the other checks;
+#                 E2E_NETPOL_FOCUS narrows them (a ginkgo focus regexp); E2E_NETPOL_PROCS
+#                 specs at a time (2)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -47,7 +51,7 @@ PAUSE_IMAGE=localhost/pause:e2e
 
 # The directories each node covers with its own ($T/root for the first,
 # $T/root2 for the second).
-NODE_DIRS="/opt/cni/bin /etc/cni/net.d /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/ebpf-cni /var/lib/cni /run/netns"
+NODE_DIRS="/opt/cni/bin /etc/cni/net.d /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/ebpf-cni /var/lib/cni /run/netns /run/nri"
 
 if [ "${1:-}" = node2 ]; then
 	# ---------------- the second node's mounts ----------------
@@ -114,6 +118,12 @@ if [ "${1:-}" != node ]; then
 	box=$T/bin/e2ebox
 	$box image -o "$T/images/pause.tar" -name "$PAUSE_IMAGE" -entrypoint /e2ebox,pause e2ebox="$box"
 	$box image -o "$T/images/e2ebox.tar" -name "$TEST_IMAGE" -entrypoint /e2ebox,serve e2ebox="$box"
+	if [ -n "${dirs[2]:-}" ]; then
+		# agnhost under the name the netpol suite asks for (build.sh
+		# read it from k8s.io/kubernetes's test/utils/image/manifest.go).
+		$box image -o "$T/images/agnhost.tar" -name "$(cat "${dirs[2]}/agnhost.image")" \
+			-entrypoint /agnhost agnhost="${dirs[2]}/agnhost"
+	fi
 	# deploy/Containerfile's layout.
 	$box image -o "$T/images/ebpf-cni.tar" -name "$IMAGE" -entrypoint /ebpf-cni-agent,run \
 		ebpf-cni-agent="$T/bin/ebpf-cni-agent" \
@@ -173,7 +183,7 @@ if [ "${1:-}" != node ]; then
 		fi
 	done
 
-	export T id NS_NODE NS_NODE2 NS_WORLD E2E_K8S_DIR=${dirs[0]} E2E_CONTAINERD_DIR=${dirs[1]}
+	export T id NS_NODE NS_NODE2 NS_WORLD E2E_K8S_DIR=${dirs[0]} E2E_CONTAINERD_DIR=${dirs[1]} E2E_NETPOL_DIR=${dirs[2]:-}
 	rc=0
 	echo $$ >"$T/outer.pid"
 	# Into the node: its network namespace, a mount namespace of its own,
@@ -361,13 +371,15 @@ CTR=(ctr --address "$T/containerd/containerd.sock" -n k8s.io)
 CTR2=(ctr --address "$T/containerd2/containerd.sock" -n k8s.io)
 wait_for 60 "containerd is up" "${CTR[@]}" version
 wait_for 60 "the second node's containerd is up" "${CTR2[@]}" version
-for img in pause e2ebox ebpf-cni ebpf-cni-rollout; do
+images="pause e2ebox ebpf-cni ebpf-cni-rollout"
+[ -n "$E2E_NETPOL_DIR" ] && images="$images agnhost"
+for img in $images; do
 	for c in CTR CTR2; do
 		declare -n ctr_cmd=$c
 		"${ctr_cmd[@]}" images import --local --snapshotter native --platform linux/amd64 "$T/images/$img.tar" >/dev/null 2>"$T/logs/ctr.log" || die "ctr import $img ($c): $(tail -1 "$T/logs/ctr.log")"
 	done
 done
-log "images imported: $("${CTR[@]}" images ls -q 2>/dev/null | grep localhost | tr "\n" " ")"
+log "images imported: $("${CTR[@]}" images ls -q 2>/dev/null | grep 'localhost\|agnhost' | tr "\n" " ")"
 
 # ---- kubelet and kube-proxy, one each per node ----
 : >"$T/resolv.conf"
@@ -471,6 +483,82 @@ t0=$SECONDS
 wait_for 90 "node Ready again with the bpffs back" is_ready
 summary+=("node Ready again once STATUS passes: 1/1 ($((SECONDS - t0)) s)")
 
+# ---- the upstream NetworkPolicy e2e tests (E2E_NETPOL=1) ----
+# k8s.io/kubernetes's test/e2e/network/netpol at the cluster's version
+# (test/e2e/netpol), its pods on both nodes (the second node's taint is
+# lifted for it). Every spec's outcome goes to the summary, each skip with
+# its reason: SCTP ones when the kernel has no SCTP, the rest as the suite
+# decides. Its log: $T/logs/netpol.log.
+netpol_e2e() {
+	local skip="" focus=${E2E_NETPOL_FOCUS:-} procs=${E2E_NETPOL_PROCS:-2} t0=$SECONDS rc=0
+	local report="$T/logs/netpol-report.json"
+	kubectl taint node $NODE2 $NODE2_TAINT- >/dev/null
+	# The SCTP specs need the kernel's sctp (not loaded from here: the
+	# module would be the machine's).
+	if [ ! -d /proc/sys/net/sctp ]; then skip='\[Feature:SCTPConnectivity\]'; fi
+	log "netpol: the upstream NetworkPolicy e2e tests${focus:+ (focus: $focus)}${skip:+, without SCTP (the kernel has none)}, $procs at a time; log in $T/logs/netpol.log"
+	# ginkgo runs the compiled suite in $procs processes (the specs
+	# mostly wait: pods, probes, namespace deletion).
+	"$E2E_NETPOL_DIR/ginkgo" run --procs="$procs" --no-color -v \
+		--focus="${focus:-Netpol}" ${skip:+--skip="$skip"} \
+		--output-dir="$T/logs" --json-report="$(basename "$report")" \
+		"$E2E_NETPOL_DIR/netpol.test" -- -kubeconfig="$KUBECONFIG" -provider=skeleton \
+		>"$T/logs/netpol.log" 2>&1 || rc=$?
+	log "netpol: done in $((SECONDS - t0)) s (exit $rc)"
+	if [ ! -s "$report" ]; then
+		summary+=("netpol e2e: no report (exit $rc; $(tail -1 "$T/logs/netpol.log"))")
+		failed=$((failed + 1))
+		return
+	fi
+	# The counts, one line per spec that failed or was skipped (with the
+	# failure's first line or the skip's reason: the suite's own, or no
+	# SCTP), then the number of failures. The specs E2E_NETPOL_FOCUS
+	# leaves out are only counted.
+	local lines nfail
+	lines=()
+	mapfile -t lines < <(python3 - "$report" "${focus:-Netpol}" "$skip" <<'PY'
+import json, re, sys
+report, focus, skip = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+counts, out = {}, []
+for suite in report:
+    for s in suite.get("SpecReports") or []:
+        if s.get("LeafNodeType") != "It":
+            continue
+        name = " ".join((s.get("ContainerHierarchyTexts") or []) + [s.get("LeafNodeText", "")])
+        state = s["State"]
+        counts[state] = counts.get(state, 0) + 1
+        if state == "passed":
+            continue
+        why = (s.get("Failure") or {}).get("Message", "").strip().splitlines()
+        why = why[0][:300] if why else ""
+        if state == "skipped" and not why:
+            if not re.search(focus, name) or not (skip and re.search(skip, name)):
+                counts["left out by E2E_NETPOL_FOCUS"] = counts.get("left out by E2E_NETPOL_FOCUS", 0) + 1
+                counts[state] -= 1
+                continue
+            why = "the kernel has no SCTP"
+        out.append(f"netpol {state}: {name.strip()} ({s['RunTime'] / 1e9:.0f} s): {why}")
+left = counts.pop("left out by E2E_NETPOL_FOCUS", 0)
+total = sum(counts.values())
+print(f"netpol e2e: {counts.get('passed', 0)}/{total} passed" + "".join(f", {n} {k}" for k, n in sorted(counts.items()) if n and k != "passed") + (f" ({left} left out by E2E_NETPOL_FOCUS)" if left else ""))
+for line in out:
+    print(line)
+print(counts.get("failed", 0) + counts.get("panicked", 0) + counts.get("timedout", 0) + counts.get("interrupted", 0) + counts.get("aborted", 0))
+PY
+	)
+	if [ ${#lines[@]} -lt 2 ]; then
+		summary+=("netpol e2e: the report $report could not be read")
+		failed=$((failed + 1))
+		return
+	fi
+	nfail=${lines[-1]}
+	unset 'lines[-1]'
+	summary+=("${lines[@]}")
+	log "${lines[0]} ($((SECONDS - t0)) s)"
+	if [ "$nfail" != 0 ] || [ $rc != 0 ]; then failed=$((failed + 1)); fi
+}
+# ---- the checks (all of them but with E2E_NETPOL=only) ----
+checks() {
 # ---- workloads ----
 kubectl apply -f - >/dev/null <<EOF
 apiVersion: apps/v1
@@ -880,8 +968,22 @@ check "without loopback: ebpf-cni endpoints empty after" 1 no_endpoints
 check "without loopback: ebpf-cni ipam empty after" 1 no_addresses
 mv "$T/loopback.saved" /opt/cni/bin/loopback
 
-echo
-echo "make e2e: Kubernetes $(basename "$K" | sed 's/kubernetes-//'), containerd $(basename "$C" | sed 's/containerd-//'), $(runc --version | head -1), etcd $(etcd --version | head -1 | awk '{print $NF}')"
-for s in "${summary[@]}"; do echo "  $s"; done
-[ $failed = 0 ] || die "$failed checks failed"
-echo "make e2e: all checks passed"
+
+[ -n "$E2E_NETPOL_DIR" ] && netpol_e2e
+finish
+}
+
+finish() { # the summary; fails if a check failed
+	echo
+	echo "make e2e: Kubernetes $(basename "$K" | sed 's/kubernetes-//'), containerd $(basename "$C" | sed 's/containerd-//'), $(runc --version | head -1), etcd $(etcd --version | head -1 | awk '{print $NF}')"
+	for s in "${summary[@]}"; do echo "  $s"; done
+	[ $failed = 0 ] || die "$failed checks failed"
+	echo "make e2e: all checks passed"
+}
+
+if [ "${E2E_NETPOL:-}" = only ]; then
+	netpol_e2e
+	finish
+else
+	checks
+fi
