@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -76,6 +78,13 @@ func (e *env) nodeState() string {
 // version; the node keeps its links, addresses, routes and policy rules.
 func TestNodeNetNSRefused(t *testing.T) {
 	e := newEnv(t)
+	// The uplink's carrier comes up a moment after the fixture made it
+	// (on a loaded machine, after a first snapshot): wait for it, so that
+	// the snapshots compare what the plugin could change.
+	require.Eventually(t, func() bool {
+		s, err := nettest.Run(e.node.NS, "ip", "link", "show", "uplink")
+		return err == nil && !strings.Contains(s, "NO-CARRIER") && strings.Contains(s, "state UP")
+	}, 10*time.Second, 20*time.Millisecond, "the node's uplink never got its carrier")
 	for _, ver := range testutil.SpecVersions {
 		t.Run(ver, func(t *testing.T) {
 			before := e.nodeState()
