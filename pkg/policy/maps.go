@@ -85,24 +85,6 @@ func Open(bpfRoot string) (*Maps, error) {
 	return FromMaps(ms, true), nil
 }
 
-// MapOpener is how a caller that caches its maps (node.Node.Map) hands
-// them out.
-type MapOpener func(name string) (*ebpf.Map, error)
-
-// OpenWith opens the maps through open (the caller keeps them: Close does
-// not close them).
-func OpenWith(open MapOpener) (*Maps, error) {
-	ms := map[string]*ebpf.Map{}
-	for _, n := range Names {
-		m, err := open(n)
-		if err != nil {
-			return nil, fmt.Errorf("opening %s: %w", n, err)
-		}
-		ms[n] = m
-	}
-	return FromMaps(ms, false), nil
-}
-
 // FromMaps wraps maps opened by name; own: Close closes them.
 func FromMaps(ms map[string]*ebpf.Map, own bool) *Maps {
 	return &Maps{
