@@ -47,6 +47,7 @@ type config struct {
 	bwRuns       int
 	bwSecs       int
 	note         string // said at the top of REPORT.md (e.g. how loaded the machine was)
+	hold         bool   // set the paths up, print how to drive them, wait for ^C (profiling)
 	log          io.Writer
 	started      time.Time
 }
@@ -84,6 +85,7 @@ func main() {
 	runs := flag.Int("runs", 0, "override the profile's repetitions")
 	hostportN := flag.String("hostport-n", "", "override the profile's mapping counts (comma-separated)")
 	note := flag.String("note", "", "a note for the top of REPORT.md, e.g. what else ran on the machine")
+	hold := flag.Bool("hold", false, "profiling: set the first traffic path of -paths up, print the commands that drive its load, and wait for ^C instead of measuring")
 	render := flag.String("render", "", "measure nothing: re-render REPORT.md and the plots of this results directory from its latest.json and machine.json")
 	flag.Parse()
 	if *render != "" {
@@ -103,7 +105,7 @@ func main() {
 	if cfg.bin, err = filepath.Abs(*bin); err != nil {
 		fail(err)
 	}
-	cfg.ref, cfg.note = *ref, *note
+	cfg.ref, cfg.note, cfg.hold = *ref, *note, *hold
 	if cfg.features, err = parseList(*features, allFeatures); err != nil {
 		fail(fmt.Errorf("-ebpf-features: %w", err))
 	}

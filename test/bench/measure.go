@@ -139,3 +139,15 @@ func addr(ip net.IP, port int) string { return net.JoinHostPort(ip.String(), fmt
 
 // durMs is a duration in milliseconds.
 func durMs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// holdForProfiling prints, for each setup of a path, the commands that drive
+// the load the bench would measure (to run under perf or bpftool prog
+// profile), and waits for ^C, which removes everything as after a run.
+func (b *bench) holdForProfiling(path string, cs []clientServer) {
+	b.logf("%s: set up; holding for profiling (^C removes everything)", path)
+	for _, c := range cs {
+		b.logf("  %s: nsenter --net=%s taskset -c %d env %s='rr %s 10s' %s", c.setup, c.client.Path(), clientCPU, toolEnv, addr(c.target, c.echoPort), b.exe)
+		b.logf("  %s: nsenter --net=%s taskset -c %d iperf3 -c %s -t 10", c.setup, c.client.Path(), clientCPU, c.target)
+	}
+	select {}
+}

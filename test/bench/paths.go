@@ -407,6 +407,9 @@ func (b *bench) serve(cs []clientServer, iperf bool) error {
 
 // traffic runs RR, CRR and (with tcp) iperf3 for every pair, in rounds.
 func (b *bench) traffic(path string, cs []clientServer, tcp bool) error {
+	if b.cfg.hold {
+		b.holdForProfiling(path, cs)
+	}
 	for run := range b.cfg.runs {
 		for _, c := range cs {
 			r, err := b.load("rr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
