@@ -429,6 +429,17 @@ struct cluster_route {
 	__u8 node[16];    /* the remote node's underlay address (CLUSTER_F_TUNNEL) */
 };
 
+/* How the overlay's packets look on the wire (entry 0 of overlay_config):
+ * from_netdev recognises them by it, to decapsulate them itself. A map of
+ * its own, since cluster_config's layout is pinned on running nodes: a node
+ * upgraded from a build without it finds it empty until the overlay is
+ * set up again (its next ADD), and decapsulation stays the device's. */
+struct overlay_settings {
+	__be16 port; /* the VXLAN device's UDP port, network byte order; 0: no overlay */
+	__u8 pad[2];
+	__be32 vni_word; /* the second word of the VXLAN header: the VNI << 8, network byte order */
+};
+
 /* Node-wide overlay settings (entry 0 of cluster_config). */
 struct cluster_settings {
 	__u32 vxlan_ifindex; /* the flow-based VXLAN device; 0: no overlay */

@@ -42,7 +42,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cluster_config SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct overlay_settings);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} overlay_config SEC(".maps");
+
 #define VXLAN_TTL 64
+#define VXLAN_HLEN 8
+#define VXLAN_FLAG_VNI bpf_htonl(0x08000000) /* the first word of a VXLAN header: "I", a VNI follows */
 
 /* cluster_lookup finds the cluster route of a destination (addr: 4 or 16
  * bytes as in the IP header). */
@@ -115,6 +125,13 @@ static __always_inline int cluster_route_of(struct __sk_buff *skb, struct cluste
 		*r = cluster_lookup(ADDR_FAMILY_V6, &ip6->daddr);
 	}
 	return 0;
+}
+
+static __always_inline struct overlay_settings *overlay_settings(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&overlay_config, &zero);
 }
 
 /* cluster_encap sends the packet into the overlay toward the node of r. */

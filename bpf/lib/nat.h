@@ -130,18 +130,21 @@ static __always_inline int is_icmp(__u8 proto)
 	return proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6_;
 }
 
-/* nat_parse reads the addresses and the L4 fields the NAT needs; < 0 when
- * the packet is too short for what its headers claim. Protocols other than
- * TCP, UDP, SCTP and ICMP leave the ports zero. */
-static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
+/* nat_parse_at reads the addresses and the L4 fields the NAT needs of the
+ * frame at off (a constant once inlined: 0, or the inner frame of an
+ * encapsulated packet); < 0 when the packet is too short for what its
+ * headers claim (or, at off > 0, when its headers are not in the linear
+ * part). Protocols other than TCP, UDP, SCTP and ICMP leave the ports
+ * zero. nat_parse parses the packet itself. */
+static __always_inline int nat_parse_at(struct __sk_buff *skb, struct nat_pkt *p, const int off)
 {
 	void *data = skb_data(skb);
 	void *data_end = skb_data_end(skb);
-	struct ethhdr *eth = data;
+	struct ethhdr *eth = data + off;
 
 	if ((void *)(eth + 1) > data_end)
 		return -1;
-	p->l3off = ETH_HLEN;
+	p->l3off = off + ETH_HLEN;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);
 		__u16 frag;
@@ -150,7 +153,7 @@ static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 			return -1;
 		p->family = ADDR_FAMILY_V4;
 		p->proto = ip->protocol;
-		p->l4off = ETH_HLEN + ip->ihl * 4;
+		p->l4off = off + ETH_HLEN + ip->ihl * 4;
 		__builtin_memcpy(p->saddr, &ip->saddr, 4);
 		__builtin_memcpy(p->daddr, &ip->daddr, 4);
 		frag = bpf_ntohs(ip->frag_off);
@@ -166,7 +169,7 @@ static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 			return -1;
 		p->family = ADDR_FAMILY_V6;
 		p->proto = ip6->nexthdr; /* extension headers: not translated */
-		p->l4off = ETH_HLEN + sizeof(*ip6);
+		p->l4off = off + ETH_HLEN + sizeof(*ip6);
 		__builtin_memcpy(p->saddr, &ip6->saddr, 16);
 		__builtin_memcpy(p->daddr, &ip6->daddr, 16);
 	} else {
@@ -207,6 +210,11 @@ static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
 	}
 	}
 	return 0;
+}
+
+static __always_inline int nat_parse(struct __sk_buff *skb, struct nat_pkt *p)
+{
+	return nat_parse_at(skb, p, 0);
 }
 
 static __always_inline int nat_is_echo_request(const struct nat_pkt *p)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -88,6 +89,10 @@ func ensureOverlay(n *node.Node, s *Settings, mode attach.Mode) error {
 	if err != nil {
 		return err
 	}
+	ocfg, err := n.Map(maps.CniMapOverlayConfig)
+	if err != nil {
+		return err
+	}
 	lock, err := clusterLock(n.StateDir)
 	if err != nil {
 		return err
@@ -128,7 +133,22 @@ func ensureOverlay(n *node.Node, s *Settings, mode attach.Mode) error {
 	if err := cfg.Put(uint32(0), &v); err != nil {
 		return fmt.Errorf("writing %s: %w", maps.CniMapClusterConfig, err)
 	}
+	wire := overlayWire(s)
+	if err := ocfg.Put(uint32(0), &wire); err != nil {
+		return fmt.Errorf("writing %s: %w", maps.CniMapOverlayConfig, err)
+	}
 	return nil
+}
+
+// overlayWire is how the overlay's packets look (overlay_config, which
+// from_netdev matches them with to decapsulate them itself): its UDP port
+// and the VXLAN header's VNI word, in network byte order.
+func overlayWire(s *Settings) maps.CniOverlaySettings {
+	var port [2]byte
+	var vni [4]byte
+	binary.BigEndian.PutUint16(port[:], s.Port)
+	binary.BigEndian.PutUint32(vni[:], s.VNI<<8)
+	return maps.CniOverlaySettings{Port: binary.NativeEndian.Uint16(port[:]), VniWord: binary.NativeEndian.Uint32(vni[:])}
 }
 
 func hook(name string) attach.Hook { return attach.Find(Hooks, name) }
@@ -243,6 +263,10 @@ func teardownOverlay(n *node.Node) error {
 			err = m.Put(uint32(0), &maps.CniClusterSettings{})
 		}
 		errs = append(errs, err)
+		if m, err = n.PinnedMap(maps.CniMapOverlayConfig); err == nil && m != nil {
+			err = m.Put(uint32(0), &maps.CniOverlaySettings{})
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -282,6 +306,14 @@ func overlayProblems(n *node.Node, s *Settings) []string {
 	var v maps.CniClusterSettings
 	if err := m.Lookup(uint32(0), &v); err != nil || int(v.VxlanIfindex) != l.Attrs().Index || v.Vni != s.VNI {
 		out = append(out, fmt.Sprintf("%s does not point at %s (ifindex %d) with VNI %d", maps.CniMapClusterConfig, Device, l.Attrs().Index, s.VNI))
+	}
+	om, err := n.Map(maps.CniMapOverlayConfig)
+	if err != nil {
+		return append(out, err.Error())
+	}
+	var ov maps.CniOverlaySettings
+	if err := om.Lookup(uint32(0), &ov); err != nil || ov != overlayWire(s) {
+		out = append(out, fmt.Sprintf("%s does not say port %d and VNI %d", maps.CniMapOverlayConfig, s.Port, s.VNI))
 	}
 	return out
 }

@@ -34,6 +34,7 @@ const (
 	FromContainerMapNatTimeouts      = "nat_timeouts"
 	FromContainerMapNodeAddrs        = "node_addrs"
 	FromContainerMapNodeCounters     = "node_counters"
+	FromContainerMapOverlayConfig    = "overlay_config"
 	FromContainerMapPolicyConfig     = "policy_config"
 	FromContainerMapPolicyDrops      = "policy_drops"
 	FromContainerMapPolicyEndpoints  = "policy_endpoints"
@@ -116,6 +117,7 @@ type FromContainerMapSpecs struct {
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	OverlayConfig    *ebpf.MapSpec `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
@@ -174,6 +176,7 @@ type FromContainerMaps struct {
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	OverlayConfig    *ebpf.Map `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
@@ -206,6 +209,7 @@ func (m *FromContainerMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.OverlayConfig,
 		m.PolicyConfig,
 		m.PolicyDrops,
 		m.PolicyEndpoints,

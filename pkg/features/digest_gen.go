@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "afde302980b4"
+const objectsDigest = "f1768fdf38e4"

@@ -413,6 +413,13 @@ const (
 	CniNatStateNAT_STATE_OPEN        CniNatState = 4
 )
 
+type CniOverlaySettings struct {
+	_       structs.HostLayout
+	Port    uint16
+	Pad     [2]uint8
+	VniWord uint32
+}
+
 type CniPktCounter struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -618,6 +625,7 @@ const (
 	CniMapNatTimeouts      = "nat_timeouts"
 	CniMapNodeAddrs        = "node_addrs"
 	CniMapNodeCounters     = "node_counters"
+	CniMapOverlayConfig    = "overlay_config"
 	CniMapPolicyConfig     = "policy_config"
 	CniMapPolicyDrops      = "policy_drops"
 	CniMapPolicyEndpoints  = "policy_endpoints"
@@ -701,6 +709,7 @@ type CniMapSpecs struct {
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	OverlayConfig    *ebpf.MapSpec `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
@@ -762,6 +771,7 @@ type CniMaps struct {
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	OverlayConfig    *ebpf.Map `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
@@ -799,6 +809,7 @@ func (m *CniMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.OverlayConfig,
 		m.PolicyConfig,
 		m.PolicyDrops,
 		m.PolicyEndpoints,

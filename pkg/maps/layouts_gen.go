@@ -28,6 +28,7 @@ var layouts = map[string][2]uintptr{
 	"nat_timeouts":      {4, 24},
 	"node_addrs":        {20, 4},
 	"node_counters":     {4, 32},
+	"overlay_config":    {4, 8},
 	"policy_config":     {4, 8},
 	"policy_drops":      {8, 8},
 	"policy_endpoints":  {4, 12},

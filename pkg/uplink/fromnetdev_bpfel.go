@@ -17,6 +17,8 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	FromNetdevMapBwBuckets        = "bw_buckets"
+	FromNetdevMapClusterConfig    = "cluster_config"
+	FromNetdevMapClusterRoutes    = "cluster_routes"
 	FromNetdevMapDeviceCounters   = "device_counters"
 	FromNetdevMapEndpointDevs     = "endpoint_devs"
 	FromNetdevMapEndpoints        = "endpoints"
@@ -32,6 +34,7 @@ const (
 	FromNetdevMapNatTimeouts      = "nat_timeouts"
 	FromNetdevMapNodeAddrs        = "node_addrs"
 	FromNetdevMapNodeCounters     = "node_counters"
+	FromNetdevMapOverlayConfig    = "overlay_config"
 	FromNetdevMapPolicyConfig     = "policy_config"
 	FromNetdevMapPolicyDrops      = "policy_drops"
 	FromNetdevMapPolicyEndpoints  = "policy_endpoints"
@@ -97,6 +100,8 @@ type FromNetdevProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromNetdevMapSpecs struct {
 	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -112,6 +117,7 @@ type FromNetdevMapSpecs struct {
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	OverlayConfig    *ebpf.MapSpec `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
@@ -153,6 +159,8 @@ func (o *FromNetdevObjects) Close() error {
 // It can be passed to LoadFromNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromNetdevMaps struct {
 	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
+	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
+	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -168,6 +176,7 @@ type FromNetdevMaps struct {
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	OverlayConfig    *ebpf.Map `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
@@ -183,6 +192,8 @@ type FromNetdevMaps struct {
 func (m *FromNetdevMaps) Close() error {
 	return _FromNetdevClose(
 		m.BwBuckets,
+		m.ClusterConfig,
+		m.ClusterRoutes,
 		m.DeviceCounters,
 		m.EndpointDevs,
 		m.Endpoints,
@@ -198,6 +209,7 @@ func (m *FromNetdevMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.OverlayConfig,
 		m.PolicyConfig,
 		m.PolicyDrops,
 		m.PolicyEndpoints,

@@ -2,9 +2,11 @@ package k8s_test
 
 import (
 	"net"
+	"path/filepath"
 	"strconv"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
@@ -92,6 +94,26 @@ func (n *node) counters() map[maps.CniPktReason]counters.Counter {
 
 func (n *node) delta(before map[maps.CniPktReason]counters.Counter, r maps.CniPktReason) uint64 {
 	return n.counters()[r].Packets - before[r].Packets
+}
+
+// deviceCount is what the programs of the node's device dev counted for
+// reason r, both directions.
+func (n *node) deviceCount(dev string, r maps.CniPktReason) uint64 {
+	n.t.Helper()
+	var ifindex int
+	require.NoError(n.t, n.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(dev)
+		if err == nil {
+			ifindex = l.Attrs().Index
+		}
+		return err
+	}))
+	m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(n.bpfRoot), maps.CniMapDeviceCounters), &ebpf.LoadPinOptions{ReadOnly: true})
+	require.NoError(n.t, err)
+	defer m.Close()
+	devs, err := counters.SumDeviceCounters(m)
+	require.NoError(n.t, err)
+	return devs[uint32(ifindex)][r].Packets
 }
 
 // mtu is the MTU of the pod's eth0.

@@ -1,12 +1,19 @@
 package k8s_test
 
 import (
+	"bytes"
+	"crypto/rand"
 	"fmt"
+	"io"
 	"net"
+	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
@@ -50,6 +57,36 @@ func testCrossNode(t *testing.T, version string) {
 			mustSee(t, from.NS, to.IP(fam), 8080, pair[1], from.IP(fam), fmt.Sprintf("pod %s -> pod %s IPv%d", pair[0], pair[1], fam))
 		}
 	}
+	// The exchanges' small packets are decapsulated by the uplink's program
+	// (from_netdev), straight into the pod; bulk TCP arrives as GSO
+	// packets, which the overlay's device decapsulates (from_tunnel).
+	require.Positive(t, n1.deviceCount("uplink", maps.CniPktReasonREASON_TUNNEL_DECAP), "node3 -> node1: decapsulated on the uplink")
+	decapDev := n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_TUNNEL_DECAP)
+	bulk(t, p3, a)
+	require.Greater(t, n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_TUNNEL_DECAP), decapDev, "bulk node3 -> node1: GSO packets through the overlay's device")
+	// The overlay over the nodes' IPv6 addresses: outer headers of the
+	// other size, decapsulated on the uplink the same way. (The pods' MTU
+	// is an IPv4 underlay's: lowered by hand for the larger outer header, as
+	// the mtu key would for a node with an IPv6 underlay.)
+	n1.tunnels(6, n3)
+	n3.tunnels(6, n1)
+	for _, p := range []*nettest.Pod{a, p3} {
+		require.NoError(t, p.NS.Do(func(ns.NetNS) error {
+			l, err := netlink.LinkByName("eth0")
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetMTU(l, 1500-cluster.OverheadIPv6)
+		}))
+	}
+	decapUp := n1.deviceCount("uplink", maps.CniPktReasonREASON_TUNNEL_DECAP)
+	for _, fam := range []int{4, 6} {
+		mustSee(t, p3.NS, a.IP(fam), 8080, "a", p3.IP(fam), fmt.Sprintf("pod c -> pod a IPv%d, IPv6 underlay", fam))
+		mustSee(t, a.NS, p3.IP(fam), 8080, "c", a.IP(fam), fmt.Sprintf("pod a -> pod c IPv%d, IPv6 underlay", fam))
+	}
+	require.Greater(t, n1.deviceCount("uplink", maps.CniPktReasonREASON_TUNNEL_DECAP), decapUp, "IPv6 underlay: decapsulated on the uplink")
+	n1.tunnels(4, n3)
+	n3.tunnels(4, n1)
 	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_ENCAP), "node1 -> node3 through the overlay")
 	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_DECAP), "node3 -> node1 from the overlay straight in")
 	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_FIB_REDIRECT), "node1 -> node2 by the FIB")
@@ -73,6 +110,16 @@ func testCrossNode(t *testing.T, version string) {
 	if testutil.AtLeast(version, "0.4.0") {
 		require.NoError(t, n1.cni.Check(l1, a.RT))
 		require.NoError(t, n2.cni.Check(l2, b.RT))
+		// An empty overlay_config (a node upgraded from a build without
+		// it): CHECK names it, the next ADD writes it again.
+		m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(n1.bpfRoot), maps.CniMapOverlayConfig), nil)
+		require.NoError(t, err)
+		require.NoError(t, m.Put(uint32(0), &maps.CniOverlaySettings{}))
+		require.NoError(t, m.Close())
+		require.ErrorContains(t, n1.cni.Check(l1, a.RT), maps.CniMapOverlayConfig)
+		a2 := n1.addPod(l1, "a2")
+		require.NoError(t, n1.cni.Check(l1, a.RT))
+		require.NoError(t, n1.cni.DelPod(l1, a2))
 	}
 	// The node's last DEL takes the overlay's device away; the tunnel
 	// endpoints (the node agent's) stay for the next pod.
@@ -90,4 +137,29 @@ func testCrossNode(t *testing.T, version string) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, n3.PodCIDR4.String())
 	require.Contains(t, out, n3.IP4.String())
+}
+
+// bulk sends 4 MiB over TCP from pod from to an echo server in pod to, both
+// ways at once, and checks every byte that comes back.
+func bulk(t *testing.T, from, to *nettest.Pod) {
+	t.Helper()
+	l, err := nettest.Listen(to.NS, to.IP(4))
+	require.NoError(t, err)
+	defer l.Close()
+	c, err := nettest.Dial(from.NS, l.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	want := make([]byte, 4<<20)
+	_, _ = rand.Read(want)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := c.Write(want)
+		errs <- err
+	}()
+	require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+	got := make([]byte, len(want))
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err, "reading the echo")
+	require.NoError(t, <-errs, "writing")
+	require.True(t, bytes.Equal(want, got), "the echo differs from what was sent")
 }
