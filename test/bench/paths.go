@@ -575,24 +575,39 @@ func (b *bench) hostport() error {
 				}
 			}
 		}
+		timing := filepath.Join(b.tmp, "timing-"+path)
+		var dels []float64
 		for range b.cfg.hostportReps {
 			for _, s := range ss {
 				if s.name == RAW {
 					continue
 				}
 				probe++
+				if s.name == EBPF {
+					if err := os.Setenv(timingEnv, timing); err != nil {
+						return err
+					}
+				}
 				p, d, err := b.addPod(s, map[string]any{"portMappings": mappings(probeHostPort+probe, 1, echoPort)})
 				if err != nil {
+					_ = os.Unsetenv(timingEnv)
 					return err
 				}
 				dd, err := s.detach(p)
+				_ = os.Unsetenv(timingEnv)
 				if err != nil {
 					return err
 				}
 				b.closeNS(p.ns)
 				b.res.add(path, "add_p50_ms", "ms", "lower", s.name, durMs(d))
 				b.res.add(path, "del_p50_ms", "ms", "lower", s.name, durMs(dd))
+				if s.name == EBPF {
+					dels = append(dels, durMs(dd))
+				}
 			}
+		}
+		if err := b.delPhases(path, timing, dels); err != nil {
+			return err
 		}
 		b.logf("  %s done", path)
 	}

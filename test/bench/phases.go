@@ -65,6 +65,36 @@ func (b *bench) churnTimed(path string, s *setup, conc, round int) (adds, dels [
 	return adds, dels, wall, nil
 }
 
+// delPhases records, as rows del_<phase>_ms of path, the medians of the
+// phases of EBPF's DELs timed into file (EBPF_CNI_TIMING), and del_outside_ms:
+// the median of the caller's DELs (dels) less the plugin's own total.
+func (b *bench) delPhases(path, file string, dels []float64) error {
+	if len(dels) == 0 {
+		return nil
+	}
+	calls, order, err := readTimings(file, "")
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for _, k := range order {
+		if strings.HasPrefix(k, "del_") {
+			keys = append(keys, k)
+			b.res.add(path, k+"_ms", "ms", "lower", EBPF, median(calls[k]))
+		}
+	}
+	if t := calls["del_total"]; len(t) > 0 {
+		keys = append(keys, "del_outside")
+		b.res.add(path, "del_outside_ms", "ms", "lower", EBPF, median(dels)-median(t))
+	}
+	for _, r := range []string{REF, RAW} {
+		for _, k := range keys {
+			b.res.skip(path, k+"_ms", "ms", "lower", r, "the phases are ebpf-cni's own (EBPF_CNI_TIMING)")
+		}
+	}
+	return nil
+}
+
 // readTimings reads the timing lines of the calls whose container ID
 // contains idPart ("ebpf-cni ADD <id>/<ifname> total=<ms> <phase>=<ms>...
 // outcome=ok"): each "<verb>_<phase>" (verb in lower case) with its
