@@ -208,11 +208,15 @@ func podAddr(e *entry) net.IP {
 
 // delete removes the entries for which drop says so; it returns how many.
 func (t *Table) delete(drop func(e *entry) bool) (int, error) {
-	es, err := t.entries()
+	var e entry // one for the walk: drop must not keep it
+	n, err := maps.DeleteMatching(t.nat, func(k *maps.CniNatKey, v *maps.CniNatEntry) bool {
+		e.Key, e.Value = *k, *v
+		return drop(&e)
+	})
 	if err != nil {
-		return 0, err
+		return n, fmt.Errorf("walking the NAT table: %w", err)
 	}
-	return maps.DeleteEntries(t.nat, es, drop)
+	return n, nil
 }
 
 // flushes are the per-pod flushes features asked for in one call: one

@@ -86,11 +86,11 @@ func List(m *ebpf.Map) ([]Flow, error) {
 
 // prune deletes the entries whose pod drop says so; it returns how many.
 func (t *Table) prune(drop func(pod net.IP) bool) (int, error) {
-	es, err := t.entries()
+	n, err := maps.DeleteMatching(t.m, func(k *maps.CniFlowKey, _ *maps.CniFlowEntry) bool { return drop(maps.IP(k.Family, k.Saddr)) })
 	if err != nil {
-		return 0, err
+		return n, fmt.Errorf("pruning the flow table: %w", err)
 	}
-	return maps.DeleteEntries(t.m, es, func(e *entry) bool { return drop(maps.IP(e.Key.Family, e.Key.Saddr)) })
+	return n, nil
 }
 
 // FlushPod deletes the flows of the pod's addresses: a pod that gets one

@@ -98,25 +98,8 @@ func Clear(m *ebpf.Map) error {
 // DeleteWhere deletes the entries of m whose key dead picks (an entry
 // already gone is no error). K and V are the map's key and value types.
 func DeleteWhere[K comparable, V any](m *ebpf.Map, dead func(K) bool) error {
-	var k K
-	var v V
-	var keys []K
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if dead(k) {
-			keys = append(keys, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	var errs []error
-	for _, k := range keys {
-		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	_, err := DeleteMatching(m, func(k *K, _ *V) bool { return dead(*k) })
+	return err
 }
 
 // EndpointOf is the endpoint_devs entry of the pod that has address ip

