@@ -250,8 +250,9 @@ func (d *demo) cleanup() {
 		d.leave = nil
 	}
 	if d.cgDir != "" {
-		// A killed child leaves the cgroup when it has exited: give it a moment.
-		for i := 0; i < 50; i++ {
+		// A killed child leaves the cgroup when it has exited: give it a
+		// moment (up to 5 s: on a loaded machine 1 s was once too little).
+		for i := 0; i < 250; i++ {
 			if err := os.Remove(d.cgDir); err == nil || os.IsNotExist(err) {
 				break
 			}
