@@ -2,11 +2,9 @@ package k8s_test
 
 import (
 	"net"
-	"path/filepath"
 	"strconv"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
@@ -108,10 +106,10 @@ func (n *node) deviceCount(dev string, r maps.CniPktReason) uint64 {
 		}
 		return err
 	}))
-	m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(n.bpfRoot), maps.CniMapDeviceCounters), &ebpf.LoadPinOptions{ReadOnly: true})
+	ms, err := maps.OpenPinned(n.bpfRoot, maps.CniMapDeviceCounters)
 	require.NoError(n.t, err)
-	defer m.Close()
-	devs, err := counters.SumDeviceCounters(m)
+	defer ms[maps.CniMapDeviceCounters].Close()
+	devs, err := counters.SumDeviceCounters(ms[maps.CniMapDeviceCounters])
 	require.NoError(n.t, err)
 	return devs[uint32(ifindex)][r].Packets
 }

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
@@ -112,10 +110,10 @@ func testCrossNode(t *testing.T, version string) {
 		require.NoError(t, n2.cni.Check(l2, b.RT))
 		// An empty overlay_config (a node upgraded from a build without
 		// it): CHECK names it, the next ADD writes it again.
-		m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(n1.bpfRoot), maps.CniMapOverlayConfig), nil)
+		ms, err := maps.OpenPinned(n1.bpfRoot, maps.CniMapOverlayConfig)
 		require.NoError(t, err)
-		require.NoError(t, m.Put(uint32(0), &maps.CniOverlaySettings{}))
-		require.NoError(t, m.Close())
+		require.NoError(t, ms[maps.CniMapOverlayConfig].Put(uint32(0), &maps.CniOverlaySettings{}))
+		require.NoError(t, ms[maps.CniMapOverlayConfig].Close())
 		require.ErrorContains(t, n1.cni.Check(l1, a.RT), maps.CniMapOverlayConfig)
 		a2 := n1.addPod(l1, "a2")
 		require.NoError(t, n1.cni.Check(l1, a.RT))
