@@ -12,6 +12,8 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
+	// The call's heap on huge pages: a page fault costs tens of µs in a VM.
+	_ "github.com/ebpf-cni/ebpf-cni/pkg/hugeheap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 )
 

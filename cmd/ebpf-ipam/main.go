@@ -9,6 +9,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	// The call's heap on huge pages: a page fault costs tens of µs in a VM.
+	_ "github.com/ebpf-cni/ebpf-cni/pkg/hugeheap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 )
 
