@@ -273,20 +273,30 @@ func Resolve(n *node.Node, ep *feature.Endpoint) {
 	}
 }
 
-// Del removes the endpoint's entries and the programs from its host veth
-// (DEL: after the features set up once it existed, before the core
-// deletes the host veth; Resolve found an endpoint without a record).
-func Del(n *node.Node, ep *feature.Endpoint) error {
+// DelEntries removes the endpoint's map entries (DEL: after the features
+// set up once it existed, before the core deletes the host veth; Resolve
+// found an endpoint without a record).
+func DelEntries(n *node.Node, ep *feature.Endpoint) error {
+	if ep.HostIfIndex == 0 || n.CheckBPFFS() != nil {
+		return nil
+	}
+	return deleteEntries(n, ep)
+}
+
+// Detach takes the endpoint's programs off its host veth and removes their
+// pins (DEL: after the core tried to delete the veth). A tc filter dies
+// with its device: when deviceGone, deleting them one by one would only
+// take RTNL twice more per DEL (and wait behind every other call holding
+// it), so they are deleted only from a veth that is still there.
+func Detach(n *node.Node, ep *feature.Endpoint, deviceGone bool) error {
 	if n.CheckBPFFS() != nil {
 		return nil
 	}
 	var errs []error
-	if ep.HostIfIndex != 0 {
-		if err := deleteEntries(n, ep); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	for _, a := range ep.Attachments {
+		if deviceGone && a.Mode == attach.ModeTC {
+			continue
+		}
 		if err := attach.Detach(a, ep.HostIfIndex, hookByName(a.Hook)); err != nil {
 			errs = append(errs, err)
 		}

@@ -86,14 +86,19 @@ func Teardown(n *node.Node, hostName string) error {
 	}
 	endpoint.Resolve(n, ep)
 	if err := inReverse(func() error {
-		// The pair dies whole with its host side; the device's counters go
-		// after it: no program counts on a device that is gone.
+		// The pair dies whole with its host side, and its tc filters with
+		// it; the device's counters go after it: no program counts on a
+		// device that is gone.
 		var errs []error
-		if err := endpoint.Del(n, ep); err != nil {
+		if err := endpoint.DelEntries(n, ep); err != nil {
 			errs = append(errs, fmt.Errorf("endpoint: %w", err))
 		}
-		if err := veth.DeleteHost(hostName); err != nil {
-			errs = append(errs, err)
+		vethErr := veth.DeleteHost(hostName)
+		if vethErr != nil {
+			errs = append(errs, vethErr)
+		}
+		if err := endpoint.Detach(n, ep, vethErr == nil); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint: %w", err))
 		}
 		if err := endpoint.ForgetDevice(n, ep); err != nil {
 			errs = append(errs, fmt.Errorf("endpoint: %w", err))
