@@ -30,9 +30,5 @@ func main() {
 	// A call lives for milliseconds: collecting garbage would only cost
 	// time (loading the programs turns it back on: programs.Load).
 	debug.SetGCPercent(-1)
-	// A call is one goroutine on one locked thread: a second P only has
-	// idle threads spinning for work, CPU that eight concurrent calls on a
-	// small node take from each other.
-	runtime.GOMAXPROCS(1)
 	skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About("ebpf-cni"))
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"runtime/debug"
 
 	"github.com/cilium/ebpf"
@@ -205,9 +204,8 @@ func Remove(bpfRoot, tag string) error {
 // tag. The caller holds the node lock exclusively, so one call loads.
 func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
 	// Reading the kernel's BTF allocates hundreds of MB; the plugin runs
-	// with the collector off and on one CPU otherwise (cmd/ebpf-cni).
+	// with the collector off otherwise (cmd/ebpf-cni).
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.NumCPU()))
 	specs := make([]*ebpf.CollectionSpec, len(objs))
 	var names []string
 	seen := map[string]bool{}
