@@ -108,7 +108,7 @@ type programEnv struct {
 	counters *ebpf.Map
 }
 
-func newProgramEnv(t *testing.T) *programEnv {
+func newProgramEnv(t testing.TB) *programEnv {
 	bpfRoot, _, p := testPrograms(t)
 	e := &programEnv{n: testutil.NetNS(t), prog: mustProg(t, p, endpoint.HookFromContainer.Name), progs: p, bpfRoot: bpfRoot}
 	e.hA = testVeth(t, e.n, "hA")
