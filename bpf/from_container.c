@@ -88,6 +88,74 @@ static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
 	return !((*(__u32 *)a ^ *(__u32 *)b) | (*(__u16 *)(a + 4) ^ *(__u16 *)(b + 4)));
 }
 
+/* dev_has_ip4/6: addr is one of the pod's: anti-spoofing from the device
+ * entry, which lists them, without an endpoints lookup. */
+static __always_inline int dev_has_ip4(const struct endpoint_dev *dev, __be32 addr)
+{
+	for (int i = 0; i < ENDPOINT_MAX_IPS; i++) {
+		if (i >= dev->n_ip4)
+			break;
+		if (dev->ip4[i] == addr)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline int dev_has_ip6(const struct endpoint_dev *dev, const struct in6_addr *addr)
+{
+	for (int i = 0; i < ENDPOINT_MAX_IPS; i++) {
+		if (i >= dev->n_ip6)
+			break;
+		const __u32 *a = (const __u32 *)dev->ip6[i];
+
+		if (a[0] == addr->in6_u.u6_addr32[0] && a[1] == addr->in6_u.u6_addr32[1] &&
+		    a[2] == addr->in6_u.u6_addr32[2] && a[3] == addr->in6_u.u6_addr32[3])
+			return 1;
+	}
+	return 0;
+}
+
+/* qdisc_relearn sets EP_F_QDISC to want on every address entry of the pod
+ * behind the host veth skb came in on, then on the device entry's copy
+ * (lib/qdisc.h, qdisc_learn_dev). A global function: verified once, on
+ * its own, and only run when the copy disagrees with the qdiscs. */
+__attribute__((noinline)) int qdisc_relearn(struct __sk_buff *skb, __u32 want)
+{
+	__u32 ifindex = skb->ifindex;
+	struct endpoint_dev *dev = bpf_map_lookup_elem(&endpoint_devs, &ifindex);
+	struct endpoint_info *ep;
+
+	if (!dev)
+		return 0;
+	want &= EP_F_QDISC;
+	for (int i = 0; i < ENDPOINT_MAX_IPS; i++) {
+		if (i < dev->n_ip4) {
+			ep = endpoint_lookup4(dev->ip4[i]);
+			if (ep && ep->ifindex == ifindex && (ep->flags & EP_F_QDISC) != want)
+				ep->flags ^= EP_F_QDISC;
+		}
+		if (i < dev->n_ip6) {
+			ep = endpoint_lookup6((const struct in6_addr *)dev->ip6[i]);
+			if (ep && ep->ifindex == ifindex && (ep->flags & EP_F_QDISC) != want)
+				ep->flags ^= EP_F_QDISC;
+		}
+	}
+	if ((dev->flags & EP_F_QDISC) != want)
+		dev->flags ^= EP_F_QDISC;
+	return 0;
+}
+
+/* qdisc_learn_dev keeps the pod's EP_F_QDISC in step with q, looking at
+ * the device entry's copy only: the per-packet path does no endpoint
+ * lookup for it. */
+static __always_inline void qdisc_learn_dev(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q)
+{
+	__u32 want = (q & QDISC_ROOT) ? EP_F_QDISC : 0;
+
+	if ((dev->flags & EP_F_QDISC) != want)
+		qdisc_relearn(skb, want);
+}
+
 static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
 				      enum pkt_reason *why)
 {
@@ -495,17 +563,16 @@ static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpo
 	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct iphdr *ip = (void *)(eth + 1);
-	struct endpoint_info *src, *dst;
+	struct endpoint_info *dst;
 	int rc;
 
 	if ((void *)(ip + 1) > data_end || ip->ihl < 5)
 		return DROP(REASON_DROP_MALFORMED);
 
-	src = endpoint_lookup4(ip->saddr);
-	if (!src || src->ifindex != skb->ifindex)
+	if (!dev_has_ip4(dev, ip->saddr))
 		return DROP(REASON_DROP_SPOOF_SRC);
-	qdisc_learn(src, q);
-	if (bw_egress(skb, src->flags))
+	qdisc_learn_dev(skb, dev, q);
+	if (bw_egress(skb, dev->flags))
 		return DROP(REASON_DROP_BW_EGRESS);
 	dst = endpoint_lookup4(ip->daddr);
 	rc = policy_pod_egress(skb, dst);
@@ -521,7 +588,7 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpo
 	void *data_end = skb_data_end(skb);
 	struct ethhdr *eth = data;
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
-	struct endpoint_info *src, *dst;
+	struct endpoint_info *dst;
 	int rc;
 
 	if ((void *)(ip6 + 1) > data_end)
@@ -533,11 +600,10 @@ static __always_inline int handle_ipv6(struct __sk_buff *skb, const struct endpo
 		*why = REASON_PASS;
 		return TC_ACT_OK;
 	}
-	src = endpoint_lookup6(&ip6->saddr);
-	if (!src || src->ifindex != skb->ifindex)
+	if (!dev_has_ip6(dev, &ip6->saddr))
 		return DROP(REASON_DROP_SPOOF_SRC);
-	qdisc_learn(src, q);
-	if (bw_egress(skb, src->flags))
+	qdisc_learn_dev(skb, dev, q);
+	if (bw_egress(skb, dev->flags))
 		return DROP(REASON_DROP_BW_EGRESS);
 	if (ipv6_is_multicast(&ip6->daddr)) {
 		*why = REASON_PASS; /* neighbour solicitation for the gateway */

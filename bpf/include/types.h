@@ -216,7 +216,8 @@ enum endpoint_flags {
 	EP_F_BW_INGRESS = 4, /* the pod's ingress is rate limited */
 	EP_F_STACK = 8,      /* set by to_container: the stack delivered a flow to the pod (endpoint_dev only) */
 	EP_F_QDISC = 16,     /* set by from_container: the host veth's root qdisc queues (another plugin's
-			      * shaping): deliveries go through it (endpoint_info only; lib/qdisc.h) */
+			      * shaping): deliveries go through it (endpoint_info; endpoint_dev holds
+			      * from_container's copy of what it last set, lib/qdisc.h) */
 	EP_F_CLSACT = 32,    /* the programs are cls_bpf filters (attachMode tc): the host veth's
 			      * clsact qdisc is ours, not another plugin's */
 };

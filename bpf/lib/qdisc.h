@@ -18,7 +18,13 @@
  *    through the host veth's egress, and so through that qdisc, instead
  *    of straight into the pod's netns (endpoint_redirect).
  * The mark follows the qdisc: from_container sets and clears it with the
- * pod's next packet. */
+ * pod's next packet. It keeps a copy of what it last set in the pod's
+ * device entry (endpoint_dev, which it looks up for every packet anyway)
+ * and looks up the address entries only when the copy disagrees with the
+ * qdiscs (qdisc_relearn). The copy is from_container's alone: ebpf-cni
+ * writes a device entry again after its address entries (endpoint.Put),
+ * so a copy set in between goes back to unset and the next packet sets
+ * the marks again. */
 #ifndef EBPF_CNI_LIB_QDISC_H
 #define EBPF_CNI_LIB_QDISC_H
 

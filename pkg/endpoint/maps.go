@@ -176,6 +176,13 @@ func (m *Maps) Put(e *Entry) error {
 			return fmt.Errorf("writing endpoints[%s]: %w", ip, err)
 		}
 	}
+	// Once more after the addresses: from_container keeps in the device
+	// entry a copy of the EP_F_QDISC it set on them (bpf/lib/qdisc.h); one
+	// set between the two writes goes back to unset with this one, and the
+	// pod's next packet sets the address entries' marks again.
+	if err := m.Devs.Put(uint32(e.HostIfIndex), &d); err != nil {
+		return fmt.Errorf("writing endpoint_devs[%d]: %w", e.HostIfIndex, err)
+	}
 	return nil
 }
 

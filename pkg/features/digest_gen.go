@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "f1768fdf38e4"
+const objectsDigest = "787280321f0e"
