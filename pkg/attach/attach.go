@@ -13,11 +13,11 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // Mode is how programs are attached to a device.
@@ -199,10 +199,10 @@ func tcFilter(ifindex int, hook Hook, prog *ebpf.Program) *netlink.BpfFilter {
 
 func attachTC(l netlink.Link, hook Hook, prog *ebpf.Program) (Attachment, error) {
 	idx := l.Attrs().Index
-	if err := netlink.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := rtnl.H().QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 		return Attachment{}, fmt.Errorf("adding clsact qdisc to %s: %w", l.Attrs().Name, err)
 	}
-	if err := netlink.FilterAdd(tcFilter(idx, hook, prog)); err != nil {
+	if err := rtnl.H().FilterAdd(tcFilter(idx, hook, prog)); err != nil {
 		return Attachment{}, fmt.Errorf("adding tc filter %s to %s: %w", hook.Name, l.Attrs().Name, err)
 	}
 	return Attachment{Hook: hook.Name, Mode: ModeTC, Priority: tcPriority, Handle: tcHandle}, nil
@@ -234,7 +234,7 @@ func Replace(a Attachment, ifindex int, hook Hook, prog *ebpf.Program) error {
 	case ModeTCX, ModeCgroup:
 		return UpdatePinned(a.Pin, prog)
 	case ModeTC:
-		if err := netlink.FilterReplace(tcFilter(ifindex, hook, prog)); err != nil {
+		if err := rtnl.H().FilterReplace(tcFilter(ifindex, hook, prog)); err != nil {
 			return fmt.Errorf("replacing tc filter %s on ifindex %d: %w", a.Hook, ifindex, err)
 		}
 		return nil
@@ -275,12 +275,12 @@ func detach(a Attachment, ifindex int, hook Hook, now bool) error {
 	case ModeTCX, ModeCgroup:
 		return unpin(a.Pin, now)
 	case ModeTC:
-		l, err := netlink.LinkByIndex(ifindex)
+		l, err := rtnl.H().LinkByIndex(ifindex)
 		if err != nil {
 			return nil // the device took its filters with it
 		}
 		f := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: l.Attrs().Index, Parent: hook.TCParent, Handle: a.Handle, Priority: a.Priority, Protocol: unix.ETH_P_ALL}}
-		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		if err := rtnl.H().FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 			return fmt.Errorf("deleting tc filter %s on %s: %w", a.Hook, l.Attrs().Name, err)
 		}
 		return nil
@@ -375,7 +375,7 @@ func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 			ids = append(ids, p.ID)
 		}
 	}
-	filters, err := netlinksafe.FilterList(l, hook.TCParent)
+	filters, err := rtnl.FilterList(l, hook.TCParent)
 	if err != nil {
 		return nil, fmt.Errorf("listing tc filters of %s: %w", l.Attrs().Name, err)
 	}
@@ -395,7 +395,7 @@ func Observed(l netlink.Link, hook Hook, pinDir string) (Attachment, bool) {
 	if _, err := os.Stat(pin); err == nil {
 		return Attachment{Hook: hook.Name, Mode: ModeTCX, Pin: pin}, true
 	}
-	filters, err := netlinksafe.FilterList(l, hook.TCParent)
+	filters, err := rtnl.FilterList(l, hook.TCParent)
 	if err != nil {
 		return Attachment{}, false
 	}

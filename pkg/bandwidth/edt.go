@@ -2,6 +2,8 @@ package bandwidth
 
 import (
 	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // fqFlowLimit is fq's per-flow (and total) packet limit on a host veth
@@ -28,5 +30,5 @@ func EnableEDT(host netlink.Link) bool {
 		Pacing:     1, PacketLimit: fqFlowLimit, FlowPacketLimit: fqFlowLimit,
 		HorizonDropPolicy: netlink.HORIZON_DROP_POLICY_DEFAULT,
 	}
-	return netlink.QdiscReplace(q) == nil
+	return rtnl.H().QdiscReplace(q) == nil
 }

@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // The hooks of the overlay's device.
@@ -59,7 +59,7 @@ const (
 // IPv4 underlay when the node has an IPv4 default route, else IPv6. (With
 // tunnel endpoints of both families, set mtu to the uplink's minus 70.)
 func Overhead() int {
-	routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := rtnl.RouteList(nil, netlink.FAMILY_V4)
 	if err == nil {
 		for _, r := range routes {
 			if r.Dst == nil {
@@ -156,7 +156,7 @@ func hook(name string) attach.Hook { return attach.Find(Hooks, name) }
 // ensureDevice returns the device, made (or remade when its port is not
 // the configured one) and up.
 func ensureDevice(s *Settings) (netlink.Link, error) {
-	l, err := netlinksafe.LinkByName(Device)
+	l, err := rtnl.LinkByName(Device)
 	if err == nil {
 		vx, ok := l.(*netlink.Vxlan)
 		if !ok || l.Attrs().Alias != deviceAlias {
@@ -164,35 +164,35 @@ func ensureDevice(s *Settings) (netlink.Link, error) {
 		}
 		if vx.FlowBased && vx.Port == int(s.Port) {
 			if l.Attrs().Flags&net.FlagUp == 0 {
-				if err := netlink.LinkSetUp(l); err != nil {
+				if err := rtnl.H().LinkSetUp(l); err != nil {
 					return nil, fmt.Errorf("setting %s up: %w", Device, err)
 				}
 			}
 			return l, nil
 		}
-		if err := netlink.LinkDel(l); err != nil {
+		if err := rtnl.H().LinkDel(l); err != nil {
 			return nil, fmt.Errorf("replacing %s (port %d, want %d): %w", Device, vx.Port, s.Port, err)
 		}
 	}
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = Device
 	vx := &netlink.Vxlan{LinkAttrs: attrs, FlowBased: true, Port: int(s.Port), Learning: false}
-	if err := netlink.LinkAdd(vx); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := rtnl.H().LinkAdd(vx); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("creating %s: %w", Device, err)
 	}
-	l, err = netlinksafe.LinkByName(Device)
+	l, err = rtnl.LinkByName(Device)
 	if err != nil {
 		return nil, fmt.Errorf("looking up %s: %w", Device, err)
 	}
-	if err := netlink.LinkSetAlias(l, deviceAlias); err != nil {
+	if err := rtnl.H().LinkSetAlias(l, deviceAlias); err != nil {
 		return nil, fmt.Errorf("setting the alias of %s: %w", Device, err)
 	}
 	// Nobody answers ARP or NDP in the overlay: to_tunnel sets the key and
 	// from_tunnel on the other node rewrites the inner frame's addresses.
-	if err := netlink.LinkSetARPOff(l); err != nil {
+	if err := rtnl.H().LinkSetARPOff(l); err != nil {
 		return nil, fmt.Errorf("setting %s noarp: %w", Device, err)
 	}
-	if err := netlink.LinkSetUp(l); err != nil {
+	if err := rtnl.H().LinkSetUp(l); err != nil {
 		return nil, fmt.Errorf("setting %s up: %w", Device, err)
 	}
 	return l, nil
@@ -213,7 +213,7 @@ func overlayRoutes(l netlink.Link, ranges []*net.IPNet) []*netlink.Route {
 
 func ensureRoutes(l netlink.Link, ranges []*net.IPNet) error {
 	for _, r := range overlayRoutes(l, ranges) {
-		if err := netlink.RouteReplace(r); err != nil {
+		if err := rtnl.H().RouteReplace(r); err != nil {
 			return fmt.Errorf("routing %s through %s: %w", r.Dst, Device, err)
 		}
 	}
@@ -252,8 +252,8 @@ func teardownOverlay(n *node.Node) error {
 	}
 	defer lock.Unlock()
 	errs := []error{detachOverlay(n)}
-	if l, err := netlinksafe.LinkByName(Device); err == nil && l.Attrs().Alias == deviceAlias {
-		if err := netlink.LinkDel(l); err != nil {
+	if l, err := rtnl.LinkByName(Device); err == nil && l.Attrs().Alias == deviceAlias {
+		if err := rtnl.H().LinkDel(l); err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", Device, err))
 		}
 	}
@@ -273,7 +273,7 @@ func teardownOverlay(n *node.Node) error {
 
 // OverlayProblems names what is missing for the overlay, for CHECK.
 func overlayProblems(n *node.Node, s *Settings) []string {
-	l, err := netlinksafe.LinkByName(Device)
+	l, err := rtnl.LinkByName(Device)
 	if err != nil {
 		return []string{fmt.Sprintf("overlay device %s missing", Device)}
 	}
@@ -294,7 +294,7 @@ func overlayProblems(n *node.Node, s *Settings) []string {
 		if r.Dst.IP.To4() == nil {
 			fam = netlink.FAMILY_V6
 		}
-		routes, err := netlinksafe.RouteListFiltered(fam, r, netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
+		routes, err := rtnl.RouteListFiltered(fam, r, netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
 		if err != nil || len(routes) == 0 {
 			out = append(out, fmt.Sprintf("route %s dev %s missing", r.Dst, Device))
 		}

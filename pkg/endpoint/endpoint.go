@@ -18,7 +18,6 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
@@ -28,6 +27,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
@@ -250,7 +250,7 @@ func Resolve(n *node.Node, ep *feature.Endpoint) {
 	if ep.Recorded {
 		return
 	}
-	l, err := netlinksafe.LinkByName(ep.HostIfName)
+	l, err := rtnl.LinkByName(ep.HostIfName)
 	if err != nil || !veth.IsOurs(l) {
 		return
 	}

@@ -10,8 +10,9 @@ import (
 	"strings"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // What a pod may never be given, wherever its address comes from:
@@ -59,7 +60,7 @@ type NodeNet struct {
 // from /proc's list, which the kernel writes at a quarter of a dump's cost
 // with two link-local addresses per pod. Tests replace it.
 var nodeNets = func() ([]NodeNet, error) {
-	addrs, err := netlinksafe.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := rtnl.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		return nil, fmt.Errorf("listing the node's addresses: %w", err)
 	}
@@ -71,7 +72,7 @@ var nodeNets = func() ([]NodeNet, error) {
 		}
 		name, ok := names[a.LinkIndex]
 		if !ok {
-			if l, err := netlink.LinkByIndex(a.LinkIndex); err == nil {
+			if l, err := rtnl.H().LinkByIndex(a.LinkIndex); err == nil {
 				name = l.Attrs().Name
 			} else {
 				name = fmt.Sprintf("ifindex %d", a.LinkIndex)

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
@@ -284,7 +284,7 @@ func (n *Node) Programs() (*programs.Set, error) {
 // attachedPrograms lists the programs attached at hooks on every device
 // of the current network namespace (tcx or tc).
 func attachedPrograms(hooks []attach.Hook) []ebpf.ProgramID {
-	links, err := netlinksafe.LinkList()
+	links, err := rtnl.LinkList()
 	if err != nil {
 		return nil
 	}

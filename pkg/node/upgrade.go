@@ -14,6 +14,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // upgrade points every attachment of the node at p's programs and unpins
@@ -153,7 +154,7 @@ func (n *Node) upgradeUnrecorded(p *programs.Set, done map[string]bool) error {
 // linkByIndexName finds the link with ifindex, provided it still has the
 // recorded name (ifindexes are reused).
 func linkByIndexName(ifindex int, name string) (netlink.Link, error) {
-	l, err := netlink.LinkByIndex(ifindex)
+	l, err := rtnl.H().LinkByIndex(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("link %d: %w", ifindex, ErrNotFound)
 	}

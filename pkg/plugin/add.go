@@ -22,12 +22,22 @@ import (
 	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // Funcs are the CNI verbs of ebpf-cni, for skel.PluginMainFuncs.
 func Funcs() skel.CNIFuncs {
-	return skel.CNIFuncs{Add: CmdAdd, Del: CmdDel, Check: CmdCheck, GC: CmdGC, Status: CmdStatus}
+	return skel.CNIFuncs{Add: span(CmdAdd), Del: span(CmdDel), Check: span(CmdCheck), GC: span(CmdGC), Status: span(CmdStatus)}
+}
+
+// span runs a verb with its netlink requests on one socket per network
+// namespace (pkg/rtnl), closed when it returns.
+func span(verb func(*skel.CmdArgs) error) func(*skel.CmdArgs) error {
+	return func(args *skel.CmdArgs) error {
+		defer rtnl.Begin()()
+		return verb(args)
+	}
 }
 
 // Versions lists every CNI spec version ebpf-cni speaks.

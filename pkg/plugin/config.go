@@ -9,13 +9,13 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 const (
@@ -191,7 +191,7 @@ func bad(key, msg string) error {
 // uplink), or 1500 when there is none.
 func defaultMTU() int {
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		routes, err := netlinksafe.RouteList(nil, fam)
+		routes, err := rtnl.RouteList(nil, fam)
 		if err != nil {
 			continue
 		}
@@ -204,7 +204,7 @@ func defaultMTU() int {
 					continue
 				}
 			}
-			if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil && l.Attrs().MTU > 0 {
+			if l, err := rtnl.H().LinkByIndex(r.LinkIndex); err == nil && l.Attrs().MTU > 0 {
 				return l.Attrs().MTU
 			}
 		}

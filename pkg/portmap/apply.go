@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
@@ -241,7 +241,7 @@ func Ready(n *node.Node, cgroup string) error {
 
 // syncNodeAddrs makes node_addrs exactly the node's global addresses.
 func syncNodeAddrs(m *ebpf.Map) error {
-	addrs, err := netlinksafe.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := rtnl.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // The hooks of an uplink.
@@ -78,7 +78,7 @@ type Uplink struct {
 func Find(names []string) ([]Uplink, error) {
 	var links []netlink.Link
 	for i, n := range names {
-		l, err := netlinksafe.LinkByName(n)
+		l, err := rtnl.LinkByName(n)
 		if err != nil {
 			return nil, config.Invalid(fmt.Sprintf("uplinks[%d]", i), "no interface %q on the node: %v", n, err)
 		}
@@ -87,7 +87,7 @@ func Find(names []string) ([]Uplink, error) {
 	if len(names) == 0 {
 		seen := map[int]bool{}
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			routes, err := netlinksafe.RouteList(nil, fam)
+			routes, err := rtnl.RouteList(nil, fam)
 			if err != nil {
 				return nil, fmt.Errorf("listing routes: %w", err)
 			}
@@ -106,7 +106,7 @@ func Find(names []string) ([]Uplink, error) {
 						continue
 					}
 					seen[i] = true
-					l, err := netlink.LinkByIndex(i)
+					l, err := rtnl.H().LinkByIndex(i)
 					if err != nil {
 						return nil, fmt.Errorf("default route device %d: %w", i, err)
 					}
@@ -122,7 +122,7 @@ func Find(names []string) ([]Uplink, error) {
 	for _, l := range links {
 		u := Uplink{Link: l}
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			addrs, err := netlinksafe.AddrList(l, fam)
+			addrs, err := rtnl.AddrList(l, fam)
 			if err != nil {
 				return nil, fmt.Errorf("listing addresses of %s: %w", l.Attrs().Name, err)
 			}
@@ -231,7 +231,7 @@ func Problems(n *node.Node, what string) []string {
 	}
 	var out []string
 	for _, s := range sets {
-		l, err := netlink.LinkByIndex(s.IfIndex)
+		l, err := rtnl.H().LinkByIndex(s.IfIndex)
 		if err != nil || l.Attrs().Name != s.Name {
 			out = append(out, fmt.Sprintf("uplink %s (ifindex %d) is gone", s.Name, s.IfIndex))
 			continue
@@ -372,7 +372,7 @@ func unrecorded(n *node.Node, m *ebpf.Map, known map[int]bool, f func(netlink.Li
 		if known[int(idx)] {
 			continue
 		}
-		l, err := netlink.LinkByIndex(int(idx))
+		l, err := rtnl.H().LinkByIndex(int(idx))
 		if err != nil {
 			continue // the device is gone, and its programs with it
 		}

@@ -8,11 +8,12 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // Gateways the pod routes through when the IPAM result names none (IPv4) and
@@ -131,7 +132,7 @@ func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes
 	var l netlink.Link
 	err := podNS.Do(func(ns.NetNS) error {
 		var err error
-		l, err = netlinksafe.LinkByName(ifName)
+		l, err = rtnl.LinkByName(ifName)
 		if err != nil {
 			return fmt.Errorf("looking up %s: %w", ifName, err)
 		}
@@ -140,19 +141,19 @@ func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes
 				return fmt.Errorf("enabling ipv6 on %s: %w", ifName, err)
 			}
 		}
-		if err := netlink.LinkSetUp(l); err != nil {
+		if err := rtnl.H().LinkSetUp(l); err != nil {
 			return fmt.Errorf("setting %s up: %w", ifName, err)
 		}
 		for _, c := range ips {
 			a := &netlink.Addr{IPNet: &c.Address, Flags: unix.IFA_F_NOPREFIXROUTE | unix.IFA_F_NODAD}
-			if err := netlink.AddrAdd(l, a); err != nil {
+			if err := rtnl.H().AddrAdd(l, a); err != nil {
 				return fmt.Errorf("adding address %s to %s: %w", c.Address.String(), ifName, err)
 			}
 		}
 		skipped := false
 		for _, r := range routes {
 			nr := podRoute(l.Attrs().Index, r)
-			err := netlink.RouteAdd(nr)
+			err := rtnl.H().RouteAdd(nr)
 			if errors.Is(err, unix.EEXIST) && r.Table == nil {
 				skipped = true // another interface's: this one's own table has it
 				continue
@@ -180,7 +181,7 @@ func ownTable(l netlink.Link, ips []*current.IPConfig, routes []*types.Route) er
 		if r.Table == nil {
 			nr.Table = table
 		}
-		if err := netlink.RouteReplace(nr); err != nil {
+		if err := rtnl.H().RouteReplace(nr); err != nil {
 			return fmt.Errorf("adding route %s via %s to table %d: %w", r.Dst.String(), r.GW, table, err)
 		}
 	}
@@ -194,7 +195,7 @@ func ownTable(l netlink.Link, ips []*current.IPConfig, routes []*types.Route) er
 			bits, rule.Family = 128, netlink.FAMILY_V6
 		}
 		rule.Src = &net.IPNet{IP: c.Address.IP, Mask: net.CIDRMask(bits, bits)}
-		if err := netlink.RuleAdd(rule); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := rtnl.H().RuleAdd(rule); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("adding rule from %s lookup %d: %w", c.Address.IP, table, err)
 		}
 	}
@@ -242,17 +243,17 @@ func ConfigureHost(host netlink.Link, ips []*current.IPConfig) error {
 			}
 		}
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
+	if err := rtnl.H().LinkSetUp(host); err != nil {
 		return fmt.Errorf("setting %s up: %w", name, err)
 	}
 	if hasV6(ips) {
 		a := &netlink.Addr{IPNet: gatewayV6Addr, Flags: unix.IFA_F_NODAD}
-		if err := netlink.AddrAdd(host, a); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := rtnl.H().AddrAdd(host, a); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("adding %s to %s: %w", gatewayV6Addr, name, err)
 		}
 	}
 	for _, r := range HostRoutes(host.Attrs().Index, ips) {
-		if err := netlink.RouteReplace(r); err != nil {
+		if err := rtnl.H().RouteReplace(r); err != nil {
 			return fmt.Errorf("adding host route %s dev %s: %w", r.Dst, name, err)
 		}
 	}
@@ -280,7 +281,7 @@ func RoutePresent(l netlink.Link, r *types.Route) (bool, error) {
 	if !isV4(r.Dst.IP) {
 		fam = netlink.FAMILY_V6
 	}
-	routes, err := netlinksafe.RouteList(l, fam)
+	routes, err := rtnl.RouteList(l, fam)
 	if err != nil {
 		return false, err
 	}
@@ -327,7 +328,7 @@ func RemoveOwnRules(netnsPath string, ips []net.IP) error {
 	return podNS.Do(func(ns.NetNS) error {
 		var errs []error
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			rules, err := netlinksafe.RuleList(fam)
+			rules, err := rtnl.RuleList(fam)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("listing rules: %w", err))
 				continue
@@ -338,7 +339,7 @@ func RemoveOwnRules(netnsPath string, ips []net.IP) error {
 				}
 				for _, ip := range ips {
 					if ones, bits := r.Src.Mask.Size(); ones == bits && r.Src.IP.Equal(ip) {
-						if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+						if err := rtnl.H().RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
 							errs = append(errs, fmt.Errorf("deleting rule from %s lookup %d: %w", ip, r.Table, err))
 						}
 					}

@@ -8,9 +8,10 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // CheckPod compares the pod's side of the pair with what ADD made of it
@@ -23,7 +24,7 @@ func CheckPod(podNS ns.NetNS, netnsPath, ifName, mac string, ips []*current.IPCo
 	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
 	var podMAC net.HardwareAddr
 	err := podNS.Do(func(ns.NetNS) error {
-		l, err := netlinksafe.LinkByName(ifName)
+		l, err := rtnl.LinkByName(ifName)
 		if err != nil {
 			bad("interface %s missing in %s", ifName, netnsPath)
 			return nil
@@ -38,7 +39,7 @@ func CheckPod(podNS ns.NetNS, netnsPath, ifName, mac string, ips []*current.IPCo
 		if l.Attrs().Flags&net.FlagUp == 0 {
 			bad("%s is down", ifName)
 		}
-		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
+		addrs, err := rtnl.AddrList(l, netlink.FAMILY_ALL)
 		if err != nil {
 			return fmt.Errorf("listing addresses of %s: %w", ifName, err)
 		}
@@ -72,7 +73,7 @@ func CheckPod(podNS ns.NetNS, netnsPath, ifName, mac string, ips []*current.IPCo
 // the host routes to ips. It gives the differences and the host veth (nil
 // when it is missing).
 func CheckHost(hostName, mac string, ips []*current.IPConfig) ([]string, netlink.Link) {
-	host, err := netlinksafe.LinkByName(hostName)
+	host, err := rtnl.LinkByName(hostName)
 	if err != nil {
 		return []string{fmt.Sprintf("host veth %s missing", hostName)}, nil
 	}

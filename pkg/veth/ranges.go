@@ -6,10 +6,11 @@ import (
 	"net"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // RangeProtocol tags the node's unreachable routes for its pod ranges
@@ -66,7 +67,7 @@ func rangeRoute(r *net.IPNet) *netlink.Route {
 // else made, which is left as it is). Idempotent.
 func EnsureRanges(ranges []*net.IPNet) error {
 	for _, r := range ranges {
-		if err := netlink.RouteAdd(rangeRoute(r)); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := rtnl.H().RouteAdd(rangeRoute(r)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("adding unreachable route %s: %w", r, err)
 		}
 	}
@@ -75,7 +76,7 @@ func EnsureRanges(ranges []*net.IPNet) error {
 
 // RangeRoutes lists the node's unreachable routes for pod ranges.
 func RangeRoutes() ([]*net.IPNet, error) {
-	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RangeProtocol, Table: unix.RT_TABLE_MAIN},
+	routes, err := rtnl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RangeProtocol, Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("listing unreachable routes: %w", err)
@@ -92,7 +93,7 @@ func RangeRoutes() ([]*net.IPNet, error) {
 // RemoveRange removes the unreachable route of a range; one already gone
 // is fine.
 func RemoveRange(r *net.IPNet) error {
-	if err := netlink.RouteDel(rangeRoute(r)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+	if err := rtnl.H().RouteDel(rangeRoute(r)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("removing unreachable route %s: %w", r, err)
 	}
 	return nil

@@ -13,11 +13,12 @@ import (
 	"os"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
 
 // HostPrefix starts the name of every host veth ebpf-cni creates.
@@ -115,7 +116,7 @@ func Owner(l netlink.Link) (o Owned, ok bool) {
 
 // SetAlias names the attachment on a host veth that lacks its alias.
 func SetAlias(l netlink.Link, containerID, ifName, network string) error {
-	if err := netlink.LinkSetAlias(l, Alias(containerID, ifName, network)); err != nil {
+	if err := rtnl.H().LinkSetAlias(l, Alias(containerID, ifName, network)); err != nil {
 		return fmt.Errorf("setting alias of %s: %w", l.Attrs().Name, err)
 	}
 	return nil
@@ -140,7 +141,7 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 		PeerNamespace:    netlink.NsFd(int(podNS.Fd())),
 		PeerMTU:          uint32(mtu),
 	}
-	if err := netlink.LinkAdd(v); err != nil {
+	if err := rtnl.H().LinkAdd(v); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("%s in %s, or host veth %s: %w", ifName, podNS.Path(), hostName, ErrInterfaceExists)
 		}
@@ -149,13 +150,13 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 	ok := false
 	defer func() {
 		if !ok {
-			_ = netlink.LinkDel(v)
+			_ = rtnl.H().LinkDel(v)
 		}
 	}()
-	if err := netlink.LinkSetAlias(v, alias); err != nil {
+	if err := rtnl.H().LinkSetAlias(v, alias); err != nil {
 		return nil, fmt.Errorf("setting alias of %s: %w", hostName, err)
 	}
-	host, err := netlinksafe.LinkByName(hostName)
+	host, err := rtnl.LinkByName(hostName)
 	if err != nil {
 		return nil, fmt.Errorf("looking up %s: %w", hostName, err)
 	}
@@ -167,7 +168,7 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 // tc filters). A missing link is not an error; a link that is not ours is
 // left alone.
 func DeleteHost(name string) error {
-	l, err := netlinksafe.LinkByName(name)
+	l, err := rtnl.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
@@ -178,7 +179,7 @@ func DeleteHost(name string) error {
 	if !IsOurs(l) {
 		return fmt.Errorf("refusing to delete %s: not created by ebpf-cni (alias %q)", name, l.Attrs().Alias)
 	}
-	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+	if err := rtnl.H().LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
@@ -186,13 +187,13 @@ func DeleteHost(name string) error {
 
 // Exists reports whether a host veth of ours named name is on the node.
 func Exists(name string) bool {
-	l, err := netlinksafe.LinkByName(name)
+	l, err := rtnl.LinkByName(name)
 	return err == nil && IsOurs(l)
 }
 
 // HostLinks lists the host veths ebpf-cni created in the current netns.
 func HostLinks() ([]netlink.Link, error) {
-	all, err := netlinksafe.LinkList()
+	all, err := rtnl.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}

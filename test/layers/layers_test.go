@@ -46,6 +46,7 @@ var layers = []struct {
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
 	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/events", "pkg/veth", "pkg/config", "pkg/errcode",
 		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls", "pkg/policy", "pkg/hugeheap"}, false},
+	{"netlink: one socket per namespace for a call", []string{"pkg/rtnl"}, false},
 	{"maps", []string{"pkg/maps"}, false},
 }
 
