@@ -375,7 +375,7 @@ func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 			ids = append(ids, p.ID)
 		}
 	}
-	filters, err := rtnl.FilterList(l, hook.TCParent)
+	filters, err := rtnl.H().FilterList(l, hook.TCParent)
 	if err != nil {
 		return nil, fmt.Errorf("listing tc filters of %s: %w", l.Attrs().Name, err)
 	}
@@ -395,7 +395,7 @@ func Observed(l netlink.Link, hook Hook, pinDir string) (Attachment, bool) {
 	if _, err := os.Stat(pin); err == nil {
 		return Attachment{Hook: hook.Name, Mode: ModeTCX, Pin: pin}, true
 	}
-	filters, err := rtnl.FilterList(l, hook.TCParent)
+	filters, err := rtnl.H().FilterList(l, hook.TCParent)
 	if err != nil {
 		return Attachment{}, false
 	}

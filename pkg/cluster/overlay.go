@@ -59,7 +59,7 @@ const (
 // IPv4 underlay when the node has an IPv4 default route, else IPv6. (With
 // tunnel endpoints of both families, set mtu to the uplink's minus 70.)
 func Overhead() int {
-	routes, err := rtnl.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := rtnl.H().RouteList(nil, netlink.FAMILY_V4)
 	if err == nil {
 		for _, r := range routes {
 			if r.Dst == nil {
@@ -156,7 +156,7 @@ func hook(name string) attach.Hook { return attach.Find(Hooks, name) }
 // ensureDevice returns the device, made (or remade when its port is not
 // the configured one) and up.
 func ensureDevice(s *Settings) (netlink.Link, error) {
-	l, err := rtnl.LinkByName(Device)
+	l, err := rtnl.H().LinkByName(Device)
 	if err == nil {
 		vx, ok := l.(*netlink.Vxlan)
 		if !ok || l.Attrs().Alias != deviceAlias {
@@ -180,7 +180,7 @@ func ensureDevice(s *Settings) (netlink.Link, error) {
 	if err := rtnl.H().LinkAdd(vx); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("creating %s: %w", Device, err)
 	}
-	l, err = rtnl.LinkByName(Device)
+	l, err = rtnl.H().LinkByName(Device)
 	if err != nil {
 		return nil, fmt.Errorf("looking up %s: %w", Device, err)
 	}
@@ -252,7 +252,7 @@ func teardownOverlay(n *node.Node) error {
 	}
 	defer lock.Unlock()
 	errs := []error{detachOverlay(n)}
-	if l, err := rtnl.LinkByName(Device); err == nil && l.Attrs().Alias == deviceAlias {
+	if l, err := rtnl.H().LinkByName(Device); err == nil && l.Attrs().Alias == deviceAlias {
 		if err := rtnl.H().LinkDel(l); err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", Device, err))
 		}
@@ -273,7 +273,7 @@ func teardownOverlay(n *node.Node) error {
 
 // OverlayProblems names what is missing for the overlay, for CHECK.
 func overlayProblems(n *node.Node, s *Settings) []string {
-	l, err := rtnl.LinkByName(Device)
+	l, err := rtnl.H().LinkByName(Device)
 	if err != nil {
 		return []string{fmt.Sprintf("overlay device %s missing", Device)}
 	}
@@ -294,7 +294,7 @@ func overlayProblems(n *node.Node, s *Settings) []string {
 		if r.Dst.IP.To4() == nil {
 			fam = netlink.FAMILY_V6
 		}
-		routes, err := rtnl.RouteListFiltered(fam, r, netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
+		routes, err := rtnl.H().RouteListFiltered(fam, r, netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
 		if err != nil || len(routes) == 0 {
 			out = append(out, fmt.Sprintf("route %s dev %s missing", r.Dst, Device))
 		}

@@ -250,7 +250,7 @@ func Resolve(n *node.Node, ep *feature.Endpoint) {
 	if ep.Recorded {
 		return
 	}
-	l, err := rtnl.LinkByName(ep.HostIfName)
+	l, err := rtnl.H().LinkByName(ep.HostIfName)
 	if err != nil || !veth.IsOurs(l) {
 		return
 	}

@@ -284,7 +284,7 @@ func (n *Node) Programs() (*programs.Set, error) {
 // attachedPrograms lists the programs attached at hooks on every device
 // of the current network namespace (tcx or tc).
 func attachedPrograms(hooks []attach.Hook) []ebpf.ProgramID {
-	links, err := rtnl.LinkList()
+	links, err := rtnl.H().LinkList()
 	if err != nil {
 		return nil
 	}

@@ -191,7 +191,7 @@ func bad(key, msg string) error {
 // uplink), or 1500 when there is none.
 func defaultMTU() int {
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		routes, err := rtnl.RouteList(nil, fam)
+		routes, err := rtnl.H().RouteList(nil, fam)
 		if err != nil {
 			continue
 		}

@@ -100,7 +100,7 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 			continue
 		}
 		errs = append(errs, withAttachment(n, name, func() error {
-			l, err := rtnl.LinkByName(name)
+			l, err := rtnl.H().LinkByName(name)
 			if err != nil || !veth.IsOurs(l) {
 				return nil // gone meanwhile (the next call reclaims what is left), or not ours
 			}
@@ -165,7 +165,7 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 				continue
 			}
 			errs = append(errs, withAttachment(n, name, func() error {
-				l, err := rtnl.LinkByName(name)
+				l, err := rtnl.H().LinkByName(name)
 				if err != nil {
 					return nil
 				}
@@ -471,7 +471,7 @@ func endpointHooks() []attach.Hook {
 // hostRouteIPs are the pod addresses the node routes to through l (the
 // host routes ADD adds: one per address, full length).
 func hostRouteIPs(l netlink.Link) []net.IP {
-	routes, err := rtnl.RouteList(l, netlink.FAMILY_ALL)
+	routes, err := rtnl.H().RouteList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil
 	}
@@ -537,7 +537,7 @@ func podAlive(r *node.Record) bool {
 	}
 	alive := false
 	_ = ns.WithNetNSPath(r.NetNS, func(ns.NetNS) error {
-		l, err := rtnl.LinkByName(r.IfName)
+		l, err := rtnl.H().LinkByName(r.IfName)
 		alive = err == nil && l.Type() == "veth" && strings.EqualFold(l.Attrs().HardwareAddr.String(), r.MAC)
 		return nil
 	})

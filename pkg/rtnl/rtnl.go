@@ -10,7 +10,9 @@
 // inside ns.Do), made on first use and closed at the end. Outside such a
 // span (the agent, tests calling packages directly) H is the zero handle,
 // which behaves exactly like the package functions: nothing outlives a
-// request, so no socket keeps a deleted namespace alive.
+// request, so no socket keeps a deleted namespace alive. The handle is
+// netlinksafe's, whose dumps retry when the kernel interrupts them; only
+// AddrList, which it lacks, is here.
 //
 // A kept socket holds a reference on its namespace, so a namespace cannot
 // be freed, and its inode number reused, while its handle is cached: the
@@ -21,6 +23,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -28,8 +31,8 @@ import (
 var (
 	mu      sync.Mutex
 	active  int // nesting depth of Begin
-	handles = map[uint64]*netlink.Handle{}
-	zero    = &netlink.Handle{} // a socket per request, as netlink's package functions
+	handles = map[uint64]*netlinksafe.Handle{}
+	zero    = &netlinksafe.Handle{Handle: &netlink.Handle{}} // a socket per request, as netlink's package functions
 )
 
 // Begin keeps one netlink socket per namespace until the function it
@@ -60,8 +63,9 @@ func Begin() (end func()) {
 // the span of Begin, the zero handle (a socket per request) outside one
 // or when the namespace cannot be told. Call it for each request (or
 // each run of requests in one namespace): a handle is bound to the
-// namespace it was made in, whatever namespace the thread moves to.
-func H() *netlink.Handle {
+// namespace it was made in, whatever namespace the thread moves to. It
+// is netlinksafe's: its dumps retry when the kernel interrupts them.
+func H() *netlinksafe.Handle {
 	mu.Lock()
 	defer mu.Unlock()
 	if active == 0 {
@@ -74,12 +78,12 @@ func H() *netlink.Handle {
 	if h, ok := handles[st.Ino]; ok {
 		return h
 	}
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return zero
 	}
-	handles[st.Ino] = h
-	return h
+	handles[st.Ino] = &h
+	return &h
 }
 
 // maxAttempts bounds the retries of a dump the kernel reports as
@@ -88,11 +92,11 @@ const maxAttempts = 5
 
 // dump retries f while the kernel says the dump was interrupted, then
 // keeps the last (possibly inconsistent) answer, as netlinksafe does.
-func dump[T any](f func(h *netlink.Handle) (T, error)) (T, error) {
+func dump[T any](f func() (T, error)) (T, error) {
 	var v T
 	var err error
 	for range maxAttempts {
-		v, err = f(H())
+		v, err = f()
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			return v, err
 		}
@@ -100,42 +104,10 @@ func dump[T any](f func(h *netlink.Handle) (T, error)) (T, error) {
 	return v, nil
 }
 
-// LinkByName is netlink's LinkByName (a dump on kernels without
-// IFLA_IFNAME lookups, hence the retry).
-func LinkByName(name string) (netlink.Link, error) {
-	return dump(func(h *netlink.Handle) (netlink.Link, error) { return h.LinkByName(name) })
-}
-
-// LinkList lists the links of the thread's namespace.
-func LinkList() ([]netlink.Link, error) {
-	return dump(func(h *netlink.Handle) ([]netlink.Link, error) { return h.LinkList() })
-}
-
-// AddrList lists addresses (of link, or all with nil) of family.
+// AddrList lists addresses (of link, or all with nil) of family:
+// netlinksafe's Handle has no AddrList of its own.
 func AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
-	return dump(func(h *netlink.Handle) ([]netlink.Addr, error) { return h.AddrList(link, family) })
-}
-
-// RouteList lists routes (of link, or all with nil) of family.
-func RouteList(link netlink.Link, family int) ([]netlink.Route, error) {
-	return dump(func(h *netlink.Handle) ([]netlink.Route, error) { return h.RouteList(link, family) })
-}
-
-// RouteListFiltered lists the routes matching filter on filterMask.
-func RouteListFiltered(family int, filter *netlink.Route, filterMask uint64) ([]netlink.Route, error) {
-	return dump(func(h *netlink.Handle) ([]netlink.Route, error) {
-		return h.RouteListFiltered(family, filter, filterMask)
-	})
-}
-
-// RuleList lists the routing rules of family.
-func RuleList(family int) ([]netlink.Rule, error) {
-	return dump(func(h *netlink.Handle) ([]netlink.Rule, error) { return h.RuleList(family) })
-}
-
-// FilterList lists link's tc filters under parent.
-func FilterList(link netlink.Link, parent uint32) ([]netlink.Filter, error) {
-	return dump(func(h *netlink.Handle) ([]netlink.Filter, error) { return h.FilterList(link, parent) })
+	return dump(func() ([]netlink.Addr, error) { return H().Handle.AddrList(link, family) })
 }
 
 // Sockets is the number of sockets the current span keeps (for tests and

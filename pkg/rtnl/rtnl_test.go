@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
@@ -11,7 +12,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 )
 
-func linkNames(t *testing.T, h *netlink.Handle) []string {
+func linkNames(t *testing.T, h *netlinksafe.Handle) []string {
 	t.Helper()
 	links, err := h.LinkList()
 	require.NoError(t, err)
@@ -48,16 +49,16 @@ func TestSpan(t *testing.T) {
 		require.NotSame(t, zero, h)
 		require.Same(t, h, H(), "one socket per namespace")
 		require.Equal(t, 1, Sockets())
-		l, err := LinkByName("rtnl0")
+		l, err := H().LinkByName("rtnl0")
 		require.NoError(t, err)
 		require.Equal(t, "rtnl0", l.Attrs().Name)
 
-		var podH *netlink.Handle
+		var podH *netlinksafe.Handle
 		require.NoError(t, pod.Do(func(ns.NetNS) error {
 			podH = H()
 			require.NotSame(t, h, podH, "a namespace of its own")
 			require.Equal(t, []string{"lo"}, linkNames(t, podH))
-			_, err := LinkByName("rtnl0")
+			_, err := H().LinkByName("rtnl0")
 			require.Error(t, err, "the pod's namespace has no rtnl0")
 			return nil
 		}))
@@ -78,7 +79,7 @@ func TestSpan(t *testing.T) {
 		end()
 		require.Zero(t, Sockets(), "the outermost end closes them")
 		require.Same(t, zero, H())
-		l, err = LinkByName("rtnl1")
+		l, err = H().LinkByName("rtnl1")
 		require.NoError(t, err, "requests work outside a span")
 		require.Equal(t, "rtnl1", l.Attrs().Name)
 		return nil
@@ -88,7 +89,7 @@ func TestSpan(t *testing.T) {
 // A dump the kernel reports as interrupted is retried, then kept.
 func TestDumpRetries(t *testing.T) {
 	calls := 0
-	v, err := dump(func(*netlink.Handle) (int, error) {
+	v, err := dump(func() (int, error) {
 		calls++
 		if calls < 3 {
 			return calls, netlink.ErrDumpInterrupted
@@ -99,7 +100,7 @@ func TestDumpRetries(t *testing.T) {
 	require.Equal(t, 3, v)
 
 	calls = 0
-	v, err = dump(func(*netlink.Handle) (int, error) {
+	v, err = dump(func() (int, error) {
 		calls++
 		return calls, netlink.ErrDumpInterrupted
 	})

@@ -78,7 +78,7 @@ type Uplink struct {
 func Find(names []string) ([]Uplink, error) {
 	var links []netlink.Link
 	for i, n := range names {
-		l, err := rtnl.LinkByName(n)
+		l, err := rtnl.H().LinkByName(n)
 		if err != nil {
 			return nil, config.Invalid(fmt.Sprintf("uplinks[%d]", i), "no interface %q on the node: %v", n, err)
 		}
@@ -87,7 +87,7 @@ func Find(names []string) ([]Uplink, error) {
 	if len(names) == 0 {
 		seen := map[int]bool{}
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			routes, err := rtnl.RouteList(nil, fam)
+			routes, err := rtnl.H().RouteList(nil, fam)
 			if err != nil {
 				return nil, fmt.Errorf("listing routes: %w", err)
 			}

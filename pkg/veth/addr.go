@@ -132,7 +132,7 @@ func ConfigurePod(podNS ns.NetNS, ifName string, ips []*current.IPConfig, routes
 	var l netlink.Link
 	err := podNS.Do(func(ns.NetNS) error {
 		var err error
-		l, err = rtnl.LinkByName(ifName)
+		l, err = rtnl.H().LinkByName(ifName)
 		if err != nil {
 			return fmt.Errorf("looking up %s: %w", ifName, err)
 		}
@@ -281,7 +281,7 @@ func RoutePresent(l netlink.Link, r *types.Route) (bool, error) {
 	if !isV4(r.Dst.IP) {
 		fam = netlink.FAMILY_V6
 	}
-	routes, err := rtnl.RouteList(l, fam)
+	routes, err := rtnl.H().RouteList(l, fam)
 	if err != nil {
 		return false, err
 	}
@@ -328,7 +328,7 @@ func RemoveOwnRules(netnsPath string, ips []net.IP) error {
 	return podNS.Do(func(ns.NetNS) error {
 		var errs []error
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			rules, err := rtnl.RuleList(fam)
+			rules, err := rtnl.H().RuleList(fam)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("listing rules: %w", err))
 				continue

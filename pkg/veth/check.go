@@ -24,7 +24,7 @@ func CheckPod(podNS ns.NetNS, netnsPath, ifName, mac string, ips []*current.IPCo
 	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
 	var podMAC net.HardwareAddr
 	err := podNS.Do(func(ns.NetNS) error {
-		l, err := rtnl.LinkByName(ifName)
+		l, err := rtnl.H().LinkByName(ifName)
 		if err != nil {
 			bad("interface %s missing in %s", ifName, netnsPath)
 			return nil
@@ -73,7 +73,7 @@ func CheckPod(podNS ns.NetNS, netnsPath, ifName, mac string, ips []*current.IPCo
 // the host routes to ips. It gives the differences and the host veth (nil
 // when it is missing).
 func CheckHost(hostName, mac string, ips []*current.IPConfig) ([]string, netlink.Link) {
-	host, err := rtnl.LinkByName(hostName)
+	host, err := rtnl.H().LinkByName(hostName)
 	if err != nil {
 		return []string{fmt.Sprintf("host veth %s missing", hostName)}, nil
 	}

@@ -76,7 +76,7 @@ func EnsureRanges(ranges []*net.IPNet) error {
 
 // RangeRoutes lists the node's unreachable routes for pod ranges.
 func RangeRoutes() ([]*net.IPNet, error) {
-	routes, err := rtnl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RangeProtocol, Table: unix.RT_TABLE_MAIN},
+	routes, err := rtnl.H().RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RangeProtocol, Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("listing unreachable routes: %w", err)

@@ -156,7 +156,7 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 	if err := rtnl.H().LinkSetAlias(v, alias); err != nil {
 		return nil, fmt.Errorf("setting alias of %s: %w", hostName, err)
 	}
-	host, err := rtnl.LinkByName(hostName)
+	host, err := rtnl.H().LinkByName(hostName)
 	if err != nil {
 		return nil, fmt.Errorf("looking up %s: %w", hostName, err)
 	}
@@ -168,7 +168,7 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 // tc filters). A missing link is not an error; a link that is not ours is
 // left alone.
 func DeleteHost(name string) error {
-	l, err := rtnl.LinkByName(name)
+	l, err := rtnl.H().LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
@@ -187,13 +187,13 @@ func DeleteHost(name string) error {
 
 // Exists reports whether a host veth of ours named name is on the node.
 func Exists(name string) bool {
-	l, err := rtnl.LinkByName(name)
+	l, err := rtnl.H().LinkByName(name)
 	return err == nil && IsOurs(l)
 }
 
 // HostLinks lists the host veths ebpf-cni created in the current netns.
 func HostLinks() ([]netlink.Link, error) {
-	all, err := rtnl.LinkList()
+	all, err := rtnl.H().LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
