@@ -55,8 +55,11 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 	int rc;
 
 	*why = REASON_REDIRECT;
-	if (!bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0))
-		return TC_ACT_OK; /* from_container's, keyed already */
+	/* from_container's, keyed already (toward an IPv4 or an IPv6 node:
+	 * the helper reads a key of the family its flag names) */
+	if (!bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) ||
+	    !bpf_skb_get_tunnel_key(skb, &key, sizeof(key), BPF_F_TUNINFO_IPV6))
+		return TC_ACT_OK;
 	rc = policy_from_stack(skb);
 	if (rc)
 		return rc;

@@ -109,6 +109,9 @@ enum pkt_reason {
 					  * peer reach the pod on this port (lib/policy.h) */
 	REASON_DROP_POLICY_EGRESS = 28,  /* "drop: denied by egress policy": no NetworkPolicy lets the pod
 					  * reach this peer on this port (lib/policy.h) */
+	REASON_TUNNEL_UPLINK = 29,       /* "into the overlay straight out of the uplink": a pod's packet to
+					  * another node's pod, encapsulated by the program and sent out of
+					  * the uplink (no VXLAN device) */
 	REASON_MAX = 32,
 };
 

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "787280321f0e"
+const objectsDigest = "a8fa293f5c99"

@@ -466,6 +466,7 @@ const (
 	CniPktReasonREASON_DROP_TUNNEL          CniPktReason = 26
 	CniPktReasonREASON_DROP_POLICY_INGRESS  CniPktReason = 27
 	CniPktReasonREASON_DROP_POLICY_EGRESS   CniPktReason = 28
+	CniPktReasonREASON_TUNNEL_UPLINK        CniPktReason = 29
 	CniPktReasonREASON_MAX                  CniPktReason = 32
 )
 

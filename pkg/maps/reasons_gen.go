@@ -33,4 +33,5 @@ var PktReasons = []PktReasonInfo{
 	{CniPktReasonREASON_DROP_TUNNEL, "drop_tunnel", "drop: overlay unavailable", true},
 	{CniPktReasonREASON_DROP_POLICY_INGRESS, "drop_policy_ingress", "drop: denied by ingress policy", true},
 	{CniPktReasonREASON_DROP_POLICY_EGRESS, "drop_policy_egress", "drop: denied by egress policy", true},
+	{CniPktReasonREASON_TUNNEL_UPLINK, "tunnel_uplink", "into the overlay straight out of the uplink", false},
 }

@@ -63,6 +63,19 @@ func (e *flowEnv) runProg(t *testing.T, hook string, ifindex int, pkt []byte) (u
 	return ret, out[:len(pkt)]
 }
 
+// runProgOut is runProg's output at the length the program left it.
+func (e *flowEnv) runProgOut(t *testing.T, hook string, ifindex int, pkt []byte) (uint32, []byte) {
+	t.Helper()
+	var ret uint32
+	opts := ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+256), Context: skbCtx{Ifindex: uint32(ifindex)}}
+	require.NoError(t, e.n.Do(func(ns.NetNS) error {
+		var err error
+		ret, err = mustProg(t, e.progs, hook).Run(&opts)
+		return err
+	}))
+	return ret, opts.DataOut
+}
+
 // flow reads the flow entry of a pod's tuple; ok is false when there is none.
 func (e *flowEnv) flow(t *testing.T, pod net.IP, pport uint16, remote net.IP, rport uint16, proto uint8) (maps.CniFlowEntry, bool) {
 	t.Helper()
@@ -245,7 +258,8 @@ func TestFlowPrograms(t *testing.T) {
 
 // TestClusterPrograms: destinations in the cluster's ranges skip the flow
 // table; another node's pod range behind the overlay is encapsulated
-// (tunnel key, redirect to the VXLAN device), and what the overlay
+// (the program's own VXLAN headers out of the uplink, else the tunnel key
+// and a redirect to the VXLAN device), and what the overlay
 // delivers goes straight into the pod.
 func TestClusterPrograms(t *testing.T) {
 	e := newFlowEnv(t)
@@ -304,9 +318,83 @@ func TestClusterPrograms(t *testing.T) {
 		require.Zero(t, csum(out[14:34]))
 	}
 
+	// With the overlay's wire settings and the uplink's address known, an
+	// IPv4 underlay's packet is encapsulated by the program itself: the
+	// outer headers the device would write, out of the uplink.
+	ms, err := maps.OpenPinned(e.bpfRoot, maps.CniMapOverlayConfig, maps.CniMapUplinks)
+	require.NoError(t, err)
+	defer ms[maps.CniMapOverlayConfig].Close()
+	defer ms[maps.CniMapUplinks].Close()
+	require.NoError(t, ms[maps.CniMapOverlayConfig].Put(uint32(0), &maps.CniOverlaySettings{Port: 4789>>8 | 4789&0xff<<8, VniWord: binary.NativeEndian.Uint32([]byte{0, 0, 7, 0})}))
+	ui := maps.CniUplinkInfo{Has4: 1}
+	copy(ui.Ip4[:], uplink4)
+	require.NoError(t, ms[maps.CniMapUplinks].Put(uint32(e.up.Attrs().Index), &ui))
+	node := net.ParseIP("192.0.2.50").To4()
+	route("10.9.2.0/24", maps.CniClusterFlagsCLUSTER_F_TUNNEL, node)
+	in := tcp4(macA, ipA4, remote, 41005, 80, tcpSYN)
+	in[14+1] = 3 // ECN: congestion experienced
+	in[14+10], in[14+11] = 0, 0
+	binary.BigEndian.PutUint16(in[14+10:], csum(in[14:34]))
+	before = e.count(t, maps.CniPktReasonREASON_TUNNEL_UPLINK)
+	ret, out := e.runProgOut(t, from, a, bytes.Clone(in))
+	require.Equal(t, uint32(tcActRedirect), ret)
+	require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_TUNNEL_UPLINK))
+	require.Len(t, out, len(in)+cluster.OverheadIPv4)
+	require.Equal(t, []byte{0x08, 0x00}, out[12:14], "outer Ethernet type IPv4")
+	outer, udp, vxh, inner := out[14:34], out[34:42], out[42:50], out[50:]
+	require.Equal(t, byte(0x45), outer[0])
+	require.Equal(t, byte(2), outer[1], "the inner ECN field, CE as ECT(0)")
+	require.Equal(t, uint16(len(out)-14), binary.BigEndian.Uint16(outer[2:]))
+	require.Equal(t, []byte{0, 0}, outer[6:8], "no DF, as the device")
+	require.Equal(t, byte(64), outer[8])
+	require.Equal(t, byte(17), outer[9])
+	require.Zero(t, csum(outer), "outer IPv4 header checksum")
+	require.Equal(t, []byte(uplink4), outer[12:16], "from the uplink's address")
+	require.Equal(t, []byte(node), outer[16:20], "to the node's")
+	sport := binary.BigEndian.Uint16(udp[0:])
+	require.GreaterOrEqual(t, sport, uint16(32768))
+	require.Less(t, sport, uint16(60999))
+	require.Equal(t, uint16(4789), binary.BigEndian.Uint16(udp[2:]))
+	require.Equal(t, uint16(len(out)-34), binary.BigEndian.Uint16(udp[4:]))
+	require.Equal(t, []byte{0, 0}, udp[6:8], "no UDP checksum over IPv4")
+	require.Equal(t, []byte{0x08, 0, 0, 0, 0, 0, 7, 0}, vxh, "VXLAN: a VNI follows, 7")
+	require.Equal(t, in[:12], inner[:12], "the pod's frame inside")
+	require.Equal(t, byte(63), inner[14+8], "inner TTL decremented")
+	require.Zero(t, csum(inner[14:34]), "inner IPv4 header checksum")
+	require.Equal(t, in[34:], inner[34:], "the payload as sent")
+
+	// A packet the outer headers would take past the uplink's MTU (a pod
+	// MTU set too high): the device's way, which fragments the outer packet.
+	var upMTU int
+	require.NoError(t, e.n.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByIndex(e.up.Attrs().Index)
+		if err == nil {
+			upMTU = l.Attrs().MTU
+		}
+		return err
+	}))
+	seg := make([]byte, upMTU-20-cluster.OverheadIPv4+1) // one byte too many
+	binary.BigEndian.PutUint16(seg[0:], 41006)
+	binary.BigEndian.PutUint16(seg[2:], 80)
+	seg[12], seg[13] = 5<<4, tcpACK
+	big := append(ether(macWorld, macA, 0x0800), ipv4(ipA4, remote, 6, seg)...)
+	before = e.count(t, maps.CniPktReasonREASON_TUNNEL_ENCAP)
+	ret, out = e.runProgOut(t, from, a, big)
+	require.Equal(t, uint32(tcActRedirect), ret)
+	require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_TUNNEL_ENCAP), "through the device")
+	require.Len(t, out, len(big), "not encapsulated by the program")
+	seg = seg[:len(seg)-1]
+	big = append(ether(macWorld, macA, 0x0800), ipv4(ipA4, remote, 6, seg)...)
+	before = e.count(t, maps.CniPktReasonREASON_TUNNEL_UPLINK)
+	ret, out = e.runProgOut(t, from, a, big)
+	require.Equal(t, uint32(tcActRedirect), ret)
+	require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_TUNNEL_UPLINK), "the largest that fits")
+	require.Len(t, out, len(big)+cluster.OverheadIPv4)
+	require.Equal(t, uint16(upMTU), binary.BigEndian.Uint16(out[14+2:]), "outer packet as long as the uplink's MTU")
+
 	// The overlay's ingress: for a pod of the node, straight in.
 	before = e.count(t, maps.CniPktReasonREASON_TUNNEL_DECAP)
-	ret, out := e.runProg(t, cluster.HookFromTunnel.Name, vx.Attrs().Index, tcp4(macWorld, remote, ipA4, 80, 41003, tcpSYN))
+	ret, out = e.runProg(t, cluster.HookFromTunnel.Name, vx.Attrs().Index, tcp4(macWorld, remote, ipA4, 80, 41003, tcpSYN))
 	require.Equal(t, uint32(tcActRedirect), ret)
 	require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_TUNNEL_DECAP))
 	require.Equal(t, []byte(macA), out[0:6])

@@ -48,7 +48,13 @@ func testCrossNode(t *testing.T, version string) {
 	for name, p := range pods {
 		serve(t, p.NS, name, 8080)
 	}
-	before1, before2 := n1.counters(), n2.counters()
+	before1, before2, before3 := n1.counters(), n2.counters(), n3.counters()
+	// What to_tunnel counts on the overlay's device: a packet with its key
+	// set (from_container's) or keyed there (the stack's).
+	viaDevice := func() uint64 {
+		return n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_REDIRECT) + n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_TUNNEL_ENCAP)
+	}
+	keyed := viaDevice()
 	for _, pair := range [][2]string{{"a", "b"}, {"b", "a"}, {"a", "c"}, {"c", "a"}} {
 		from, to := pods[pair[0]], pods[pair[1]]
 		for _, fam := range []int{4, 6} {
@@ -62,6 +68,13 @@ func testCrossNode(t *testing.T, version string) {
 	decapDev := n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_TUNNEL_DECAP)
 	bulk(t, p3, a)
 	require.Greater(t, n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_TUNNEL_DECAP), decapDev, "bulk node3 -> node1: GSO packets through the overlay's device")
+	// Over an IPv4 underlay from_container writes the outer headers itself
+	// and sends the packet out of the uplink, bulk TCP's GSO packets
+	// (the echo node1 -> node3) included: to_tunnel on the device, which
+	// counts what the device transmits with a key set, saw none of them.
+	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_UPLINK), "node1 -> node3 encapsulated by the program")
+	require.Positive(t, n3.delta(before3, maps.CniPktReasonREASON_TUNNEL_UPLINK), "node3 -> node1 encapsulated by the program")
+	require.Equal(t, keyed, viaDevice(), "node1 -> node3 not through the overlay's device")
 	// The overlay over the nodes' IPv6 addresses: outer headers of the
 	// other size, decapsulated on the uplink the same way. (The pods' MTU
 	// is an IPv4 underlay's: lowered by hand for the larger outer header, as
@@ -83,9 +96,11 @@ func testCrossNode(t *testing.T, version string) {
 		mustSee(t, a.NS, p3.IP(fam), 8080, "c", a.IP(fam), fmt.Sprintf("pod a -> pod c IPv%d, IPv6 underlay", fam))
 	}
 	require.Greater(t, n1.deviceCount("uplink", maps.CniPktReasonREASON_TUNNEL_DECAP), decapUp, "IPv6 underlay: decapsulated on the uplink")
+	require.Greater(t, n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_REDIRECT), keyed, "IPv6 underlay: encapsulated by the overlay's device, with the key from_container set")
+	require.Zero(t, n1.deviceCount(cluster.Device, maps.CniPktReasonREASON_TUNNEL_ENCAP), "to_tunnel reads an IPv6 underlay's key, it does not set it again")
 	n1.tunnels(4, n3)
 	n3.tunnels(4, n1)
-	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_ENCAP), "node1 -> node3 through the overlay")
+	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_ENCAP), "node1 -> node3 through the overlay's device (IPv6 underlay)")
 	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_TUNNEL_DECAP), "node3 -> node1 from the overlay straight in")
 	require.Positive(t, n1.delta(before1, maps.CniPktReasonREASON_FIB_REDIRECT), "node1 -> node2 by the FIB")
 	require.Positive(t, n2.delta(before2, maps.CniPktReasonREASON_ROUTED_IN), "node2 delivers from its uplink straight in")
