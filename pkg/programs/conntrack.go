@@ -3,6 +3,7 @@ package programs
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/cilium/ebpf/btf"
@@ -45,7 +46,7 @@ func probeConntrack() Conntrack {
 	where := "built in"
 	if _, err := vmlinux.AnyTypeByName("bpf_skb_ct_lookup"); err != nil {
 		mod, merr := btf.LoadKernelModuleSpec("nf_conntrack")
-		if errors.Is(merr, btf.ErrNotFound) {
+		if moduleNotLoaded(merr) {
 			// Not loaded yet (kube-proxy loads it when it starts, maybe
 			// after the node's first pod). A conntrack dump over netlink
 			// makes the kernel load it, as the conntrack tool does; with
@@ -54,7 +55,7 @@ func probeConntrack() Conntrack {
 			mod, merr = btf.LoadKernelModuleSpec("nf_conntrack")
 		}
 		if merr != nil {
-			if errors.Is(merr, btf.ErrNotFound) {
+			if moduleNotLoaded(merr) {
 				return Conntrack{Detail: "no bpf_skb_ct_lookup: nf_conntrack is neither built in nor loadable (load it before the node's first pod: the programs are loaded once per node)"}
 			}
 			return Conntrack{Detail: fmt.Sprintf("reading nf_conntrack's BTF: %v", merr)}
@@ -75,4 +76,14 @@ func probeConntrack() Conntrack {
 		}
 	}
 	return c
+}
+
+// moduleNotLoaded: a module's BTF is missing because the module is not
+// loaded (no /sys/kernel/btf/<module>). cilium/ebpf returns the open's
+// error for it, not btf.ErrNotFound: taking only the latter for "not
+// loaded" skipped the load below on every kernel with nf_conntrack as a
+// module (Debian's), so a node whose first pod came before kube-proxy
+// loaded it ran its programs without conntrack.
+func moduleNotLoaded(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, btf.ErrNotFound)
 }
