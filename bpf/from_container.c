@@ -407,6 +407,9 @@ static __always_inline __u16 ipv4_hdr_csum(const struct iphdr *ip)
 	return ~sum;
 }
 
+/* encap_to_uplink's "not here": no drop reason has this value. */
+#define VIA_DEVICE (-(int)REASON_MAX)
+
 /* encap_to_uplink encapsulates a pod's packet for the overlay itself and
  * sends it out of the uplink the FIB picks toward the node of cr, as the
  * VXLAN device would (the same outer headers, source port and ECN), without
@@ -416,8 +419,6 @@ static __always_inline __u16 ipv4_hdr_csum(const struct iphdr *ip)
  * Over an IPv4 underlay whose uplink's address the uplinks map holds
  * (uplink.Ensure writes it on every ADD); anything else returns
  * VIA_DEVICE with the packet untouched, for the device (cluster_encap). */
-#define VIA_DEVICE (-(int)REASON_MAX) /* no drop reason's value */
-
 static __always_inline int encap_to_uplink(struct __sk_buff *skb, const struct cluster_route *cr, enum pkt_reason *why)
 {
 	void *data = skb_data(skb);
