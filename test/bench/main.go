@@ -41,6 +41,7 @@ type config struct {
 	dur          time.Duration
 	cniPairs     int // ADD+DEL pairs per round and concurrency
 	cniRounds    int
+	resident     int // pods each setup keeps attached during the churn
 	hostportN    []int
 	hostportReps int // timed ADD+DEL of one more mapping, per N
 	bwRates      []int
@@ -58,7 +59,7 @@ var allPaths = []string{"cni", "cni-upstream", "pod-to-pod", "monitor", "policy"
 // minutes on 2 vCPUs (28m45s measured before the policy path), quick about
 // 7 with the same rows, smoke is quick with tiny counts for make test.
 func profile(name string) (config, error) {
-	c := config{profile: name, paths: allPaths, hostportN: []int{10, 1000, 5000, 10000},
+	c := config{profile: name, paths: allPaths, resident: 1, hostportN: []int{10, 1000, 5000, 10000},
 		bwRates: []int{10, 100, 1000}, features: ebpfFeatures}
 	switch name {
 	case "full":
@@ -85,6 +86,7 @@ func main() {
 	runs := flag.Int("runs", 0, "override the profile's repetitions")
 	hostportN := flag.String("hostport-n", "", "override the profile's mapping counts (comma-separated)")
 	note := flag.String("note", "", "a note for the top of REPORT.md, e.g. what else ran on the machine")
+	resident := flag.Int("resident", 1, "pods each setup keeps attached while the cni paths churn (a node in service has tens to a hundred)")
 	hold := flag.Bool("hold", false, "profiling: set the first traffic path of -paths up, print the commands that drive its load, and wait for ^C instead of measuring")
 	render := flag.String("render", "", "measure nothing: re-render REPORT.md and the plots of this results directory from its latest.json and machine.json")
 	flag.Parse()
@@ -114,6 +116,14 @@ func main() {
 	}
 	if *runs > 0 {
 		cfg.runs = *runs
+	}
+	if *resident < 0 {
+		fail(fmt.Errorf("-resident: %d is not a count", *resident))
+	}
+	cfg.resident = *resident
+	if cfg.resident != 1 {
+		// The report has no field for it: the note says it.
+		cfg.note = strings.TrimSpace(fmt.Sprintf("cni paths beside %d resident pods. %s", cfg.resident, cfg.note))
 	}
 	if *hostportN != "" {
 		cfg.hostportN = nil

@@ -88,7 +88,7 @@ func (b *bench) upstreamPlugins() (string, error) {
 // cniMeasure runs the cni metrics for ss (REF's fresh nodes take their
 // plugins from refDir) under path.
 func (b *bench) cniMeasure(path string, ss []*setup, refDir string) error {
-	b.logf("%s: %d rounds of %d ADD+DEL pairs at concurrency 1 and 8", path, b.cfg.cniRounds, b.cfg.cniPairs)
+	b.logf("%s: %d rounds of %d ADD+DEL pairs at concurrency 1 and 8 beside %d resident pods", path, b.cfg.cniRounds, b.cfg.cniPairs, b.cfg.resident)
 	b.res.skip(path, "load_ms", "ms", "lower", REF, "not applicable: nothing to load (the bridge is made by the first ADD)")
 	// The first ADD of a node loads (EBPF) or creates (REF: the bridge) what
 	// every later ADD reuses: measured on fresh nodes, one per run.
@@ -254,16 +254,20 @@ func (b *bench) churn(s *setup, conc, n int) (adds, dels []float64, wall time.Du
 			b.closeNS(x)
 		}
 	}()
-	// A node in service has pods: one stays for the whole churn, so no
-	// setup pays its first-pod or last-pod work (REF: the bridge; EBPF: the
-	// masquerade programs on the uplink) on every pair. add_cold_ms has
-	// the first ADD on its own.
+	// A node in service has pods: -resident of them (one by default) stay
+	// for the whole churn, so no setup pays its first-pod or last-pod work
+	// (REF: the bridge; EBPF: the masquerade programs on the uplink) on
+	// every pair, and more show what the node's size costs a call (route
+	// and address dumps grow with it). add_cold_ms has the first ADD on
+	// its own.
 	if s.name != RAW {
-		resident, _, err := b.addPod(s, nil)
-		if err != nil {
-			return nil, nil, 0, err
+		for range b.cfg.resident {
+			resident, _, err := b.addPod(s, nil)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			defer func() { _, _ = s.detach(resident) }()
 		}
-		defer func() { _, _ = s.detach(resident) }()
 	}
 	var (
 		mu   sync.Mutex
