@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -59,16 +60,8 @@ const (
 // IPv4 underlay when the node has an IPv4 default route, else IPv6. (With
 // tunnel endpoints of both families, set mtu to the uplink's minus 70.)
 func Overhead() int {
-	routes, err := rtnl.H().RouteList(nil, netlink.FAMILY_V4)
-	if err == nil {
-		for _, r := range routes {
-			if r.Dst == nil {
-				return OverheadIPv4
-			}
-			if ones, _ := r.Dst.Mask.Size(); ones == 0 {
-				return OverheadIPv4
-			}
-		}
+	if routes, err := rtnl.DefaultRoutes(unix.AF_INET); err == nil && len(routes) > 0 {
+		return OverheadIPv4
 	}
 	return OverheadIPv6
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
@@ -190,22 +190,16 @@ func bad(key, msg string) error {
 // defaultMTU is the MTU of the device of the node's default route (the
 // uplink), or 1500 when there is none.
 func defaultMTU() int {
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		routes, err := rtnl.H().RouteList(nil, fam)
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		routes, err := rtnl.DefaultRoutes(fam)
 		if err != nil {
 			continue
 		}
 		for _, r := range routes {
-			if r.LinkIndex == 0 || (r.Dst != nil && r.Dst.IP != nil && !r.Dst.IP.IsUnspecified()) {
-				continue
-			}
-			if r.Dst != nil {
-				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
-					continue
+			for _, i := range r.Links {
+				if l, err := rtnl.H().LinkByIndex(i); err == nil && l.Attrs().MTU > 0 {
+					return l.Attrs().MTU
 				}
-			}
-			if l, err := rtnl.H().LinkByIndex(r.LinkIndex); err == nil && l.Attrs().MTU > 0 {
-				return l.Attrs().MTU
 			}
 		}
 	}

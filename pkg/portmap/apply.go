@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
@@ -241,13 +240,13 @@ func Ready(n *node.Node, cgroup string) error {
 
 // syncNodeAddrs makes node_addrs exactly the node's global addresses.
 func syncNodeAddrs(m *ebpf.Map) error {
-	addrs, err := rtnl.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := rtnl.GlobalAddrs(unix.AF_UNSPEC)
 	if err != nil {
-		return fmt.Errorf("listing the node's addresses: %w", err)
+		return err
 	}
 	want := map[maps.CniEndpointKey]uint32{}
 	for _, a := range addrs {
-		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.IP.IsLoopback() {
+		if a.IP.IsLoopback() {
 			continue
 		}
 		want[maps.EndpointKey(a.IP)] = uint32(a.LinkIndex)

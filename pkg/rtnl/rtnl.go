@@ -12,7 +12,9 @@
 // which behaves exactly like the package functions: nothing outlives a
 // request, so no socket keeps a deleted namespace alive. The handle is
 // netlinksafe's, whose dumps retry when the kernel interrupts them; only
-// AddrList, which it lacks, is here.
+// AddrList, which it lacks, is here. filtered.go has the questions a
+// call asks about the node (its default routes, a device's addresses),
+// answered by dumps the kernel narrows, on a socket of the same span.
 //
 // A kept socket holds a reference on its namespace, so a namespace cannot
 // be freed, and its inode number reused, while its handle is cached: the
@@ -32,6 +34,7 @@ var (
 	mu      sync.Mutex
 	active  int // nesting depth of Begin
 	handles = map[uint64]*netlinksafe.Handle{}
+	queries = map[uint64]*query{}                            // filtered.go's sockets, kept like handles
 	zero    = &netlinksafe.Handle{Handle: &netlink.Handle{}} // a socket per request, as netlink's package functions
 )
 
@@ -54,6 +57,10 @@ func Begin() (end func()) {
 			for k, h := range handles {
 				h.Close()
 				delete(handles, k)
+			}
+			for k, q := range queries {
+				q.close()
+				delete(queries, k)
 			}
 		})
 	}
@@ -115,5 +122,5 @@ func AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
 func Sockets() int {
 	mu.Lock()
 	defer mu.Unlock()
-	return len(handles)
+	return len(handles) + len(queries)
 }

@@ -86,23 +86,14 @@ func Find(names []string) ([]Uplink, error) {
 	}
 	if len(names) == 0 {
 		seen := map[int]bool{}
-		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			routes, err := rtnl.H().RouteList(nil, fam)
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			routes, err := rtnl.DefaultRoutes(fam)
 			if err != nil {
-				return nil, fmt.Errorf("listing routes: %w", err)
+				return nil, err
 			}
 			for _, r := range routes {
-				if r.Dst != nil {
-					if ones, _ := r.Dst.Mask.Size(); ones != 0 {
-						continue
-					}
-				}
-				idx := []int{r.LinkIndex}
-				for _, nh := range r.MultiPath {
-					idx = append(idx, nh.LinkIndex)
-				}
-				for _, i := range idx {
-					if i == 0 || seen[i] {
+				for _, i := range r.Links {
+					if seen[i] {
 						continue
 					}
 					seen[i] = true
@@ -121,8 +112,8 @@ func Find(names []string) ([]Uplink, error) {
 	out := make([]Uplink, 0, len(links))
 	for _, l := range links {
 		u := Uplink{Link: l}
-		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			addrs, err := rtnl.AddrList(l, fam)
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			addrs, err := rtnl.LinkAddrs(l.Attrs().Index, fam)
 			if err != nil {
 				return nil, fmt.Errorf("listing addresses of %s: %w", l.Attrs().Name, err)
 			}
@@ -130,9 +121,9 @@ func Find(names []string) ([]Uplink, error) {
 				if a.Scope != unix.RT_SCOPE_UNIVERSE || a.Flags&(unix.IFA_F_SECONDARY|unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED|unix.IFA_F_DEPRECATED) != 0 {
 					continue
 				}
-				if fam == netlink.FAMILY_V4 && u.IP4 == nil {
+				if fam == unix.AF_INET && u.IP4 == nil {
 					u.IP4 = a.IP.To4()
-				} else if fam == netlink.FAMILY_V6 && u.IP6 == nil {
+				} else if fam == unix.AF_INET6 && u.IP6 == nil {
 					u.IP6 = a.IP.To16()
 				}
 			}
