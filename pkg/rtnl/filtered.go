@@ -68,6 +68,7 @@ func (q *query) dump(typ uint16, body []byte, each func(payload []byte) error) e
 		return fmt.Errorf("netlink send: %w", err)
 	}
 	interrupted := false
+	var failed error // each's first error: the rest of the dump is read, not parsed
 	for {
 		n, _, err := unix.Recvfrom(q.fd, q.buf, 0)
 		if err != nil {
@@ -98,21 +99,24 @@ func (q *query) dump(typ uint16, body []byte, each func(payload []byte) error) e
 				interrupted = true
 			}
 			switch mtyp {
-			case unix.NLMSG_DONE:
+			case unix.NLMSG_DONE, unix.NLMSG_ERROR:
+				// Both end the dump; either may carry the kernel's error
+				// (DONE: one met while dumping, e.g. a refused filter).
+				if len(payload) >= 4 {
+					if e := int32(binary.NativeEndian.Uint32(payload)); e < 0 {
+						return fmt.Errorf("netlink dump: %w", unix.Errno(-e))
+					}
+				}
+				if failed != nil {
+					return failed
+				}
 				if interrupted {
 					return errInterrupted
 				}
 				return nil
-			case unix.NLMSG_ERROR:
-				if len(payload) >= 4 {
-					if e := int32(binary.NativeEndian.Uint32(payload)); e != 0 {
-						return fmt.Errorf("netlink dump: %w", unix.Errno(-e))
-					}
-				}
-				return nil
 			}
-			if err := each(payload); err != nil {
-				return err
+			if failed == nil {
+				failed = each(payload)
 			}
 		}
 	}
@@ -129,11 +133,30 @@ func queryFor(f func(q *query) error) error {
 	}
 	defer done()
 	for range maxAttempts {
-		if err = f(q); !errors.Is(err, errInterrupted) {
-			return err
+		err = f(q)
+		if errors.Is(err, errInterrupted) {
+			continue
 		}
+		if err != nil {
+			// The socket may hold the rest of a dump it could not read
+			// (a malformed answer): the span makes a new one if asked again.
+			dropQuery(q)
+		}
+		return err
 	}
 	return nil
+}
+
+// dropQuery closes q if it is a span's and forgets it.
+func dropQuery(q *query) {
+	mu.Lock()
+	defer mu.Unlock()
+	for k, x := range queries {
+		if x == q {
+			x.close()
+			delete(queries, k)
+		}
+	}
 }
 
 // spanQuery returns the query socket for the calling thread's namespace

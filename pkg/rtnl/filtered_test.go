@@ -189,3 +189,34 @@ func TestFilteredDumps(t *testing.T) {
 		check(t)
 	})
 }
+
+// A dump the kernel refuses (strict checking: a route dump request may
+// not carry a prefix length) is an error, and the span's socket answers
+// the next question.
+func TestFilteredDumpRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	node, err := nettest.NewNetNS()
+	require.NoError(t, err)
+	defer nettest.CloseNetNS(node)
+	require.NoError(t, node.Do(func(ns.NetNS) error {
+		end := Begin()
+		defer end()
+		q, done, err := spanQuery()
+		require.NoError(t, err)
+		defer done()
+		require.True(t, q.strict, "the kernel filters (Linux 4.20 or later)")
+		body := make([]byte, unix.SizeofRtMsg)
+		body[0], body[1] = unix.AF_INET, 32 // rtm_dst_len
+		calls := 0
+		err = q.dump(unix.RTM_GETROUTE, body, func([]byte) error { calls++; return nil })
+		require.ErrorIs(t, err, unix.EINVAL)
+		require.Zero(t, calls)
+		routes, err := DefaultRoutes(unix.AF_INET)
+		require.NoError(t, err)
+		require.Empty(t, routes, "a fresh namespace has no default route")
+		require.Equal(t, 1, Sockets())
+		return nil
+	}))
+}
