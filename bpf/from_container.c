@@ -208,6 +208,26 @@ static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoi
 	return bpf_redirect(skb->ifindex, 0);
 }
 
+/* fib_redirect sends the packet (eth its Ethernet header) out of the
+ * device a successful bpf_fib_lookup p (rc) chose: to the next hop's MAC
+ * the FIB gave, or, when the FIB had no neighbour entry for it
+ * (BPF_FIB_LKUP_RET_NO_NEIGH), resolving that next hop on the way out. */
+static __always_inline int fib_redirect(struct ethhdr *eth, const struct bpf_fib_lookup *p, int rc)
+{
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		struct bpf_redir_neigh nh = { .nh_family = p->family };
+
+		if (p->family == AF_INET)
+			nh.ipv4_nh = p->ipv4_dst;
+		else
+			__builtin_memcpy(nh.ipv6_nh, p->ipv6_dst, 16);
+		return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
+	}
+	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
+	return bpf_redirect(p->ifindex, 0);
+}
+
 /* Forward through the FIB when the destination is not a pod of this node.
  * The lookup gets no tot_len: the kernel then checks the skb itself against
  * the egress device's MTU, segment by segment for a GSO packet. With
@@ -240,19 +260,7 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 		goto stack; /* the stack sends the ICMP time exceeded */
 
 	*why = REASON_FIB_REDIRECT;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		/* The FIB already chose the next hop: resolve that one. */
-		struct bpf_redir_neigh nh = { .nh_family = p->family };
-
-		if (p->family == AF_INET)
-			nh.ipv4_nh = p->ipv4_dst;
-		else
-			__builtin_memcpy(nh.ipv6_nh, p->ipv6_dst, 16);
-		return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
-	}
-	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
-	return bpf_redirect(p->ifindex, 0);
+	return fib_redirect(eth, p, rc);
 
 stack:
 	*why = REASON_PASS;
@@ -516,14 +524,7 @@ static __always_inline int encap_to_uplink(struct __sk_buff *skb, const struct c
 		return DROP(REASON_DROP_MALFORMED);
 	eth->h_proto = bpf_htons(ETH_P_IP);
 	*why = REASON_TUNNEL_UPLINK;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = p.ipv4_dst };
-
-		return bpf_redirect_neigh(p.ifindex, &nh, sizeof(nh), 0);
-	}
-	__builtin_memcpy(eth->h_dest, p.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, p.smac, ETH_ALEN);
-	return bpf_redirect(p.ifindex, 0);
+	return fib_redirect(eth, &p, rc);
 }
 
 /* Into the overlay, as a router would: TTL, then the outer headers (here,

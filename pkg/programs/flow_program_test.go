@@ -51,15 +51,11 @@ func newFlowEnv(t *testing.T) *flowEnv {
 	return e
 }
 
+// runProg runs hook on pkt; the output is cut (or extended, within the
+// buffer) to the input's length.
 func (e *flowEnv) runProg(t *testing.T, hook string, ifindex int, pkt []byte) (uint32, []byte) {
 	t.Helper()
-	var ret uint32
-	out := make([]byte, len(pkt)+256)
-	require.NoError(t, e.n.Do(func(ns.NetNS) error {
-		var err error
-		ret, err = mustProg(t, e.progs, hook).Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbCtx{Ifindex: uint32(ifindex)}})
-		return err
-	}))
+	ret, out := e.runProgOut(t, hook, ifindex, pkt)
 	return ret, out[:len(pkt)]
 }
 
