@@ -5,7 +5,7 @@
 // the network registry; opening and pinning.
 //
 // Adding a map or a type is a C change only: bpf2go.sh makes every struct
-// and enum of types.h a Go type, layouts.go writes every map's key and
+// and enum of types.h a Go type, layouts.go writes every map's type, key and
 // value sizes, reasons.go names every drop and pass reason (make generate
 // runs all three).
 package maps

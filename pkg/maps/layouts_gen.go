@@ -2,40 +2,40 @@
 
 package maps
 
-// layouts are the key and value sizes of every map (see OpenPinned).
-var layouts = map[string][2]uintptr{
-	"bw_buckets":        {4, 160},
-	"cluster_config":    {4, 8},
-	"cluster_routes":    {24, 20},
-	"device_counters":   {4, 1024},
-	"endpoint_devs":     {4, 240},
-	"endpoint_pods":     {4, 358},
-	"endpoints":         {20, 24},
-	"events":            {0, 0},
-	"events_config":     {4, 40},
-	"events_stats":      {4, 552},
-	"flows":             {40, 16},
-	"go_enums":          {4, 120},
-	"hostport_config":   {4, 16},
-	"hostports":         {4, 148},
-	"ipam_allocs":       {24, 160},
-	"ipam_cursors":      {8, 24},
-	"ipam_nets":         {4, 128},
-	"local_netns":       {8, 4},
-	"masq_nets":         {8, 24},
-	"masq_skip":         {28, 4},
-	"nat":               {40, 40},
-	"nat_timeouts":      {4, 24},
-	"node_addrs":        {20, 4},
-	"node_counters":     {4, 32},
-	"overlay_config":    {4, 8},
-	"policy_config":     {4, 8},
-	"policy_drops":      {8, 8},
-	"policy_endpoints":  {4, 12},
-	"policy_flows":      {40, 24},
-	"policy_names":      {4, 318},
-	"policy_namespaces": {64, 4},
-	"policy_rules":      {28, 116},
-	"sock_revnat":       {32, 24},
-	"uplinks":           {4, 24},
+// layouts are the type, key and value sizes of every map (see OpenPinned).
+var layouts = map[string]layout{
+	"bw_buckets":        {1, 4, 160},   // Hash
+	"cluster_config":    {2, 4, 8},     // Array
+	"cluster_routes":    {11, 24, 20},  // LPMTrie
+	"device_counters":   {5, 4, 1024},  // PerCPUHash
+	"endpoint_devs":     {1, 4, 240},   // Hash
+	"endpoint_pods":     {1, 4, 358},   // Hash
+	"endpoints":         {1, 20, 24},   // Hash
+	"events":            {27, 0, 0},    // RingBuf
+	"events_config":     {2, 4, 40},    // Array
+	"events_stats":      {6, 4, 552},   // PerCPUArray
+	"flows":             {9, 40, 16},   // LRUHash
+	"go_enums":          {2, 4, 120},   // Array
+	"hostport_config":   {2, 4, 16},    // Array
+	"hostports":         {1, 4, 148},   // Hash
+	"ipam_allocs":       {1, 24, 160},  // Hash
+	"ipam_cursors":      {1, 8, 24},    // Hash
+	"ipam_nets":         {1, 4, 128},   // Hash
+	"local_netns":       {1, 8, 4},     // Hash
+	"masq_nets":         {1, 8, 24},    // Hash
+	"masq_skip":         {11, 28, 4},   // LPMTrie
+	"nat":               {9, 40, 40},   // LRUHash
+	"nat_timeouts":      {2, 4, 24},    // Array
+	"node_addrs":        {1, 20, 4},    // Hash
+	"node_counters":     {6, 4, 32},    // PerCPUArray
+	"overlay_config":    {2, 4, 8},     // Array
+	"policy_config":     {2, 4, 8},     // Array
+	"policy_drops":      {5, 8, 8},     // PerCPUHash
+	"policy_endpoints":  {1, 4, 12},    // Hash
+	"policy_flows":      {9, 40, 24},   // LRUHash
+	"policy_names":      {1, 4, 318},   // Hash
+	"policy_namespaces": {1, 64, 4},    // Hash
+	"policy_rules":      {11, 28, 116}, // LPMTrie
+	"sock_revnat":       {9, 32, 24},   // LRUHash
+	"uplinks":           {1, 4, 24},    // Hash
 }

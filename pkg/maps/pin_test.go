@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
@@ -20,8 +21,7 @@ func TestLayoutsMatchTheObject(t *testing.T) {
 	for name, l := range layouts {
 		ms := spec.Maps[name]
 		require.NotNil(t, ms, name)
-		require.EqualValues(t, ms.KeySize, l[0], name)
-		require.EqualValues(t, ms.ValueSize, l[1], name)
+		require.Equal(t, layoutOf(ms), l, name)
 	}
 }
 
@@ -53,6 +53,37 @@ func TestOpenPinnedRefusesForeignLayout(t *testing.T) {
 	require.NoError(t, m.Pin(filepath.Join(Dir(root), CniMapIpamAllocs)))
 	_, err = OpenPinned(root, CniMapIpamAllocs)
 	require.True(t, errors.Is(err, ErrIncompatible), "got %v", err)
+}
+
+// OpenPinned tells a pin of another kind by what the kernel says of it read
+// as a map (no readlink of /proc/self/fd): a map of another type with the
+// same sizes, and a program, are refused like another layout, and a missing
+// pin is os.ErrNotExist to ObjGet.
+func TestOpenPinnedRefusesOtherKinds(t *testing.T) {
+	root := testutil.BPFFS(t)
+	require.NoError(t, os.MkdirAll(Dir(root), 0o700))
+	want := layouts[CniMapIpamAllocs]
+	require.NotEqual(t, uint32(ebpf.LRUHash), want.typ)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: want.key, ValueSize: want.value, MaxEntries: 4})
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Pin(filepath.Join(Dir(root), CniMapIpamAllocs)))
+	_, err = OpenPinned(root, CniMapIpamAllocs)
+	require.ErrorIs(t, err, ErrIncompatible)
+	require.ErrorContains(t, err, "LRUHash")
+
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	require.NoError(t, err)
+	defer prog.Close()
+	for _, name := range []string{CniMapIpamCursors, CniMapNodeCounters, CniMapEndpoints} {
+		require.NoError(t, prog.Pin(filepath.Join(Dir(root), name)))
+		_, err = OpenPinned(root, name)
+		require.ErrorIs(t, err, ErrIncompatible, name)
+	}
+
+	_, err = ObjGet(filepath.Join(Dir(root), "no-such-pin"))
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
 func TestCheckBPFFS(t *testing.T) {

@@ -62,6 +62,7 @@ type Node struct {
 	loaded    bool
 	fresh     bool // loaded with no program of any build pinned before
 	tag       string
+	onBPFFS   bool // CheckBPFFS passed in this call
 
 	// Rescued are the maps this call pinned again after a bpffs remount
 	// (Programs).
@@ -144,7 +145,7 @@ func Open(o Options) (*Node, error) {
 // creates) an empty map of the same name. On a node in order it costs one
 // directory listing.
 func (n *Node) rescue() error {
-	if maps.CheckBPFFS(n.BPFRoot) != nil {
+	if n.CheckBPFFS() != nil {
 		return nil // no bpffs: the verbs say so
 	}
 	if tags, err := programs.Installed(n.BPFRoot); err != nil || len(tags) > 0 {
@@ -174,15 +175,27 @@ func (n *Node) Close() {
 	n.lock.Unlock()
 }
 
-// CheckBPFFS verifies that bpfRoot lies on bpffs (creating nothing).
-func (n *Node) CheckBPFFS() error { return maps.CheckBPFFS(n.BPFRoot) }
+// CheckBPFFS verifies that bpfRoot lies on bpffs (creating nothing). Once
+// it has, the rest of the call takes it as said: a call asks 20-30 times
+// (each step, each map it opens), and it lasts milliseconds.
+func (n *Node) CheckBPFFS() error {
+	if n.onBPFFS {
+		return nil
+	}
+	err := maps.CheckBPFFS(n.BPFRoot)
+	n.onBPFFS = err == nil
+	return err
+}
 
 // Map is the pinned map name, created on first use; opened once per call.
 func (n *Node) Map(name string) (*ebpf.Map, error) {
 	if m, ok := n.maps[name]; ok {
 		return m, nil
 	}
-	ms, err := maps.OpenPinned(n.BPFRoot, name)
+	if err := n.CheckBPFFS(); err != nil {
+		return nil, err
+	}
+	ms, err := maps.OpenPinnedChecked(n.BPFRoot, name)
 	if err != nil {
 		return nil, err
 	}

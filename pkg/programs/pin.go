@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 // loadPinned opens the program pinned at path. It is ebpf.LoadPinnedProgram
@@ -15,19 +16,10 @@ import (
 // to learn whether objects take names): 0.7-0.9 ms of every ADD, which
 // opens one or two programs in a process of its own.
 func loadPinned(path string) (*ebpf.Program, error) {
-	p, err := unix.BytePtrFromString(path)
+	fd, err := maps.ObjGet(path)
 	if err != nil {
 		return nil, err
 	}
-	attr := struct {
-		pathname      uint64
-		fd, fileFlags uint32
-	}{pathname: uint64(uintptr(unsafe.Pointer(p)))}
-	r, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_OBJ_GET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	if errno != 0 {
-		return nil, &os.PathError{Op: "BPF_OBJ_GET", Path: path, Err: errno}
-	}
-	fd := int(r)
 	// A pinned map under the programs' directory would pass for a program
 	// of some type: the kernel names the fd's kind.
 	kind, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
