@@ -74,7 +74,11 @@ func AllocateIn(s *Store, c *Config, containerID, ifname, netns string) (_ []*cu
 			}
 		}
 	}
-	if err := s.SaveAttachment(att); err != nil {
+	save := s.SaveAttachment
+	if prev == nil {
+		save = s.FillAttachment // over the empty record written above
+	}
+	if err := save(att); err != nil {
 		return nil, types.NewError(types.ErrIOFailure, "writing attachment record", err.Error())
 	}
 	return out, nil

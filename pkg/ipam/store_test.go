@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -114,4 +116,54 @@ func TestAttachmentFileNamesAreConfined(t *testing.T) {
 	s, _ := openTestStore(t)
 	p := s.attachmentFile("../../../etc/passwd", "eth0")
 	require.Equal(t, filepath.Join(s.dir, "owners"), filepath.Dir(p))
+}
+
+// Allocate fills the empty record it wrote first in place (same file),
+// where a longer-than-a-page or shorter record takes a new file and a
+// rename; every way, the record read back is the one written.
+func TestFillAttachmentInPlace(t *testing.T) {
+	s, c := openTestStore(t)
+	inode := func(id string) uint64 {
+		t.Helper()
+		var st unix.Stat_t
+		require.NoError(t, unix.Stat(s.attachmentFile(id, "eth0"), &st))
+		return st.Ino
+	}
+	readBack := func(id string) *Attachment {
+		t.Helper()
+		a, err := s.Attachment(id, "eth0")
+		require.NoError(t, err)
+		require.NotNil(t, a)
+		return a
+	}
+
+	empty := &Attachment{ContainerID: "c1", IfName: "eth0", NetNS: "/run/netns/p1"}
+	require.NoError(t, s.SaveAttachment(empty))
+	before := inode("c1")
+	full := &Attachment{ContainerID: "c1", IfName: "eth0", NetNS: "/run/netns/p1",
+		IPs: []Allocation{{Address: net.ParseIP("10.9.0.7")}, {Address: net.ParseIP("fd00::7"), RangeSet: 1}}}
+	require.NoError(t, s.FillAttachment(full))
+	require.Equal(t, before, inode("c1"), "filled in place")
+	require.Equal(t, full, readBack("c1"))
+
+	// Shorter than what is there: a new file, or the old tail would stay.
+	require.NoError(t, s.FillAttachment(empty))
+	require.NotEqual(t, before, inode("c1"))
+	require.Equal(t, empty, readBack("c1"))
+
+	// More than a page: a new file.
+	require.NoError(t, s.SaveAttachment(empty))
+	before = inode("c1")
+	long := &Attachment{ContainerID: "c1", IfName: "eth0", NetNS: "/run/netns/" + strings.Repeat("p", 5000)}
+	require.NoError(t, s.FillAttachment(long))
+	require.NotEqual(t, before, inode("c1"))
+	require.Equal(t, long, readBack("c1"))
+
+	// Allocate itself: the record it leaves holds the address, in the file
+	// it created first.
+	ips, err := AllocateIn(s, c, "c2", "eth0", "/run/netns/p2")
+	require.NoError(t, err)
+	a := readBack("c2")
+	require.Len(t, a.IPs, 1)
+	require.True(t, a.IPs[0].Address.Equal(ips[0].Address.IP))
 }
