@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -77,6 +78,9 @@ func newBench(cfg config) (*bench, error) {
 		if b.leaveCgroup, err = cgroup.Join(b.cgroup); err != nil {
 			return b, err
 		}
+	}
+	if b.cfg.bin, err = installPlugins(b.cfg.bin, filepath.Join(b.tmp, "cni-bin"), "ebpf-cni", "ebpf-ipam", "loopback"); err != nil {
+		return b, err
 	}
 	b.bpfs = filepath.Join(b.tmp, "bpffs")
 	if err := os.Mkdir(b.bpfs, 0o700); err != nil {
@@ -330,4 +334,31 @@ func veth(host, pod ns.NetNS, hostName string, hostIP, podIP *net.IPNet, gw bool
 
 func cidr(ip string, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.ParseIP(ip).To4(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// installPlugins copies the plugins named (those of them src has) from src
+// into dir, as an installation does (the DaemonSet's install, make
+// install, a package), and returns dir. A binary run where the Go linker
+// wrote it starts slower: on the 6.18 bench machine an exec of ebpf-cni
+// took 0.4-0.5 ms more wall time and about 0.9 ms more CPU (377 page
+// faults against 297) than the same bytes copied, a state of the page
+// cache no node runs plugins in. Debian's reference plugins are installed
+// already; the upstream ones the bench builds are installed like these.
+func installPlugins(src, dir string, names ...string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(src, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("installing the plugins: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o755); err != nil {
+			return "", fmt.Errorf("installing the plugins: %w", err)
+		}
+	}
+	return dir, nil
 }

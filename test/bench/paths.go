@@ -75,14 +75,14 @@ func (b *bench) cniUpstream() error {
 // are `tool` lines of go.mod: that keeps their modules in go.sum, which
 // `go mod tidy` would otherwise drop (nothing imports them).
 func (b *bench) upstreamPlugins() (string, error) {
-	dir := filepath.Join(b.tmp, "upstream-plugins")
+	build := filepath.Join(b.tmp, "upstream-build")
 	const mod = "github.com/containernetworking/plugins/plugins/"
-	cmd := exec.Command("go", "build", "-o", dir+"/", mod+"main/bridge", mod+"ipam/host-local", mod+"meta/portmap", mod+"meta/bandwidth")
+	cmd := exec.Command("go", "build", "-o", build+"/", mod+"main/bridge", mod+"ipam/host-local", mod+"meta/portmap", mod+"meta/bandwidth")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the upstream reference plugins: %v: %s", err, out)
 	}
-	return dir, nil
+	return installPlugins(build, filepath.Join(b.tmp, "upstream-plugins"), "bridge", "host-local", "portmap", "bandwidth")
 }
 
 // cniMeasure runs the cni metrics for ss (REF's fresh nodes take their
