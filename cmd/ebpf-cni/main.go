@@ -6,13 +6,12 @@ package main
 import (
 	"os"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
-	// The call's heap on huge pages: a page fault costs tens of µs in a VM.
+	// A call's process: the collector off, its heap on a huge page.
 	_ "github.com/ebpf-cni/ebpf-cni/pkg/hugeheap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 )
@@ -27,8 +26,5 @@ func main() {
 	if _, ok := os.LookupEnv("CNI_COMMAND"); !ok {
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	// A call lives for milliseconds: collecting garbage would only cost
-	// time (loading the programs turns it back on: programs.Load).
-	debug.SetGCPercent(-1)
 	skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About("ebpf-cni"))
 }

@@ -4,12 +4,11 @@ package main
 
 import (
 	"runtime"
-	"runtime/debug"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
-	// The call's heap on huge pages: a page fault costs tens of µs in a VM.
+	// A call's process: the collector off, its heap on a huge page.
 	_ "github.com/ebpf-cni/ebpf-cni/pkg/hugeheap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 )
@@ -20,8 +19,5 @@ func init() {
 }
 
 func main() {
-	// A call lives for a few milliseconds and allocates little: collecting
-	// garbage would only cost time.
-	debug.SetGCPercent(-1)
 	skel.PluginMainFuncs(ipam.Funcs(), ipam.Versions, buildinfo.About("ebpf-ipam"))
 }

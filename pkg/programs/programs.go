@@ -204,7 +204,7 @@ func Remove(bpfRoot, tag string) error {
 // tag. The caller holds the node lock exclusively, so one call loads.
 func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
 	// Reading the kernel's BTF allocates hundreds of MB; the plugin runs
-	// with the collector off otherwise (cmd/ebpf-cni).
+	// with the collector off otherwise (pkg/hugeheap).
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	specs := make([]*ebpf.CollectionSpec, len(objs))
 	var names []string
