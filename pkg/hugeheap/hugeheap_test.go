@@ -75,6 +75,7 @@ func TestCallProcess(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Regexp(t, `--- (PASS|SKIP): TestInCall`, string(out), "the child ran no test")
+	t.Logf("the child:\n%s", out)
 }
 
 func TestInCall(t *testing.T) {
