@@ -136,7 +136,7 @@ func Sweep(bpfRoot, stateDir string) ([]string, error) {
 	if err := maps.CheckBPFFS(bpfRoot); err != nil {
 		return nil, stateError("bpfRoot", err)
 	}
-	ms, err := maps.OpenPinned(bpfRoot, maps.CniMapIpamAllocs, maps.CniMapIpamNets, maps.CniMapIpamCursors)
+	ms, err := maps.OpenPinnedChecked(bpfRoot, maps.CniMapIpamAllocs, maps.CniMapIpamNets, maps.CniMapIpamCursors)
 	if err != nil {
 		return nil, stateError("bpfRoot", err)
 	}

@@ -153,8 +153,11 @@ func open(c *Config, create bool) (*Store, error) {
 // OpenExisting): no lock is held and nothing may be written.
 func (s *Store) Stateless() bool { return s.dir == "" }
 
+// openMap opens (creating it) the pinned map name. bpfRoot was checked to
+// be on bpffs when the Store was made (open, Sweep; ReleaseWithoutMaps
+// opens no map): not again for each map.
 func (s *Store) openMap(name string) (*ebpf.Map, error) {
-	m, err := maps.OpenPinned(s.root, name)
+	m, err := maps.OpenPinnedChecked(s.root, name)
 	if err != nil {
 		return nil, stateError("bpfRoot", err)
 	}
