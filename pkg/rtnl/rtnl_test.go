@@ -2,12 +2,14 @@ package rtnl
 
 import (
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 )
@@ -107,4 +109,29 @@ func TestDumpRetries(t *testing.T) {
 	require.NoError(t, err, "the last answer is kept")
 	require.Equal(t, maxAttempts, v)
 	require.Equal(t, maxAttempts, calls)
+}
+
+// threadNetNS reads the same namespace as a stat of the thread's link,
+// in the test's namespace and inside another.
+func TestThreadNetNS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	other, err := nettest.NewNetNS()
+	require.NoError(t, err)
+	defer nettest.CloseNetNS(other)
+	check := func() uint64 {
+		var st unix.Stat_t
+		require.NoError(t, unix.Stat("/proc/thread-self/ns/net", &st))
+		ino, ok := threadNetNS()
+		require.True(t, ok)
+		require.Equal(t, st.Ino, ino)
+		return ino
+	}
+	runtime.LockOSThread()
+	here := check()
+	runtime.UnlockOSThread()
+	var there uint64
+	require.NoError(t, other.Do(func(ns.NetNS) error { there = check(); return nil }))
+	require.NotEqual(t, here, there)
 }
