@@ -1,16 +1,11 @@
 package ipam
 
 import (
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 )
@@ -48,66 +43,44 @@ func cidr(s string) *net.IPNet {
 
 // NodeNet is an address of the node and its interface.
 type NodeNet struct {
-	Net   net.IPNet // the address, with the prefix of its subnet
-	Iface string
+	Net       net.IPNet // the address, with the prefix of its subnet
+	LinkIndex int       // its device
+	Iface     string    // the device's name when known; iface reads it otherwise
+}
+
+// iface names the device of the address for a message: read by index
+// only when a message needs it, which a valid configuration never does.
+func (n NodeNet) iface() string {
+	if n.Iface != "" {
+		return n.Iface
+	}
+	if l, err := rtnl.H().LinkByIndex(n.LinkIndex); err == nil {
+		return l.Attrs().Name
+	}
+	return fmt.Sprintf("ifindex %d", n.LinkIndex)
 }
 
 // nodeNets reads the node's addresses: every address in the current
 // network namespace (the node's, where runtimes run plugins) but the
-// link-local ones, which are all ebpf-cni's host veths carry (fe80::1 and
-// the kernel's own) and which no range may touch anyway. IPv4 from a
-// netlink dump (host veths have no IPv4 address: it stays short), IPv6
-// from /proc's list, which the kernel writes at a quarter of a dump's cost
-// with two link-local addresses per pod. Tests replace it.
+// link-local and loopback ones, which no range may touch anyway. Every
+// host veth of ebpf-cni carries two IPv6 link-local addresses (fe80::1
+// and the kernel's own), so the IPv6 addresses of any other than global
+// scope are skipped by their header, without being parsed, in one dump
+// of both families (rtnl.Addrs). Tests replace it.
 var nodeNets = func() ([]NodeNet, error) {
-	addrs, err := rtnl.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := rtnl.Addrs(unix.AF_UNSPEC, func(family int, scope uint8) bool {
+		return family == unix.AF_INET || scope == unix.RT_SCOPE_UNIVERSE
+	})
 	if err != nil {
-		return nil, fmt.Errorf("listing the node's addresses: %w", err)
+		return nil, err
 	}
-	names := map[int]string{}
 	var out []NodeNet
 	for _, a := range addrs {
-		if a.IPNet == nil || a.IP.IsLinkLocalUnicast() || a.IP.IsLoopback() {
+		ip := canonicalIP(a.IP)
+		if ip == nil || ip.IsLinkLocalUnicast() || ip.IsLoopback() {
 			continue
 		}
-		name, ok := names[a.LinkIndex]
-		if !ok {
-			if l, err := rtnl.H().LinkByIndex(a.LinkIndex); err == nil {
-				name = l.Attrs().Name
-			} else {
-				name = fmt.Sprintf("ifindex %d", a.LinkIndex)
-			}
-			names[a.LinkIndex] = name
-		}
-		out = append(out, NodeNet{Net: net.IPNet{IP: canonicalIP(a.IP), Mask: a.Mask}, Iface: name})
-	}
-	v6, err := nodeNets6()
-	return append(out, v6...), err
-}
-
-// nodeNets6 reads /proc/thread-self/net/if_inet6 (the current thread's
-// netns): "<32 hex digits> <ifindex> <prefix length> <scope> <flags>
-// <name>", scope 0 global. Without IPv6 the file is absent: no address.
-func nodeNets6() ([]NodeNet, error) {
-	b, err := os.ReadFile("/proc/thread-self/net/if_inet6")
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing the node's IPv6 addresses: %w", err)
-	}
-	var out []NodeNet
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 6 || len(f[0]) != 32 {
-			continue
-		}
-		ip, err := hex.DecodeString(f[0])
-		plen, perr := strconv.ParseUint(f[2], 16, 8)
-		if err != nil || perr != nil || f[3] != "00" {
-			continue // not global: link-local, loopback, site-local
-		}
-		out = append(out, NodeNet{Net: net.IPNet{IP: net.IP(ip), Mask: net.CIDRMask(int(plen), 128)}, Iface: f[5]})
+		out = append(out, NodeNet{Net: net.IPNet{IP: ip, Mask: net.CIDRMask(a.PrefixLen, 8*len(ip))}, LinkIndex: a.LinkIndex})
 	}
 	return out, nil
 }
@@ -139,7 +112,7 @@ func checkSubnet(key string, subnet *net.IPNet, gw net.IP, node []NodeNet) error
 			continue
 		}
 		if netsOverlap(subnet, n.subnet()) {
-			return invalidConfig(key, fmt.Sprintf("%s overlaps the node's subnet %s (%s on %s): pods would take the node's addresses or its neighbours'; give the pods a range of their own", subnet, n.subnet(), n.Net.IP, n.Iface))
+			return invalidConfig(key, fmt.Sprintf("%s overlaps the node's subnet %s (%s on %s): pods would take the node's addresses or its neighbours'; give the pods a range of their own", subnet, n.subnet(), n.Net.IP, n.iface()))
 		}
 	}
 	return nil
@@ -157,7 +130,7 @@ func forbidden(ip net.IP, subnet *net.IPNet, gw net.IP, node []NodeNet) string {
 	}
 	for _, n := range node {
 		if n.Net.IP.Equal(ip) {
-			return fmt.Sprintf("%s is the node's address (on %s)", ip, n.Iface)
+			return fmt.Sprintf("%s is the node's address (on %s)", ip, n.iface())
 		}
 	}
 	if subnet != nil && subnet.Contains(ip) {
@@ -214,7 +187,7 @@ func checkResult(ips []*current.IPConfig, node []NodeNet) error {
 		}
 		for _, n := range node {
 			if netsOverlap(sub, n.subnet()) {
-				return invalidConfig(key, fmt.Sprintf("%s overlaps the node's subnet %s (%s on %s)", &c.Address, n.subnet(), n.Net.IP, n.Iface))
+				return invalidConfig(key, fmt.Sprintf("%s overlaps the node's subnet %s (%s on %s)", &c.Address, n.subnet(), n.Net.IP, n.iface()))
 			}
 		}
 	}

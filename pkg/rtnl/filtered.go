@@ -165,16 +165,15 @@ func spanQuery() (*query, func(), error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if active > 0 {
-		var st unix.Stat_t
-		if err := unix.Stat("/proc/thread-self/ns/net", &st); err == nil {
-			if q, ok := queries[st.Ino]; ok {
+		if ino, ok := threadNetNS(); ok {
+			if q, ok := queries[ino]; ok {
 				return q, func() {}, nil
 			}
 			q, err := newQuery()
 			if err != nil {
 				return nil, nil, err
 			}
-			queries[st.Ino] = q
+			queries[ino] = q
 			return q, func() {}, nil
 		}
 	}
@@ -282,7 +281,7 @@ type Addr struct {
 // calling thread's network namespace. netlink's AddrList(link, family)
 // dumps every device's and filters here; the kernel filters this one.
 func LinkAddrs(ifindex, family int) ([]Addr, error) {
-	out, err := addrs(ifindex, family, false)
+	out, err := addrs(ifindex, family, nil)
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses of ifindex %d: %w", ifindex, err)
 	}
@@ -294,7 +293,15 @@ func LinkAddrs(ifindex, family int) ([]Addr, error) {
 // namespace: the node's own, without the link-local addresses every host
 // veth has two of, which are skipped by their header alone.
 func GlobalAddrs(family int) ([]Addr, error) {
-	out, err := addrs(0, family, true)
+	return Addrs(family, func(_ int, scope uint8) bool { return scope == unix.RT_SCOPE_UNIVERSE })
+}
+
+// Addrs lists the addresses of family (AF_UNSPEC: both) on every device of
+// the calling thread's network namespace for which keep, given the
+// family and scope of its header, holds; the others are skipped by that
+// header alone, before their attributes are read.
+func Addrs(family int, keep func(family int, scope uint8) bool) ([]Addr, error) {
+	out, err := addrs(0, family, keep)
 	if err != nil {
 		return nil, fmt.Errorf("listing the node's addresses: %w", err)
 	}
@@ -302,8 +309,8 @@ func GlobalAddrs(family int) ([]Addr, error) {
 }
 
 // addrs dumps the addresses of family on ifindex (0: every device), only
-// those of global scope when global is set.
-func addrs(ifindex, family int, global bool) ([]Addr, error) {
+// those keep holds for when it is not nil.
+func addrs(ifindex, family int, keep func(family int, scope uint8) bool) ([]Addr, error) {
 	var out []Addr
 	body := make([]byte, unix.SizeofIfAddrmsg)
 	body[0] = byte(family)
@@ -316,7 +323,7 @@ func addrs(ifindex, family int, global bool) ([]Addr, error) {
 			}
 			m := (*unix.IfAddrmsg)(unsafe.Pointer(&p[0]))
 			if (family != unix.AF_UNSPEC && int(m.Family) != family) || (ifindex != 0 && int(m.Index) != ifindex) ||
-				(global && m.Scope != unix.RT_SCOPE_UNIVERSE) {
+				(keep != nil && !keep(int(m.Family), m.Scope)) {
 				return nil
 			}
 			a := Addr{PrefixLen: int(m.Prefixlen), Scope: m.Scope, Flags: uint32(m.Flags), LinkIndex: int(m.Index)}

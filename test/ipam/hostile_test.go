@@ -59,6 +59,11 @@ func TestHostileRangesAndAddresses(t *testing.T) {
 				cerr := e.run("ADD", "hostile", stdin, tc.args).Error(t)
 				require.Equal(t, types.ErrInvalidNetworkConfig, cerr.Code, "%s: %s", ver, cerr.Msg)
 				require.Contains(t, cerr.Msg, tc.key, ver)
+				if strings.Contains(tc.name, "uplink") {
+					// The node's address is named with its device, read
+					// by index only for the message.
+					require.Contains(t, cerr.Msg, "on uplink)", "%s: %s", ver, cerr.Msg)
+				}
 				readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
 				e.run("DEL", "hostile", stdin, tc.args).Must(t)
 				readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
