@@ -3,8 +3,6 @@
 package main
 
 import (
-	"runtime"
-
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
@@ -13,11 +11,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 )
 
-func init() {
-	// Namespace and lock operations must stay on one OS thread.
-	runtime.LockOSThread()
-}
-
+// No runtime.LockOSThread: see cmd/ebpf-cni.
 func main() {
 	skel.PluginMainFuncs(ipam.Funcs(), ipam.Versions, buildinfo.About("ebpf-ipam"))
 }
