@@ -9,8 +9,8 @@ import (
 )
 
 // ownNetNS is the network namespace the plugin runs in: the node's. The
-// calling thread's, which is the one that configures links (main locks the
-// OS thread).
+// calling thread's: every thread a goroutine runs on unlocked is in it
+// (only ns.Do's goroutine, on a thread it locks, enters a pod's).
 const ownNetNS = "/proc/thread-self/ns/net"
 
 // refuseNodeNetNS refuses a CNI_NETNS that names the plugin's own network
