@@ -196,10 +196,59 @@ type Route struct {
 // (unix.AF_INET or AF_INET6) in the main table of the calling thread's
 // network namespace, as netlink's RouteList(nil, family) would find them,
 // without cloned routes.
+//
+// Within a span one dump of both families answers every ask in a
+// namespace: an ADD asks three times (the pod's MTU, the uplinks of
+// masquerade, each family), and nothing a call does changes a default
+// route.
 func DefaultRoutes(family int) ([]Route, error) {
+	all, err := spanDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("listing default routes: %w", err)
+	}
+	var out []Route
+	for _, r := range all {
+		if r.Family == family {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// spanDefaults is every default route of the main table, of both
+// families: kept for the span in the calling thread's namespace, dumped
+// anew outside a span.
+func spanDefaults() ([]Route, error) {
+	mu.Lock()
+	ino, cached := uint64(0), false
+	var rs []Route
+	if active > 0 {
+		if ino, cached = threadNetNS(); cached {
+			rs, cached = defaults[ino]
+		}
+	}
+	mu.Unlock()
+	if cached {
+		return rs, nil
+	}
+	rs, err := dumpDefaults()
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	if active > 0 && ino != 0 {
+		defaults[ino] = rs
+	}
+	mu.Unlock()
+	return rs, nil
+}
+
+// dumpDefaults dumps the default routes of both families (AF_UNSPEC: the
+// kernel dumps each family's tables in turn, with the same filter).
+func dumpDefaults() ([]Route, error) {
 	var out []Route
 	body := make([]byte, unix.SizeofRtMsg)
-	body[0] = byte(family)
+	body[0] = unix.AF_UNSPEC
 	body[4] = unix.RT_TABLE_MAIN // rtm_table: the kernel's filter under strict checking
 	err := queryFor(func(q *query) error {
 		out = out[:0]
@@ -208,7 +257,8 @@ func DefaultRoutes(family int) ([]Route, error) {
 				return nil
 			}
 			rt := (*unix.RtMsg)(unsafe.Pointer(&p[0]))
-			if int(rt.Family) != family || rt.Dst_len != 0 || rt.Flags&unix.RTM_F_CLONED != 0 {
+			family := int(rt.Family)
+			if (family != unix.AF_INET && family != unix.AF_INET6) || rt.Dst_len != 0 || rt.Flags&unix.RTM_F_CLONED != 0 {
 				return nil
 			}
 			r := Route{Family: family, Type: rt.Type}
@@ -238,10 +288,7 @@ func DefaultRoutes(family int) ([]Route, error) {
 			return nil
 		})
 	})
-	if err != nil {
-		return nil, fmt.Errorf("listing default routes: %w", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // nexthops reads RTA_MULTIPATH: struct rtnexthop entries, each followed by
@@ -270,6 +317,7 @@ func nexthops(b []byte, gw *net.IP) []int {
 
 // Addr is what LinkAddrs and GlobalAddrs tell of an address.
 type Addr struct {
+	Family    int // unix.AF_INET or AF_INET6
 	IP        net.IP
 	PrefixLen int
 	Scope     uint8  // unix.RT_SCOPE_*
@@ -277,8 +325,8 @@ type Addr struct {
 	LinkIndex int
 }
 
-// LinkAddrs lists the addresses of family on the device ifindex in the
-// calling thread's network namespace. netlink's AddrList(link, family)
+// LinkAddrs lists the addresses of family (AF_UNSPEC: both) on the device
+// ifindex in the calling thread's network namespace. netlink's AddrList(link, family)
 // dumps every device's and filters here; the kernel filters this one.
 func LinkAddrs(ifindex, family int) ([]Addr, error) {
 	out, err := addrs(ifindex, family, nil)
@@ -326,7 +374,7 @@ func addrs(ifindex, family int, keep func(family int, scope uint8) bool) ([]Addr
 				(keep != nil && !keep(int(m.Family), m.Scope)) {
 				return nil
 			}
-			a := Addr{PrefixLen: int(m.Prefixlen), Scope: m.Scope, Flags: uint32(m.Flags), LinkIndex: int(m.Index)}
+			a := Addr{Family: int(m.Family), PrefixLen: int(m.Prefixlen), Scope: m.Scope, Flags: uint32(m.Flags), LinkIndex: int(m.Index)}
 			var local, address net.IP
 			err := eachAttr(p[unix.SizeofIfAddrmsg:], func(typ uint16, v []byte) {
 				switch typ {

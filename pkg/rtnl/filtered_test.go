@@ -144,6 +144,28 @@ func TestFilteredDumps(t *testing.T) {
 					require.Equal(t, addrStrings(want), addrStrings(got), "%s family %d", name, fam)
 				}
 			}
+			// Both families in one dump (uplink.Find): IPv4's first, each
+			// family's in its own order, each address with its family.
+			for _, name := range []string{"up0", "up1"} {
+				l, err := netlink.LinkByName(name)
+				require.NoError(t, err)
+				both, err := LinkAddrs(l.Attrs().Index, unix.AF_UNSPEC)
+				require.NoError(t, err)
+				var order []string
+				for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+					one, err := LinkAddrs(l.Attrs().Index, fam)
+					require.NoError(t, err)
+					for _, a := range one {
+						require.Equal(t, fam, a.Family, "%s %s", name, a.IP)
+						order = append(order, a.IP.String())
+					}
+				}
+				var got []string
+				for _, a := range both {
+					got = append(got, a.IP.String())
+				}
+				require.Equal(t, order, got, "%s: AF_UNSPEC", name)
+			}
 			l, err := netlink.LinkByName("up0")
 			require.NoError(t, err)
 			got, err := LinkAddrs(l.Attrs().Index, unix.AF_INET)
@@ -188,6 +210,52 @@ func TestFilteredDumps(t *testing.T) {
 		defer func() { strictCheck = true }()
 		check(t)
 	})
+}
+
+// Within a span the default routes are dumped once per namespace, both
+// families at once: a route added during the span is not seen until the
+// next one (a call changes no default route), and outside a span every
+// ask dumps anew.
+func TestDefaultRoutesSpan(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	node, err := nettest.NewNetNS()
+	require.NoError(t, err)
+	defer nettest.CloseNetNS(node)
+	for _, c := range [][]string{
+		{"link", "add", "up0", "type", "veth", "peer", "name", "up0p"},
+		{"link", "set", "up0", "up"},
+		{"addr", "add", "192.0.2.2/24", "dev", "up0"},
+		{"-6", "addr", "add", "2001:db8::2/64", "dev", "up0", "nodad"},
+		{"route", "add", "default", "via", "192.0.2.1"},
+	} {
+		_, err := nettest.Run(node, "ip", c...)
+		require.NoError(t, err)
+	}
+	count := func(fam int) int {
+		rs, err := DefaultRoutes(fam)
+		require.NoError(t, err)
+		return len(rs)
+	}
+	require.NoError(t, node.Do(func(ns.NetNS) error {
+		end := Begin()
+		require.Equal(t, 1, count(unix.AF_INET))
+		require.Equal(t, 0, count(unix.AF_INET6))
+		_, err := nettest.Run(node, "ip", "-6", "route", "add", "default", "via", "2001:db8::1")
+		require.NoError(t, err)
+		require.Equal(t, 0, count(unix.AF_INET6), "the span's dump, from before the route")
+		end()
+		require.Equal(t, 1, count(unix.AF_INET6), "outside the span: a dump of its own")
+		end = Begin()
+		defer end()
+		require.Equal(t, 1, count(unix.AF_INET6), "a new span dumps anew")
+		rs, err := DefaultRoutes(unix.AF_INET)
+		require.NoError(t, err)
+		require.Equal(t, unix.AF_INET, rs[0].Family)
+		require.Equal(t, "192.0.2.1", rs[0].Gw.String())
+		return nil
+	}))
 }
 
 // A dump the kernel refuses (strict checking: a route dump request may

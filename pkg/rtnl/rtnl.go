@@ -36,8 +36,11 @@ var (
 	mu      sync.Mutex
 	active  int // nesting depth of Begin
 	handles = map[uint64]*netlinksafe.Handle{}
-	queries = map[uint64]*query{}                            // filtered.go's sockets, kept like handles
-	zero    = &netlinksafe.Handle{Handle: &netlink.Handle{}} // a socket per request, as netlink's package functions
+	queries = map[uint64]*query{} // filtered.go's sockets, kept like handles
+	// defaults are the default routes of a namespace, dumped once per span
+	// (filtered.go).
+	defaults = map[uint64][]Route{}
+	zero     = &netlinksafe.Handle{Handle: &netlink.Handle{}} // a socket per request, as netlink's package functions
 )
 
 // Begin keeps one netlink socket per namespace until the function it
@@ -64,6 +67,7 @@ func Begin() (end func()) {
 				q.close()
 				delete(queries, k)
 			}
+			clear(defaults)
 		})
 	}
 }

@@ -112,20 +112,19 @@ func Find(names []string) ([]Uplink, error) {
 	out := make([]Uplink, 0, len(links))
 	for _, l := range links {
 		u := Uplink{Link: l}
-		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
-			addrs, err := rtnl.LinkAddrs(l.Attrs().Index, fam)
-			if err != nil {
-				return nil, fmt.Errorf("listing addresses of %s: %w", l.Attrs().Name, err)
+		// Both families in one dump: the kernel lists IPv4's first.
+		addrs, err := rtnl.LinkAddrs(l.Attrs().Index, unix.AF_UNSPEC)
+		if err != nil {
+			return nil, fmt.Errorf("listing addresses of %s: %w", l.Attrs().Name, err)
+		}
+		for _, a := range addrs {
+			if a.Scope != unix.RT_SCOPE_UNIVERSE || a.Flags&(unix.IFA_F_SECONDARY|unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED|unix.IFA_F_DEPRECATED) != 0 {
+				continue
 			}
-			for _, a := range addrs {
-				if a.Scope != unix.RT_SCOPE_UNIVERSE || a.Flags&(unix.IFA_F_SECONDARY|unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED|unix.IFA_F_DEPRECATED) != 0 {
-					continue
-				}
-				if fam == unix.AF_INET && u.IP4 == nil {
-					u.IP4 = a.IP.To4()
-				} else if fam == unix.AF_INET6 && u.IP6 == nil {
-					u.IP6 = a.IP.To16()
-				}
+			if a.Family == unix.AF_INET && u.IP4 == nil {
+				u.IP4 = a.IP.To4()
+			} else if a.Family == unix.AF_INET6 && u.IP6 == nil {
+				u.IP6 = a.IP.To16()
 			}
 		}
 		out = append(out, u)
