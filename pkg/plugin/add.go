@@ -51,7 +51,7 @@ func openNetNS(path string) (ns.NetNS, error) {
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("invalid CNI_NETNS %q: %v", path, err), "")
 	}
-	return n, nil
+	return &podNetNS{NetNS: n}, nil
 }
 
 func checkIfName(name string) error {

@@ -1,10 +1,13 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,3 +50,56 @@ func refuseNodeNetNS(args *skel.CmdArgs) error {
 // was refused for that very reason would see its DEL fail, for ever. DEL
 // never enters CNI_NETNS: what it removes is the same either way.
 func noSkelNetNSCheck(args *skel.CmdArgs) { args.NetnsOverride = "1" }
+
+// podNetNS is a pod's network namespace whose Do enters it from the node's
+// and comes back with handles opened once per call: ns.NetNS's own Do
+// opens the calling thread's namespace twice per call (/proc/<pid>/task/
+// <tid>/ns/net, stat'ed and opened, with the poller's registration tried
+// and undone), about twenty system calls, and an ADD enters the pod two or
+// three times (its interface, the pacing cookie). What it keeps of the
+// library's Do: the callback runs on a goroutine of its own, locked to its
+// thread, and a thread that cannot be switched back stays locked, so the
+// runtime ends it rather than run anything else in the pod's namespace.
+type podNetNS struct {
+	ns.NetNS
+	node ns.NetNS // the node's (the plugin's own); nil until the first Do
+}
+
+// Do runs toRun in the pod's namespace with the node's as its argument,
+// as ns.NetNS's does.
+func (p *podNetNS) Do(toRun func(ns.NetNS) error) error {
+	if p.node == nil {
+		node, err := ns.GetNS(ownNetNS)
+		if err != nil {
+			return fmt.Errorf("opening the node's netns: %w", err)
+		}
+		p.node = node
+	}
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if serr := unix.Setns(int(p.Fd()), unix.CLONE_NEWNET); serr != nil {
+			runtime.UnlockOSThread() // still in the node's
+			err = fmt.Errorf("entering netns %s: %w", p.Path(), serr)
+			return
+		}
+		err = toRun(p.node)
+		if serr := unix.Setns(int(p.node.Fd()), unix.CLONE_NEWNET); serr != nil {
+			err = errors.Join(err, fmt.Errorf("returning to the node's netns from %s: %w", p.Path(), serr))
+			return // locked: the thread ends with this goroutine
+		}
+		runtime.UnlockOSThread()
+	}()
+	<-done
+	return err
+}
+
+// Close closes the pod's handle and the node's.
+func (p *podNetNS) Close() error {
+	if p.node != nil {
+		_ = p.node.Close()
+	}
+	return p.NetNS.Close()
+}
