@@ -108,11 +108,12 @@ func CmdCheck(args *skel.CmdArgs) error {
 	return withStore(args, true, false, func(s *Store, c *Config, n *NetConf) error {
 		var prev *current.Result
 		if n.RawPrevResult != nil {
-			if err := version.ParsePrevResult(&n.NetConf); err != nil {
+			conf := &types.NetConf{CNIVersion: n.CNIVersion, RawPrevResult: n.RawPrevResult}
+			if err := version.ParsePrevResult(conf); err != nil {
 				return types.NewError(types.ErrDecodingFailure, "decoding prevResult", err.Error())
 			}
 			var err error
-			if prev, err = current.NewResultFromResult(n.PrevResult); err != nil {
+			if prev, err = current.NewResultFromResult(conf.PrevResult); err != nil {
 				return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
 			}
 		}
