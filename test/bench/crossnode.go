@@ -92,7 +92,7 @@ func (b *bench) crossAttach(c *nettest.Cluster, path, name string, lists [2][]by
 			return crossPair{}, err
 		}
 		dir := filepath.Join(b.tmp, path, name, n.Name)
-		s := &setup{name: name, node: n.Node, list: list, cni: nettest.NewCNI(n.Node, []string{b.cfg.bin, b.cfg.ref}, filepath.Join(dir, "cache"))}
+		s := &setup{name: name, node: n.Node, list: list, cni: nettest.NewCNI(n.Node, []string{b.cfg.bin, b.refBin}, filepath.Join(dir, "cache"))}
 		podNS, err := b.newNS()
 		if err != nil {
 			return crossPair{}, err
@@ -153,7 +153,7 @@ func (b *bench) crossEBPF(c *nettest.Cluster, path string, overlay bool) (crossP
 	var lists [2][]byte
 	for i, n := range c.Nodes[:2] {
 		bpfRoot := filepath.Join(b.bpfs, path, n.Name)
-		stateDir := filepath.Join(b.tmp, path, "ebpf", n.Name, "state")
+		stateDir := b.runDir(path, "ebpf", n.Name, "state")
 		p := map[string]any{"type": "ebpf-cni", "bpfRoot": bpfRoot, "stateDir": stateDir, "ipMasq": true,
 			"clusterCIDRs": []string{nettest.ClusterCIDR4.String()},
 			"ipam":         map[string]any{"type": "ebpf-ipam", "ranges": []any{[]any{map[string]any{"subnet": n.PodCIDR4.String()}}}}}

@@ -38,6 +38,8 @@ type bench struct {
 	cfg         config
 	res         *Results
 	tmp         string
+	refBin      string       // Debian's reference plugins (cfg.ref), installed for the run
+	runFS       string       // a tmpfs, as /run is on a node: EBPF's stateDirs (runDir)
 	bpfs        string       // private bpffs mount
 	cgroup      string       // cgroup v2 dir for the cgroup hooks; the bench runs in it
 	leaveCgroup func() error // moves the bench back out
@@ -82,6 +84,22 @@ func newBench(cfg config) (*bench, error) {
 	if b.cfg.bin, err = installPlugins(b.cfg.bin, filepath.Join(b.tmp, "cni-bin"), "ebpf-cni", "ebpf-ipam", "loopback"); err != nil {
 		return b, err
 	}
+	if b.refBin, err = installPlugins(b.cfg.ref, filepath.Join(b.tmp, "ref-bin"), refPlugins...); err != nil {
+		return b, err
+	}
+	// ebpf-cni keeps its state in /run/ebpf-cni by default, a tmpfs on a
+	// node (systemd mounts one on /run); host-local keeps REF's in
+	// /var/lib/cni/networks, on the node's disk, as libcni keeps both
+	// setups' result caches. Each keeps it where its default puts it: the
+	// bench's temp dir is on this machine's disk.
+	b.runFS = filepath.Join(b.tmp, "run")
+	if err := os.Mkdir(b.runFS, 0o755); err != nil {
+		return b, err
+	}
+	if err := unix.Mount("tmpfs", b.runFS, "tmpfs", 0, "size=256m,mode=0755"); err != nil {
+		b.runFS = ""
+		return b, fmt.Errorf("mounting a tmpfs for the plugin's state: %w", err)
+	}
 	b.bpfs = filepath.Join(b.tmp, "bpffs")
 	if err := os.Mkdir(b.bpfs, 0o700); err != nil {
 		return b, err
@@ -125,6 +143,9 @@ func (b *bench) cleanup() {
 	}
 	if b.bpfs != "" {
 		_ = unix.Unmount(b.bpfs, unix.MNT_DETACH)
+	}
+	if b.runFS != "" {
+		_ = unix.Unmount(b.runFS, unix.MNT_DETACH)
 	}
 	if b.tmp != "" {
 		_ = os.RemoveAll(b.tmp)
@@ -338,12 +359,24 @@ func cidr(ip string, bits int) *net.IPNet {
 
 // installPlugins copies the plugins named (those of them src has) from src
 // into dir, as an installation does (the DaemonSet's install, make
-// install, a package), and returns dir. A binary run where the Go linker
-// wrote it starts slower: on the 6.18 bench machine an exec of ebpf-cni
-// took 0.4-0.5 ms more wall time and about 0.9 ms more CPU (377 page
-// faults against 297) than the same bytes copied, a state of the page
-// cache no node runs plugins in. Debian's reference plugins are installed
-// already; the upstream ones the bench builds are installed like these.
+// install, a package), and returns dir. Every setup's plugins are copied
+// alike (Debian's too: REF's chain runs them from the bench's ref-bin), so
+// that the page cache holds each binary the same way: how an exec faults
+// its binary in depends on it. On the 6.18 bench machine (ext4, which
+// caches a file written in one piece in large folios) an exec of ebpf-cni
+// where the Go linker wrote it took 0.4-0.5 ms more wall time and about
+// 0.9 ms more CPU (377 page faults against 297) than the same bytes
+// copied; an exec of Debian's bridge from /usr/lib/cni, cached page by
+// page, 0.25-0.28 ms more than a copy (docs/performance.md, the ninth
+// pass).
+// runDir is a directory for EBPF's stateDir under the bench's tmpfs (b.runFS).
+func (b *bench) runDir(elem ...string) string {
+	return filepath.Join(append([]string{b.runFS}, elem...)...)
+}
+
+// refPlugins are REF's chain (bridge with host-local, portmap, bandwidth).
+var refPlugins = []string{"bridge", "host-local", "portmap", "bandwidth"}
+
 func installPlugins(src, dir string, names ...string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err

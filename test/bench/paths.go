@@ -46,7 +46,7 @@ func (b *bench) cniPath() error {
 		b.res.skip("cni", m, "ms", "lower", REF, "Debian's 1.1.1 plugins have no STATUS (CNI 1.1.0)")
 		b.res.skip("cni", m, "ms", "lower", RAW, "not applicable: no plugin")
 	}
-	return b.cniMeasure("cni", ss, b.cfg.ref)
+	return b.cniMeasure("cni", ss, b.refBin)
 }
 
 // cniUpstream is the cni path against the current upstream reference
@@ -82,7 +82,7 @@ func (b *bench) upstreamPlugins() (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the upstream reference plugins: %v: %s", err, out)
 	}
-	return installPlugins(build, filepath.Join(b.tmp, "upstream-plugins"), "bridge", "host-local", "portmap", "bandwidth")
+	return installPlugins(build, filepath.Join(b.tmp, "upstream-plugins"), refPlugins...)
 }
 
 // cniMeasure runs the cni metrics for ss (REF's fresh nodes take their

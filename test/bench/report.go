@@ -114,7 +114,7 @@ func (rp report) markdown() string {
 	}
 	w("| setup | what it is |\n| --- | --- |\n")
 	w("| REF | Debian's `bridge` (isGateway, ipMasq) + `host-local` + `portmap` + `bandwidth`, iptables |\n")
-	w("| EBPF | `ebpf-cni` + `ebpf-ipam`, default attach mode; features on: %s |\n", featureList(rp.Features))
+	w("| EBPF | `ebpf-cni` + `ebpf-ipam`, default attach mode, stateDir on a tmpfs (its default /run/ebpf-cni is one on a node; REF's host-local keeps its default, on disk); features on: %s |\n", featureList(rp.Features))
 	w("| RAW | the limit: two namespaces joined by one veth; for paths through the node, a namespace routed by the node with no NAT and no rules; for `cni`, the same veth, address and route made in-process with netlink |\n\n")
 	w("How to read a table: **EBPF/REF** and **EBPF/RAW** are plain ratios of the figures (for a metric where lower is better, below 1x means EBPF is better); ")
 	w("**gap closed** is (EBPF−REF)/(RAW−REF): 100%% means EBPF reaches the raw limit, 0%% no better than REF, negative worse than REF; ")

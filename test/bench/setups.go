@@ -106,7 +106,7 @@ func (b *bench) newSetups() error {
 // newSetup makes one setup on a fresh node; tag names its state (files,
 // bpfRoot), so two setups of one kind share nothing.
 func (b *bench) newSetup(name, tag string) (*setup, error) {
-	return b.newSetupWith(name, tag, b.cfg.ref)
+	return b.newSetupWith(name, tag, b.refBin)
 }
 
 // newSetupWith is newSetup with REF's plugins taken from refDir (Debian's,
@@ -130,7 +130,7 @@ func (b *bench) newSetupWith(name, tag, refDir string) (*setup, error) {
 	case EBPF:
 		s.features = features
 		s.bpfRoot = filepath.Join(b.bpfs, tag)
-		raw, err = ebpfList(s.bpfRoot, filepath.Join(dir, "state"), b.cgroup, features)
+		raw, err = ebpfList(s.bpfRoot, b.runDir(tag, name, "state"), b.cgroup, features)
 		// Without masquerade the world needs a route back to the pods
 		// (with it the route is unused); TestToWorld does the same.
 		if err == nil {

@@ -65,16 +65,23 @@ func main() {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() { <-sig; cleanup(); os.Exit(130) }()
 
-	// ebpf-ipam runs installed, copied as a node's install copies it (Debian's
-	// host-local is installed by dpkg): a binary run where the Go linker
-	// wrote it starts slower (docs/performance.md, the sixth pass).
-	data, err := os.ReadFile(filepath.Join(*bin, "ebpf-ipam"))
-	check(err)
-	ipamBin := filepath.Join(tmp, "ebpf-ipam")
-	check(os.WriteFile(ipamBin, data, 0o755))
+	// Both plugins run installed, copied as a node's install copies them
+	// (Debian's host-local too): how an exec faults its binary in depends
+	// on how the page cache holds it, and a binary where the Go linker wrote
+	// it, or one cached page by page, starts slower (docs/performance.md,
+	// the sixth and ninth passes).
+	install := func(src string) string {
+		data, err := os.ReadFile(src)
+		check(err)
+		dst := filepath.Join(tmp, filepath.Base(src))
+		check(os.WriteFile(dst, data, 0o755))
+		return dst
+	}
+	ipamBin := install(filepath.Join(*bin, "ebpf-ipam"))
+	hostLocalBin := install(filepath.Join(*ref, "host-local"))
 
 	plugins := []struct{ name, path, ipam string }{
-		{"host-local", filepath.Join(*ref, "host-local"), fmt.Sprintf(`"type":"host-local","subnet":"10.200.0.0/16","dataDir":%q`, filepath.Join(state, "host-local"))},
+		{"host-local", hostLocalBin, fmt.Sprintf(`"type":"host-local","subnet":"10.200.0.0/16","dataDir":%q`, filepath.Join(state, "host-local"))},
 		{"ebpf-ipam", ipamBin, fmt.Sprintf(`"type":"ebpf-ipam","subnet":"10.200.0.0/16","bpfRoot":%q,"stateDir":%q`, filepath.Join(mnt, "root"), filepath.Join(state, "ebpf-ipam"))},
 	}
 	manyRanges := func() row {
