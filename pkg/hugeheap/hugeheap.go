@@ -25,17 +25,6 @@
 // pages by itself, and with "never" (or on a kernel without them) nothing
 // would; in both cases the heap is left where it is.
 //
-// An ADD runs on one P (GOMAXPROCS 1): it is one goroutine that waits on
-// the kernel (the ns.Do and ipam lock goroutines run while it waits), and a
-// second P only made the runtime start threads that found nothing to do,
-// waking them across CPUs. Eight ADDs beside eight DELs on the bench's two
-// vCPUs took 8-11% less CPU each and their p50 fell 4-9%; an ADD alone did
-// not move (docs/performance.md, the ninth pass). Set here, before the
-// other packages initialise, it costs next to nothing (set in CmdAdd, it
-// stopped a running world: the third pass took that out). The other verbs
-// keep the default: a DEL on one P (GOMAXPROCS=1 in its environment) took
-// 4 ms longer (the eighth pass).
-//
 // The goroutine that runs the package inits and then main starts with an
 // 8 KiB stack and doubles it, copying, each time a call chain outgrows it
 // (netlink, JSON, cilium/ebpf go deep): 5-6% of a call's CPU in a perf
@@ -46,7 +35,6 @@ package hugeheap
 
 import (
 	"bytes"
-	"runtime"
 	"runtime/debug"
 	"unsafe"
 
@@ -81,12 +69,8 @@ var (
 )
 
 func init() {
-	cmd, ok := unix.Getenv("CNI_COMMAND")
-	if !ok {
+	if _, ok := unix.Getenv("CNI_COMMAND"); !ok {
 		return
-	}
-	if cmd == "ADD" {
-		runtime.GOMAXPROCS(1)
 	}
 	call = true
 	// Off before the pads: they count as live heap, and the collector
