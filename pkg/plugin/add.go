@@ -51,7 +51,12 @@ func openNetNS(path string) (ns.NetNS, error) {
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("invalid CNI_NETNS %q: %v", path, err), "")
 	}
-	return &podNetNS{NetNS: n}, nil
+	p, err := newPodNetNS(n)
+	if err != nil {
+		n.Close()
+		return nil, types.NewError(types.ErrInternal, fmt.Sprintf("CNI_NETNS %q", path), err.Error())
+	}
+	return p, nil
 }
 
 func checkIfName(name string) error {

@@ -13,7 +13,7 @@ import (
 
 // ownNetNS is the network namespace the plugin runs in: the node's. The
 // calling thread's: every thread a goroutine runs on unlocked is in it
-// (only ns.Do's goroutine, on a thread it locks, enters a pod's).
+// (only a Do's goroutine, on a thread it locks, enters a pod's).
 const ownNetNS = "/proc/thread-self/ns/net"
 
 // refuseNodeNetNS refuses a CNI_NETNS that names the plugin's own network
@@ -52,29 +52,34 @@ func refuseNodeNetNS(args *skel.CmdArgs) error {
 func noSkelNetNSCheck(args *skel.CmdArgs) { args.NetnsOverride = "1" }
 
 // podNetNS is a pod's network namespace whose Do enters it from the node's
-// and comes back with handles opened once per call: ns.NetNS's own Do
-// opens the calling thread's namespace twice per call (/proc/<pid>/task/
-// <tid>/ns/net, stat'ed and opened, with the poller's registration tried
-// and undone), about twenty system calls, and an ADD enters the pod two or
-// three times (its interface, the pacing cookie). What it keeps of the
-// library's Do: the callback runs on a goroutine of its own, locked to its
-// thread, and a thread that cannot be switched back stays locked, so the
-// runtime ends it rather than run anything else in the pod's namespace.
+// and comes back with a handle on the node's taken once, when the pod's is
+// opened: ns.NetNS's own Do opens the calling thread's namespace twice per
+// call (/proc/<pid>/task/<tid>/ns/net, stat'ed and opened, with the
+// poller's registration tried and undone), about twenty system calls, and
+// an ADD enters the pod two or three times (its interface, the pacing
+// cookie). What it keeps of the library's Do: the callback runs on a
+// goroutine of its own, locked to its thread, and a thread that cannot be
+// switched back stays locked, so the runtime ends it rather than run
+// anything else in the pod's namespace. Unlike the library's, Do always
+// returns to the node's namespace: a callback must not call Do again.
 type podNetNS struct {
 	ns.NetNS
-	node ns.NetNS // the node's (the plugin's own); nil until the first Do
+	node ns.NetNS // the node's (the plugin's own)
+}
+
+// newPodNetNS wraps pod; it is called from the node's namespace (a verb's
+// goroutine, never inside a Do), whose handle it takes.
+func newPodNetNS(pod ns.NetNS) (*podNetNS, error) {
+	node, err := ns.GetNS(ownNetNS)
+	if err != nil {
+		return nil, fmt.Errorf("opening the node's netns: %w", err)
+	}
+	return &podNetNS{NetNS: pod, node: node}, nil
 }
 
 // Do runs toRun in the pod's namespace with the node's as its argument,
 // as ns.NetNS's does.
 func (p *podNetNS) Do(toRun func(ns.NetNS) error) error {
-	if p.node == nil {
-		node, err := ns.GetNS(ownNetNS)
-		if err != nil {
-			return fmt.Errorf("opening the node's netns: %w", err)
-		}
-		p.node = node
-	}
 	var err error
 	done := make(chan struct{})
 	go func() {
@@ -98,8 +103,6 @@ func (p *podNetNS) Do(toRun func(ns.NetNS) error) error {
 
 // Close closes the pod's handle and the node's.
 func (p *podNetNS) Close() error {
-	if p.node != nil {
-		_ = p.node.Close()
-	}
+	_ = p.node.Close()
 	return p.NetNS.Close()
 }
