@@ -24,7 +24,11 @@
  * so its next packets and its replies pass with one lookup; a reply the
  * stack translated back (a Service's) is recognised by conntrack. The
  * entry holds the generations of the rules it was decided under: when the
- * agent changes an endpoint's rules, its flows are decided again.
+ * agent changes an endpoint's rules, its flows are decided again. Flows
+ * between pods that were not isolated are not remembered: when one end
+ * becomes isolated, a packet of theirs that cannot open a flow (a TCP
+ * packet other than a SYN, an echo reply) is decided the other way too
+ * (policy_midflow), so that the replies of what a pod opened before pass.
  *
  * ADD starts a pod whose namespace has policies (policy_namespaces) with
  * those directions POLICY_CLOSED: nothing passes until the agent has
@@ -223,6 +227,15 @@ static __always_inline void policy_flow_key_of(struct policy_flow_key *k, const 
 	__builtin_memcpy(k->daddr, reverse ? p->saddr : p->daddr, 16);
 }
 
+/* policy_midflow: p cannot open a flow: a TCP packet other than a SYN
+ * (the SYN-ACK of a handshake among them), an ICMP echo reply. */
+static __always_inline int policy_midflow(const struct nat_pkt *p)
+{
+	if (p->proto == IPPROTO_TCP)
+		return !p->later_frag && !flow_syn(p);
+	return nat_is_echo_reply(p);
+}
+
 /* Flags of policy_check. */
 #define POLICY_TRUSTED_SRC 1 /* the node itself sends it: no ingress rule applies (it is recorded) */
 #define POLICY_CT_REPLY 2    /* ask conntrack whether an unknown packet is a reply (the stack delivered it) */
@@ -297,6 +310,11 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 			evicted = 1;
 		}
 	}
+	/* A SYN starts a connection, whatever its tuple carried before: it is
+	 * never a reply (a peer the rules deny cannot reuse the tuple of a
+	 * flow the pod opened to reach it). */
+	if (f && reply && flow_syn(p))
+		f = NULL;
 	if (f) {
 		/* The flow's opener and peer, as this hook sees them. */
 		ie = reply ? de : se;
@@ -335,6 +353,16 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 		}
 	}
 	rc = policy_decide(p, se, src_if, de, dst_if, p->saddr, p->daddr, p->dport, flags & POLICY_TRUSTED_SRC);
+	if (rc && !f && policy_midflow(p)) {
+		/* A packet no flow's first, of a flow nothing remembers: it was
+		 * opened while neither end was isolated (or both its entries
+		 * were evicted), by an end nobody knows. It may be a reply:
+		 * decided as opened the other way, allowed so, remembered so. */
+		if (policy_decide(p, de, dst_if, se, src_if, p->daddr, p->saddr, p->sport, flags & POLICY_TRUSTED_SRC))
+			return rc;
+		policy_remember(p, 1, dst_if, src_if, de, se);
+		return 0;
+	}
 	if (rc)
 		return rc;
 	policy_remember(p, 0, src_if, dst_if, se, de);

@@ -2,11 +2,13 @@ package datapath_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
@@ -48,6 +50,17 @@ func connects(n ns.NetNS, ip net.IP, port int, limit time.Duration) bool {
 	return nettest.Echo(c, "policy\n") == nil
 }
 
+// policyPair starts pods a and b of namespace web on a new node, with the
+// node's NetworkPolicy maps.
+func policyPair(t *testing.T) (e *env, list *libcni.NetworkConfigList, pm *policy.Maps, a, b *nettest.Pod) {
+	e = newEnv(t)
+	list = e.confList(netOpts{})
+	pm = e.policyMaps()
+	a = e.addK8sPod(list, "pol-a", "web", "a")
+	b = e.addK8sPod(list, "pol-b", "web", "b")
+	return e, list, pm, a, b
+}
+
 // hostPrefix is ip as a /32 or /128.
 func hostPrefix(ip net.IP) netip.Prefix {
 	a, _ := netip.AddrFromSlice(ip)
@@ -69,11 +82,7 @@ func tcpRule(first, last uint16) policy.Rule {
 // denials are counted under their reason and per endpoint; ADD of a pod of
 // a namespace with policies starts it closed; DEL leaves no state.
 func TestPolicyDatapath(t *testing.T) {
-	e := newEnv(t)
-	list := e.confList(netOpts{})
-	pm := e.policyMaps()
-	a := e.addK8sPod(list, "pol-a", "web", "a")
-	b := e.addK8sPod(list, "pol-b", "web", "b")
+	e, list, pm, a, b := policyPair(t)
 	ib := uint32(e.hostIndex(b))
 	ia := uint32(e.hostIndex(a))
 	for _, fam := range []int{4, 6} {
@@ -203,6 +212,95 @@ func TestPolicyDatapath(t *testing.T) {
 		require.False(t, ok, "%s: state left after DEL", ver)
 		require.NoError(t, e.cni.DelPod(vlist, d), ver)
 	}
+	require.NoError(t, e.cni.DelPod(list, a))
+	require.NoError(t, e.cni.DelPod(list, b))
+	e.requireClean()
+}
+
+// Flows a pod opened while neither end was isolated are remembered
+// nowhere; when the pod becomes isolated (its ingress closed: it admits
+// nobody), their replies still pass: a packet that cannot open a flow (a
+// TCP packet other than a SYN: the SYN-ACK of a handshake, an established
+// connection's data) is decided as opened the other way when it is denied
+// as opened its own way. A SYN is never a reply: a peer the pod denies
+// cannot reuse the tuple of a flow the pod opened to it.
+func TestPolicyFlowsBeforeIsolation(t *testing.T) {
+	e, list, pm, a, b := policyPair(t)
+	ia := uint32(e.hostIndex(a))
+	// Connections a opens to b; b's side of each pushes what follows,
+	// which a never answers but by ACKs.
+	type conn struct{ c, s net.Conn }
+	conns := map[int]conn{}
+	push := func(fam int, msg string) error {
+		x := conns[fam]
+		if _, err := x.s.Write([]byte(msg)); err != nil {
+			return err
+		}
+		_ = x.c.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(x.c, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("read %q, not %q", buf, msg)
+		}
+		return nil
+	}
+	for _, fam := range []int{4, 6} {
+		var l net.Listener
+		require.NoError(t, b.NS.Do(func(ns.NetNS) error {
+			var err error
+			l, err = net.Listen("tcp", net.JoinHostPort(b.IP(fam).String(), "80"))
+			return err
+		}))
+		t.Cleanup(func() { l.Close() })
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			if s, err := l.Accept(); err == nil {
+				accepted <- s
+			}
+		}()
+		c, err := nettest.Dial(a.NS, net.JoinHostPort(b.IP(fam).String(), "80"))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		s := <-accepted
+		t.Cleanup(func() { s.Close() })
+		conns[fam] = conn{c, s}
+		require.NoError(t, push(fam, "open\n"), "IPv%d b -> a on a's connection, without policy", fam)
+	}
+	on, err := pm.Active()
+	require.NoError(t, err)
+	require.False(t, on, "policy lookups on without any policy: the flows would be remembered")
+
+	require.NoError(t, pm.SetEndpoint(ia, policy.EndpointState{Ingress: uint8(policy.StateClosed)}))
+	for _, fam := range []int{4, 6} {
+		require.NoError(t, push(fam, "isolated\n"),
+			"IPv%d: b's data on a connection a opened before its ingress closed was dropped", fam)
+	}
+
+	// a opens a flow from port 5001 to b:8080 (refused: b does not
+	// listen), then listens on 5001: b's SYN from 8080 to it is no reply.
+	for _, fam := range []int{4, 6} {
+		_, err := dialFrom(a.NS, 5001, b.IP(fam), 8080)
+		require.Error(t, err, "IPv%d a -> b:8080, where b does not listen", fam)
+		l, err := nettest.ListenPort(a.NS, a.IP(fam), 5001)
+		require.NoError(t, err)
+		c, err := dialFrom(b.NS, 8080, a.IP(fam), 5001)
+		if err == nil {
+			c.Close()
+		}
+		l.Close()
+		require.Error(t, err, "IPv%d: b reached a's closed ingress by a SYN on the tuple of a's flow to it", fam)
+	}
+	drops, err := pm.Drops(ia, policy.Ingress)
+	require.NoError(t, err)
+	require.NotZero(t, drops, "b's SYNs to a not counted as a's ingress drops")
+
+	for _, x := range conns {
+		x.c.Close()
+		x.s.Close()
+	}
+	require.NoError(t, pm.SetEndpoint(ia, policy.EndpointState{}))
 	require.NoError(t, e.cni.DelPod(list, a))
 	require.NoError(t, e.cni.DelPod(list, b))
 	e.requireClean()
