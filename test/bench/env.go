@@ -357,6 +357,14 @@ func cidr(ip string, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.ParseIP(ip).To4(), Mask: net.CIDRMask(bits, 32)}
 }
 
+// runDir is a directory for EBPF's stateDir under the bench's tmpfs (b.runFS).
+func (b *bench) runDir(elem ...string) string {
+	return filepath.Join(append([]string{b.runFS}, elem...)...)
+}
+
+// refPlugins are REF's chain (bridge with host-local, portmap, bandwidth).
+var refPlugins = []string{"bridge", "host-local", "portmap", "bandwidth"}
+
 // installPlugins copies the plugins named (those of them src has) from src
 // into dir, as an installation does (the DaemonSet's install, make
 // install, a package), and returns dir. Every setup's plugins are copied
@@ -369,14 +377,6 @@ func cidr(ip string, bits int) *net.IPNet {
 // copied; an exec of Debian's bridge from /usr/lib/cni, cached page by
 // page, 0.25-0.28 ms more than a copy (docs/performance.md, the ninth
 // pass).
-// runDir is a directory for EBPF's stateDir under the bench's tmpfs (b.runFS).
-func (b *bench) runDir(elem ...string) string {
-	return filepath.Join(append([]string{b.runFS}, elem...)...)
-}
-
-// refPlugins are REF's chain (bridge with host-local, portmap, bandwidth).
-var refPlugins = []string{"bridge", "host-local", "portmap", "bandwidth"}
-
 func installPlugins(src, dir string, names ...string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
