@@ -242,19 +242,22 @@ static __always_inline int policy_midflow(const struct nat_pkt *p)
 
 /* policy_decide decides a flow opened from src (endpoint src_if, 0: not a
  * pod of this node) to dst: saddr/daddr/dport are the opening direction's.
- * 0: allowed; else the drop reason (negative). */
+ * 0: allowed; else the drop reason (negative), counted for the endpoint
+ * that denied it when count is set. */
 static __always_inline int policy_decide(const struct nat_pkt *p, const struct policy_endpoint *se, __u32 src_if,
 					 const struct policy_endpoint *de, __u32 dst_if, const __u8 *saddr,
-					 const __u8 *daddr, __be16 dport, int trusted)
+					 const __u8 *daddr, __be16 dport, int trusted, int count)
 {
 	__u16 port = bpf_ntohs(dport);
 
 	if (!policy_dir_allows(se, src_if, PKT_DIR_EGRESS, p, daddr, port)) {
-		policy_count_drop(src_if, PKT_DIR_EGRESS);
+		if (count)
+			policy_count_drop(src_if, PKT_DIR_EGRESS);
 		return DROP(REASON_DROP_POLICY_EGRESS);
 	}
 	if (!trusted && !policy_dir_allows(de, dst_if, PKT_DIR_INGRESS, p, saddr, port)) {
-		policy_count_drop(dst_if, PKT_DIR_INGRESS);
+		if (count)
+			policy_count_drop(dst_if, PKT_DIR_INGRESS);
 		return DROP(REASON_DROP_POLICY_INGRESS);
 	}
 	return 0;
@@ -290,7 +293,7 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 	struct policy_endpoint *ie, *re;
 	struct policy_flow_key k;
 	struct policy_flow *f;
-	int rc, reply, evicted = 0;
+	int rc, reply, midflow, evicted = 0;
 
 	if (!policy_any(se, de))
 		return 0;
@@ -332,7 +335,7 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 			/* The rules changed: decide the flow again as it was
 			 * opened, the other way. */
 			rc = policy_decide(p, de, dst_if, se, src_if, p->daddr, p->saddr, p->sport,
-					   flags & POLICY_TRUSTED_SRC);
+					   flags & POLICY_TRUSTED_SRC, 1);
 			if (rc)
 				return rc;
 			policy_remember(p, 1, dst_if, src_if, de, se);
@@ -352,16 +355,25 @@ static __always_inline int policy_check_eps(struct __sk_buff *skb, const struct 
 				return 0;
 		}
 	}
-	rc = policy_decide(p, se, src_if, de, dst_if, p->saddr, p->daddr, p->dport, flags & POLICY_TRUSTED_SRC);
-	if (rc && !f && policy_midflow(p)) {
+	midflow = !f && policy_midflow(p);
+	rc = policy_decide(p, se, src_if, de, dst_if, p->saddr, p->daddr, p->dport, flags & POLICY_TRUSTED_SRC,
+			   !midflow);
+	if (rc && midflow) {
 		/* A packet no flow's first, of a flow nothing remembers: it was
 		 * opened while neither end was isolated (or both its entries
 		 * were evicted), by an end nobody knows. It may be a reply:
-		 * decided as opened the other way, allowed so, remembered so. */
-		if (policy_decide(p, de, dst_if, se, src_if, p->daddr, p->saddr, p->sport, flags & POLICY_TRUSTED_SRC))
-			return rc;
-		policy_remember(p, 1, dst_if, src_if, de, se);
-		return 0;
+		 * decided as opened the other way, allowed so, remembered so;
+		 * denied both ways, it is counted as its own way's denial. */
+		if (!policy_decide(p, de, dst_if, se, src_if, p->daddr, p->saddr, p->sport, flags & POLICY_TRUSTED_SRC,
+				   0)) {
+			policy_remember(p, 1, dst_if, src_if, de, se);
+			return 0;
+		}
+		if (rc == DROP(REASON_DROP_POLICY_EGRESS))
+			policy_count_drop(src_if, PKT_DIR_EGRESS);
+		else
+			policy_count_drop(dst_if, PKT_DIR_INGRESS);
+		return rc;
 	}
 	if (rc)
 		return rc;

@@ -277,6 +277,9 @@ func TestPolicyFlowsBeforeIsolation(t *testing.T) {
 		require.NoError(t, push(fam, "isolated\n"),
 			"IPv%d: b's data on a connection a opened before its ingress closed was dropped", fam)
 	}
+	drops, err := pm.Drops(ia, policy.Ingress)
+	require.NoError(t, err)
+	require.Zero(t, drops, "packets that passed counted as a's ingress drops")
 
 	// a opens a flow from port 5001 to b:8080 (refused: b does not
 	// listen), then listens on 5001: b's SYN from 8080 to it is no reply.
@@ -292,7 +295,7 @@ func TestPolicyFlowsBeforeIsolation(t *testing.T) {
 		l.Close()
 		require.Error(t, err, "IPv%d: b reached a's closed ingress by a SYN on the tuple of a's flow to it", fam)
 	}
-	drops, err := pm.Drops(ia, policy.Ingress)
+	drops, err = pm.Drops(ia, policy.Ingress)
 	require.NoError(t, err)
 	require.NotZero(t, drops, "b's SYNs to a not counted as a's ingress drops")
 
