@@ -57,9 +57,9 @@ mkdirs() {
 # put SRC DST MODE copies through a temporary file and a rename: a runtime
 # may exec the plugin or read the conflist at any moment, and must find the
 # old file or the new one, never half of one. One write of the whole file
-# (dd, not cp's 128 KiB pieces): a filesystem with large folios (ext4 since
-# 6.x, xfs) then caches a plugin in 2 MiB folios, and each exec of it
-# faults in fewer pages (docs/performance.md, the ninth pass).
+# (dd, not cp's 128 KiB pieces): a filesystem with large folios (xfs; ext4
+# on recent kernels, 6.18 here) then caches a plugin in 2 MiB folios, and
+# each exec of it faults in fewer pages (docs/performance.md, ninth pass).
 put() {
 	local tmp
 	tmp=$(mktemp "$(dirname "$2")/.$(basename "$2").XXXXXX.tmp")
