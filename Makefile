@@ -74,6 +74,7 @@ plugins: ## build bin/ebpf-cni, bin/ebpf-ipam and bin/loopback only (what make i
 
 test: deps build check-generated ## run every test (unit, integration in namespaces); as root
 	$(GO) vet ./...
+	cd pkg/hugeheap && $(GO) vet ./... && $(GO) test -count=1 ./... # a module of its own (its package comment)
 	$(GO) test -count=1 -p 1 -timeout 30m ./...
 
 install: plugins ## plugins into $(DESTDIR)$(CNI_BIN_DIR), a conflist for POD_CIDR= (required) into $(CNI_CONF_DIR) unless there (FORCE=1); as root

@@ -11,6 +11,7 @@ tool (
 )
 
 require (
+	0hugeheap v0.0.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/containernetworking/cni v1.3.1
 	github.com/containernetworking/plugins v1.9.1
@@ -85,3 +86,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// pkg/hugeheap is a module of its own, 0hugeheap: its import path sorts
+// first, so its init runs before every other package's (its package comment).
+replace 0hugeheap => ./pkg/hugeheap

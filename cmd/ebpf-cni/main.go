@@ -4,14 +4,16 @@
 package main
 
 import (
+	// First of all packages to initialise (its import path sorts first): a
+	// call's process gets the collector off and its heap on a huge page.
+	_ "0hugeheap"
+
 	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
-	// A call's process: the collector off, its heap on a huge page.
-	_ "github.com/ebpf-cni/ebpf-cni/pkg/hugeheap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 )
 

@@ -31,15 +31,34 @@
 // profile, mostly faults on the fresh copies. init grows it once to
 // 128 KiB, from the huge page; with the collector off nothing shrinks it
 // again.
+//
+// All of this is worth most before the other packages initialise: about
+// fifty of them allocate in their init (tables, maps, regexps), 55 of a
+// call's 4 KiB heap faults when they ran first. Go initialises packages in
+// the order of their import paths, each once its imports are initialised. So
+// this package is a module of its own whose path, 0hugeheap, sorts before
+// every other (digits come before letters), and it imports nothing but
+// unsafe: it takes the functions of runtime/debug and syscall it needs by
+// name (go:linkname; each is one the runtime or syscall marks as reachable
+// that way), because an import of either would wait for it and for every
+// package sorting before it. Its init runs right after the runtime's
+// (GODEBUG=inittrace=1 shows the order; test/layers checks it in both
+// plugins).
 package hugeheap
 
-import (
-	"bytes"
-	"runtime/debug"
-	"unsafe"
+import "unsafe"
 
-	"golang.org/x/sys/unix"
-)
+// What init needs of runtime/debug and of syscall, by name rather than by
+// import (see the package comment).
+
+//go:linkname setGCPercent runtime/debug.setGCPercent
+func setGCPercent(percent int32) int32
+
+//go:linkname runtimeEnvs syscall.runtime_envs
+func runtimeEnvs() []string
+
+//go:linkname rawSyscall6 syscall.RawSyscall6
+func rawSyscall6(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2, errno uintptr)
 
 // hugeBytes is a PMD-sized huge page on x86-64 and arm64 (4 KiB pages).
 const hugeBytes = 2 << 20
@@ -53,14 +72,17 @@ const largeBytes = 128 << 10
 const maxHoles = 512
 
 // modeFile says whether transparent huge pages are on: "always [madvise]
-// never", the brackets around the mode in force.
-const modeFile = "/sys/kernel/mm/transparent_hugepage/enabled"
+// never", the brackets around the mode in force; NUL-terminated for the
+// system call.
+const modeFile = "/sys/kernel/mm/transparent_hugepage/enabled\x00"
 
 var (
 	// pads and holes hold what init allocated to move the heap on (never
-	// touched).
-	pads  [][]byte
-	holes []*[8192]byte
+	// touched); arrays, not slices grown by append, whose growing copies
+	// would fault in pages below the boundary.
+	pads   [2][]byte
+	holes  [maxHoles]*[8192]byte
+	nholes int
 	// region is the 2 MiB the call's heap continues in, marked
 	// MADV_HUGEPAGE; zero when init left the heap where it was.
 	region uintptr
@@ -69,32 +91,56 @@ var (
 )
 
 func init() {
-	if _, ok := unix.Getenv("CNI_COMMAND"); !ok {
+	if !inCall(runtimeEnvs()) {
 		return
 	}
 	call = true
 	// Off before the pads: they count as live heap, and the collector
 	// would otherwise start a cycle over them.
-	debug.SetGCPercent(-1)
-	if madviseMode() {
+	setGCPercent(-1)
+	if sysMadvise != 0 && madviseMode() {
 		region = moveHeap()
 	}
 	growStack(7)
 }
 
+// inCall reports whether env (KEY=value entries) sets CNI_COMMAND, as a
+// runtime does for every call.
+func inCall(env []string) bool {
+	const key = "CNI_COMMAND="
+	for _, kv := range env {
+		if len(kv) >= len(key) && kv[:len(key)] == key {
+			return true
+		}
+	}
+	return false
+}
+
 // madviseMode reports whether huge pages come only where a process asks.
 func madviseMode() bool {
-	fd, err := unix.Open(modeFile, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	const atFDCWD = ^uintptr(99) // -100
+	path := unsafe.StringData(modeFile)
+	fd, _, e := rawSyscall6(sysOpenat, atFDCWD, uintptr(unsafe.Pointer(path)), oRDONLY|oCLOEXEC, 0, 0, 0)
+	if e != 0 {
 		return false
 	}
-	defer unix.Close(fd)
 	var buf [64]byte
-	n, err := unix.Read(fd, buf[:])
-	if err != nil || n <= 0 {
+	n, _, e := rawSyscall6(sysRead, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
+	rawSyscall6(sysClose, fd, 0, 0, 0, 0, 0)
+	if e != 0 || n == 0 || n > uintptr(len(buf)) {
 		return false
 	}
-	return bytes.Contains(buf[:n], []byte("[madvise]"))
+	return contains(string(buf[:n]), "[madvise]")
+}
+
+// contains is strings.Contains, which this package may not import.
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
 }
 
 // moveHeap moves the heap on to the next 2 MiB boundary above its end and
@@ -111,15 +157,16 @@ func madviseMode() bool {
 // it).
 func moveHeap() uintptr {
 	p := make([]byte, largeBytes)
-	pads = append(pads, p)
+	pads[0] = p
 	end := uintptr(unsafe.Pointer(unsafe.SliceData(p))) + largeBytes
 	boundary := (end + hugeBytes - 1) &^ (hugeBytes - 1)
 	if gap := boundary - end; gap >= largeBytes {
-		pads = append(pads, make([]byte, gap))
+		pads[1] = make([]byte, gap)
 	}
 	for range maxHoles {
 		h := new([8192]byte)
-		holes = append(holes, h)
+		holes[nholes] = h
+		nholes++
 		at := uintptr(unsafe.Pointer(h))
 		if at < boundary {
 			continue
@@ -127,7 +174,7 @@ func moveHeap() uintptr {
 		if at >= boundary+hugeBytes || touched(boundary) {
 			return 0
 		}
-		if _, _, e := unix.Syscall(unix.SYS_MADVISE, boundary, hugeBytes, unix.MADV_HUGEPAGE); e != 0 {
+		if _, _, e := rawSyscall6(sysMadvise, boundary, hugeBytes, madvHugepage, 0, 0, 0); e != 0 {
 			return 0
 		}
 		return boundary
@@ -140,7 +187,7 @@ func moveHeap() uintptr {
 // heap's end) and a huge page would not come at the first touch.
 func touched(addr uintptr) bool {
 	var vec [hugeBytes / 4096]byte
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, addr, hugeBytes, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+	if _, _, e := rawSyscall6(sysMincore, addr, hugeBytes, uintptr(unsafe.Pointer(&vec[0])), 0, 0, 0); e != 0 {
 		return true
 	}
 	for _, v := range vec {

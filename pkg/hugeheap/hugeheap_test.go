@@ -6,11 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
-
-	"github.com/stretchr/testify/require"
 )
 
 // sink keeps the test's allocations on the heap.
@@ -21,8 +20,11 @@ const childEnv = "HUGEHEAP_TEST_CHILD"
 
 // vmaOf returns the /proc/self/smaps entry of the mapping holding addr.
 func vmaOf(t *testing.T, addr uintptr) (lo, hi uintptr, fields map[string]string) {
+	t.Helper()
 	f, err := os.Open("/proc/self/smaps")
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	found := false
@@ -44,8 +46,12 @@ func vmaOf(t *testing.T, addr uintptr) (lo, hi uintptr, fields map[string]string
 			}
 		}
 	}
-	require.NoError(t, s.Err())
-	require.True(t, found, "no mapping holds %#x", addr)
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatalf("no mapping holds %#x", addr)
+	}
 	return lo, hi, fields
 }
 
@@ -55,13 +61,13 @@ func TestNotACall(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("the child is a call")
 	}
-	require.False(t, call)
-	require.Zero(t, region)
-	require.Empty(t, pads)
-	require.Empty(t, holes)
+	if call || region != 0 || pads[0] != nil || nholes != 0 {
+		t.Fatalf("init took a test binary for a call: call %v, region %#x, pads %d, holes %d", call, region, len(pads[0]), nholes)
+	}
 	if os.Getenv("GOGC") == "" {
-		prev := debug.SetGCPercent(100)
-		require.Equal(t, 100, prev, "the collector was turned off")
+		if prev := debug.SetGCPercent(100); prev != 100 {
+			t.Fatalf("the collector was turned off (GOGC %d)", prev)
+		}
 	}
 }
 
@@ -73,8 +79,12 @@ func TestCallProcess(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestInCall$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=VERSION", childEnv+"=1")
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.Regexp(t, `--- (PASS|SKIP): TestInCall`, string(out), "the child ran no test")
+	if err != nil {
+		t.Fatalf("the child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestInCall") && !strings.Contains(string(out), "--- SKIP: TestInCall") {
+		t.Fatalf("the child ran no test:\n%s", out)
+	}
 	t.Logf("the child:\n%s", out)
 }
 
@@ -82,27 +92,43 @@ func TestInCall(t *testing.T) {
 	if os.Getenv(childEnv) == "" {
 		t.Skip("runs in TestCallProcess's child")
 	}
-	require.True(t, call)
-	require.Equal(t, -1, debug.SetGCPercent(-1), "the collector is on in a call")
+	if !call {
+		t.Fatal("init did not take a process with CNI_COMMAND for a call")
+	}
+	if prev := debug.SetGCPercent(-1); prev != -1 {
+		t.Fatalf("the collector is on in a call (GOGC %d)", prev)
+	}
 	if !madviseMode() {
-		require.Zero(t, region)
+		if region != 0 {
+			t.Fatalf("the heap moved to %#x without madvise mode", region)
+		}
 		t.Skip("transparent huge pages are not in madvise mode: the heap stays")
 	}
-	require.NotZero(t, region, "init did not move the heap to a huge-page boundary")
-	require.Zero(t, region%hugeBytes)
+	if region == 0 || region%hugeBytes != 0 {
+		t.Fatalf("init did not move the heap to a huge-page boundary: region %#x", region)
+	}
 	lo, hi, f := vmaOf(t, region)
-	require.LessOrEqual(t, lo, region)
-	require.GreaterOrEqual(t, hi, region+hugeBytes)
-	require.Contains(t, strings.Fields(f["VmFlags"]), "hg", "VmFlags at the boundary: %s", f["VmFlags"])
+	if lo > region || hi < region+hugeBytes {
+		t.Fatalf("the region %#x is not in one mapping: %#x-%#x", region, lo, hi)
+	}
+	if !slices.Contains(strings.Fields(f["VmFlags"]), "hg") {
+		t.Fatalf("VmFlags at the boundary: %s", f["VmFlags"])
+	}
 	// init's stack growth touched it: one huge page, not 4 KiB ones.
-	require.NotEqual(t, "0 kB", f["AnonHugePages"], "no huge page behind the heap: %v", f)
+	if f["AnonHugePages"] == "0 kB" {
+		t.Fatalf("no huge page behind the heap: %v", f)
+	}
 	// And the heap goes on there: init's last one-page object came from
 	// there (the cache of init's P, from which the call's small objects
 	// come as long as it runs there), and a large object comes first fit.
-	last := uintptr(unsafe.Pointer(holes[len(holes)-1]))
-	require.True(t, region <= last && last < region+hugeBytes, "init's last page at %#x, the region at %#x", last, region)
+	last := uintptr(unsafe.Pointer(holes[nholes-1]))
+	if last < region || last >= region+hugeBytes {
+		t.Fatalf("init's last page at %#x, the region at %#x", last, region)
+	}
 	large := make([]byte, largeBytes)
 	sink = append(sink, large) // on the heap, not the stack
 	at := uintptr(unsafe.Pointer(unsafe.SliceData(large)))
-	require.True(t, region <= at && at < region+hugeBytes, "an allocation after init at %#x, the region at %#x", at, region)
+	if at < region || at >= region+hugeBytes {
+		t.Fatalf("an allocation after init at %#x, the region at %#x", at, region)
+	}
 }

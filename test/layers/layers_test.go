@@ -45,7 +45,7 @@ var layers = []struct {
 	{"blocks: programs", []string{"pkg/programs"}, false},
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
 	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/events", "pkg/veth", "pkg/config", "pkg/errcode",
-		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls", "pkg/policy", "pkg/hugeheap"}, false},
+		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls", "pkg/policy"}, false},
 	{"netlink: one socket per namespace for a call", []string{"pkg/rtnl"}, false},
 	{"maps", []string{"pkg/maps"}, false},
 }
