@@ -38,15 +38,18 @@
 // the order of their import paths, each once its imports are initialised. So
 // this package is a module of its own whose path, 0hugeheap, sorts before
 // every other (digits come before letters), and it imports nothing but
-// unsafe: it takes the functions of runtime/debug and syscall it needs by
-// name (go:linkname; each is one the runtime or syscall marks as reachable
-// that way), because an import of either would wait for it and for every
-// package sorting before it. Its init runs right after the runtime's
-// (GODEBUG=inittrace=1 shows the order; test/layers checks it in both
-// plugins).
+// runtime (always initialised first) and unsafe: it takes the functions of
+// runtime/debug and syscall it needs by name (go:linkname; each is one the
+// runtime or syscall marks as reachable that way), because an import of
+// either would wait for it and for every package sorting before it. Its init
+// runs right after the runtime's (GODEBUG=inittrace=1 shows the order;
+// test/layers checks it in both plugins).
 package hugeheap
 
-import "unsafe"
+import (
+	"runtime"
+	"unsafe"
+)
 
 // What init needs of runtime/debug and of syscall, by name rather than by
 // import (see the package comment).
@@ -98,6 +101,10 @@ func init() {
 	// Off before the pads: they count as live heap, and the collector
 	// would otherwise start a cycle over them.
 	setGCPercent(-1)
+	// Nor does a call's heap profile go anywhere: sampling an allocation
+	// walks its stack and maps the profile's bucket table (1.4 MiB), and
+	// the pads alone are several samples at the default rate.
+	runtime.MemProfileRate = 0
 	if sysMadvise != 0 && madviseMode() {
 		region = moveHeap()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -64,6 +65,9 @@ func TestNotACall(t *testing.T) {
 	if call || region != 0 || pads[0] != nil || nholes != 0 {
 		t.Fatalf("init took a test binary for a call: call %v, region %#x, pads %d, holes %d", call, region, len(pads[0]), nholes)
 	}
+	if runtime.MemProfileRate == 0 {
+		t.Fatal("init turned the heap profile off in a test binary")
+	}
 	if os.Getenv("GOGC") == "" {
 		if prev := debug.SetGCPercent(100); prev != 100 {
 			t.Fatalf("the collector was turned off (GOGC %d)", prev)
@@ -97,6 +101,9 @@ func TestInCall(t *testing.T) {
 	}
 	if prev := debug.SetGCPercent(-1); prev != -1 {
 		t.Fatalf("the collector is on in a call (GOGC %d)", prev)
+	}
+	if runtime.MemProfileRate != 0 {
+		t.Fatalf("allocations are sampled for a heap profile in a call (MemProfileRate %d)", runtime.MemProfileRate)
 	}
 	if !madviseMode() {
 		if region != 0 {
