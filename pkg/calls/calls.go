@@ -137,6 +137,9 @@ func (t *Tail) Read() ([]Record, error) {
 		}
 		out = append(out, recs...)
 	}
+	if betweenStats != nil {
+		betweenStats()
+	}
 	var st unix.Stat_t
 	err := unix.Stat(t.path, &st)
 	if err != nil && !errors.Is(err, syscall.ENOENT) {
@@ -144,7 +147,10 @@ func (t *Tail) Read() ([]Record, error) {
 	}
 	if err != nil || st.Ino != t.cur.ino {
 		// Rotated (or not there yet): finish the file we were reading if it
-		// is the one at .1 now, then read the new one from its start.
+		// is the one at .1 now, then read the new one from its start. .1 is
+		// looked at again: a rotation since the look above moved the file
+		// we were reading there.
+		oldErr = unix.Stat(t.path+".1", &old)
 		if t.cur.ino != 0 && oldErr == nil && old.Ino == t.cur.ino {
 			recs, rerr := t.read(t.path+".1", &t.cur)
 			if rerr != nil {
@@ -166,8 +172,13 @@ func (t *Tail) Read() ([]Record, error) {
 	return append(out, recs...), err
 }
 
+// betweenStats, when a test sets it, runs in Read between its look at .1
+// and its look at the file: where a rotation is a race.
+var betweenStats func()
+
 // read parses the complete lines of path from p.off on and moves p.off
-// past them.
+// past them. A file at path that is no longer p's (rotated since Read
+// looked) is left for the next Read.
 func (t *Tail) read(path string, p *pos) ([]Record, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -177,6 +188,13 @@ func (t *Tail) read(path string, p *pos) ([]Record, error) {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if st.Ino != p.ino {
+		return nil, nil
+	}
 	b, err := io.ReadAll(io.NewSectionReader(f, p.off, 4*MaxSize))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
