@@ -1,6 +1,7 @@
 // Package hugeheap prepares the process of a CNI call: the collector off,
-// the heap on a transparent huge page, and the main goroutine's stack
-// grown once; a blank import is all it takes. A process started without
+// the heap on a transparent huge page, the main goroutine's stack grown
+// once, and the threads' timer slack widened (slack.go); a blank import is
+// all it takes. A process started without
 // CNI_COMMAND (the operator CLI, a test binary) is left as it is.
 //
 // A CNI call is a fresh process that allocates about a MiB and exits in
@@ -81,6 +82,9 @@ const maxHoles = 512
 // bench machine, and 8 of 15 DELs in another run. The next 2 MiB is free.
 const maxMoves = 4
 
+// atFDCWD is AT_FDCWD (-100): a path relative to the working directory.
+const atFDCWD = ^uintptr(99)
+
 // modeFile says whether transparent huge pages are on: "always [madvise]
 // never", the brackets around the mode in force; NUL-terminated for the
 // system call.
@@ -99,6 +103,8 @@ var (
 	region uintptr
 	// call reports that init took the process for a CNI call.
 	call bool
+	// slackThreads is how many threads init gave slackNs (slack.go).
+	slackThreads int
 )
 
 func init() {
@@ -106,6 +112,9 @@ func init() {
 		return
 	}
 	call = true
+	if sysGetdents64 != 0 {
+		slackThreads = widenSlack()
+	}
 	// Off before the pads: they count as live heap, and the collector
 	// would otherwise start a cycle over them.
 	setGCPercent(-1)
@@ -133,7 +142,6 @@ func inCall(env []string) bool {
 
 // madviseMode reports whether huge pages come only where a process asks.
 func madviseMode() bool {
-	const atFDCWD = ^uintptr(99) // -100
 	path := unsafe.StringData(modeFile)
 	fd, _, e := rawSyscall6(sysOpenat, atFDCWD, uintptr(unsafe.Pointer(path)), oRDONLY|oCLOEXEC, 0, 0, 0)
 	if e != 0 {

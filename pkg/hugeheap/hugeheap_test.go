@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 )
@@ -68,6 +69,12 @@ func TestNotACall(t *testing.T) {
 	if runtime.MemProfileRate == 0 {
 		t.Fatal("init turned the heap profile off in a test binary")
 	}
+	if slackThreads != 0 {
+		t.Fatalf("init set the timer slack of %d threads of a test binary", slackThreads)
+	}
+	if s := threadSlack(t, fmt.Sprint(syscall.Gettid())); s == slackNs {
+		t.Fatalf("this thread's timer slack is %d ns, a call's", s)
+	}
 	if os.Getenv("GOGC") == "" {
 		if prev := debug.SetGCPercent(100); prev != 100 {
 			t.Fatalf("the collector was turned off (GOGC %d)", prev)
@@ -80,13 +87,13 @@ func TestCallProcess(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in the child")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^(TestInCall|TestMoveAgain)$", "-test.v", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^(TestInCall|TestMoveAgain|TestSlack)$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=VERSION", childEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the child: %v\n%s", err, out)
 	}
-	for _, name := range []string{"TestInCall", "TestMoveAgain"} {
+	for _, name := range []string{"TestInCall", "TestMoveAgain", "TestSlack"} {
 		if !strings.Contains(string(out), "--- PASS: "+name) && !strings.Contains(string(out), "--- SKIP: "+name) {
 			t.Fatalf("the child ran no %s:\n%s", name, out)
 		}
@@ -169,4 +176,44 @@ func TestMoveAgain(t *testing.T) {
 	if _, _, f := vmaOf(t, r); !slices.Contains(strings.Fields(f["VmFlags"]), "hg") {
 		t.Fatalf("VmFlags of the second region: %s", f["VmFlags"])
 	}
+}
+
+// threadSlack reads the timer slack of thread tid (/proc/<tid> is there
+// for every thread, though /proc lists only processes).
+func threadSlack(t *testing.T, tid string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + tid + "/timerslack_ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns int
+	if _, err := fmt.Sscan(string(b), &ns); err != nil {
+		t.Fatalf("/proc/%s/timerslack_ns: %q", tid, b)
+	}
+	return ns
+}
+
+// In a call every thread has the wide timer slack: the ones init found
+// (the main thread and sysmon at least) and the ones started since, which
+// inherit it.
+func TestSlack(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Skip("runs in TestCallProcess's child")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("setting another thread's timer slack takes CAP_SYS_NICE")
+	}
+	if slackThreads < 2 {
+		t.Fatalf("init set the timer slack of %d threads, want the main thread and sysmon at least", slackThreads)
+	}
+	tids, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range tids {
+		if s := threadSlack(t, tid.Name()); s != slackNs {
+			t.Errorf("thread %s: timer slack %d ns, want %d", tid.Name(), s, slackNs)
+		}
+	}
+	t.Logf("%d threads at init, %d now", slackThreads, len(tids))
 }

@@ -2,9 +2,10 @@
 
 package hugeheap
 
-// Elsewhere init leaves the heap where it is (sysMadvise zero) and only
-// turns the collector off.
+// Elsewhere init leaves the heap where it is (sysMadvise zero) and the
+// threads' timer slack as it is (sysGetdents64 zero), and only turns the
+// collector off.
 const (
-	sysRead, sysClose, sysMincore, sysMadvise, sysOpenat = 0, 0, 0, 0, 0
-	oRDONLY, oCLOEXEC, madvHugepage                      = 0, 0, 0
+	sysRead, sysWrite, sysClose, sysMincore, sysMadvise, sysOpenat, sysGetdents64 = 0, 0, 0, 0, 0, 0, 0
+	oRDONLY, oWRONLY, oDIRECTORY, oCLOEXEC, madvHugepage                          = 0, 0, 0, 0, 0
 )
