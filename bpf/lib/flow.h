@@ -19,11 +19,11 @@
  *    FLOW_PENDING, its packets on the stack path, until netfilter let one
  *    of them through: netfilter may have dropped or rejected it (a Service
  *    without endpoints), and only a packet that meets netfilter again can
- *    be translated once the Service has one. Two signs that it did: to_netdev
- *    sees the pod's packet leave the node (after POSTROUTING, where
- *    conntrack confirms its entries: no entry there means conntrack does
- *    not track the flow, FLOW_FAST with FLOW_F_UNTRACKED), or a reply
- *    arrives (no entry: FLOW_FAST).
+ *    be translated once the Service has one. Two signs that it did:
+ *    to_netdev sees the pod's packet (of TCP, the SYN) leave the node
+ *    (after POSTROUTING, where conntrack confirms its entries: no entry
+ *    there means conntrack does not track the flow, FLOW_FAST with
+ *    FLOW_F_UNTRACKED), or a reply arrives (no entry: FLOW_FAST).
  *  - A FLOW_FAST UDP flow the pod opened asks conntrack at every packet
  *    (unless FLOW_F_UNTRACKED, which lasts a second): when its entry is
  *    gone (kube-proxy deletes a Service's UDP entries when its endpoints

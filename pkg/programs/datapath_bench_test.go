@@ -8,6 +8,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
 // BenchmarkFromContainer runs from_container (BPF_PROG_TEST_RUN) on the
@@ -53,6 +56,69 @@ func BenchmarkFromContainer(b *testing.B) {
 			}))
 			b.StopTimer()
 			after, err := e.prog.Stats()
+			require.NoError(b, err)
+			runs := after.RunCount - before.RunCount
+			require.EqualValues(b, b.N, runs, "runs counted by the kernel")
+			b.ReportMetric(float64((after.Runtime-before.Runtime).Nanoseconds())/float64(runs), "ns/packet")
+		})
+	}
+}
+
+// BenchmarkUplink runs the uplink's programs on a masqueraded TCP flow's
+// packets, as BenchmarkFromContainer does from_container: to_netdev on the
+// pod's packets of the established flow (the SYN that made its entries ran
+// before), from_netdev on the replies. The network has one
+// nonMasqueradeCIDRs entry (its pod range, the default). ns/packet is the
+// program's own run time. docs/performance.md, "Masquerade". As root:
+// go test -run XXX -bench Uplink ./pkg/programs/
+func BenchmarkUplink(b *testing.B) {
+	e := newProgramEnv(b)
+	up := e.uplink(b)
+	e.masquerade(b, up, 61000, 65535)
+	skip := maps.CniMasqSkipKey{Prefixlen: 40 + 16, Family: 4}
+	copy(skip.Addr[:], ipA4)
+	require.NoError(b, e.pinned(b, maps.CniMapMasqSkip)[maps.CniMapMasqSkip].Put(&skip, uint32(1)))
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	require.NoError(b, err)
+	b.Cleanup(func() { stats.Close() })
+	toNetdev := mustProg(b, e.progs, uplink.HookToNetdev.Name)
+	fromNetdev := mustProg(b, e.progs, uplink.HookFromNetdev.Name)
+	ctx := skbCtx{Ifindex: uint32(up.Attrs().Index)}
+	require.NoError(b, e.n.Do(func(ns.NetNS) error {
+		ret, err := toNetdev.Run(&ebpf.RunOptions{Data: tcp4(macA, ipA4, world4, 40000, 80, 0x02), Context: ctx})
+		if err == nil && ret != tcActPass {
+			b.Fatalf("to_netdev returned %d on the SYN", ret)
+		}
+		return err
+	}))
+	for _, c := range []struct {
+		name string
+		prog *ebpf.Program
+		pkt  []byte
+		ret  uint32
+	}{
+		{"to_netdev, the pod's packet", toNetdev, tcp4(macA, ipA4, world4, 40000, 80, 0x10), tcActPass},
+		{"from_netdev, the reply", fromNetdev, tcp4(macWorld, world4, uplink4, 80, 40000, 0x10), tcActRedirect},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			opts := &ebpf.RunOptions{Data: c.pkt, Context: ctx}
+			before, err := c.prog.Stats()
+			require.NoError(b, err)
+			b.ResetTimer()
+			require.NoError(b, e.n.Do(func(ns.NetNS) error {
+				for range b.N {
+					ret, err := c.prog.Run(opts)
+					if err != nil {
+						return err
+					}
+					if ret != c.ret {
+						b.Fatalf("%s returned %d, want %d", c.name, ret, c.ret)
+					}
+				}
+				return nil
+			}))
+			b.StopTimer()
+			after, err := c.prog.Stats()
 			require.NoError(b, err)
 			runs := after.RunCount - before.RunCount
 			require.EqualValues(b, b.N, runs, "runs counted by the kernel")

@@ -118,9 +118,12 @@ func TestFlowPrograms(t *testing.T) {
 		f, _ = e.flow(t, ipA4, 40000, world4, 80, 6)
 		require.Equal(t, maps.CniFlowVerdictFLOW_PENDING, f.Verdict)
 		require.Equal(t, uint8(6), f.Pending)
-		// One leaves the node (to_netdev, after netfilter) without a
-		// conntrack entry: conntrack does not track it, the fast path.
-		ret, _ = e.runProg(t, uplink.HookToNetdev.Name, e.up.Attrs().Index, tcp4(macA, ipA4, world4, 40000, 80, tcpACK))
+		// Its SYN (retransmitted) leaves the node (to_netdev, after
+		// netfilter) without a conntrack entry: conntrack does not track
+		// it, the fast path. (to_netdev settles a TCP flow by its SYN: a
+		// pending flow's other packets come after a reply, which settles
+		// it first.)
+		ret, _ = e.runProg(t, uplink.HookToNetdev.Name, e.up.Attrs().Index, tcp4(macA, ipA4, world4, 40000, 80, tcpSYN))
 		require.Equal(t, uint32(tcActPass), ret)
 		f, _ = e.flow(t, ipA4, 40000, world4, 80, 6)
 		require.Equal(t, maps.CniFlowVerdictFLOW_FAST, f.Verdict)

@@ -144,7 +144,7 @@ func newProgramEnv(t testing.TB) *programEnv {
 }
 
 // uplink is the env's uplink device.
-func (e *programEnv) uplink(t *testing.T) netlink.Link {
+func (e *programEnv) uplink(t testing.TB) netlink.Link {
 	t.Helper()
 	var up netlink.Link
 	require.NoError(t, e.n.Do(func(ns.NetNS) error {
@@ -156,7 +156,7 @@ func (e *programEnv) uplink(t *testing.T) netlink.Link {
 }
 
 // pinned opens maps pinned under the env's bpfRoot, closed at cleanup.
-func (e *programEnv) pinned(t *testing.T, names ...string) map[string]*ebpf.Map {
+func (e *programEnv) pinned(t testing.TB, names ...string) map[string]*ebpf.Map {
 	t.Helper()
 	m, err := maps.OpenPinned(e.bpfRoot, names...)
 	require.NoError(t, err)
@@ -170,7 +170,7 @@ func (e *programEnv) pinned(t *testing.T, names ...string) map[string]*ebpf.Map 
 
 // masquerade has the uplink masquerade network 0's IPv4 with its address
 // and the ports min-max.
-func (e *programEnv) masquerade(t *testing.T, up netlink.Link, min, max uint16) {
+func (e *programEnv) masquerade(t testing.TB, up netlink.Link, min, max uint16) {
 	t.Helper()
 	m := e.pinned(t, maps.CniMapMasqNets, maps.CniMapUplinks)
 	require.NoError(t, m[maps.CniMapMasqNets].Put(&maps.CniMasqNetKey{NetId: 0, Family: 4}, &maps.CniMasqNet{PortMin: min, PortMax: max}))
