@@ -66,10 +66,15 @@ func nsPerRun(bpfRoot string, min uint64, load func() error) (map[string]float64
 	return out, nil
 }
 
-// bpfStats measures ns per packet of each EBPF program with BPF run-time
-// statistics switched on only for these extra RR runs (they cost a few ns
-// per run, so the other figures are taken with them off).
-func (b *bench) bpfStats(cs []clientServer) error {
+// noBPF is why REF and RAW have no bpf_* rows.
+const noBPF = "no BPF program on this path"
+
+// bpfStats measures ns per packet of each EBPF program on path with BPF
+// run-time statistics switched on only for these extra RR and CRR runs
+// (they cost a few ns per run, so the other figures are taken with them
+// off): rows bpf_<program>_ns_pkt (RR, as the pod-to-pod rows have always
+// been named) and bpf_crr_<program>_ns_pkt.
+func (b *bench) bpfStats(path string, cs []clientServer) error {
 	var pair *clientServer
 	for i := range cs {
 		if cs[i].setup == EBPF {
@@ -86,19 +91,25 @@ func (b *bench) bpfStats(cs []clientServer) error {
 	}
 	defer stats.Close()
 	for run := range b.cfg.runs {
-		perPkt, err := nsPerRun(root, 1, func() error {
-			_, err := b.load("rr", pair.client, addr(pair.target, pair.echoPort), b.cfg.dur)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("bpf stats run: %w", err)
-		}
-		for name, ns := range perPkt {
-			metric := "bpf_" + name + "_ns_pkt"
-			b.res.add("pod-to-pod", metric, "ns", "lower", EBPF, ns)
-			if run == 0 {
-				b.res.skip("pod-to-pod", metric, "ns", "lower", REF, "no BPF program on this path")
-				b.res.skip("pod-to-pod", metric, "ns", "lower", RAW, "no BPF program on this path")
+		for _, kind := range []string{"rr", "crr"} {
+			perPkt, err := nsPerRun(root, 1, func() error {
+				_, err := b.load(kind, pair.client, addr(pair.target, pair.echoPort), b.cfg.dur)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("bpf stats run: %w", err)
+			}
+			prefix := "bpf_"
+			if kind == "crr" {
+				prefix = "bpf_crr_"
+			}
+			for name, ns := range perPkt {
+				metric := prefix + name + "_ns_pkt"
+				b.res.add(path, metric, "ns", "lower", EBPF, ns)
+				if run == 0 {
+					b.res.skip(path, metric, "ns", "lower", REF, noBPF)
+					b.res.skip(path, metric, "ns", "lower", RAW, noBPF)
+				}
 			}
 		}
 	}

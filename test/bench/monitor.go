@@ -200,8 +200,8 @@ func (b *bench) monitor() error {
 						b.res.declare(monitorPath, "bpf_"+mode+"_"+name+"_ns_pkt_"+pair, "ns", "lower")
 					}
 					b.res.add(monitorPath, metric, "ns", "lower", EBPF, ns)
-					b.res.skip(monitorPath, metric, "ns", "lower", REF, "no BPF program on this path")
-					b.res.skip(monitorPath, metric, "ns", "lower", RAW, "no BPF program on this path")
+					b.res.skip(monitorPath, metric, "ns", "lower", REF, noBPF)
+					b.res.skip(monitorPath, metric, "ns", "lower", RAW, noBPF)
 				}
 			}
 		}

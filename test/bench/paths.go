@@ -391,7 +391,7 @@ func (b *bench) podToPod() error {
 	if err := b.traffic("pod-to-pod", cs, true); err != nil {
 		return err
 	}
-	return b.bpfStats(cs)
+	return b.bpfStats("pod-to-pod", cs)
 }
 
 // serve starts the echo server (and iperf3) of every pair.
@@ -476,7 +476,10 @@ func (b *bench) masquerade() error {
 		}
 		cs = append(cs, clientServer{s.name, client.ns, s.node.World, nettest.WorldIP4, echoPort})
 	}
-	return b.traffic("masquerade", cs, true)
+	if err := b.traffic("masquerade", cs, true); err != nil {
+		return err
+	}
+	return b.bpfStats("masquerade", cs)
 }
 
 // Host ports: the measured pod's mapping, and the fillers' range.

@@ -207,8 +207,8 @@ func (b *bench) policy() error {
 					}
 					metric := "bpf_" + mode + "_" + name + "_ns_pkt_" + st
 					b.res.add(policyPath, metric, "ns", "lower", EBPF, ns)
-					b.res.skip(policyPath, metric, "ns", "lower", REF, "no BPF program on this path")
-					b.res.skip(policyPath, metric, "ns", "lower", RAW, "no BPF program on this path")
+					b.res.skip(policyPath, metric, "ns", "lower", REF, noBPF)
+					b.res.skip(policyPath, metric, "ns", "lower", RAW, noBPF)
 				}
 			}
 		}

@@ -71,6 +71,10 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	require.NotNil(t, get(policyPath, "agent_sync_p99_ms").EBPF, "policy agent_sync_p99_ms")
+	for _, m := range []string{"bpf_to_netdev_ns_pkt", "bpf_crr_to_netdev_ns_pkt", "bpf_crr_from_netdev_ns_pkt"} {
+		require.NotNil(t, get("masquerade", m).EBPF, "masquerade %s", m)
+	}
+	require.NotNil(t, get("pod-to-pod", "bpf_crr_from_container_ns_pkt").EBPF, "pod-to-pod bpf_crr_from_container_ns_pkt")
 	for _, f := range ebpfFeatures {
 		if f == "hostport" {
 			require.NotNil(t, get("hostport-10", "crr_cps").EBPF, "EBPF serves hostPorts")
@@ -82,8 +86,8 @@ func TestSmoke(t *testing.T) {
 		for _, r := range rows {
 			if r.Path == p {
 				found = true
-				if r.Ref == nil && r.Null[REF] == phasesOwn {
-					continue // EBPF's own DEL phases (EBPF_CNI_TIMING)
+				if r.Ref == nil && (r.Null[REF] == phasesOwn || r.Null[REF] == noBPF) {
+					continue // EBPF's own DEL phases (EBPF_CNI_TIMING), its programs' run time
 				}
 				require.NotNil(t, r.Ref, "%s %s: REF measures every feature", p, r.Metric)
 			}
