@@ -30,48 +30,14 @@
 #include "lib/scratch.h"
 #include "lib/verdict.h"
 
-/* masq_skipped: the destination of s->p is in the network's
- * nonMasqueradeCIDRs (an LPM lookup: only where a flow starts). */
-static __always_inline int masq_skipped(const struct nat_scratch *s, __u32 net_id)
-{
-	struct masq_skip_key sk = { .net_id = net_id, .family = s->p.family };
-
-	sk.prefixlen = 40 + (s->p.family == ADDR_FAMILY_V4 ? 32 : 128);
-	__builtin_memcpy(sk.addr, s->p.daddr, 16);
-	return bpf_map_lookup_elem(&masq_skip, &sk) != NULL;
-}
-
-/* masq_addr puts the address s->p leaves with into s->addr: the network's
- * masqueradeIP, else the uplink's (ifindex) of the family; -1 when there
- * is none. */
-static __always_inline int masq_addr(struct nat_scratch *s, const struct masq_net *mn, __u32 ifindex)
-{
-	struct uplink_info *up;
-
-	__builtin_memset(s->addr, 0, 16);
-	if (!addr_is_zero(mn->addr)) {
-		__builtin_memcpy(s->addr, mn->addr, 16);
-		return 0;
-	}
-	up = bpf_map_lookup_elem(&uplinks, &ifindex);
-	if (!up)
-		return -1;
-	if (s->p.family == ADDR_FAMILY_V4 && up->has4)
-		__builtin_memcpy(s->addr, up->ip4, 4);
-	else if (s->p.family == ADDR_FAMILY_V6 && up->has6)
-		__builtin_memcpy(s->addr, up->ip6, 16);
-	else
-		return -1;
-	return 0;
-}
-
 static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 {
 	struct nat_scratch *s = scratch_get();
 	struct endpoint_info *ep;
 	struct masq_net *mn;
+	struct uplink_info *up;
 	struct nat_entry *cur;
-	__u32 net_id;
+	__u32 ifindex = skb->ifindex, net_id;
 	__u64 now;
 	int rc;
 
@@ -113,12 +79,32 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 		if (!mn)
 			return TC_ACT_OK; /* no ipMasq for this network and family */
 	}
+	{
+		struct masq_skip_key sk = { .net_id = net_id, .family = s->p.family };
+
+		sk.prefixlen = 40 + (s->p.family == ADDR_FAMILY_V4 ? 32 : 128);
+		__builtin_memcpy(sk.addr, s->p.daddr, 16);
+		if (bpf_map_lookup_elem(&masq_skip, &sk))
+			return TC_ACT_OK; /* nonMasqueradeCIDRs */
+	}
+
+	__builtin_memset(s->addr, 0, 16);
+	if (!addr_is_zero(mn->addr)) {
+		__builtin_memcpy(s->addr, mn->addr, 16);
+	} else {
+		up = bpf_map_lookup_elem(&uplinks, &ifindex);
+		if (!up)
+			return DROP(REASON_DROP_NAT_NO_ADDR);
+		if (s->p.family == ADDR_FAMILY_V4 && up->has4)
+			__builtin_memcpy(s->addr, up->ip4, 4);
+		else if (s->p.family == ADDR_FAMILY_V6 && up->has6)
+			__builtin_memcpy(s->addr, up->ip6, 16);
+		else
+			return DROP(REASON_DROP_NAT_NO_ADDR);
+	}
+
 	if (s->p.later_frag) {
 		/* Only the first fragment carries ports: the rest change address. */
-		if (masq_skipped(s, net_id))
-			return TC_ACT_OK;
-		if (masq_addr(s, mn, skb->ifindex))
-			return DROP(REASON_DROP_NAT_NO_ADDR);
 		if (nat_rewrite(skb, &s->p, 1, s->addr, 0, s))
 			return DROP(REASON_DROP_MALFORMED);
 		*why = REASON_SNAT;
@@ -130,7 +116,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	if (nat_is_echo_reply(&s->p))
 		return TC_ACT_OK;
 	if (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP && !nat_is_echo_request(&s->p))
-		return masq_skipped(s, net_id) ? TC_ACT_OK : DROP(REASON_DROP_NAT_UNSUPPORTED);
+		return DROP(REASON_DROP_NAT_UNSUPPORTED);
 
 	__builtin_memset(&s->out, 0, sizeof(s->out));
 	s->out.family = s->p.family;
@@ -143,19 +129,11 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 
 	now = bpf_ktime_get_ns();
 	cur = bpf_map_lookup_elem(&nat, &s->out);
-	/* A flow's translation stays for its life, nonMasqueradeCIDRs changed
-	 * or not (as conntrack's): only a flow that starts looks them up. */
-	if (!cur && masq_skipped(s, net_id))
-		return TC_ACT_OK;
-	if (masq_addr(s, mn, skb->ifindex))
-		return DROP(REASON_DROP_NAT_NO_ADDR);
 	if (cur && (nat_expired(cur, s->p.proto, now) || !addr_equal(cur->addr, s->addr))) {
 		/* Expired, or the node's address changed: start over. */
 		nat_in_key(&s->in, &s->out, cur->addr, cur->port);
 		bpf_map_delete_elem(&nat, &s->in);
 		bpf_map_delete_elem(&nat, &s->out);
-		if (masq_skipped(s, net_id))
-			return TC_ACT_OK;
 		cur = NULL;
 	}
 	if (cur) {

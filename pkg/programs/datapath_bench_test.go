@@ -67,8 +67,9 @@ func BenchmarkFromContainer(b *testing.B) {
 // BenchmarkUplink runs the uplink's programs on a masqueraded TCP flow's
 // packets, as BenchmarkFromContainer does from_container: to_netdev on the
 // pod's packets of the established flow (the SYN that made its entries ran
-// before), from_netdev on the replies. The network has one
-// nonMasqueradeCIDRs entry (its pod range, the default). ns/packet is the
+// before), from_netdev on the replies; and to_netdev on a packet to a
+// destination in the network's one nonMasqueradeCIDRs entry (its pod
+// range, the default), as another node's pod by direct routing. ns/packet is the
 // program's own run time. docs/performance.md, "Masquerade". As root:
 // go test -run XXX -bench Uplink ./pkg/programs/
 func BenchmarkUplink(b *testing.B) {
@@ -99,6 +100,8 @@ func BenchmarkUplink(b *testing.B) {
 	}{
 		{"to_netdev, the pod's packet", toNetdev, tcp4(macA, ipA4, world4, 40000, 80, 0x10), tcActPass},
 		{"from_netdev, the reply", fromNetdev, tcp4(macWorld, world4, uplink4, 80, 40000, 0x10), tcActRedirect},
+		// Another node's pod, by direct routing: not translated.
+		{"to_netdev, to an exception", toNetdev, tcp4(macA, ipA4, net.ParseIP("10.0.9.9").To4(), 40000, 80, 0x10), tcActPass},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			opts := &ebpf.RunOptions{Data: c.pkt, Context: ctx}
