@@ -1,8 +1,8 @@
 // Package hugeheap prepares the process of a CNI call: the collector off,
 // the heap on a transparent huge page, the main goroutine's stack grown
 // once, and the threads' timer slack widened (slack.go); a blank import is
-// all it takes. A process started without
-// CNI_COMMAND (the operator CLI, a test binary) is left as it is.
+// all it takes. A process started without CNI_COMMAND (the operator CLI,
+// the agent, a test binary) is left as it is.
 //
 // A CNI call is a fresh process that allocates about a MiB and exits in
 // milliseconds: collecting garbage would only cost time (loading the

@@ -22,10 +22,10 @@ const (
 // call, a goroutine that becomes runnable gets an idle P at once, and
 // nothing of ours waits on a timer shorter than a second.
 //
-// Measured on a simulated node (alternated, 24 ADD+DEL pairs by 8 rounds,
-// the slack inherited from the caller): CPU per ADD+DEL 37.8 → 28.7 ms,
-// ADD 16.6 → 15.0 ms, DEL 32.1 → 26.0 ms, and at concurrency 8 ADD 116 →
-// 96 ms (docs/performance.md, the eleventh pass).
+// Measured on a simulated node (alternated builds, 24 ADD+DEL pairs by 8
+// rounds): CPU per ADD+DEL 37.7 → 32.6 ms, context switches per pair at
+// concurrency 8 401 → 219, and ADD p50 at concurrency 8 122 → 97 ms
+// (docs/performance.md, the eleventh pass).
 //
 // widenSlack sets slackNs on every thread the process has (sysmon started
 // before any package initialises, and a thread's slack is its own); the

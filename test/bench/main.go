@@ -55,9 +55,9 @@ type config struct {
 
 var allPaths = []string{"cni", "cni-upstream", "pod-to-pod", "monitor", "policy", "masquerade", "hostport", "bandwidth", "cross-node", "cross-node-vxlan", "masquerade-services"}
 
-// profile returns the settings of a named profile: full takes about 30
-// minutes on 2 vCPUs (28m45s measured before the policy path), quick about
-// 7 with the same rows, smoke is quick with tiny counts for make test.
+// profile returns the settings of a named profile: full takes about 33
+// minutes on 2 vCPUs (33m18s measured with every path, 2026-11-28), quick
+// about 7 with the same rows, smoke is quick with tiny counts for make test.
 func profile(name string) (config, error) {
 	c := config{profile: name, paths: allPaths, resident: 1, hostportN: []int{10, 1000, 5000, 10000},
 		bwRates: []int{10, 100, 1000}, features: ebpfFeatures}
