@@ -430,6 +430,43 @@ func TestMasqueradeSamePort(t *testing.T) {
 	require.True(t, found, "ebpf-cni nat lists pod b's UDP flow: %s", out)
 }
 
+// TestMasqueradeKeptPortNodeLater: a pod's flow kept its port; once the
+// pod closed it (its entry lives on, closing), a connection of the node's
+// own from the same port to the same server works, TCP and UDP, IPv4 and
+// IPv6: its replies reach the node's socket, not the pod (from_netdev looks
+// for a socket of the node at every reply of a flow that kept its port).
+func TestMasqueradeKeptPortNodeLater(t *testing.T) {
+	e := newEnv(t)
+	list := e.masqList("1.1.0", "", nil)
+	p := e.addPod(list, "node-later")
+	srv := newWorldServer(t, e.node.World)
+	for i, dst := range []net.IP{nettest.WorldIP4, nettest.WorldIP6} {
+		lport := 41000 + 10*i
+		c, err := dialFrom(p.NS, lport, dst, srv.port)
+		require.NoError(t, err)
+		require.Equal(t, uint16(lport), srv.last("tcp").Port(), "the pod's port is kept")
+		c.Close() // the pod closes first: its socket waits in TIME_WAIT
+		require.NoError(t, udpFrom(p.NS, lport, dst, srv.port))
+		require.Equal(t, uint16(lport), srv.last("udp").Port())
+
+		kept := 0
+		for _, f := range e.flows() {
+			if f.Pod.Equal(p.IP(4)) || f.Pod.Equal(p.IP(6)) {
+				if f.PodPort == uint16(lport) && f.Remote.Equal(dst) && f.Kept && !f.Expired {
+					kept++
+				}
+			}
+		}
+		require.Equal(t, 2, kept, "the pod's TCP and UDP flows hold port %d", lport)
+
+		node, err := dialFrom(e.node.NS, lport, dst, srv.port)
+		require.NoError(t, err, "the node's TCP from port %d to %s", lport, dst)
+		require.NoError(t, nettest.Echo(node, "the node's own\n"))
+		node.Close()
+		require.NoError(t, udpFrom(e.node.NS, lport, dst, srv.port), "the node's UDP from port %d to %s", lport, dst)
+	}
+}
+
 // TestMasqueradeExpiry: with a one-second UDP lifetime, a port held by one
 // pod's flow is free again once the flow expired; GC deletes expired flows.
 func TestMasqueradeExpiry(t *testing.T) {
