@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,6 +73,9 @@ func TestNotACall(t *testing.T) {
 	if slackThreads != 0 {
 		t.Fatalf("init set the timer slack of %d threads of a test binary", slackThreads)
 	}
+	if os.Getenv("GOMAXPROCS") == "" && runtime.NumCPU() > 1 && runtime.GOMAXPROCS(0) == 1 {
+		t.Fatal("init put a test binary on one P")
+	}
 	if s := threadSlack(t, fmt.Sprint(syscall.Gettid())); s == slackNs {
 		t.Fatalf("this thread's timer slack is %d ns, a call's", s)
 	}
@@ -87,18 +91,54 @@ func TestCallProcess(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in the child")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^(TestInCall|TestMoveAgain|TestSlack)$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CNI_COMMAND=VERSION", childEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the child: %v\n%s", err, out)
+	// An ADD, and a DEL whose caller set GOMAXPROCS (TestProcs).
+	for _, env := range [][]string{{"CNI_COMMAND=ADD"}, {"CNI_COMMAND=DEL", "GOMAXPROCS=2"}} {
+		verb := env[0]
+		cmd := exec.Command(os.Args[0], "-test.run=^(TestInCall|TestMoveAgain|TestSlack|TestProcs)$", "-test.v", "-test.count=1")
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }),
+			append(env, childEnv+"=1")...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the %s child: %v\n%s", verb, err, out)
+		}
+		for _, name := range []string{"TestInCall", "TestMoveAgain", "TestSlack", "TestProcs"} {
+			if !strings.Contains(string(out), "--- PASS: "+name) && !strings.Contains(string(out), "--- SKIP: "+name) {
+				t.Fatalf("the %s child ran no %s:\n%s", verb, name, out)
+			}
+		}
+		t.Logf("the %s child:\n%s", verb, out)
 	}
-	for _, name := range []string{"TestInCall", "TestMoveAgain", "TestSlack"} {
-		if !strings.Contains(string(out), "--- PASS: "+name) && !strings.Contains(string(out), "--- SKIP: "+name) {
-			t.Fatalf("the child ran no %s:\n%s", name, out)
+}
+
+// A call runs on one P, unless its caller set GOMAXPROCS.
+func TestProcs(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Skip("runs in TestCallProcess's children")
+	}
+	want := 1
+	if v := os.Getenv("GOMAXPROCS"); v != "" {
+		want, _ = strconv.Atoi(v)
+	}
+	if got := runtime.GOMAXPROCS(0); got != want {
+		t.Fatalf("a %s call runs on %d Ps, want %d", os.Getenv("CNI_COMMAND"), got, want)
+	}
+}
+
+func TestOneProc(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		want bool
+	}{
+		{[]string{"PATH=/bin", "CNI_COMMAND=ADD"}, true},
+		{[]string{"CNI_COMMAND=DEL"}, true},
+		{[]string{"CNI_COMMAND=ADD", "GOMAXPROCS=4"}, false},
+		{[]string{"GOMAXPROCS=", "CNI_COMMAND=ADD"}, false},
+		{[]string{"XGOMAXPROCS=4"}, true},
+	} {
+		if got := oneProc(c.env); got != c.want {
+			t.Errorf("oneProc(%q) = %v, want %v", c.env, got, c.want)
 		}
 	}
-	t.Logf("the child:\n%s", out)
 }
 
 func TestInCall(t *testing.T) {

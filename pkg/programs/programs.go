@@ -12,6 +12,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -218,6 +219,11 @@ func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
 	// Reading the kernel's BTF allocates hundreds of MB; the plugin runs
 	// with the collector off otherwise (pkg/hugeheap).
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	// A call runs on one P (pkg/hugeheap); the collector's workers want
+	// the machine's CPUs while it runs: 10% of a load's time.
+	if runtime.GOMAXPROCS(0) == 1 && runtime.NumCPU() > 1 && os.Getenv("GOMAXPROCS") == "" {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.NumCPU()))
+	}
 	specs := make([]*ebpf.CollectionSpec, len(objs))
 	var names []string
 	seen := map[string]bool{}
