@@ -1,8 +1,9 @@
 // Package hugeheap prepares the process of a CNI call: the collector off,
 // the heap on a transparent huge page, the main goroutine's stack grown
 // once, the threads' timer slack widened (slack.go), one P unless the
-// caller set GOMAXPROCS (oneProc); a blank import is all it takes. A process started without CNI_COMMAND (the operator CLI,
-// the agent, a test binary) is left as it is.
+// caller set GOMAXPROCS (oneProc); a blank import is all it takes. A
+// process started without CNI_COMMAND (the operator CLI, the agent, a test
+// binary) is left as it is.
 //
 // A CNI call is a fresh process that allocates about a MiB and exits in
 // milliseconds: collecting garbage would only cost time (loading the
@@ -145,14 +146,14 @@ func inCall(env []string) bool {
 }
 
 // oneProc reports whether the call runs on one P: unless the caller set
-// GOMAXPROCS. A call runs one goroutine at a time (a netns switch hands
+// GOMAXPROCS (empty is unset, as for the runtime). A call runs one goroutine at a time (a netns switch hands
 // over to a goroutine and waits for it); another P only adds threads that
 // spin looking for work at every wakeup. On one P an ADD+DEL pair took 9%
 // less CPU, and with eight calls in parallel on 2 vCPUs an ADD 8% less
 // time (docs/performance.md).
 func oneProc(env []string) bool {
 	for _, kv := range env {
-		if len(kv) >= len("GOMAXPROCS=") && kv[:len("GOMAXPROCS=")] == "GOMAXPROCS=" {
+		if len(kv) > len("GOMAXPROCS=") && kv[:len("GOMAXPROCS=")] == "GOMAXPROCS=" {
 			return false
 		}
 	}
