@@ -106,6 +106,9 @@ var (
 	call bool
 	// slackThreads is how many threads init gave slackNs (slack.go).
 	slackThreads int
+	// procs is GOMAXPROCS before init put the call on one P; zero when it
+	// left it alone (Procs).
+	procs int
 )
 
 func init() {
@@ -118,7 +121,7 @@ func init() {
 		slackThreads = widenSlack()
 	}
 	if oneProc(env) {
-		runtime.GOMAXPROCS(1)
+		procs = runtime.GOMAXPROCS(1)
 	}
 	// Off before the pads: they count as live heap, and the collector
 	// would otherwise start a cycle over them.
@@ -159,6 +162,12 @@ func oneProc(env []string) bool {
 	}
 	return true
 }
+
+// Procs is the runtime's GOMAXPROCS that init replaced with one, or zero
+// when it left GOMAXPROCS alone (not a call, or the caller set it): the
+// part of a call that uses several CPUs (programs.Load: the collector's
+// workers) runs with that many and goes back to one.
+func Procs() int { return procs }
 
 // madviseMode reports whether huge pages come only where a process asks.
 func madviseMode() bool {

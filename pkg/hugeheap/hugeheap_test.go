@@ -76,6 +76,9 @@ func TestNotACall(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") == "" && runtime.NumCPU() > 1 && runtime.GOMAXPROCS(0) == 1 {
 		t.Fatal("init put a test binary on one P")
 	}
+	if Procs() != 0 {
+		t.Fatalf("Procs() = %d in a test binary", Procs())
+	}
 	if s := threadSlack(t, fmt.Sprint(syscall.Gettid())); s == slackNs {
 		t.Fatalf("this thread's timer slack is %d ns, a call's", s)
 	}
@@ -118,6 +121,11 @@ func TestProcs(t *testing.T) {
 	want := 1
 	if v := os.Getenv("GOMAXPROCS"); v != "" {
 		want, _ = strconv.Atoi(v)
+		if Procs() != 0 {
+			t.Fatalf("Procs() = %d, want 0: the caller set GOMAXPROCS", Procs())
+		}
+	} else if Procs() < 1 {
+		t.Fatalf("Procs() = %d: init did not say what GOMAXPROCS it replaced", Procs())
 	}
 	if got := runtime.GOMAXPROCS(0); got != want {
 		t.Fatalf("a %s call runs on %d Ps, want %d", os.Getenv("CNI_COMMAND"), got, want)

@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	hugeheap "0hugeheap"
 	"github.com/cilium/ebpf"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
@@ -220,9 +221,9 @@ func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
 	// with the collector off otherwise (pkg/hugeheap).
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	// A call runs on one P (pkg/hugeheap); the collector's workers want
-	// the machine's CPUs while it runs: 10% of a load's time.
-	if runtime.GOMAXPROCS(0) == 1 && runtime.NumCPU() > 1 && os.Getenv("GOMAXPROCS") == "" {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.NumCPU()))
+	// the Ps the runtime had while it runs: 10% of a load's time.
+	if n := hugeheap.Procs(); n > 1 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
 	}
 	specs := make([]*ebpf.CollectionSpec, len(objs))
 	var names []string
