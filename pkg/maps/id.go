@@ -17,10 +17,11 @@ func ID(m *ebpf.Map) (uint32, error) { return ObjectID(m.FD()) }
 // bpf_prog_info both start with type, id.
 func ObjectID(fd int) (uint32, error) {
 	var info [2]uint32
+	// info is a pointer, not a number: the stack it is on may move.
 	attr := struct {
 		fd, infoLen uint32
-		info        uint64
-	}{uint32(fd), uint32(unsafe.Sizeof(info)), uint64(uintptr(unsafe.Pointer(&info)))}
+		info        unsafe.Pointer
+	}{uint32(fd), uint32(unsafe.Sizeof(info)), unsafe.Pointer(&info)}
 	const bpfObjGetInfoByFD = 15
 	if _, _, errno := unix.Syscall(unix.SYS_BPF, bpfObjGetInfoByFD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr)); errno != 0 {
 		return 0, fmt.Errorf("reading object info: %w", errno)
