@@ -36,11 +36,13 @@ struct go_enum_list {
 	enum nat_state nat_state;
 	enum nat_flags nat_flags;
 	enum nat_default_lifetime nat_default_lifetime;
+	enum flush_tables flush_tables;
 	enum pkt_dir pkt_dir;
 	enum event_config_flags event_config_flags;
 	enum policy_state policy_state;
 	enum policy_rule_flags policy_rule_flags;
 	struct event event; /* the ring buffer's records: events has no value type */
+	struct flush_args flush_args; /* the context of bpf/flush.c's programs */
 };
 
 struct {

@@ -331,6 +331,32 @@ enum nat_flags {
 	NAT_F_HAIRPIN = 4, /* DNAT: the client is the pod itself, its source was translated too */
 };
 
+/* A DEL's flush of its pod's entries from the big LRU tables (nat, flows):
+ * what it asks of bpf/flush.c, whose programs it runs itself. */
+enum flush_tables {
+	FLUSH_NAT_OUT = 1 << NAT_DIR_OUT,   /* its masqueraded flows */
+	FLUSH_NAT_IN = 1 << NAT_DIR_IN,     /* their reply entries */
+	FLUSH_NAT_DNAT = 1 << NAT_DIR_DNAT, /* the flows to its hostPorts */
+	FLUSH_FLOWS = 1 << 3,               /* its entries of flows */
+};
+
+#define FLUSH_MAX_PODS 8 /* addresses in one struct flush_args */
+
+/* One address whose entries go, and the tables they go from. */
+struct flush_pod {
+	__u32 tables;  /* enum flush_tables */
+	__u8 family;   /* enum addr_family */
+	__u8 pad[3];
+	__u8 addr[16]; /* network byte order; IPv4 in the first 4 bytes */
+};
+
+/* The context of a run of flush_nat or flush_flows. */
+struct flush_args {
+	__u32 n; /* pods used */
+	__u32 pad;
+	struct flush_pod pods[FLUSH_MAX_PODS];
+};
+
 /* Addresses in the first 4 bytes for IPv4; ports in network byte order.
  * ICMP echo: the identifier is sport of an OUT key and dport of an IN key. */
 struct nat_key {

@@ -19,6 +19,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/podflush"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
@@ -103,13 +104,16 @@ const (
 	HostPort
 )
 
-// owns reports whether an entry of direction dir is of kind k.
-func (k Kind) owns(dir uint8) bool {
+// tables are the directions of kind k's entries, as a flush names them.
+func (k Kind) tables() maps.CniFlushTables {
 	if k == HostPort {
-		return dir == dirDNAT
+		return maps.CniFlushTablesFLUSH_NAT_DNAT
 	}
-	return dir == dirOut || dir == dirIn
+	return maps.CniFlushTablesFLUSH_NAT_OUT | maps.CniFlushTablesFLUSH_NAT_IN
 }
+
+// owns reports whether an entry of direction dir is of kind k.
+func (k Kind) owns(dir uint8) bool { return dir < 32 && k.tables()&(1<<dir) != 0 }
 
 // Table is the pinned conntrack/NAT table and its lifetimes.
 type Table struct {
@@ -252,13 +256,21 @@ func (f *flushes) run(n *node.Node) error {
 	if err != nil || t == nil {
 		return err
 	}
-	_, err = t.delete(func(e *entry) bool {
-		for k, ips := range f.ips {
-			if len(ips) > 0 && Kind(k).owns(e.Key.Dir) && hasIP(ips, podAddr(e)) {
-				return true
-			}
+	var pods []podflush.Pod
+	for k, ips := range f.ips {
+		for _, ip := range ips {
+			pods = append(pods, podflush.Pod{IP: ip, Tables: Kind(k).tables()})
 		}
-		return false
+	}
+	_, err = podflush.Flush(n, podflush.NAT, pods, func() (int, error) {
+		return t.delete(func(e *entry) bool {
+			for k, ips := range f.ips {
+				if len(ips) > 0 && Kind(k).owns(e.Key.Dir) && hasIP(ips, podAddr(e)) {
+					return true
+				}
+			}
+			return false
+		})
 	})
 	return err
 }

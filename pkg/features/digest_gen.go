@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "036a55276a6c"
+const objectsDigest = "2979c0ea4a37"

@@ -6,6 +6,8 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/podflush"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
@@ -51,9 +53,17 @@ func (Feature) Del(n *node.Node, ep *feature.Endpoint) error {
 	if err != nil || t == nil {
 		return err
 	}
-	_, err = t.FlushPod(ep.Addrs())
+	pods := make([]podflush.Pod, 0, len(ep.Addrs()))
+	for _, ip := range ep.Addrs() {
+		pods = append(pods, podflush.Pod{IP: ip, Tables: maps.CniFlushTablesFLUSH_FLOWS})
+	}
+	_, err = podflush.Flush(n, podflush.Flows, pods, func() (int, error) { return t.FlushPod(ep.Addrs()) })
 	return err
 }
+
+// Programs: the programs of a DEL's flush of this table and the NAT
+// table, which every node needs (pkg/podflush).
+func (Feature) Programs() []programs.Object { return podflush.Objects() }
 
 // GC deletes the flows of pods that are gone.
 func (Feature) GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {

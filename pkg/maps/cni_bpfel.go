@@ -238,6 +238,30 @@ const (
 	CniFlowVerdictFLOW_STACK   CniFlowVerdict = 3
 )
 
+type CniFlushArgs struct {
+	_    structs.HostLayout
+	N    uint32
+	Pad  uint32
+	Pods [8]CniFlushPod
+}
+
+type CniFlushPod struct {
+	_      structs.HostLayout
+	Tables uint32
+	Family uint8
+	Pad    [3]uint8
+	Addr   [16]uint8
+}
+
+type CniFlushTables uint32
+
+const (
+	CniFlushTablesFLUSH_NAT_OUT  CniFlushTables = 1
+	CniFlushTablesFLUSH_NAT_IN   CniFlushTables = 2
+	CniFlushTablesFLUSH_NAT_DNAT CniFlushTables = 4
+	CniFlushTablesFLUSH_FLOWS    CniFlushTables = 8
+)
+
 type CniGoEnumList struct {
 	_                  structs.HostLayout
 	AddrFamily         CniAddrFamily
@@ -248,12 +272,14 @@ type CniGoEnumList struct {
 	NatState           CniNatState
 	NatFlags           CniNatFlags
 	NatDefaultLifetime CniNatDefaultLifetime
+	FlushTables        CniFlushTables
 	PktDir             CniPktDir
 	EventConfigFlags   CniEventConfigFlags
 	PolicyState        CniPolicyState
 	PolicyRuleFlags    CniPolicyRuleFlags
-	_                  [6]byte
+	_                  [2]byte
 	Event              CniEvent
+	FlushArgs          CniFlushArgs
 }
 
 type CniHostportEntry struct {

@@ -15,7 +15,7 @@ var layouts = map[string]layout{
 	"events_config":     {2, 4, 40},    // Array
 	"events_stats":      {6, 4, 552},   // PerCPUArray
 	"flows":             {9, 40, 16},   // LRUHash
-	"go_enums":          {2, 4, 120},   // Array
+	"go_enums":          {2, 4, 320},   // Array
 	"hostport_config":   {2, 4, 16},    // Array
 	"hostports":         {1, 4, 148},   // Hash
 	"ipam_allocs":       {1, 24, 160},  // Hash

@@ -3,7 +3,9 @@ package programs
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -32,4 +34,29 @@ func loadPinned(path string) (*ebpf.Program, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return prog, nil
+}
+
+// Run runs prog once with context ctx (BPF_PROG_TEST_RUN) and returns
+// what it returned. It is ebpf.Program.Run without that function's
+// first-call probe of the kernel (it loads a program to learn whether
+// programs can be run): a DEL runs one or two programs in a process of its
+// own.
+func Run(prog *ebpf.Program, ctx []byte) (uint32, error) {
+	// ctxIn is a pointer, not a number: ctx may live on the goroutine's
+	// stack, which moves (and has its pointers moved) when it grows.
+	attr := struct {
+		progFD, retval, dataSizeIn, dataSizeOut uint32
+		dataIn, dataOut                         uint64
+		repeat, duration, ctxSizeIn, ctxSizeOut uint32
+		ctxIn                                   unsafe.Pointer
+		ctxOut                                  uint64
+		flags, cpu, batchSize                   uint32
+		_                                       uint32
+	}{progFD: uint32(prog.FD()), ctxSizeIn: uint32(len(ctx)), ctxIn: unsafe.Pointer(unsafe.SliceData(ctx))}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_TEST_RUN, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(ctx)
+	if errno != 0 {
+		return 0, fmt.Errorf("running %s: %w", prog, errno)
+	}
+	return attr.retval, nil
 }

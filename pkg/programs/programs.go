@@ -34,6 +34,9 @@ type Object struct {
 	Bytes []byte // the bpf2go-embedded object
 	Load  func() (*ebpf.CollectionSpec, error)
 	Hooks []attach.Hook
+	// Runs are programs attached nowhere, which callers run themselves
+	// (Run): pinned with the hooks' programs, found with Pinned.
+	Runs []string
 }
 
 // Hooks is every hook of objs, in order.
@@ -169,19 +172,37 @@ func newSet(bpfRoot, tag string, objs []Object) *Set {
 	return s
 }
 
+// Pinned opens program name of the programs of tag, as Load pinned it:
+// ErrNotFound when that set does not have it (another build's).
+func Pinned(bpfRoot, tag, name string) (*ebpf.Program, error) {
+	p, err := loadPinned(filepath.Join(Dir(bpfRoot), tag, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("program %s of %s: %w", name, tag, ErrNotFound)
+	}
+	return p, err
+}
+
 // Dir holds one directory per tag.
 func Dir(bpfRoot string) string { return filepath.Join(bpfRoot, "programs") }
 
 // Open finds the pinned programs of tag without loading anything (each is
-// opened when first used: Prog); ErrNotFound when they are not all pinned.
+// opened when first used: Prog); ErrNotFound when they are not all pinned,
+// Runs included.
 func Open(bpfRoot, tag string, objs []Object) (*Set, error) {
 	s := newSet(bpfRoot, tag, objs)
+	var pins []string
 	for _, h := range Hooks(objs) {
-		if _, err := os.Stat(filepath.Join(s.dir, h.Name)); err != nil {
+		pins = append(pins, h.Name)
+	}
+	for _, o := range objs {
+		pins = append(pins, o.Runs...)
+	}
+	for _, name := range pins {
+		if _, err := os.Stat(filepath.Join(s.dir, name)); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("program %s of %s: %w", h.Name, tag, ErrNotFound)
+				return nil, fmt.Errorf("program %s of %s: %w", name, tag, ErrNotFound)
 			}
-			return nil, fmt.Errorf("finding pinned program %s: %w", h.Name, err)
+			return nil, fmt.Errorf("finding pinned program %s: %w", name, err)
 		}
 	}
 	return s, nil
@@ -300,6 +321,15 @@ func load(o Object, spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, dir 
 			return fmt.Errorf("cloning %s: %w", h.Name, err)
 		}
 		s.byHook[h.Name] = clone
+	}
+	for _, name := range o.Runs {
+		prog, ok := coll.Programs[name]
+		if !ok {
+			return fmt.Errorf("no program %s in %s", name, o.Name)
+		}
+		if err := prog.Pin(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("pinning %s: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -236,6 +236,47 @@ func (e *env) flows() []conntrack.Flow {
 
 func (e *env) natEntries() int { return len(e.flows()) }
 
+// tableEntries counts the entries of the pod of addresses ips in the NAT
+// table (every direction: the pod's address is an IN entry's value, the
+// source of the others) and in the flow table.
+func (e *env) tableEntries(ips ...net.IP) int {
+	e.t.Helper()
+	n := e.handle()
+	defer n.Close()
+	has := func(ip net.IP) bool {
+		for _, x := range ips {
+			if x.Equal(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	nat, err := n.PinnedMap(maps.CniMapNat)
+	require.NoError(e.t, err)
+	es, err := maps.Entries[maps.CniNatKey, maps.CniNatEntry](nat)
+	require.NoError(e.t, err)
+	c := 0
+	for _, x := range es {
+		pod := maps.IP(x.Key.Family, x.Key.Saddr)
+		if x.Key.Dir == uint8(maps.CniNatDirNAT_DIR_IN) {
+			pod = maps.IP(x.Key.Family, x.Value.Addr)
+		}
+		if has(pod) {
+			c++
+		}
+	}
+	flows, err := n.PinnedMap(maps.CniMapFlows)
+	require.NoError(e.t, err)
+	fs, err := maps.Entries[maps.CniFlowKey, maps.CniFlowEntry](flows)
+	require.NoError(e.t, err)
+	for _, x := range fs {
+		if has(maps.IP(x.Key.Family, x.Key.Saddr)) {
+			c++
+		}
+	}
+	return c
+}
+
 // uplinkProgramIDs lists what runs on the node's uplink, both directions.
 func (e *env) uplinkProgramIDs() int {
 	e.t.Helper()
@@ -323,10 +364,12 @@ func testMasquerade(t *testing.T, version, mode string) {
 	for _, f := range e.flows() {
 		require.True(t, f.NAT.Equal(nettest.NodeIP4) || f.NAT.Equal(nettest.NodeIP6), "flow translated to %s", f.NAT)
 	}
+	require.NotZero(t, e.tableEntries(a.IP(4), a.IP(6)))
 	require.NoError(t, e.cni.DelPod(list, a))
 	for _, f := range e.flows() {
 		require.False(t, f.Pod.Equal(a.IP(4)) || f.Pod.Equal(a.IP(6)), "DEL left a flow of the pod: %+v", f)
 	}
+	require.Zero(t, e.tableEntries(a.IP(4), a.IP(6)), "DEL left entries of the pod (NAT, in any direction, or flows)")
 	require.NotZero(t, e.natEntries(), "the other pod's flows stay")
 	require.Equal(t, 2, e.uplinkProgramIDs(), "the uplink keeps its programs while pods remain")
 	require.NoError(t, e.cni.DelPod(list, b))
