@@ -11,8 +11,6 @@
 package podflush
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"unsafe"
 
@@ -42,18 +40,17 @@ type Pod struct {
 
 // Flush deletes the entries of pods from the table program walks (NAT or
 // Flows), with this build's programs, and returns how many it deleted.
-// Where the node's pinned programs do not have it (another build's), it
-// calls walk, which must do the same by reading the table.
+// Where it cannot run the program (the node's pinned programs are another
+// build's, which lack it; the kernel refuses the run), it calls walk,
+// which must do the same by reading the table: a DEL's flush never fails
+// for want of the fast way.
 func Flush(n *node.Node, program string, pods []Pod, walk func() (int, error)) (int, error) {
 	if len(pods) == 0 {
 		return 0, nil
 	}
 	prog, err := programs.Pinned(n.BPFRoot, n.Tag(), program)
-	if errors.Is(err, programs.ErrNotFound) {
-		return walk()
-	}
 	if err != nil {
-		return 0, err
+		return walk()
 	}
 	defer prog.Close()
 	// One address once, with every table asked for it.
@@ -75,7 +72,8 @@ func Flush(n *node.Node, program string, pods []Pod, walk func() (int, error)) (
 		list = list[a.N:]
 		r, err := programs.Run(prog, unsafe.Slice((*byte)(unsafe.Pointer(&a)), unsafe.Sizeof(a)))
 		if err != nil {
-			return deleted, fmt.Errorf("flushing pods' entries: %w", err)
+			w, err := walk()
+			return deleted + w, err
 		}
 		deleted += int(r)
 	}

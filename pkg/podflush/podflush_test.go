@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
@@ -185,8 +186,8 @@ func TestFlushMany(t *testing.T) {
 	require.Len(t, left[podB.String()], 3)
 }
 
-// Without the program (programs of another build) the caller's walk does
-// the flush.
+// Where the program cannot run (programs of another build, which lack it;
+// something else pinned in its place) the caller's walk does the flush.
 func TestFlushWalks(t *testing.T) {
 	n, nat, _ := setup(t)
 	putFlow(t, nat, podA4, 1)
@@ -200,11 +201,30 @@ func TestFlushWalks(t *testing.T) {
 	require.Equal(t, 1, walked)
 	require.Len(t, natLeft(t, nat)[podA4.String()], 3, "the walk stood in for it")
 
+	// A pin that is no program of the set's, or a program the kernel will
+	// not run so: the walk again.
+	path := filepath.Join(programs.Dir(n.BPFRoot), n.Tag(), podflush.NAT)
+	require.NoError(t, nat.Pin(path))
+	got, err = podflush.Flush(n, podflush.NAT, pods, walk)
+	require.NoError(t, err)
+	require.Equal(t, 42, got)
+	require.Equal(t, 2, walked, "a map pinned where the program was")
+	require.NoError(t, nat.Unpin())
+	xdp, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 0, asm.DWord), asm.Return()}})
+	require.NoError(t, err)
+	defer xdp.Close()
+	require.NoError(t, xdp.Pin(path))
+	got, err = podflush.Flush(n, podflush.NAT, pods, walk)
+	require.NoError(t, err)
+	require.Equal(t, 42, got)
+	require.Equal(t, 3, walked, "a program that does not run without a packet")
+
 	errWalk := errors.New("walk failed")
 	_, err = podflush.Flush(n, podflush.NAT, pods, func() (int, error) { return 0, errWalk })
 	require.ErrorIs(t, err, errWalk)
 	got, err = podflush.Flush(n, podflush.NAT, nil, walk)
 	require.NoError(t, err)
 	require.Zero(t, got)
-	require.Equal(t, 1, walked, "no pod, no walk")
+	require.Equal(t, 3, walked, "no pod, no walk")
 }
