@@ -40,6 +40,7 @@ var layers = []struct {
 	// Building blocks, each layer on the ones below it.
 	{"blocks: the core's endpoint step and what features share", []string{"pkg/endpoint", "pkg/uplink",
 		"pkg/conntrack", "pkg/clusterranges", "pkg/policy/compile"}, false},
+	{"blocks: a DEL's flush of the NAT and flow tables", []string{"pkg/podflush"}, false},
 	{"blocks: the feature contract", []string{"pkg/feature"}, false},
 	{"blocks: the node handle", []string{"pkg/node"}, false},
 	{"blocks: programs", []string{"pkg/programs"}, false},
