@@ -149,9 +149,10 @@ func inCall(env []string) bool {
 }
 
 // oneProc reports whether the call runs on one P: unless the caller set
-// GOMAXPROCS (empty is unset, as for the runtime). A call runs one goroutine at a time (a netns switch hands
-// over to a goroutine and waits for it); another P only adds threads that
-// spin looking for work at every wakeup. On one P an ADD+DEL pair took 9%
+// GOMAXPROCS (empty is unset, as for the runtime). A call runs one
+// goroutine at a time (a netns switch hands over to a goroutine and waits
+// for it); another P only adds threads that spin looking for work at every
+// wakeup. On one P an ADD+DEL pair took 9%
 // less CPU, and with eight calls in parallel on 2 vCPUs an ADD 8% less
 // time (docs/performance.md).
 func oneProc(env []string) bool {

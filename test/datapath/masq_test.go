@@ -26,6 +26,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
@@ -237,8 +238,7 @@ func (e *env) flows() []conntrack.Flow {
 func (e *env) natEntries() int { return len(e.flows()) }
 
 // tableEntries counts the entries of the pod of addresses ips in the NAT
-// table (every direction: the pod's address is an IN entry's value, the
-// source of the others) and in the flow table.
+// table (every direction) and in the flow table.
 func (e *env) tableEntries(ips ...net.IP) int {
 	e.t.Helper()
 	n := e.handle()
@@ -251,26 +251,16 @@ func (e *env) tableEntries(ips ...net.IP) int {
 		}
 		return false
 	}
-	nat, err := n.PinnedMap(maps.CniMapNat)
+	nat, err := conntrack.Open(n)
 	require.NoError(e.t, err)
-	es, err := maps.Entries[maps.CniNatKey, maps.CniNatEntry](nat)
+	c, err := nat.Count(func(_ uint8, pod net.IP) bool { return has(pod) })
 	require.NoError(e.t, err)
-	c := 0
-	for _, x := range es {
-		pod := maps.IP(x.Key.Family, x.Key.Saddr)
-		if x.Key.Dir == uint8(maps.CniNatDirNAT_DIR_IN) {
-			pod = maps.IP(x.Key.Family, x.Value.Addr)
-		}
-		if has(pod) {
-			c++
-		}
-	}
-	flows, err := n.PinnedMap(maps.CniMapFlows)
+	ft, err := flows.Open(n)
 	require.NoError(e.t, err)
-	fs, err := maps.Entries[maps.CniFlowKey, maps.CniFlowEntry](flows)
+	fs, err := ft.List()
 	require.NoError(e.t, err)
-	for _, x := range fs {
-		if has(maps.IP(x.Key.Family, x.Key.Saddr)) {
+	for _, f := range fs {
+		if has(f.Pod) {
 			c++
 		}
 	}
