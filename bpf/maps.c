@@ -37,6 +37,7 @@ struct go_enum_list {
 	enum nat_flags nat_flags;
 	enum nat_default_lifetime nat_default_lifetime;
 	enum flush_tables flush_tables;
+	enum dev_slot_const dev_slot_const;
 	enum pkt_dir pkt_dir;
 	enum event_config_flags event_config_flags;
 	enum policy_state policy_state;

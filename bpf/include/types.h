@@ -257,10 +257,18 @@ struct dir_counters {
 };
 
 /* Value of device_counters, keyed by the ifindex of the device a program
- * runs on (the host veth of an endpoint, or an uplink): that device's
- * counters, indexed like node_counters. */
+ * runs on (the host veth of an endpoint, or an uplink), and of
+ * slot_counters, indexed by the device's slot (lib/counters.h): that
+ * device's counters, indexed like node_counters. */
 struct dev_counters {
 	struct dir_counters by_reason[REASON_MAX];
+};
+
+/* The slots of per-device counters (lib/counters.h): a device's slots are
+ * the DEV_SLOT_PROBES ones from its ifindex modulo DEV_SLOTS on. */
+enum dev_slot_const {
+	DEV_SLOTS = 512,      /* a power of two: 512 KiB of counters per CPU */
+	DEV_SLOT_PROBES = 4,
 };
 
 /* Bandwidth: one policer per endpoint and direction, keyed in bw_buckets by

@@ -1,6 +1,6 @@
 /* The one place where programs account for what they did with a packet:
- * node-wide per reason and direction (node_counters) and per device
- * (device_counters).
+ * node-wide per reason and direction (node_counters) and per device (in
+ * the device's slot of slot_counters, else in device_counters).
  *
  * These replace pkt_counters and endpoint_counters, which counted by
  * reason only: a pinned map keeps its layout for as long as it lives, so
@@ -22,10 +22,10 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } node_counters SEC(".maps");
 
-/* Device ifindex -> its counters per reason and direction. The programs
- * create an entry on a device's first packet, so a device without an
- * endpoint entry is counted too; DEL and GC delete the entry of an
- * endpoint they remove. */
+/* Device ifindex -> its counters per reason and direction, for a device
+ * that has no slot (below) and for the programs of builds before the
+ * slots. The programs create an entry on such a device's first packet;
+ * DEL and GC delete the entry of an endpoint they remove. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory grows with devices, not with the cap */
@@ -35,8 +35,68 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } device_counters SEC(".maps");
 
+/* Slot -> the ifindex of the device that owns it, 0 if free. A per-CPU
+ * hash lookup costs a program run a sixth of its time (the hash, a bucket
+ * and an element that are cache misses on a live path); an array slot is
+ * an index the verifier inlines. A device's first packet claims the first
+ * free one of its DEV_SLOT_PROBES slots (from its ifindex on) with a
+ * compare-and-swap; DEL and GC zero its counters and free it when the
+ * device is gone (pkg/counters). A device that finds its slots taken is
+ * counted in device_counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DEV_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} device_slots SEC(".maps");
+
+/* Slot -> the counters of the device device_slots names. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DEV_SLOTS);
+	__type(key, __u32);
+	__type(value, struct dev_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} slot_counters SEC(".maps");
+
 /* The first value of a device's counters: too big for the stack. */
 static const struct dev_counters dev_counters_zero;
+
+/* The counters in ifindex's slot, claiming a free one on its first packet;
+ * NULL if its slots are taken. A free slot's counters are zero: who frees
+ * it zeroes them first. Two CPUs claiming for the same device may take
+ * two slots (a slot freed between their reads); readers add up every slot
+ * a device owns. */
+static __always_inline struct dev_counters *device_slot(__u32 ifindex)
+{
+	__u32 *claim = NULL, claim_key = 0;
+
+	if (!ifindex)
+		return NULL;
+#pragma unroll
+	for (__u32 i = 0; i < DEV_SLOT_PROBES; i++) {
+		__u32 key = (ifindex + i) & (DEV_SLOTS - 1);
+		__u32 *owner = bpf_map_lookup_elem(&device_slots, &key);
+		__u32 o;
+
+		if (!owner)
+			return NULL;
+		o = *(volatile __u32 *)owner;
+		if (o == ifindex)
+			return bpf_map_lookup_elem(&slot_counters, &key);
+		if (!o && !claim) {
+			claim = owner;
+			claim_key = key;
+		}
+	}
+	if (!claim)
+		return NULL;
+	__u32 was = __sync_val_compare_and_swap(claim, 0, ifindex);
+	if (was && was != ifindex)
+		return NULL; /* another device's now: the next packet looks again */
+	return bpf_map_lookup_elem(&slot_counters, &claim_key);
+}
 
 static __always_inline void count_device(struct __sk_buff *skb, enum pkt_reason reason,
 					 enum pkt_dir dir)
@@ -45,7 +105,9 @@ static __always_inline void count_device(struct __sk_buff *skb, enum pkt_reason 
 	__u32 idx = reason;
 	struct dev_counters *ec;
 
-	ec = bpf_map_lookup_elem(&device_counters, &ifindex);
+	ec = device_slot(ifindex);
+	if (!ec)
+		ec = bpf_map_lookup_elem(&device_counters, &ifindex);
 	if (!ec) {
 		/* The new element is zero on every CPU. BPF_NOEXIST: another CPU
 		 * may have created it meanwhile; then the lookup finds that one. A

@@ -170,9 +170,15 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.attached, prometheus.GaugeValue, float64(modes[m]), m)
 	}
 
-	if m := open(maps.CniMapDeviceCounters); m != nil {
-		devs, err := counters.SumDevices(m)
-		m.Close()
+	devMaps := map[string]*ebpf.Map{}
+	for _, name := range counters.DeviceMaps {
+		if m := open(name); m != nil {
+			devMaps[name] = m
+			defer m.Close()
+		}
+	}
+	if len(devMaps) > 0 {
+		devs, err := counters.DevicesOf(devMaps).Sum()
 		if err != nil {
 			fail(maps.CniMapDeviceCounters, err)
 		}

@@ -18,6 +18,7 @@ import (
 const (
 	SockPacingMapBwBuckets      = "bw_buckets"
 	SockPacingMapDeviceCounters = "device_counters"
+	SockPacingMapDeviceSlots    = "device_slots"
 	SockPacingMapEndpointDevs   = "endpoint_devs"
 	SockPacingMapEndpoints      = "endpoints"
 	SockPacingMapEvents         = "events"
@@ -25,6 +26,7 @@ const (
 	SockPacingMapEventsStats    = "events_stats"
 	SockPacingMapLocalNetns     = "local_netns"
 	SockPacingMapNodeCounters   = "node_counters"
+	SockPacingMapSlotCounters   = "slot_counters"
 	SockPacingProgBwPacing      = "bw_pacing"
 )
 
@@ -79,6 +81,7 @@ type SockPacingProgramSpecs struct {
 type SockPacingMapSpecs struct {
 	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
 	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
+	DeviceSlots    *ebpf.MapSpec `ebpf:"device_slots"`
 	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
@@ -86,6 +89,7 @@ type SockPacingMapSpecs struct {
 	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
 	LocalNetns     *ebpf.MapSpec `ebpf:"local_netns"`
 	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
+	SlotCounters   *ebpf.MapSpec `ebpf:"slot_counters"`
 }
 
 // SockPacingVariableSpecs contains global variables before they are loaded into the kernel.
@@ -116,6 +120,7 @@ func (o *SockPacingObjects) Close() error {
 type SockPacingMaps struct {
 	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
 	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
+	DeviceSlots    *ebpf.Map `ebpf:"device_slots"`
 	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints      *ebpf.Map `ebpf:"endpoints"`
 	Events         *ebpf.Map `ebpf:"events"`
@@ -123,12 +128,14 @@ type SockPacingMaps struct {
 	EventsStats    *ebpf.Map `ebpf:"events_stats"`
 	LocalNetns     *ebpf.Map `ebpf:"local_netns"`
 	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
+	SlotCounters   *ebpf.Map `ebpf:"slot_counters"`
 }
 
 func (m *SockPacingMaps) Close() error {
 	return _SockPacingClose(
 		m.BwBuckets,
 		m.DeviceCounters,
+		m.DeviceSlots,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Events,
@@ -136,6 +143,7 @@ func (m *SockPacingMaps) Close() error {
 		m.EventsStats,
 		m.LocalNetns,
 		m.NodeCounters,
+		m.SlotCounters,
 	)
 }
 

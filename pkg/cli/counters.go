@@ -105,7 +105,7 @@ func readCounters(ctx *Context) (*countersOutput, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapNodeCounters, maps.CniMapDeviceCounters)
+	ms, closeMaps, err := openMaps(ctx.BPFRoot, append([]string{maps.CniMapNodeCounters}, counters.DeviceMaps...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -116,11 +116,9 @@ func readCounters(ctx *Context) (*countersOutput, error) {
 			return nil, err
 		}
 	}
-	devs := map[uint32]map[maps.CniPktReason]counters.ByDir{}
-	if m := ms[maps.CniMapDeviceCounters]; m != nil {
-		if devs, err = counters.SumDevices(m); err != nil {
-			return nil, err
-		}
+	devs, err := counters.DevicesOf(ms).Sum()
+	if err != nil {
+		return nil, err
 	}
 	out := &countersOutput{Total: reasonCounters(total), Endpoints: []*EndpointCounters{}}
 	for _, e := range n.Endpoints {

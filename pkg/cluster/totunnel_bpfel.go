@@ -20,6 +20,7 @@ const (
 	ToTunnelMapClusterConfig    = "cluster_config"
 	ToTunnelMapClusterRoutes    = "cluster_routes"
 	ToTunnelMapDeviceCounters   = "device_counters"
+	ToTunnelMapDeviceSlots      = "device_slots"
 	ToTunnelMapEndpointDevs     = "endpoint_devs"
 	ToTunnelMapEndpoints        = "endpoints"
 	ToTunnelMapEvents           = "events"
@@ -43,6 +44,7 @@ const (
 	ToTunnelMapPolicyNamespaces = "policy_namespaces"
 	ToTunnelMapPolicyRules      = "policy_rules"
 	ToTunnelMapScratch          = "scratch"
+	ToTunnelMapSlotCounters     = "slot_counters"
 	ToTunnelMapSockRevnat       = "sock_revnat"
 	ToTunnelMapUplinks          = "uplinks"
 	ToTunnelProgToTunnel        = "to_tunnel"
@@ -103,6 +105,7 @@ type ToTunnelMapSpecs struct {
 	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.MapSpec `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
@@ -126,6 +129,7 @@ type ToTunnelMapSpecs struct {
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
@@ -162,6 +166,7 @@ type ToTunnelMaps struct {
 	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.Map `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	Events           *ebpf.Map `ebpf:"events"`
@@ -185,6 +190,7 @@ type ToTunnelMaps struct {
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
@@ -195,6 +201,7 @@ func (m *ToTunnelMaps) Close() error {
 		m.ClusterConfig,
 		m.ClusterRoutes,
 		m.DeviceCounters,
+		m.DeviceSlots,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Events,
@@ -218,6 +225,7 @@ func (m *ToTunnelMaps) Close() error {
 		m.PolicyNamespaces,
 		m.PolicyRules,
 		m.Scratch,
+		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
 	)

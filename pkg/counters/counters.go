@@ -1,7 +1,8 @@
 // Package counters reads what the programs account for: node_counters
-// (node-wide, per reason and direction) and device_counters (per device,
-// reason and direction), and names the reasons (enum pkt_reason) and
-// directions (enum pkt_dir) for people and for JSON.
+// (node-wide, per reason and direction) and the per-device counters (per
+// device, reason and direction: a device's slot, else device_counters;
+// see Devices), and names the reasons (enum pkt_reason) and directions
+// (enum pkt_dir) for people and for JSON.
 package counters
 
 import (
@@ -122,10 +123,67 @@ func SumNode(m *ebpf.Map) (map[maps.CniPktReason]ByDir, error) {
 	return out, nil
 }
 
-// SumDeviceCounters sums an open device_counters map over CPUs and
-// directions: ifindex -> reason -> counter, non-zero reasons only.
-func SumDeviceCounters(m *ebpf.Map) (map[uint32]map[maps.CniPktReason]Counter, error) {
-	devs, err := SumDevices(m)
+// Devices are the maps of the per-device counters (bpf/lib/counters.h):
+// a device's counters are in the slots of slot_counters that device_slots
+// says it owns, and in its entry of device_counters (a device whose slots
+// were taken, or counted by the programs of a build before the slots).
+// Readers add them up. A nil map is one the node has not pinned.
+type Devices struct{ Hash, Owners, Slots *ebpf.Map }
+
+// DeviceMaps are the names of the maps Devices holds.
+var DeviceMaps = []string{maps.CniMapDeviceCounters, maps.CniMapDeviceSlots, maps.CniMapSlotCounters}
+
+// DevicesOf picks the device maps out of maps opened by name.
+func DevicesOf(ms map[string]*ebpf.Map) Devices {
+	return Devices{ms[maps.CniMapDeviceCounters], ms[maps.CniMapDeviceSlots], ms[maps.CniMapSlotCounters]}
+}
+
+// OpenDevices opens the device maps with open, which returns nil for a
+// map that is not pinned (node.Node.PinnedMap).
+func OpenDevices(open func(name string) (*ebpf.Map, error)) (Devices, error) {
+	ms := map[string]*ebpf.Map{}
+	for _, name := range DeviceMaps {
+		m, err := open(name)
+		if err != nil {
+			return Devices{}, err
+		}
+		ms[name] = m
+	}
+	return DevicesOf(ms), nil
+}
+
+// PinnedDevices opens the device maps pinned under bpfRoot; a missing map
+// stays nil (DEL is idempotent and must not create maps). done closes them.
+func PinnedDevices(bpfRoot string, readOnly bool) (d Devices, done func(), err error) {
+	var opened []*ebpf.Map
+	done = func() {
+		for _, m := range opened {
+			m.Close()
+		}
+	}
+	d, err = OpenDevices(func(name string) (*ebpf.Map, error) {
+		path := filepath.Join(maps.Dir(bpfRoot), name)
+		m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: readOnly})
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("opening %s: %w", path, err)
+		}
+		opened = append(opened, m)
+		return m, nil
+	})
+	if err != nil {
+		done()
+		return Devices{}, nil, err
+	}
+	return d, done, nil
+}
+
+// Totals sums every device's counters over CPUs and directions: ifindex
+// -> reason -> counter, non-zero reasons only.
+func (d Devices) Totals() (map[uint32]map[maps.CniPktReason]Counter, error) {
+	devs, err := d.Sum()
 	if err != nil {
 		return nil, err
 	}
@@ -136,21 +194,53 @@ func SumDeviceCounters(m *ebpf.Map) (map[uint32]map[maps.CniPktReason]Counter, e
 	return out, nil
 }
 
-// SumDevices sums an open device_counters map over CPUs: ifindex ->
-// reason -> direction, the reasons with a non-zero count only. Entries
-// deleted while it iterates are left out.
-func SumDevices(m *ebpf.Map) (map[uint32]map[maps.CniPktReason]ByDir, error) {
-	out := map[uint32]map[maps.CniPktReason]ByDir{}
-	var k uint32
-	var vals []maps.CniDevCounters
-	it := m.Iterate()
-	for it.Next(&k, &vals) {
-		var sum [len(maps.CniDevCounters{}.ByReason)]ByDir
-		for _, v := range vals {
-			for r := range v.ByReason {
-				sum[r].add(v.ByReason[r])
-			}
+// devSum is one device's counters being summed, by reason.
+type devSum [len(maps.CniDevCounters{}.ByReason)]ByDir
+
+func (s *devSum) add(vals []maps.CniDevCounters) {
+	for _, v := range vals {
+		for r := range v.ByReason {
+			s[r].add(v.ByReason[r])
 		}
+	}
+}
+
+// Sum sums every device's counters over CPUs: ifindex -> reason ->
+// direction, the reasons with a non-zero count only. Entries deleted
+// while it reads are left out.
+func (d Devices) Sum() (map[uint32]map[maps.CniPktReason]ByDir, error) {
+	sums := map[uint32]*devSum{}
+	sumOf := func(ifindex uint32) *devSum {
+		s := sums[ifindex]
+		if s == nil {
+			s = &devSum{}
+			sums[ifindex] = s
+		}
+		return s
+	}
+	var vals []maps.CniDevCounters
+	if d.Hash != nil {
+		var k uint32
+		it := d.Hash.Iterate()
+		for it.Next(&k, &vals) {
+			sumOf(k).add(vals)
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", maps.CniMapDeviceCounters, err)
+		}
+	}
+	owners, err := d.owners()
+	if err != nil {
+		return nil, err
+	}
+	for slot, ifindex := range owners {
+		if err := d.Slots.Lookup(slot, &vals); err != nil {
+			return nil, fmt.Errorf("reading %s[%d]: %w", maps.CniMapSlotCounters, slot, err)
+		}
+		sumOf(ifindex).add(vals)
+	}
+	out := make(map[uint32]map[maps.CniPktReason]ByDir, len(sums))
+	for k, sum := range sums {
 		dev := map[maps.CniPktReason]ByDir{}
 		for r, b := range sum {
 			if t := b.Total(); t.Packets != 0 || t.Bytes != 0 {
@@ -159,62 +249,130 @@ func SumDevices(m *ebpf.Map) (map[uint32]map[maps.CniPktReason]ByDir, error) {
 		}
 		out[k] = dev
 	}
+	return out, nil
+}
+
+// owners lists the slots in use: slot -> the ifindex that owns it.
+func (d Devices) owners() (map[uint32]uint32, error) {
+	out := map[uint32]uint32{}
+	if d.Owners == nil || d.Slots == nil {
+		return out, nil
+	}
+	var slot, ifindex uint32
+	it := d.Owners.Iterate()
+	for it.Next(&slot, &ifindex) {
+		if ifindex != 0 {
+			out[slot] = ifindex
+		}
+	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", maps.CniMapDeviceCounters, err)
+		return nil, fmt.Errorf("reading %s: %w", maps.CniMapDeviceSlots, err)
 	}
 	return out, nil
 }
 
-// DeleteDevices removes the per-device counters of ifindexes from m
-// (device_counters); a missing entry is fine.
-func DeleteDevices(m *ebpf.Map, ifindexes ...int) error {
+// slotsOf are the slots a device may own (bpf/lib/counters.h's
+// device_slot).
+func slotsOf(ifindex uint32) []uint32 {
+	out := make([]uint32, maps.CniDevSlotConstDEV_SLOT_PROBES)
+	for i := range out {
+		out[i] = (ifindex + uint32(i)) & uint32(maps.CniDevSlotConstDEV_SLOTS-1)
+	}
+	return out
+}
+
+// Delete removes the counters of the devices with these ifindexes: their
+// device_counters entries, and their slots, zeroed before they are freed
+// (the next device to claim one starts from zero). Only for devices that
+// are gone: a program running on one would count or claim again. Nothing
+// to remove is fine.
+func (d Devices) Delete(ifindexes ...int) error {
 	var errs []error
+	var zero []maps.CniDevCounters
 	for _, i := range ifindexes {
-		if err := m.Delete(uint32(i)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("deleting %s[%d]: %w", maps.CniMapDeviceCounters, i, err))
+		if d.Hash != nil {
+			if err := d.Hash.Delete(uint32(i)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, fmt.Errorf("deleting %s[%d]: %w", maps.CniMapDeviceCounters, i, err))
+			}
+		}
+		if d.Owners == nil || d.Slots == nil || i <= 0 {
+			continue
+		}
+		for _, slot := range slotsOf(uint32(i)) {
+			var owner uint32
+			if err := d.Owners.Lookup(slot, &owner); err != nil {
+				errs = append(errs, fmt.Errorf("reading %s[%d]: %w", maps.CniMapDeviceSlots, slot, err))
+				continue
+			}
+			if owner != uint32(i) {
+				continue
+			}
+			if zero == nil {
+				cpus, err := ebpf.PossibleCPU()
+				if err != nil {
+					return errors.Join(append(errs, err)...)
+				}
+				zero = make([]maps.CniDevCounters, cpus)
+			}
+			if err := d.Slots.Put(slot, zero); err != nil {
+				errs = append(errs, fmt.Errorf("zeroing %s[%d]: %w", maps.CniMapSlotCounters, slot, err))
+				continue // a slot not zeroed stays taken: its counts would go to the next device
+			}
+			if err := d.Owners.Put(slot, uint32(0)); err != nil {
+				errs = append(errs, fmt.Errorf("freeing %s[%d]: %w", maps.CniMapDeviceSlots, slot, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// DeleteDeviceCounters is DeleteDevices on the map pinned under bpfRoot; a
-// missing map is fine (DEL is idempotent and must not create maps).
-func DeleteDeviceCounters(bpfRoot string, ifindexes ...int) error {
-	path := filepath.Join(maps.Dir(bpfRoot), maps.CniMapDeviceCounters)
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+// Keys lists the ifindexes that have counters.
+func (d Devices) Keys() ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	add := func(i int) {
+		if !seen[i] {
+			seen[i] = true
+			out = append(out, i)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
+	if d.Hash != nil {
+		var k uint32
+		var vals []maps.CniDevCounters
+		it := d.Hash.Iterate()
+		for it.Next(&k, &vals) {
+			add(int(k))
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", maps.CniMapDeviceCounters, err)
+		}
 	}
-	defer m.Close()
-	return DeleteDevices(m, ifindexes...)
-}
-
-// DeviceKeys lists the ifindexes m (device_counters) has entries for.
-func DeviceKeys(m *ebpf.Map) ([]int, error) {
-	devs, err := SumDeviceCounters(m)
+	owners, err := d.owners()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int, 0, len(devs))
-	for k := range devs {
-		out = append(out, int(k))
+	for _, i := range owners {
+		add(int(i))
 	}
 	return out, nil
 }
 
-// DeviceCounterKeys is DeviceKeys of the map pinned under bpfRoot.
-func DeviceCounterKeys(bpfRoot string) ([]int, error) {
-	path := filepath.Join(maps.Dir(bpfRoot), maps.CniMapDeviceCounters)
-	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+// DeleteDeviceCounters is Devices.Delete on the maps pinned under bpfRoot.
+func DeleteDeviceCounters(bpfRoot string, ifindexes ...int) error {
+	d, done, err := PinnedDevices(bpfRoot, false)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
+		return err
 	}
-	defer m.Close()
-	return DeviceKeys(m)
+	defer done()
+	return d.Delete(ifindexes...)
+}
+
+// DeviceCounterKeys is Devices.Keys of the maps pinned under bpfRoot.
+func DeviceCounterKeys(bpfRoot string) ([]int, error) {
+	d, done, err := PinnedDevices(bpfRoot, true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return d.Keys()
 }

@@ -314,11 +314,11 @@ func ForgetDevice(n *node.Node, ep *feature.Endpoint) error {
 	if ep.HostIfIndex == 0 || n.CheckBPFFS() != nil {
 		return nil
 	}
-	m, err := n.PinnedMap(maps.CniMapDeviceCounters)
-	if err == nil && m != nil {
-		err = counters.DeleteDevices(m, ep.HostIfIndex)
+	d, err := counters.OpenDevices(n.PinnedMap)
+	if err != nil {
+		return err
 	}
-	return err
+	return d.Delete(ep.HostIfIndex)
 }
 
 // deleteEntries removes the endpoint's map entries (those of its host
@@ -395,18 +395,18 @@ func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) 
 	if err := gcPolicy(n, em, live, sw); err != nil {
 		return nil, err
 	}
-	if m, err := n.PinnedMap(maps.CniMapDeviceCounters); err != nil {
+	d, err := counters.OpenDevices(n.PinnedMap)
+	if err != nil {
 		return nil, err
-	} else if m != nil {
-		counted, err := counters.DeviceKeys(m)
-		if err != nil {
-			return nil, err
-		}
-		attached := attachedDevices(n)
-		for _, i := range counted {
-			if !live.IfIndex(i) && !attached[i] {
-				sw.Remove(fmt.Sprintf("%s[%d]", maps.CniMapDeviceCounters, i), func() error { return counters.DeleteDevices(m, i) })
-			}
+	}
+	counted, err := d.Keys()
+	if err != nil {
+		return nil, err
+	}
+	attached := attachedDevices(n)
+	for _, i := range counted {
+		if !live.IfIndex(i) && !attached[i] {
+			sw.Remove(fmt.Sprintf("%s[%d]", maps.CniMapDeviceCounters, i), func() error { return d.Delete(i) })
 		}
 	}
 	return sw.Result()

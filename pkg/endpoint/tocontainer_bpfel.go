@@ -18,6 +18,7 @@ import (
 const (
 	ToContainerMapBwBuckets        = "bw_buckets"
 	ToContainerMapDeviceCounters   = "device_counters"
+	ToContainerMapDeviceSlots      = "device_slots"
 	ToContainerMapEndpointDevs     = "endpoint_devs"
 	ToContainerMapEndpoints        = "endpoints"
 	ToContainerMapEvents           = "events"
@@ -40,6 +41,7 @@ const (
 	ToContainerMapPolicyNamespaces = "policy_namespaces"
 	ToContainerMapPolicyRules      = "policy_rules"
 	ToContainerMapScratch          = "scratch"
+	ToContainerMapSlotCounters     = "slot_counters"
 	ToContainerMapSockRevnat       = "sock_revnat"
 	ToContainerMapUplinks          = "uplinks"
 	ToContainerProgToContainer     = "to_container"
@@ -98,6 +100,7 @@ type ToContainerProgramSpecs struct {
 type ToContainerMapSpecs struct {
 	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.MapSpec `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
@@ -120,6 +123,7 @@ type ToContainerMapSpecs struct {
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
@@ -154,6 +158,7 @@ func (o *ToContainerObjects) Close() error {
 type ToContainerMaps struct {
 	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.Map `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	Events           *ebpf.Map `ebpf:"events"`
@@ -176,6 +181,7 @@ type ToContainerMaps struct {
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
@@ -184,6 +190,7 @@ func (m *ToContainerMaps) Close() error {
 	return _ToContainerClose(
 		m.BwBuckets,
 		m.DeviceCounters,
+		m.DeviceSlots,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Events,
@@ -206,6 +213,7 @@ func (m *ToContainerMaps) Close() error {
 		m.PolicyNamespaces,
 		m.PolicyRules,
 		m.Scratch,
+		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
 	)

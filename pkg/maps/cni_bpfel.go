@@ -86,6 +86,13 @@ type CniDevCounters struct {
 	ByReason [32]CniDirCounters
 }
 
+type CniDevSlotConst uint32
+
+const (
+	CniDevSlotConstDEV_SLOTS       CniDevSlotConst = 512
+	CniDevSlotConstDEV_SLOT_PROBES CniDevSlotConst = 4
+)
+
 type CniDirCounters struct {
 	_     structs.HostLayout
 	ByDir [2]CniPktCounter
@@ -273,11 +280,12 @@ type CniGoEnumList struct {
 	NatFlags           CniNatFlags
 	NatDefaultLifetime CniNatDefaultLifetime
 	FlushTables        CniFlushTables
+	DevSlotConst       CniDevSlotConst
 	PktDir             CniPktDir
 	EventConfigFlags   CniEventConfigFlags
 	PolicyState        CniPolicyState
 	PolicyRuleFlags    CniPolicyRuleFlags
-	_                  [2]byte
+	_                  [6]byte
 	Event              CniEvent
 	FlushArgs          CniFlushArgs
 }
@@ -632,6 +640,7 @@ const (
 	CniMapClusterConfig    = "cluster_config"
 	CniMapClusterRoutes    = "cluster_routes"
 	CniMapDeviceCounters   = "device_counters"
+	CniMapDeviceSlots      = "device_slots"
 	CniMapEndpointDevs     = "endpoint_devs"
 	CniMapEndpointPods     = "endpoint_pods"
 	CniMapEndpoints        = "endpoints"
@@ -660,6 +669,7 @@ const (
 	CniMapPolicyNames      = "policy_names"
 	CniMapPolicyNamespaces = "policy_namespaces"
 	CniMapPolicyRules      = "policy_rules"
+	CniMapSlotCounters     = "slot_counters"
 	CniMapSockRevnat       = "sock_revnat"
 	CniMapUplinks          = "uplinks"
 )
@@ -716,6 +726,7 @@ type CniMapSpecs struct {
 	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.MapSpec `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	EndpointPods     *ebpf.MapSpec `ebpf:"endpoint_pods"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -744,6 +755,7 @@ type CniMapSpecs struct {
 	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
@@ -778,6 +790,7 @@ type CniMaps struct {
 	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.Map `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	EndpointPods     *ebpf.Map `ebpf:"endpoint_pods"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -806,6 +819,7 @@ type CniMaps struct {
 	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
@@ -816,6 +830,7 @@ func (m *CniMaps) Close() error {
 		m.ClusterConfig,
 		m.ClusterRoutes,
 		m.DeviceCounters,
+		m.DeviceSlots,
 		m.EndpointDevs,
 		m.EndpointPods,
 		m.Endpoints,
@@ -844,6 +859,7 @@ func (m *CniMaps) Close() error {
 		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
 	)

@@ -8,6 +8,7 @@ var layouts = map[string]layout{
 	"cluster_config":    {2, 4, 8},     // Array
 	"cluster_routes":    {11, 24, 20},  // LPMTrie
 	"device_counters":   {5, 4, 1024},  // PerCPUHash
+	"device_slots":      {2, 4, 4},     // Array
 	"endpoint_devs":     {1, 4, 240},   // Hash
 	"endpoint_pods":     {1, 4, 358},   // Hash
 	"endpoints":         {1, 20, 24},   // Hash
@@ -15,7 +16,7 @@ var layouts = map[string]layout{
 	"events_config":     {2, 4, 40},    // Array
 	"events_stats":      {6, 4, 552},   // PerCPUArray
 	"flows":             {9, 40, 16},   // LRUHash
-	"go_enums":          {2, 4, 320},   // Array
+	"go_enums":          {2, 4, 328},   // Array
 	"hostport_config":   {2, 4, 16},    // Array
 	"hostports":         {1, 4, 148},   // Hash
 	"ipam_allocs":       {1, 24, 160},  // Hash
@@ -36,6 +37,7 @@ var layouts = map[string]layout{
 	"policy_names":      {1, 4, 318},   // Hash
 	"policy_namespaces": {1, 64, 4},    // Hash
 	"policy_rules":      {11, 28, 116}, // LPMTrie
+	"slot_counters":     {6, 4, 1024},  // PerCPUArray
 	"sock_revnat":       {9, 32, 24},   // LRUHash
 	"uplinks":           {1, 4, 24},    // Hash
 }

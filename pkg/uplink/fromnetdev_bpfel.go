@@ -20,6 +20,7 @@ const (
 	FromNetdevMapClusterConfig    = "cluster_config"
 	FromNetdevMapClusterRoutes    = "cluster_routes"
 	FromNetdevMapDeviceCounters   = "device_counters"
+	FromNetdevMapDeviceSlots      = "device_slots"
 	FromNetdevMapEndpointDevs     = "endpoint_devs"
 	FromNetdevMapEndpoints        = "endpoints"
 	FromNetdevMapEvents           = "events"
@@ -43,6 +44,7 @@ const (
 	FromNetdevMapPolicyNamespaces = "policy_namespaces"
 	FromNetdevMapPolicyRules      = "policy_rules"
 	FromNetdevMapScratch          = "scratch"
+	FromNetdevMapSlotCounters     = "slot_counters"
 	FromNetdevMapSockRevnat       = "sock_revnat"
 	FromNetdevMapUplinks          = "uplinks"
 	FromNetdevProgFromNetdev      = "from_netdev"
@@ -103,6 +105,7 @@ type FromNetdevMapSpecs struct {
 	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.MapSpec `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
@@ -126,6 +129,7 @@ type FromNetdevMapSpecs struct {
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
@@ -162,6 +166,7 @@ type FromNetdevMaps struct {
 	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.Map `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	Events           *ebpf.Map `ebpf:"events"`
@@ -185,6 +190,7 @@ type FromNetdevMaps struct {
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
@@ -195,6 +201,7 @@ func (m *FromNetdevMaps) Close() error {
 		m.ClusterConfig,
 		m.ClusterRoutes,
 		m.DeviceCounters,
+		m.DeviceSlots,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Events,
@@ -218,6 +225,7 @@ func (m *FromNetdevMaps) Close() error {
 		m.PolicyNamespaces,
 		m.PolicyRules,
 		m.Scratch,
+		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
 	)

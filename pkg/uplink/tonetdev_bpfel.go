@@ -18,6 +18,7 @@ import (
 const (
 	ToNetdevMapBwBuckets        = "bw_buckets"
 	ToNetdevMapDeviceCounters   = "device_counters"
+	ToNetdevMapDeviceSlots      = "device_slots"
 	ToNetdevMapEndpointDevs     = "endpoint_devs"
 	ToNetdevMapEndpoints        = "endpoints"
 	ToNetdevMapEvents           = "events"
@@ -40,6 +41,7 @@ const (
 	ToNetdevMapPolicyNamespaces = "policy_namespaces"
 	ToNetdevMapPolicyRules      = "policy_rules"
 	ToNetdevMapScratch          = "scratch"
+	ToNetdevMapSlotCounters     = "slot_counters"
 	ToNetdevMapSockRevnat       = "sock_revnat"
 	ToNetdevMapUplinks          = "uplinks"
 	ToNetdevProgToNetdev        = "to_netdev"
@@ -98,6 +100,7 @@ type ToNetdevProgramSpecs struct {
 type ToNetdevMapSpecs struct {
 	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.MapSpec `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
@@ -120,6 +123,7 @@ type ToNetdevMapSpecs struct {
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
@@ -154,6 +158,7 @@ func (o *ToNetdevObjects) Close() error {
 type ToNetdevMaps struct {
 	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
+	DeviceSlots      *ebpf.Map `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
 	Events           *ebpf.Map `ebpf:"events"`
@@ -176,6 +181,7 @@ type ToNetdevMaps struct {
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
@@ -184,6 +190,7 @@ func (m *ToNetdevMaps) Close() error {
 	return _ToNetdevClose(
 		m.BwBuckets,
 		m.DeviceCounters,
+		m.DeviceSlots,
 		m.EndpointDevs,
 		m.Endpoints,
 		m.Events,
@@ -206,6 +213,7 @@ func (m *ToNetdevMaps) Close() error {
 		m.PolicyNamespaces,
 		m.PolicyRules,
 		m.Scratch,
+		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
 	)

@@ -291,11 +291,11 @@ func Release(n *node.Node) error {
 	errs = append(errs, err)
 	// The programs counted the uplinks' packets per device too: with them
 	// gone, so are those counters (nothing counts there any more).
-	if c, err := n.PinnedMap(maps.CniMapDeviceCounters); err != nil {
+	if d, err := counters.OpenDevices(n.PinnedMap); err != nil {
 		errs = append(errs, err)
-	} else if c != nil {
+	} else {
 		for _, s := range sets {
-			errs = append(errs, counters.DeleteDevices(c, s.IfIndex))
+			errs = append(errs, d.Delete(s.IfIndex))
 		}
 	}
 	return errors.Join(errs...)

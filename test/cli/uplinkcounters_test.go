@@ -18,11 +18,12 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
-// TestUplinkCounters: the uplink programs count the uplink's packets in
-// device_counters; while pods use the uplink that entry is no leftover
-// (gc --dry-run does not list it), and it goes with the node's last
-// endpoint (DEL) like the programs; one left behind (an older build's) is
-// listed by gc --dry-run and removed by gc.
+// TestUplinkCounters: the uplink programs count the uplink's packets per
+// device; while pods use the uplink those counters are no leftover (gc
+// --dry-run does not list them), and they go with the node's last
+// endpoint (DEL) like the programs; a device_counters entry left behind
+// (an older build's) or a slot left to the uplink is listed by gc
+// --dry-run and removed by gc.
 func TestUplinkCounters(t *testing.T) {
 	e := newEnv(t)
 	list := conflisttest.List(t, conflisttest.Options{Name: "clinet", BPFRoot: e.bpfRoot, StateDir: e.stateDir, Keys: map[string]any{"ipMasq": true}})
@@ -72,4 +73,27 @@ func TestUplinkCounters(t *testing.T) {
 	keys, err = counters.DeviceCounterKeys(e.bpfRoot)
 	require.NoError(t, err)
 	require.Empty(t, keys)
+
+	// A slot left to it (a DEL killed before it freed the slot): gc lists
+	// it too, then frees it zeroed.
+	d, closeDevs, err := counters.PinnedDevices(e.bpfRoot, false)
+	require.NoError(t, err)
+	defer closeDevs()
+	slot := uint32(up) & uint32(maps.CniDevSlotConstDEV_SLOTS-1)
+	require.NoError(t, d.Slots.Put(slot, per))
+	require.NoError(t, d.Owners.Put(slot, uint32(up)))
+	e.json(&dry, cli.ExitOK, "gc", "--dry-run")
+	require.Contains(t, dry.Leftovers, entry)
+	done = gcJSON{}
+	e.json(&done, cli.ExitOK, "gc")
+	require.Contains(t, done.Leftovers, entry)
+	keys, err = counters.DeviceCounterKeys(e.bpfRoot)
+	require.NoError(t, err)
+	require.Empty(t, keys)
+	var owner uint32
+	require.NoError(t, d.Owners.Lookup(slot, &owner))
+	require.Zero(t, owner, "the slot is free")
+	var vals []maps.CniDevCounters
+	require.NoError(t, d.Slots.Lookup(slot, &vals))
+	require.Zero(t, vals[0].ByReason[0].ByDir[0].Packets, "the freed slot is zeroed")
 }

@@ -55,15 +55,15 @@ func TestUpgradeCountersGainDirection(t *testing.T) {
 
 	nd := e.handle()
 	defer nd.Close()
-	dev, err := nd.PinnedMap(maps.CniMapDeviceCounters)
+	dev, err := counters.OpenDevices(nd.PinnedMap)
 	require.NoError(t, err)
-	before, err := counters.SumDevices(dev)
+	before, err := dev.Sum()
 	require.NoError(t, err)
 	out, err = nettest.Ping(a.NS, b.IP(4), 5)
 	require.NoError(t, err, out)
 	out, err = nettest.Ping(c.NS, a.IP(4), 1)
 	require.NoError(t, err, out)
-	after, err := counters.SumDevices(dev)
+	after, err := dev.Sum()
 	require.NoError(t, err)
 	ia := uint32(e.hostIndex(a))
 	redirect := maps.CniPktReasonREASON_REDIRECT

@@ -106,10 +106,10 @@ func (n *node) deviceCount(dev string, r maps.CniPktReason) uint64 {
 		}
 		return err
 	}))
-	ms, err := maps.OpenPinned(n.bpfRoot, maps.CniMapDeviceCounters)
+	d, done, err := counters.PinnedDevices(n.bpfRoot, true)
 	require.NoError(n.t, err)
-	defer ms[maps.CniMapDeviceCounters].Close()
-	devs, err := counters.SumDeviceCounters(ms[maps.CniMapDeviceCounters])
+	defer done()
+	devs, err := d.Totals()
 	require.NoError(n.t, err)
 	return devs[uint32(ifindex)][r].Packets
 }
