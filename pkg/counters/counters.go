@@ -218,26 +218,8 @@ func (d Devices) Sum() (map[uint32]map[maps.CniPktReason]ByDir, error) {
 		}
 		return s
 	}
-	var vals []maps.CniDevCounters
-	if d.Hash != nil {
-		var k uint32
-		it := d.Hash.Iterate()
-		for it.Next(&k, &vals) {
-			sumOf(k).add(vals)
-		}
-		if err := it.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", maps.CniMapDeviceCounters, err)
-		}
-	}
-	owners, err := d.owners()
-	if err != nil {
+	if err := d.each(func(ifindex uint32, vals []maps.CniDevCounters) { sumOf(ifindex).add(vals) }); err != nil {
 		return nil, err
-	}
-	for slot, ifindex := range owners {
-		if err := d.Slots.Lookup(slot, &vals); err != nil {
-			return nil, fmt.Errorf("reading %s[%d]: %w", maps.CniMapSlotCounters, slot, err)
-		}
-		sumOf(ifindex).add(vals)
 	}
 	out := make(map[uint32]map[maps.CniPktReason]ByDir, len(sums))
 	for k, sum := range sums {
@@ -250,6 +232,33 @@ func (d Devices) Sum() (map[uint32]map[maps.CniPktReason]ByDir, error) {
 		out[k] = dev
 	}
 	return out, nil
+}
+
+// each calls f with the per-CPU counters of every device's
+// device_counters entry and of every slot a device owns.
+func (d Devices) each(f func(ifindex uint32, vals []maps.CniDevCounters)) error {
+	var vals []maps.CniDevCounters
+	if d.Hash != nil {
+		var k uint32
+		it := d.Hash.Iterate()
+		for it.Next(&k, &vals) {
+			f(k, vals)
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w", maps.CniMapDeviceCounters, err)
+		}
+	}
+	owners, err := d.owners()
+	if err != nil {
+		return err
+	}
+	for slot, ifindex := range owners {
+		if err := d.Slots.Lookup(slot, &vals); err != nil {
+			return fmt.Errorf("reading %s[%d]: %w", maps.CniMapSlotCounters, slot, err)
+		}
+		f(ifindex, vals)
+	}
+	return nil
 }
 
 // owners lists the slots in use: slot -> the ifindex that owns it.
@@ -336,23 +345,8 @@ func (d Devices) Keys() ([]int, error) {
 			out = append(out, i)
 		}
 	}
-	if d.Hash != nil {
-		var k uint32
-		var vals []maps.CniDevCounters
-		it := d.Hash.Iterate()
-		for it.Next(&k, &vals) {
-			add(int(k))
-		}
-		if err := it.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", maps.CniMapDeviceCounters, err)
-		}
-	}
-	owners, err := d.owners()
-	if err != nil {
+	if err := d.each(func(ifindex uint32, _ []maps.CniDevCounters) { add(int(ifindex)) }); err != nil {
 		return nil, err
-	}
-	for _, i := range owners {
-		add(int(i))
 	}
 	return out, nil
 }
