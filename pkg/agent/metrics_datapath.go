@@ -54,9 +54,9 @@ func newDatapathCollector(bpfRoot, stateDir string, log *slog.Logger) *datapathC
 		epBytes: desc("ebpf_cni_endpoint_bytes_total", prometheus.CounterValue,
 			"bytes per device, by reason and direction; only reasons with a non-zero count", endpointLabels...),
 		entries: desc("ebpf_cni_map_entries", prometheus.GaugeValue,
-			"entries in a pinned map that pods or traffic can fill", "map"),
+			"entries in a pinned map that pods or traffic can fill (device_slots: the slots devices own)", "map"),
 		capacity: desc("ebpf_cni_map_capacity", prometheus.GaugeValue,
-			"the most entries the map holds (max_entries); a full hash map refuses new entries, an LRU map (nat, flows, sock_revnat) evicts the least recently used", "map"),
+			"the most entries the map holds (max_entries); a full hash map refuses new entries, an LRU map (nat, flows, sock_revnat) evicts the least recently used, a device that finds device_slots full counts in device_counters", "map"),
 		pinned: desc("ebpf_cni_programs_pinned", prometheus.GaugeValue,
 			"1 per program set pinned on the node, labelled with its tag (version and digest); more than one only during an upgrade", "tag"),
 		current: desc("ebpf_cni_programs_current", prometheus.GaugeValue,
@@ -82,7 +82,9 @@ func FillableMaps() []string {
 }
 
 // fillableMaps lists the maps of bpf/maps.c a node can fill, with their
-// capacities: hash, LRU and LPM maps (arrays have a fixed size).
+// capacities: hash, LRU and LPM maps (arrays have a fixed size), and
+// device_slots, an array whose slots devices claim (its entries are the
+// slots in use: counters.SlotsInUse).
 func fillableMaps() map[string]uint32 {
 	out := map[string]uint32{}
 	spec, err := maps.LoadCni()
@@ -93,8 +95,9 @@ func fillableMaps() map[string]uint32 {
 		if ms.Pinning == ebpf.PinNone {
 			continue
 		}
-		switch ms.Type {
-		case ebpf.Hash, ebpf.LRUHash, ebpf.LPMTrie, ebpf.PerCPUHash, ebpf.LRUCPUHash:
+		switch {
+		case ms.Type == ebpf.Hash, ms.Type == ebpf.LRUHash, ms.Type == ebpf.LPMTrie, ms.Type == ebpf.PerCPUHash, ms.Type == ebpf.LRUCPUHash,
+			name == maps.CniMapDeviceSlots:
 			out[name] = ms.MaxEntries
 		}
 	}
@@ -207,7 +210,13 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		if m == nil {
 			continue
 		}
-		n, err := maps.Count(m)
+		var n int
+		var err error
+		if name == maps.CniMapDeviceSlots {
+			n, err = counters.SlotsInUse(m)
+		} else {
+			n, err = maps.Count(m)
+		}
 		m.Close()
 		if err != nil {
 			fail(name, err)

@@ -248,6 +248,9 @@ func (d Devices) each(f func(ifindex uint32, vals []maps.CniDevCounters)) error 
 			return fmt.Errorf("reading %s: %w", maps.CniMapDeviceCounters, err)
 		}
 	}
+	if d.Slots == nil {
+		return nil
+	}
 	owners, err := d.owners()
 	if err != nil {
 		return err
@@ -261,10 +264,19 @@ func (d Devices) each(f func(ifindex uint32, vals []maps.CniDevCounters)) error 
 	return nil
 }
 
+// SlotsInUse counts the slots of device_slots (owners) that a device
+// owns: the devices counting in slots, give or take one that took two
+// (device_slot in bpf/lib/counters.h). Devices beyond them count in
+// device_counters.
+func SlotsInUse(owners *ebpf.Map) (int, error) {
+	o, err := Devices{Owners: owners}.owners()
+	return len(o), err
+}
+
 // owners lists the slots in use: slot -> the ifindex that owns it.
 func (d Devices) owners() (map[uint32]uint32, error) {
 	out := map[uint32]uint32{}
-	if d.Owners == nil || d.Slots == nil {
+	if d.Owners == nil {
 		return out, nil
 	}
 	var slot, ifindex uint32

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	dto "github.com/prometheus/client_model/go"
@@ -244,6 +245,43 @@ func TestMetricsDatapath(t *testing.T) {
 		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_endpoint_packets_total", pod), float64(n), "every datagram counted, passed or dropped")
 		require.GreaterOrEqual(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "drop_bw_egress", "direction": "egress"}), dropped)
 	})
+
+	t.Run("device slots", func(t *testing.T) {
+		slots := map[string]string{"map": maps.CniMapDeviceSlots}
+		before := m.scrape()
+		owned := e.slotOwners()
+		inUse := 0
+		for _, n := range owned {
+			inUse += n
+		}
+		// The pods' host veths and the uplink have counted packets.
+		require.GreaterOrEqual(t, inUse, 4)
+		require.Equal(t, float64(inUse), before.value("ebpf_cni_map_entries", slots), "the slots a device owns, not the array's size")
+		require.Equal(t, float64(maps.CniDevSlotConstDEV_SLOTS), before.value("ebpf_cni_map_capacity", slots))
+		gone := owned[uint32(e.hostIndex(limited))]
+		require.Positive(t, gone, "the rate-limited pod's veth counts in a slot")
+		require.NoError(t, e.cni.DelPod(list, limited))
+		after := m.scrape()
+		require.Equal(t, float64(inUse-gone), after.value("ebpf_cni_map_entries", slots), "DEL frees the pod's slot")
+	})
+}
+
+// slotOwners reads device_slots: ifindex -> the slots it owns.
+func (e *env) slotOwners() map[uint32]int {
+	e.t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(e.bpfRoot), maps.CniMapDeviceSlots), &ebpf.LoadPinOptions{ReadOnly: true})
+	require.NoError(e.t, err)
+	defer m.Close()
+	out := map[uint32]int{}
+	var slot, ifindex uint32
+	it := m.Iterate()
+	for it.Next(&slot, &ifindex) {
+		if ifindex != 0 {
+			out[ifindex]++
+		}
+	}
+	require.NoError(e.t, it.Err())
+	return out
 }
 
 // TestMetricsCalls: under every spec version, the agent counts the calls
