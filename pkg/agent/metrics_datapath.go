@@ -29,9 +29,6 @@ import (
 type datapathCollector struct {
 	bpfRoot, stateDir string
 	log               *slog.Logger
-	// fillable are the maps that pods or traffic can fill: every hash,
-	// LRU and LPM map of bpf/maps.c, by name, with its capacity.
-	fillable map[string]uint32
 
 	packets, bytes, epPackets, epBytes *prometheus.Desc
 	entries, capacity                  *prometheus.Desc
@@ -44,7 +41,7 @@ type datapathCollector struct {
 var endpointLabels = []string{"namespace", "pod", "container_id", "ifname", "device", "reason", "direction"}
 
 func newDatapathCollector(bpfRoot, stateDir string, log *slog.Logger) *datapathCollector {
-	c := &datapathCollector{bpfRoot: bpfRoot, stateDir: stateDir, log: log, fillable: fillableMaps(),
+	c := &datapathCollector{bpfRoot: bpfRoot, stateDir: stateDir, log: log,
 		packets: desc("ebpf_cni_packets_total", prometheus.CounterValue,
 			"packets the datapath programs handled on this node, by reason (what they did: redirect, snat, drop_spoof_src...) and direction (egress: leaving a pod, or the node on an uplink; ingress: arriving)", "reason", "direction"),
 		bytes: desc("ebpf_cni_bytes_total", prometheus.CounterValue,
@@ -74,33 +71,10 @@ func newDatapathCollector(bpfRoot, stateDir string, log *slog.Logger) *datapathC
 // FillableMaps names the maps whose fill the metrics report, sorted.
 func FillableMaps() []string {
 	var out []string
-	for name := range fillableMaps() {
+	for name := range maps.Fillable() {
 		out = append(out, name)
 	}
 	sort.Strings(out)
-	return out
-}
-
-// fillableMaps lists the maps of bpf/maps.c a node can fill, with their
-// capacities: hash, LRU and LPM maps (arrays have a fixed size), and
-// device_slots, an array whose slots devices claim (its entries are the
-// slots in use: counters.SlotsInUse).
-func fillableMaps() map[string]uint32 {
-	out := map[string]uint32{}
-	spec, err := maps.LoadCni()
-	if err != nil {
-		return out
-	}
-	for name, ms := range spec.Maps {
-		if ms.Pinning == ebpf.PinNone {
-			continue
-		}
-		switch {
-		case ms.Type == ebpf.Hash, ms.Type == ebpf.LRUHash, ms.Type == ebpf.LPMTrie, ms.Type == ebpf.PerCPUHash, ms.Type == ebpf.LRUCPUHash,
-			name == maps.CniMapDeviceSlots:
-			out[name] = ms.MaxEntries
-		}
-	}
 	return out
 }
 
@@ -205,25 +179,13 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
-	for name, capacity := range c.fillable {
-		m := open(name)
-		if m == nil {
-			continue
-		}
-		var n int
-		var err error
-		if name == maps.CniMapDeviceSlots {
-			n, err = counters.SlotsInUse(m)
-		} else {
-			n, err = maps.Count(m)
-		}
-		m.Close()
-		if err != nil {
-			fail(name, err)
-			continue
-		}
-		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(n), name)
-		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(capacity), name)
+	fills, errs := maps.ReadFill(c.bpfRoot)
+	for _, err := range errs {
+		fail("map fill", err)
+	}
+	for _, f := range fills {
+		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(f.Entries), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(f.Capacity), f.Name)
 	}
 
 	tags, err := programs.Installed(c.bpfRoot)

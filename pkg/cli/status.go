@@ -16,6 +16,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -46,7 +47,16 @@ problems, 0 when there are none.
 JSON: version, programTag (this binary's), kernel, bpfRoot, stateDir,
 features {bpffs, btf, tcx, fq, kern_ctx, conntrack: {available, detail}}, programs [{tag,
 version, current, programs [{hook, id, name, loadedSeconds, endpoints}]}],
-attachModes {mode: endpoints}, endpoints, problems [], notes [].`,
+attachModes {mode: endpoints}, endpoints, maps [{name, entries, capacity}],
+problems [], notes [].
+
+MAPS lists the pinned maps that pods and traffic fill (those with an
+entry): entries against max_entries. A map that refuses new entries when
+full (endpoints, hostports, ipam_allocs, policy_rules...) is a problem from
+95% on and a note from 80%; an LRU map (nat, flows, sock_revnat,
+policy_flows) evicts its least recently used flows and a counters map
+(device_slots, device_counters, policy_drops) only counts elsewhere or
+less, a note from 95%.`,
 		Flags: func(*flag.FlagSet) func(*Context) error { return runStatus },
 	})
 }
@@ -82,6 +92,7 @@ type Status struct {
 	Programs    []ProgramSet       `json:"programs"`
 	AttachModes map[string]int     `json:"attachModes"`
 	Endpoints   int                `json:"endpoints"`
+	Maps        []maps.Fill        `json:"maps"`
 	Problems    []string           `json:"problems"`
 	Notes       []string           `json:"notes"`
 }
@@ -111,7 +122,7 @@ func runStatus(ctx *Context) error {
 
 func collectStatus(ctx *Context) *Status {
 	st := &Status{Version: buildinfo.Version, ProgramTag: features.Tag(), BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir,
-		Features: map[string]Feature{}, Programs: []ProgramSet{}, AttachModes: map[string]int{}, Problems: []string{}, Notes: []string{}}
+		Features: map[string]Feature{}, Programs: []ProgramSet{}, AttachModes: map[string]int{}, Maps: []maps.Fill{}, Problems: []string{}, Notes: []string{}}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
 		st.Kernel = unix.ByteSliceToString(uts.Release[:])
@@ -202,6 +213,7 @@ func collectStatus(ctx *Context) *Status {
 		}
 	}
 	statusIPAMLeaks(ctx, n, problem, note)
+	st.Maps = statusMaps(ctx, problem, note)
 
 	cur := false
 	for _, tag := range n.Tags {
@@ -238,6 +250,37 @@ func collectStatus(ctx *Context) *Status {
 			st.ProgramTag, st.Version)
 	}
 	return st
+}
+
+// statusMaps reads how full the fillable maps are (those holding an entry)
+// and says which are close to full, by what being full costs.
+func statusMaps(ctx *Context, problem, note func(string, ...any)) []maps.Fill {
+	fills, errs := maps.ReadFill(ctx.BPFRoot)
+	for _, err := range errs {
+		problem("reading a map's fill: %v", err)
+	}
+	out := []maps.Fill{}
+	for _, f := range fills {
+		if f.Entries == 0 {
+			continue
+		}
+		out = append(out, f)
+		pct := f.Percent()
+		switch {
+		case f.Kind() == maps.FillRefuses && pct >= 95:
+			// No count in the text: a problem must read the same twice.
+			problem("map %s is 95%% full or more (of %d entries; MAPS has the count): a full map refuses new entries, and what needs one fails (an ADD, a published port, a policy rule); remove what holds them (pods, mappings, policies; ebpf-cni gc for leftovers)",
+				f.Name, f.Capacity)
+		case f.Kind() == maps.FillRefuses && pct >= 80:
+			note("map %s is %.0f%% full (%d of %d entries): at 100%% it refuses new entries", f.Name, pct, f.Entries, f.Capacity)
+		case f.Kind() == maps.FillEvicts && pct >= 95:
+			note("map %s is %.0f%% full (%d of %d entries): it evicts its least recently used flows; a flow idle long enough to be evicted starts over", f.Name, pct, f.Entries, f.Capacity)
+		case f.Kind() == maps.FillCounts && pct >= 95:
+			note("map %s is %.0f%% full (%d of %d entries): devices or rules beyond it are counted elsewhere (device_slots: in device_counters, a lookup more per packet) or not at all", f.Name, pct, f.Entries, f.Capacity)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Percent() > out[j].Percent() })
+	return out
 }
 
 // programInfo fills in the kernel's name and load time of a program.
@@ -305,6 +348,16 @@ func printStatus(ctx *Context, st *Status) error {
 		mt := &view.Table{Header: []string{"ATTACH MODE", "ENDPOINTS"}, Right: map[int]bool{1: true}}
 		for _, m := range sortedKeys(st.AttachModes) {
 			mt.Row(m, view.HumanCount(uint64(st.AttachModes[m])))
+		}
+		if err := mt.Write(w); err != nil {
+			return err
+		}
+	}
+	if len(st.Maps) > 0 {
+		fmt.Fprintln(w)
+		mt := &view.Table{Header: []string{"MAP", "ENTRIES", "CAPACITY", "FULL"}, Right: map[int]bool{1: true, 2: true, 3: true}}
+		for _, f := range st.Maps {
+			mt.Row(f.Name, view.HumanCount(uint64(f.Entries)), view.HumanCount(uint64(f.Capacity)), fmt.Sprintf("%.1f%%", f.Percent()))
 		}
 		if err := mt.Write(w); err != nil {
 			return err

@@ -264,15 +264,6 @@ func (d Devices) each(f func(ifindex uint32, vals []maps.CniDevCounters)) error 
 	return nil
 }
 
-// SlotsInUse counts the slots of device_slots (owners) that a device
-// owns: the devices counting in slots, give or take one that took two
-// (device_slot in bpf/lib/counters.h). Devices beyond them count in
-// device_counters.
-func SlotsInUse(owners *ebpf.Map) (int, error) {
-	o, err := Devices{Owners: owners}.owners()
-	return len(o), err
-}
-
 // owners lists the slots in use: slot -> the ifindex that owns it.
 func (d Devices) owners() (map[uint32]uint32, error) {
 	out := map[uint32]uint32{}
