@@ -43,7 +43,7 @@ const (
 	FillCounts
 )
 
-// Kind is what m's being full costs.
+// Kind is what the map costs when it is full.
 func (f Fill) Kind() FillKind {
 	switch f.Name {
 	case CniMapDeviceSlots, CniMapDeviceCounters, CniMapPolicyDrops:
