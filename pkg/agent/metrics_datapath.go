@@ -68,16 +68,6 @@ func newDatapathCollector(bpfRoot, stateDir string, log *slog.Logger) *datapathC
 	return c
 }
 
-// FillableMaps names the maps whose fill the metrics report, sorted.
-func FillableMaps() []string {
-	var out []string
-	for name := range maps.Fillable() {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.epPackets, c.epBytes, c.entries, c.capacity, c.pinned, c.current, c.attached, c.healed, c.scrapeErrors} {
 		ch <- d
@@ -147,17 +137,13 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.attached, prometheus.GaugeValue, float64(modes[m]), m)
 	}
 
-	devMaps := map[string]*ebpf.Map{}
-	for _, name := range counters.DeviceMaps {
-		if m := open(name); m != nil {
-			devMaps[name] = m
-			defer m.Close()
-		}
-	}
-	if len(devMaps) > 0 {
-		devs, err := counters.DevicesOf(devMaps).Sum()
+	if d, done, err := counters.PinnedDevices(c.bpfRoot, true); err != nil {
+		fail("device counters", err)
+	} else {
+		devs, err := d.Sum()
+		done()
 		if err != nil {
-			fail(maps.CniMapDeviceCounters, err)
+			fail("device counters", err)
 		}
 		owners := c.owners(open, fail)
 		for ifindex, by := range devs {

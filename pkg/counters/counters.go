@@ -266,21 +266,10 @@ func (d Devices) each(f func(ifindex uint32, vals []maps.CniDevCounters)) error 
 
 // owners lists the slots in use: slot -> the ifindex that owns it.
 func (d Devices) owners() (map[uint32]uint32, error) {
-	out := map[uint32]uint32{}
 	if d.Owners == nil {
-		return out, nil
+		return map[uint32]uint32{}, nil
 	}
-	var slot, ifindex uint32
-	it := d.Owners.Iterate()
-	for it.Next(&slot, &ifindex) {
-		if ifindex != 0 {
-			out[slot] = ifindex
-		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", maps.CniMapDeviceSlots, err)
-	}
-	return out, nil
+	return maps.SlotOwners(d.Owners)
 }
 
 // slotsOf are the slots a device may own (bpf/lib/counters.h's

@@ -91,23 +91,30 @@ func Fillable() map[string]uint32 {
 }
 
 // CountFill counts the entries of m, the pinned map name: Count, and for
-// device_slots the slots a device owns (a non-zero ifindex).
+// device_slots the slots a device owns.
 func CountFill(name string, m *ebpf.Map) (int, error) {
 	if name != CniMapDeviceSlots {
 		return Count(m)
 	}
-	n := 0
+	owners, err := SlotOwners(m)
+	return len(owners), err
+}
+
+// SlotOwners reads device_slots (m): slot -> the ifindex that owns it, the
+// slots in use only.
+func SlotOwners(m *ebpf.Map) (map[uint32]uint32, error) {
+	out := map[uint32]uint32{}
 	var slot, ifindex uint32
 	it := m.Iterate()
 	for it.Next(&slot, &ifindex) {
 		if ifindex != 0 {
-			n++
+			out[slot] = ifindex
 		}
 	}
 	if err := it.Err(); err != nil {
-		return 0, fmt.Errorf("reading %s: %w", name, err)
+		return nil, fmt.Errorf("reading %s: %w", CniMapDeviceSlots, err)
 	}
-	return n, nil
+	return out, nil
 }
 
 // ReadFill reads the fill of every fillable map pinned under bpfRoot,
