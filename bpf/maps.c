@@ -20,6 +20,7 @@
 #include "lib/cluster.h"
 #include "lib/events.h"
 #include "lib/pods.h"
+#include "lib/node.h"
 #include "lib/policy.h"
 
 /* bpf2go generates Go only for types the object's BTF holds, and an enum is

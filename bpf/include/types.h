@@ -241,6 +241,15 @@ struct endpoint_dev {
 	char ifname[CNI_IFNAME_LEN];
 };
 
+/* Value of node_info (lib/node.h): what the node is, for the plugin and
+ * the operator CLI. */
+struct node_facts {
+	/* SO_NETNS_COOKIE of the network namespace every ADD made its host
+	 * veth in: the node's. A decision that destroys an endpoint whose host
+	 * veth is not found (its pod gone without DEL) is taken only there. */
+	__u64 netns_cookie;
+};
+
 /* Value of endpoint_pods (lib/pods.h), keyed like endpoint_devs: the pod's
  * Kubernetes identity as the runtime passed it in CNI_ARGS (K8S_POD_*),
  * NUL-terminated, cut at the array's size. */

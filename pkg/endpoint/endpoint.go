@@ -69,6 +69,11 @@ func Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 		}
 		return feature.Fail(errcode.BPFFS, "adding the endpoint", err)
 	}
+	// The host veth lives here: this is the node's network namespace,
+	// where a pod's missing veth proves it gone (node.InNodeNetns).
+	if err := n.ClaimNetns(); err != nil {
+		return feature.Fail(errcode.BPFFS, "recording the node's network namespace", err)
+	}
 	progs, err := n.Programs()
 	if err != nil {
 		return feature.Fail(errcode.ProgramLoad, "loading the datapath programs", err)

@@ -447,6 +447,11 @@ const (
 	CniNatStateNAT_STATE_OPEN        CniNatState = 4
 )
 
+type CniNodeFacts struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+}
+
 type CniOverlaySettings struct {
 	_       structs.HostLayout
 	Port    uint16
@@ -661,6 +666,7 @@ const (
 	CniMapNatTimeouts      = "nat_timeouts"
 	CniMapNodeAddrs        = "node_addrs"
 	CniMapNodeCounters     = "node_counters"
+	CniMapNodeInfo         = "node_info"
 	CniMapOverlayConfig    = "overlay_config"
 	CniMapPolicyConfig     = "policy_config"
 	CniMapPolicyDrops      = "policy_drops"
@@ -747,6 +753,7 @@ type CniMapSpecs struct {
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
+	NodeInfo         *ebpf.MapSpec `ebpf:"node_info"`
 	OverlayConfig    *ebpf.MapSpec `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
@@ -811,6 +818,7 @@ type CniMaps struct {
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
+	NodeInfo         *ebpf.Map `ebpf:"node_info"`
 	OverlayConfig    *ebpf.Map `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
@@ -851,6 +859,7 @@ func (m *CniMaps) Close() error {
 		m.NatTimeouts,
 		m.NodeAddrs,
 		m.NodeCounters,
+		m.NodeInfo,
 		m.OverlayConfig,
 		m.PolicyConfig,
 		m.PolicyDrops,

@@ -29,6 +29,7 @@ var layouts = map[string]layout{
 	"nat_timeouts":      {2, 4, 24},    // Array
 	"node_addrs":        {1, 20, 4},    // Hash
 	"node_counters":     {6, 4, 32},    // PerCPUArray
+	"node_info":         {2, 4, 8},     // Array
 	"overlay_config":    {2, 4, 8},     // Array
 	"policy_config":     {2, 4, 8},     // Array
 	"policy_drops":      {5, 8, 8},     // PerCPUHash

@@ -67,3 +67,13 @@ func RegisterNetwork(m *ebpf.Map, network string) (uint32, error) {
 	}
 	return id, nil
 }
+
+// NetworkName is the name the registry m (ipam_nets) holds for the
+// network of NetID id, as registered (Fit); "" when none is.
+func NetworkName(m *ebpf.Map, id uint32) string {
+	var v CniIpamNet
+	if m == nil || m.Lookup(id, &v) != nil {
+		return ""
+	}
+	return GoString(v.Name[:])
+}

@@ -342,11 +342,8 @@ func (n *Node) ReleaseIfEmpty(release func()) bool {
 	if has, err := HasEndpoints(n.StateDir); err != nil || has {
 		return false
 	}
-	if n.lock != nil && !n.exclusive {
-		if err := n.lock.Upgrade(); err != nil {
-			return false
-		}
-		n.exclusive = true
+	if n.Exclusive() != nil {
+		return false
 	}
 	if has, err := HasEndpoints(n.StateDir); err != nil || has {
 		return false
@@ -356,6 +353,22 @@ func (n *Node) ReleaseIfEmpty(release func()) bool {
 	}
 	release()
 	return true
+}
+
+// Exclusive takes the node lock exclusively, if the call holds it shared,
+// and keeps it so for the rest of the call: no other call is half-way
+// then. The upgrade is not atomic (flock): what was read under the shared
+// lock must be read again. A call without the node lock (Unlocked) gets
+// nothing. Callers hold no attachment lock (see ReleaseIfEmpty).
+func (n *Node) Exclusive() error {
+	if n.lock == nil || n.exclusive {
+		return nil
+	}
+	if err := n.lock.Upgrade(); err != nil {
+		return fmt.Errorf("locking the node exclusively: %w", err)
+	}
+	n.exclusive = true
+	return nil
 }
 
 // AttachmentLock takes the lock of one attachment (by its host veth's
