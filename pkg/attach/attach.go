@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -202,10 +203,34 @@ func attachTC(l netlink.Link, hook Hook, prog *ebpf.Program) (Attachment, error)
 	if err := rtnl.H().QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 		return Attachment{}, fmt.Errorf("adding clsact qdisc to %s: %w", l.Attrs().Name, err)
 	}
-	if err := rtnl.H().FilterAdd(tcFilter(idx, hook, prog)); err != nil {
+	f := tcFilter(idx, hook, prog)
+	err := rtnl.H().FilterAdd(f)
+	if errors.Is(err, unix.EEXIST) && ownFilter(l, hook) {
+		// Ours, left by a node that lost its records (a wiped stateDir,
+		// a remounted bpffs): the device outlived them. Replaced in place.
+		err = rtnl.H().FilterReplace(f)
+	}
+	if err != nil {
 		return Attachment{}, fmt.Errorf("adding tc filter %s to %s: %w", hook.Name, l.Attrs().Name, err)
 	}
 	return Attachment{Hook: hook.Name, Mode: ModeTC, Priority: tcPriority, Handle: tcHandle}, nil
+}
+
+// ownFilter reports whether l's filter at our priority and handle on
+// hook's parent is a BPF filter of ours (named as the hook's program): the
+// one another tool put there is never replaced.
+func ownFilter(l netlink.Link, hook Hook) bool {
+	filters, err := rtnl.H().FilterList(l, hook.TCParent)
+	if err != nil {
+		return false
+	}
+	for _, f := range filters {
+		bf, ok := f.(*netlink.BpfFilter)
+		if ok && bf.Priority == tcPriority && bf.Handle == tcHandle && strings.HasPrefix(bf.Name, hook.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // AttachCgroup attaches prog at hook to the cgroup v2 directory cgroup and
