@@ -102,21 +102,43 @@ func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
 		return fmt.Errorf("taking the node lock (--state-dir): %w", err)
 	}
 	defer nd.Close()
+	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, IPAMLeaks: []*IPAMLeak{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
+	var failed []error
+	// Endpoints with neither a record nor a host veth (gone without DEL
+	// while the stateDir was lost): collected as the plugin's STATUS does.
+	orphans, problem, err := plugin.ReclaimOrphans(nd, nil, nil, dryRun)
+	if err != nil {
+		failed = append(failed, err)
+	}
+	if problem != "" {
+		out.Notes = append(out.Notes, problem)
+	}
+	orphaned := map[int]bool{}
+	for _, or := range orphans {
+		orphaned[or.IfIndex] = true
+		c := &Collected{ContainerID: or.ContainerID, IfName: or.IfName, Network: or.Network, HostVeth: veth.HostName(or.ContainerID, or.IfName),
+			HostIfIndex: or.IfIndex, Reason: "host veth gone, no record", IPs: []string{}, IPAMReleased: []string{}}
+		for _, ip := range or.IPs {
+			c.IPs = append(c.IPs, ip.String())
+		}
+		for _, ip := range or.Released {
+			c.IPAMReleased = append(c.IPAMReleased, ip.String())
+		}
+		out.Endpoints = append(out.Endpoints, c)
+	}
 	n, err := loadNode(ctx)
 	if err != nil {
 		return err
 	}
-	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, IPAMLeaks: []*IPAMLeak{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
 	kept := map[string]*node.Record{}
-	var failed []error
-	// In the node's netns some host veth is found; elsewhere a host veth
-	// attached with tc (no link to follow from here) cannot be told from
-	// a dead one.
-	nodeNetNS := false
+	// In the node's netns a host veth attached with tc that is not found
+	// is gone; elsewhere it cannot be told from a live one (no link to
+	// follow from here).
+	nodeNetNS, _ := nd.InNodeNetns()
 	for _, e := range n.Endpoints {
-		nodeNetNS = nodeNetNS || e.VethPresent
-	}
-	for _, e := range n.Endpoints {
+		if orphaned[e.HostIfIndex] && !e.Recorded {
+			continue // listed above (a dry run leaves it)
+		}
 		if e.rec == nil && e.clsact && !e.VethPresent && !nodeNetNS {
 			host := veth.HostName(e.ContainerID, e.IfName)
 			kept[host] = &node.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}

@@ -289,7 +289,7 @@ func (n *snapshot) inspect(e *Endpoint, stateDir string) {
 		if e.VethPresent {
 			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints, but its host veth is alive (the stateDir was wiped or remounted, a call was killed, or --state-dir is not the plugin's stateDir): the next CNI STATUS rebuilds it from the kernel; ebpf-cni repair does it now", stateDir))
 		} else {
-			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints and no host veth (left by a crash): ebpf-cni gc removes its map entries", stateDir))
+			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints and no host veth (its pod gone without DEL while the stateDir was lost, or a crash): the next CNI STATUS or ADD in the node's network namespace reclaims its entries and addresses; ebpf-cni repair (or gc) does it now", stateDir))
 		}
 	}
 	if e.Problems == nil {

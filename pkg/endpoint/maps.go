@@ -12,6 +12,8 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // ErrEndpointConflict means an address is already mapped to another live
@@ -293,6 +295,72 @@ func (m *Maps) Addresses() (map[string]maps.CniEndpointInfo, error) {
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("iterating endpoints: %w", err)
+	}
+	return out, nil
+}
+
+// Orphan is an endpoint whose entries are in the maps while its host veth
+// is not in this network namespace: a pod gone without DEL whose record
+// went too (a lost stateDir), or, outside the node's netns, any pod.
+type Orphan struct {
+	IfIndex     int
+	ContainerID string // as endpoint_devs holds it (maps.Fit)
+	IfName      string
+	NetID       uint32 // from its first address's endpoints entry; 0 when it has none
+	IPs         []net.IP
+}
+
+// Orphans lists the endpoint_devs entries whose host veth is not in this
+// network namespace. present names the host veths of ebpf-cni that are
+// (veth.Candidates: names only, as a node in order costs no more); an
+// entry whose veth name is not among them is looked up by its ifindex and
+// host MAC too, since a container ID cut to fit the map names no veth.
+func Orphans(n *node.Node, present map[string]bool) ([]Orphan, error) {
+	devs, err := n.PinnedMap(maps.CniMapEndpointDevs)
+	if err != nil || devs == nil {
+		return nil, err
+	}
+	var out []Orphan
+	known := map[int]int{} // ifindex -> its orphan's index, or -1: alive
+	err = maps.Walk(devs, func(k *uint32, d *maps.CniEndpointDev) {
+		cid, ifName := maps.GoString(d.ContainerId[:]), maps.GoString(d.Ifname[:])
+		known[int(*k)] = -1
+		if present[veth.HostName(cid, ifName)] {
+			return
+		}
+		if l, err := rtnl.H().LinkByIndex(int(*k)); err == nil && bytes.Equal(l.Attrs().HardwareAddr, d.HostMac[:]) {
+			return
+		}
+		known[int(*k)] = len(out)
+		out = append(out, Orphan{IfIndex: int(*k), ContainerID: cid, IfName: ifName, IPs: maps.EndpointIPs(d)})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", maps.CniMapEndpointDevs, err)
+	}
+	eps, err := n.PinnedMap(maps.CniMapEndpoints)
+	if err != nil || eps == nil {
+		return out, err
+	}
+	// An address entry whose device has no endpoint_devs entry is an
+	// orphan too (a bpffs remount rescues the maps the surviving programs
+	// hold, which need not be both); whose it was, only a record could say.
+	err = maps.Walk(eps, func(k *maps.CniEndpointKey, v *maps.CniEndpointInfo) {
+		i, ok := known[int(v.Ifindex)]
+		switch {
+		case !ok:
+			known[int(v.Ifindex)] = len(out)
+			out = append(out, Orphan{IfIndex: int(v.Ifindex), NetID: v.NetId, IPs: []net.IP{maps.IP(k.Family, k.Addr)}})
+		case i >= 0:
+			if out[i].NetID == 0 {
+				out[i].NetID = v.NetId
+			}
+			if out[i].ContainerID == "" { // known by its addresses alone
+				out[i].IPs = append(out[i].IPs, maps.IP(k.Family, k.Addr))
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", maps.CniMapEndpoints, err)
 	}
 	return out, nil
 }

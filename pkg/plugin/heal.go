@@ -115,6 +115,7 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 		}
 		errs = append(errs, withAttachment(n, name, func() error { return reclaim(n, name, o, h) }))
 	}
+	errs = append(errs, reclaimOrphans(n, o, present, h))
 	if o.Config != nil && o.Config.IPAMType == DefaultIPAM {
 		errs = append(errs, releaseStray(n, o, names, present, h))
 	}

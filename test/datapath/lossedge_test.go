@@ -1,0 +1,168 @@
+package datapath_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
+	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+)
+
+// killPods destroys the pods' network namespaces without a DEL and waits
+// for the kernel to remove their veths.
+func (e *env) killPods(pods ...*nettest.Pod) {
+	e.t.Helper()
+	for _, p := range pods {
+		nettest.CloseNetNS(p.NS)
+	}
+	require.Eventually(e.t, func() bool { return len(e.hostLinks()) == 0 }, 5*time.Second, 10*time.Millisecond, "the kernel removed the dead pods' veths")
+}
+
+// talkToWorld opens (and closes) a TCP connection from the pod to the
+// world: a masqueraded flow in the NAT table.
+func talkToWorld(t *testing.T, p *nettest.Pod, srv *worldServer) {
+	t.Helper()
+	for _, dst := range []net.IP{nettest.WorldIP4, nettest.WorldIP6} {
+		c, err := dialFrom(p.NS, 0, dst, srv.port)
+		require.NoError(t, err, "TCP from %s to %s", p.RT.ContainerID, dst)
+		c.Close()
+	}
+}
+
+// TestLossNoPodLeft: every pod of the node is gone without a DEL and the
+// stateDir is lost with them, so no record and no veth is left to tell
+// the pods' map entries and addresses from live ones. The next CNI
+// STATUS, or the operator's repair or gc, in the node's network
+// namespace, reclaims every entry and address of the dead pods, and
+// status is clean afterwards.
+func TestLossNoPodLeft(t *testing.T) {
+	cg := testutil.Cgroup(t)
+	for _, mode := range testutil.AttachModes {
+		for _, by := range []string{"STATUS", "repair", "gc"} {
+			t.Run(mode+"/"+by, func(t *testing.T) {
+				testutil.RequireMode(t, mode)
+				e := newEnv(t)
+				list := e.hostPortList("", mode, cg, map[string]any{"ipMasq": true})
+				srv := newWorldServer(t, e.node.World)
+				a, err := e.cni.AddPod(list, "gone-a", portMappingsCaps([]map[string]any{mapping(8080, 80, "tcp")}))
+				require.NoError(t, err)
+				b, err := e.cni.AddPod(list, "gone-b", nil)
+				require.NoError(t, err)
+				talkToWorld(t, b, srv)
+				e.wipeState()
+				e.killPods(a, b)
+				out, code := e.cliRun("status")
+				require.Equal(t, cli.ExitProblems, code, "status sees the dead pods' entries: %s", out)
+
+				switch by {
+				case "STATUS":
+					require.NoError(t, e.cni.Status(list))
+				case "repair":
+					dir := t.TempDir()
+					require.NoError(t, os.WriteFile(filepath.Join(dir, "10-test.conflist"), list.Bytes, 0o600))
+					out, code := e.cliRun("repair", "--cni-conf-dir", dir)
+					require.Equal(t, 0, code, out)
+				case "gc":
+					out, code := e.cliRun("gc")
+					require.Equal(t, 0, code, out)
+				}
+				a4, d4 := e.endpointEntries()
+				require.Zero(t, a4, "%s: endpoint address entries of the dead pods left", by)
+				require.Zero(t, d4, "%s: endpoint device entries of the dead pods left", by)
+				require.Empty(t, e.podEntries(), "%s: endpoint_pods entries left", by)
+				require.Empty(t, e.ipamHeld(), "%s: addresses of the dead pods left in ebpf-ipam", by)
+				require.Empty(t, e.published(), "%s: published ports left", by)
+				require.Zero(t, e.natEntries(), "%s: NAT flows of the dead pods left", by)
+				out, code = e.cliRun("status")
+				require.Equal(t, cli.ExitOK, code, "%s: status after: %s", by, out)
+				e.requireClean()
+				require.Zero(t, e.uplinkProgramIDs(), "%s: programs left on the uplink", by)
+
+				// The node takes new pods.
+				c := e.addPodWith(list, "after")
+				mustConnect(t, []*nettest.Pod{c, e.addPod(list, "after-2")})
+			})
+		}
+	}
+}
+
+// TestLossRebootKeepsUplink: every pod is gone without a DEL, then the
+// stateDir and the bpffs are lost while the node's uplink stays (what a
+// node whose uplink outlives a runtime crash and a bpffs remount sees).
+// The uplink's old filters keep the old maps alive; the first ADD after
+// the loss succeeds, no flow, endpoint entry or device counter of the
+// dead pods comes back, and the new pod masquerades and publishes.
+func TestLossRebootKeepsUplink(t *testing.T) {
+	cg := testutil.Cgroup(t)
+	for _, mode := range testutil.AttachModes {
+		t.Run(mode, func(t *testing.T) {
+			testutil.RequireMode(t, mode)
+			e := newEnv(t)
+			list := e.hostPortList("", mode, cg, map[string]any{"ipMasq": true})
+			srv := newWorldServer(t, e.node.World)
+			var old []*nettest.Pod
+			for i := range 2 {
+				p, err := e.cni.AddPod(list, fmt.Sprintf("before-%d", i), portMappingsCaps([]map[string]any{mapping(8080+i, 80, "tcp")}))
+				require.NoError(t, err)
+				talkToWorld(t, p, srv)
+				old = append(old, p)
+			}
+			require.NotZero(t, e.uplinkProgramIDs())
+			e.killPods(old...)
+			e.wipeState()
+			e.remountBPFFS()
+
+			p, err := e.cni.AddPod(list, "after", portMappingsCaps([]map[string]any{mapping(9090, 80, "tcp")}))
+			require.NoError(t, err, "the first ADD after the loss")
+			t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
+			require.NotZero(t, e.uplinkProgramIDs(), "the uplink's programs")
+			require.Zero(t, e.natEntries(), "NAT flows of the pods gone before the loss came back")
+			a4, d4 := e.endpointEntries()
+			require.Equal(t, 2, a4, "endpoint entries: only the new pod's two addresses")
+			require.Equal(t, 1, d4, "endpoint_devs: only the new pod's")
+			require.Len(t, e.podEntries(), 0)
+			keys, err := counters.DeviceCounterKeys(e.bpfRoot)
+			require.NoError(t, err)
+			live := map[int]bool{e.hostIndex(p): true, e.uplinkIndex(): true}
+			for _, k := range keys {
+				require.True(t, live[k], "device counters of ifindex %d, no live device", k)
+			}
+			require.Len(t, e.published(), 2, "published ports: only the new pod's, both families")
+			require.Empty(t, e.statusProblems())
+
+			app := newServer(t, p.NS, 80)
+			_ = app
+			talkToWorld(t, p, srv)
+			c, err := dialFrom(e.node.World, 0, nettest.NodeIP4, 9090)
+			require.NoError(t, err, "hostPort of the new pod")
+			c.Close()
+			require.NoError(t, e.cni.DelPod(list, p))
+			e.requireClean()
+			require.Zero(t, e.uplinkProgramIDs(), "programs left on the uplink")
+		})
+	}
+}
+
+// uplinkIndex is the node's uplink's ifindex.
+func (e *env) uplinkIndex() int {
+	e.t.Helper()
+	idx := 0
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("uplink")
+		if err == nil {
+			idx = l.Attrs().Index
+		}
+		return err
+	}))
+	return idx
+}
