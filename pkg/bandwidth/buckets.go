@@ -77,6 +77,12 @@ func (t *Table) Put(ifindex int, l *Limits, edt bool) error {
 	return nil
 }
 
+// Has reports whether the pod behind host veth ifindex has its buckets.
+func (t *Table) Has(ifindex int) bool {
+	var v maps.CniBwState
+	return t.m.Lookup(uint32(ifindex), &v) == nil
+}
+
 // Delete removes the pod's buckets; gone already is success.
 func (t *Table) Delete(ifindex int) error {
 	if err := t.m.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

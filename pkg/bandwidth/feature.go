@@ -15,10 +15,13 @@ import (
 // Feature is bandwidth: the pod's rate limits, and source pacing.
 type Feature struct{}
 
+// name keys the feature's state in endpoint records.
+const name = "bandwidth"
+
 var _ feature.Feature = Feature{}
 
 // Name is the feature's name.
-func (Feature) Name() string { return "bandwidth" }
+func (Feature) Name() string { return name }
 
 // Programs are the pacing hook's.
 func (Feature) Programs() []programs.Object {
@@ -49,7 +52,7 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := pod{limits: l}
+	p := pod{limits: l, keys: c.CgroupKeys}
 	if l.Any() {
 		// The pacing hook attaches where the hostPort hooks do.
 		p.cgroup, err = c.CgroupKeys.Resolve()
@@ -65,6 +68,7 @@ func (Feature) Parse(conf []byte) (feature.Pod, error) {
 type pod struct {
 	limits *Limits
 	cgroup string
+	keys   feature.CgroupKeys // for a record rebuilt without its limits' cgroup (Rebuild)
 }
 
 func (p pod) Needs() feature.Needs {
@@ -102,6 +106,9 @@ func (p pod) Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	}
 	if !p.limits.Any() {
 		return nil
+	}
+	if err := ep.SetFeature(name, &recorded{Limits: p.limits, Cgroup: p.cgroup}); err != nil {
+		return fail(err)
 	}
 	return fail(StartPacing(n, p.cgroup))
 }

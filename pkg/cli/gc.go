@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
@@ -261,7 +260,7 @@ func gone(e *Endpoint) (bool, string) {
 	if e.NetNS == "" {
 		return true, "host veth gone"
 	}
-	if !isNetNS(e.NetNS) {
+	if !node.IsNetNS(e.NetNS) {
 		return true, fmt.Sprintf("netns %s gone", e.NetNS)
 	}
 	alive := false
@@ -274,13 +273,6 @@ func gone(e *Endpoint) (bool, string) {
 		return false, fmt.Sprintf("host veth not in this network namespace, but the pod's %s is alive in %s: run ebpf-cni in the node's network namespace", e.IfName, e.NetNS)
 	}
 	return true, "host veth gone"
-}
-
-// isNetNS reports whether path is a network namespace (nsfs); a bind mount
-// undone leaves a plain file, a dead process no file.
-func isNetNS(path string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
 // releaseIPAM releases what ebpf-ipam holds for the record's attachment, if

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // IPAMLeak is an ebpf-ipam attachment with no endpoint of ebpf-cni: the
@@ -47,7 +48,7 @@ func ipamLeaks(ctx *Context, n *snapshot, live map[string]bool) ([]*IPAMLeak, er
 			l.IPs = append(l.IPs, a.Address.String())
 		}
 		switch {
-		case h.NetNS != "" && !isNetNS(h.NetNS):
+		case h.NetNS != "" && !node.IsNetNS(h.NetNS):
 			l.Gone = fmt.Sprintf("netns %s gone", h.NetNS)
 		case live != nil && !live[h.ContainerID]:
 			l.Gone = "container not among --live-containers"

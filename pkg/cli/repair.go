@@ -30,13 +30,23 @@ an ADD does when no STATUS ran for 5 s:
     without a DEL) is reclaimed: map entries, links, record, and its
     ebpf-ipam addresses; the node's last one takes the node-wide programs
     with it. One whose pod interface is alive in its netns is kept (run
-    ebpf-cni in the node's network namespace).
+    ebpf-cni in the node's network namespace);
+  - endpoint entries with neither a record nor a host veth (pods gone
+    without DEL while the stateDir was lost) are reclaimed with their
+    pods' state and ebpf-ipam addresses, in the node's network namespace
+    only (the one every ADD records in node_info), with the node lock held
+    exclusively;
+  - what the features keep for each live endpoint and a bpffs loss took
+    is restored (a limited pod's buckets, its netns entry in local_netns
+    and the pacing hook; published ports; masquerade settings): a CNI
+    STATUS does this after it loaded the programs again, repair always.
 
-It holds the node lock shared and each attachment's lock, skipping an
-attachment a call is working on. Run it in the node's network namespace.
+It holds the node lock shared (exclusively to reclaim endpoints without a
+record) and each attachment's lock, skipping an attachment a call is
+working on. Run it in the node's network namespace.
 
 JSON: {"dryRun", "programsLoaded", "rebuilt": [], "reclaimed": [],
-"removed": [], "ipamReleased": [], "problems": [], "notes": []}. Exit status 1 if
+"removed": [], "restored": [], "ipamReleased": [], "problems": [], "notes": []}. Exit status 1 if
 something could not be mended, 3 when problems remain.`,
 		Flags: func(fs *flag.FlagSet) func(*Context) error {
 			dry := fs.Bool("dry-run", false, "list what would be mended, change nothing")
@@ -55,6 +65,7 @@ type repairOutput struct {
 	Rebuilt        []string `json:"rebuilt"`
 	Reclaimed      []string `json:"reclaimed"`
 	Removed        []string `json:"removed"`
+	Restored       []string `json:"restored"`
 	IPAMReleased   []string `json:"ipamReleased"`
 	Problems       []string `json:"problems"`
 	Notes          []string `json:"notes"`
@@ -88,7 +99,7 @@ func runRepair(ctx *Context, ro repairOptions) error {
 		}
 		out.ProgramsLoaded = nd.Loaded()
 	}
-	h, err := plugin.Heal(nd, plugin.HealOptions{DryRun: dryRun})
+	h, err := plugin.Heal(nd, plugin.HealOptions{DryRun: dryRun, Restore: true})
 	if err != nil {
 		failed = append(failed, err)
 	}
@@ -105,6 +116,7 @@ func runRepair(ctx *Context, ro repairOptions) error {
 			failed = append(failed, fmt.Errorf("network %s: %w", c.Name, err))
 		}
 		h.Reclaimed = append(h.Reclaimed, hc.Reclaimed...) // their IPAM released with the network's
+		h.Restored = append(h.Restored, hc.Restored...)
 		h.Lost = hc.Lost
 	}
 	if ro.acceptLoss && !dryRun {
@@ -118,7 +130,7 @@ func runRepair(ctx *Context, ro repairOptions) error {
 	for _, name := range h.Lost {
 		h.Problems = append(h.Problems, fmt.Sprintf("host veth %s: its record was rebuilt with neither the stateDir nor the bpffs: published ports and bandwidth limits it had are lost; delete and recreate its pod, or ebpf-cni repair --accept-loss", name))
 	}
-	out.Rebuilt, out.Reclaimed, out.Removed, out.Problems = h.Rebuilt, h.Reclaimed, h.Removed, append(out.Problems, h.Problems...)
+	out.Rebuilt, out.Reclaimed, out.Removed, out.Restored, out.Problems = h.Rebuilt, h.Reclaimed, h.Removed, h.Restored, append(out.Problems, h.Problems...)
 	for _, r := range h.Gone {
 		released, note, err := releaseIPAM(ctx, r, dryRun)
 		out.IPAMReleased = append(out.IPAMReleased, released...)
@@ -161,7 +173,7 @@ func printRepair(ctx *Context, out *repairOutput) {
 	for _, s := range []struct {
 		title string
 		lines []string
-	}{{"rebuilt", out.Rebuilt}, {"reclaimed", out.Reclaimed}, {"removed", out.Removed}, {"ebpf-ipam addresses released", out.IPAMReleased}, {"problems", out.Problems}, {"notes", out.Notes}} {
+	}{{"rebuilt", out.Rebuilt}, {"reclaimed", out.Reclaimed}, {"removed", out.Removed}, {"restored", out.Restored}, {"ebpf-ipam addresses released", out.IPAMReleased}, {"problems", out.Problems}, {"notes", out.Notes}} {
 		if len(s.lines) > 0 {
 			n += len(s.lines)
 			fmt.Fprintf(w, "%s%s:\n", s.title, verb)

@@ -18,6 +18,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
@@ -212,6 +213,7 @@ func collectStatus(ctx *Context) *Status {
 			problem("endpoint %s (%s): %s", e.Name(), orDash(e.HostVeth), p)
 		}
 	}
+	statusUnrestored(ctx, problem)
 	statusIPAMLeaks(ctx, n, problem, note)
 	st.Maps = statusMaps(ctx, problem, note)
 
@@ -250,6 +252,24 @@ func collectStatus(ctx *Context) *Status {
 			st.ProgramTag, st.Version)
 	}
 	return st
+}
+
+// statusUnrestored reports what the features keep for live endpoints and
+// is missing (a bpffs loss took it): what ebpf-cni repair restores.
+func statusUnrestored(ctx *Context, problem func(string, ...any)) {
+	nd, err := node.Open(node.Options{BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: node.Unlocked})
+	if err != nil {
+		problem("opening the node: %v", err)
+		return
+	}
+	defer nd.Close()
+	lines, err := plugin.Unrestored(nd)
+	for _, l := range lines {
+		problem("endpoint %s: the next CNI STATUS after a bpffs loss restores it, ebpf-cni repair does it now", l)
+	}
+	if err != nil {
+		problem("reading what the features keep for the endpoints: %v", err)
+	}
 }
 
 // statusMaps reads how full the fillable maps are (those holding an entry)

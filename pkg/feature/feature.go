@@ -63,12 +63,14 @@ type Rebuilder interface {
 	Rebuild(n *node.Node, ep *Endpoint) error
 }
 
-// Restorer is a feature that keeps per-endpoint map entries which a bpffs
-// remount can empty (when no program kept the maps alive to pin them
-// again): Restore writes what is missing again from the record (ep.Host is
-// the live host veth). Idempotent.
+// Restorer is a feature that keeps per-endpoint state which a bpffs
+// remount can take (map entries no program kept alive to pin again, links
+// that died with their pins): Restore writes what is missing again from
+// the record (ep.Host is the live host veth) and says what that was, one
+// line each, as far as it can tell; with dryRun it only says (the
+// operator's status). Idempotent.
 type Restorer interface {
-	Restore(n *node.Node, ep *Endpoint) error
+	Restore(n *node.Node, ep *Endpoint, dryRun bool) ([]string, error)
 }
 
 // NodeRebuilder is a feature with node-wide attachments that can record

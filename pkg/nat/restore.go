@@ -60,14 +60,15 @@ func (a *applied) settings() *Settings {
 var _ feature.Restorer = Feature{}
 
 // Restore writes the network's masquerade settings again from the record
-// (idempotent: the same values ADD wrote).
-func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
+// (idempotent: the same values ADD wrote); it tells nothing, since the
+// settings are written whole.
+func (Feature) Restore(n *node.Node, ep *feature.Endpoint, dryRun bool) ([]string, error) {
 	var a applied
 	ok, err := ep.Record.Feature(name, &a)
-	if !ok || err != nil || ep.Network == "" {
-		return err
+	if !ok || err != nil || ep.Network == "" || dryRun {
+		return nil, err
 	}
-	return Apply(n, ep.Network, a.settings(), ep.Nets(), a.Mode)
+	return nil, Apply(n, ep.Network, a.settings(), ep.Nets(), a.Mode)
 }
 
 var _ feature.PodRebuilder = pod{}

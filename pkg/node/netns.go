@@ -80,3 +80,10 @@ func (n *Node) InNodeNetns() (ok bool, why string) {
 	}
 	return false, fmt.Sprintf("no ADD recorded the node's network namespace in %s and no host veth of ebpf-cni is here", maps.CniMapNodeInfo)
 }
+
+// IsNetNS reports whether path is a network namespace (nsfs): a bind
+// mount undone leaves a plain file, a dead process no file.
+func IsNetNS(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
@@ -48,7 +48,10 @@ type Healed struct {
 	Rebuilt   []string `json:"rebuilt"`
 	Reclaimed []string `json:"reclaimed"`
 	Removed   []string `json:"removed"`
-	Problems  []string `json:"problems"`
+	// Restored is the features' state of live endpoints written again
+	// (feature.Restorer): what a bpffs loss took.
+	Restored []string `json:"restored"`
+	Problems []string `json:"problems"`
 	// Lost are the host veths whose records were rebuilt with neither
 	// their file nor the maps (node.MarkLossy): STATUS fails until their
 	// pods are deleted or the operator accepts the loss.
@@ -69,13 +72,17 @@ type HealOptions struct {
 	DryRun bool
 	// Skip is an attachment (host veth) the caller is working on.
 	Skip string
+	// Restore: every live endpoint's features restore what is missing
+	// (the operator's repair), not only after this call loaded the
+	// programs afresh or rebuilt records.
+	Restore bool
 }
 
 // Heal mends the records from the kernel and reclaims attachments whose
 // pod is gone. It runs in the node's network namespace; the caller holds
 // the node lock (shared or exclusive) or none.
 func Heal(n *node.Node, o HealOptions) (*Healed, error) {
-	h := &Healed{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Problems: []string{}, Lost: []string{}}
+	h := &Healed{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Restored: []string{}, Problems: []string{}, Lost: []string{}}
 	// Names first: a node in order costs a read of /proc's device list and
 	// one directory listing (STATUS runs every 5 s); links and records are
 	// read only for what differs.
@@ -156,7 +163,7 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 	// records were rebuilt (their programs and entries may be gone with
 	// them): every live endpoint gets what it lacks written again. An
 	// upgrade is not such a load: the older build's maps are the node's.
-	if n.LoadedFresh() || len(rebuilt) > 0 {
+	if n.LoadedFresh() || len(rebuilt) > 0 || o.Restore {
 		var pods []feature.Pod
 		if o.Config != nil {
 			pods = configuredPods(o.Config)
@@ -170,7 +177,9 @@ func Heal(n *node.Node, o HealOptions) (*Healed, error) {
 				if err != nil {
 					return nil
 				}
-				return restoreEndpoint(n, l, pods, rebuilt[name], o)
+				lines, err := restoreEndpoint(n, l, pods, rebuilt[name], o)
+				h.Restored = append(h.Restored, lines...)
+				return err
 			}))
 		}
 	}
@@ -189,12 +198,12 @@ var HealPeriod = 5 * time.Second
 // record.
 func healNode(n *node.Node, c *Config, skip string, cl *call) error {
 	h, err := Heal(n, HealOptions{Config: c, Skip: skip})
-	cl.healed += len(h.Rebuilt) + len(h.Reclaimed) + len(h.Removed)
+	cl.healed += len(h.Rebuilt) + len(h.Reclaimed) + len(h.Removed) + len(h.Restored)
 	_ = os.WriteFile(filepath.Join(n.StateDir, node.HealStamp), nil, 0o600)
 	if len(h.Reclaimed) > 0 {
 		n.ReleaseIfEmpty(func() { _ = release(n) })
 	}
-	for _, line := range append(append(h.Rebuilt, h.Reclaimed...), h.Removed...) {
+	for _, line := range slices.Concat(h.Rebuilt, h.Reclaimed, h.Removed, h.Restored) {
 		fmt.Fprintln(os.Stderr, "ebpf-cni: healed: "+line)
 	}
 	if err == nil && len(h.Lost) > 0 {
@@ -236,7 +245,7 @@ func releaseStray(n *node.Node, o HealOptions, recordNames []string, present map
 	var errs []error
 	for _, a := range held {
 		host := veth.HostName(a.ContainerID, a.IfName)
-		if a.Network != ic.Network || a.NetNS == "" || recorded[host] || present[host] || host == o.Skip || isNetNS(a.NetNS) {
+		if a.Network != ic.Network || a.NetNS == "" || recorded[host] || present[host] || host == o.Skip || node.IsNetNS(a.NetNS) {
 			continue
 		}
 		h.Reclaimed = append(h.Reclaimed, fmt.Sprintf("%s/%s: addresses held in ebpf-ipam for netns %s, which is gone, by no attachment of the node (a call killed half-way); released", a.ContainerID, a.IfName, a.NetNS))
@@ -251,12 +260,6 @@ func releaseStray(n *node.Node, o HealOptions, recordNames []string, present map
 		}))
 	}
 	return errors.Join(errs...)
-}
-
-// isNetNS reports whether path is a network namespace (nsfs).
-func isNetNS(path string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
 // withAttachment runs f under the attachment's lock if no call holds it.
@@ -286,10 +289,10 @@ func configuredPods(c *Config) []feature.Pod {
 // again where they are missing (feature.Restorer); a record rebuilt in the
 // calling network first gets the state its features can tell from the
 // network's configuration (feature.PodRebuilder).
-func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt bool, o HealOptions) error {
+func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt bool, o HealOptions) ([]string, error) {
 	r, err := n.Record(l.Attrs().Name)
 	if err != nil || r.HostIfIndex != l.Attrs().Index {
-		return nil
+		return nil, nil
 	}
 	mode := attach.DefaultMode
 	if o.Config != nil {
@@ -307,22 +310,65 @@ func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt b
 			}
 		}
 	}
+	var lines []string
 	_ = inOrder(func() error {
 		if err := endpoint.Restore(n, ep); err != nil {
 			errs = append(errs, fmt.Errorf("restoring endpoint of %s: %w", r.HostIfName, err))
 		}
 		return nil
 	}, func(_ int, f feature.Feature) error {
-		if rs, ok := f.(feature.Restorer); ok {
-			if err := rs.Restore(n, ep); err != nil {
-				errs = append(errs, fmt.Errorf("restoring %s of %s: %w", f.Name(), r.HostIfName, err))
-			}
-		}
+		got, err := restoreFeature(n, f, ep, false)
+		lines = append(lines, got...)
+		errs = append(errs, err)
 		return nil
 	})
 	// The range's unreachable route: nodes whose pods predate it, or lost it.
 	errs = append(errs, veth.EnsureRanges(veth.RecordRanges(r.IPs)))
-	return errors.Join(append(errs, n.WriteRecord(r))...)
+	return lines, errors.Join(append(errs, n.WriteRecord(r))...)
+}
+
+// restoreFeature runs f's Restore for ep, if f has one; its lines name the
+// endpoint and the feature.
+func restoreFeature(n *node.Node, f feature.Feature, ep *feature.Endpoint, dryRun bool) ([]string, error) {
+	rs, ok := f.(feature.Restorer)
+	if !ok {
+		return nil, nil
+	}
+	got, err := rs.Restore(n, ep, dryRun)
+	lines := make([]string, 0, len(got))
+	for _, l := range got {
+		lines = append(lines, fmt.Sprintf("%s/%s (host veth %s): %s: %s", ep.ContainerID, ep.IfName, ep.HostIfName, f.Name(), l))
+	}
+	if err != nil {
+		err = fmt.Errorf("restoring %s of %s: %w", f.Name(), ep.HostIfName, err)
+	}
+	return lines, err
+}
+
+// Unrestored is what the features' Restore would write again for the
+// node's live recorded endpoints (feature.Restorer, dry run): state a
+// bpffs loss took that no call has restored yet. It changes nothing, and
+// takes no lock (the operator's status).
+func Unrestored(n *node.Node) ([]string, error) {
+	recs, err := n.Records()
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	var errs []error
+	for _, r := range recs {
+		l, err := rtnl.H().LinkByName(r.HostIfName)
+		if err != nil || l.Attrs().Index != r.HostIfIndex {
+			continue // gone: reclaimed, and reported, otherwise
+		}
+		ep := &feature.Endpoint{Record: r, Recorded: true, Host: l}
+		for _, f := range features.All {
+			got, err := restoreFeature(n, f, ep, true)
+			lines = append(lines, got...)
+			errs = append(errs, err)
+		}
+	}
+	return lines, errors.Join(errs...)
 }
 
 // healLink rebuilds the record of a live host veth (true), or removes a
@@ -421,6 +467,11 @@ func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 		r.MAC = veth.PeerMAC(l)
 		ips = hostRouteIPs(l)
 	}
+	// The pod's netns where a runtime bound it (its /proc path would not
+	// outlive the process): podAlive and the features' restore use it.
+	if p := veth.PeerNetNS(l); stableNetNS(p) {
+		r.NetNS = p
+	}
 	for _, ip := range ips {
 		bits := 8 * len(ip)
 		if ip.To4() != nil {
@@ -454,6 +505,16 @@ func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 	// ports, bandwidth limits) is known to neither the files nor the
 	// kernel: lost.
 	return r, !haveDev, true
+}
+
+// stableNetNS reports whether a netns path is a runtime's bind mount.
+func stableNetNS(path string) bool {
+	for _, dir := range veth.NetNSDirs {
+		if filepath.Dir(path) == dir {
+			return true
+		}
+	}
+	return false
 }
 
 // endpointHooks are the hooks the features put on host veths.
@@ -533,7 +594,7 @@ func podAlive(r *node.Record) bool {
 	if r.NetNS == "" || r.MAC == "" {
 		return false
 	}
-	if !isNetNS(r.NetNS) {
+	if !node.IsNetNS(r.NetNS) {
 		return false
 	}
 	alive := false

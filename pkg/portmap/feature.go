@@ -263,12 +263,17 @@ func (Feature) Rebuild(n *node.Node, ep *feature.Endpoint) error {
 var _ feature.Restorer = Feature{}
 
 // Restore publishes the endpoint's ports again and makes the node serve
-// them (socket hooks on the recorded cgroup), after the bpffs lost them.
-func (Feature) Restore(n *node.Node, ep *feature.Endpoint) error {
+// them (socket hooks on the recorded cgroup), after the bpffs lost them;
+// it tells nothing, since publishing an existing port changes nothing.
+func (Feature) Restore(n *node.Node, ep *feature.Endpoint, dryRun bool) ([]string, error) {
 	ports, err := Ports(ep.Record)
-	if err != nil || len(ports) == 0 {
-		return err
+	if err != nil || len(ports) == 0 || dryRun {
+		return nil, err
 	}
+	return nil, restore(n, ports)
+}
+
+func restore(n *node.Node, ports []HostPort) error {
 	owner, err := ownerOf(n)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +15,11 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/bandwidth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
+	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 )
 
 // killPods destroys the pods' network namespaces without a DEL and waits
@@ -149,6 +153,60 @@ func TestLossRebootKeepsUplink(t *testing.T) {
 			require.NoError(t, e.cni.DelPod(list, p))
 			e.requireClean()
 			require.Zero(t, e.uplinkProgramIDs(), "programs left on the uplink")
+		})
+	}
+}
+
+// TestLossPacing: a pod with an egress limit keeps being paced at its
+// source after a bpffs loss (with or without the stateDir): status calls
+// an unpaced limited pod a problem (repair mends it), and after a bpffs
+// loss and one STATUS its CHECK passes and a new TCP socket of the pod
+// gets the pacing rate again.
+func TestLossPacing(t *testing.T) {
+	for _, dname := range []string{"bpffs", "both"} {
+		t.Run(dname, func(t *testing.T) {
+			e := newEnv(t)
+			e.routeWorldToPods()
+			list := e.bwList("", nil)
+			const eg = 20_000_000
+			caps := map[string]any{"bandwidth": map[string]any{"egressRate": eg, "egressBurst": 1_000_000}}
+			p := e.addPodCaps(list, "pace-loss", caps)
+			ci, _ := connInfo(t, p.NS, e.node.World, nettest.WorldIP4, 16100, false)
+			require.InEpsilon(t, paced(eg, uint64(ci.Snd_mss), true), ci.Max_pacing_rate, 0.01, "paced before")
+
+			// What a bpffs loss takes from it, taken by hand: status says
+			// the pod is not paced, and repair restores it.
+			idx := e.hostIndex(p)
+			nsm := e.netnsMap()
+			for cookie, i := range e.netnsEntries() {
+				if i == idx {
+					require.NoError(t, nsm.Delete(cookie))
+				}
+			}
+			nsm.Close()
+			require.NoError(t, attach.DetachPinned(feature.CgroupDir(e.bpfRoot), bandwidth.PacingHooks))
+			probs := strings.Join(e.statusProblems(), "\n")
+			require.Contains(t, probs, "its netns is not in local_netns: its TCP is not paced", "status sees the unpaced pod")
+			require.Contains(t, probs, "the pacing hook is not attached", "status sees the hook gone")
+			out, code := e.cliRun("repair")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "restored")
+			require.True(t, e.pacing(), "pacing hook attached by repair")
+			require.Empty(t, e.statusProblems())
+
+			if dname == "both" {
+				e.wipeState()
+			}
+			e.remountBPFFS()
+			require.NoError(t, e.cni.Status(list), "STATUS")
+			require.True(t, e.pacing(), "pacing hook attached again")
+			require.NoError(t, e.cni.Check(list, p.RT), "CHECK after STATUS")
+			ci, _ = connInfo(t, p.NS, e.node.World, nettest.WorldIP4, 16101, false)
+			require.InEpsilon(t, paced(eg, uint64(ci.Snd_mss), true), ci.Max_pacing_rate, 0.01, "paced after STATUS")
+			require.Empty(t, e.statusProblems())
+			require.NoError(t, e.cni.DelPod(list, p))
+			e.requireClean()
+			require.False(t, e.pacing(), "pacing hook left")
 		})
 	}
 }
