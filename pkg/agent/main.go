@@ -24,6 +24,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 const usage = `ebpf-cni-agent: the node agent of ebpf-cni on Kubernetes.
@@ -237,7 +238,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 			return err
 		}
 	}
-	routes, done, err := nodeRoutes(m, *proto, *bpfRoot, *stateDir)
+	routes, done, err := nodeRoutes(m, *proto, *bpfRoot, *stateDir, log)
 	if err != nil {
 		return err
 	}
@@ -293,8 +294,12 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 }
 
 // nodeRoutes is the mode's NodeRoutes, and what to close when the agent
-// ends.
-func nodeRoutes(m conflist.Mode, proto int, bpfRoot, stateDir string) (NodeRoutes, func(), error) {
+// ends. In mode vxlan a bpfRoot that is not on a bpffs yet is no reason to
+// stop: the mount can appear (mounted after the agent started, or a
+// hand-run agent's node mounting it), and until then every tunnel endpoint
+// fails, is retried with the reconciler's backoff (200 ms doubling to 30 s
+// per node, and every full sync) and /readyz says why.
+func nodeRoutes(m conflist.Mode, proto int, bpfRoot, stateDir string, log *slog.Logger) (NodeRoutes, func(), error) {
 	switch m {
 	case conflist.ModeDirect:
 		h, err := netlinksafe.NewHandle()
@@ -308,6 +313,9 @@ func nodeRoutes(m conflist.Mode, proto int, bpfRoot, stateDir string) (NodeRoute
 		}
 		return routes, h.Close, nil
 	case conflist.ModeVXLAN:
+		if err := maps.CheckBPFFS(bpfRoot); err != nil {
+			log.Warn("tunnel endpoints cannot be written until the plugin's bpfRoot is on a bpffs: retrying", "err", err)
+		}
 		routes, err := NewVXLAN(bpfRoot, stateDir, UnderlayFamily())
 		if err != nil {
 			return nil, nil, err
