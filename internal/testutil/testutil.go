@@ -43,16 +43,24 @@ func RequireRoot(t testing.TB) {
 func BPFFS(t testing.TB) string {
 	t.Helper()
 	RequireRoot(t)
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "bpffs")
+	mnt := filepath.Join(t.TempDir(), "bpffs")
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	MountBPFFS(t, mnt)
+	return filepath.Join(mnt, "ebpf-cni")
+}
+
+// MountBPFFS mounts a private bpf filesystem on the existing directory mnt,
+// unmounted at cleanup: for a test that starts something on a bpfRoot that
+// is no bpffs yet and mounts one under it later.
+func MountBPFFS(t testing.TB, mnt string) {
+	t.Helper()
+	RequireRoot(t)
 	if err := unix.Mount("bpf", mnt, "bpf", 0, ""); err != nil {
 		t.Fatalf("mounting bpffs at %s: %v", mnt, err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
-	return filepath.Join(mnt, "ebpf-cni")
 }
 
 // NetNS creates a named network namespace that is removed on cleanup.

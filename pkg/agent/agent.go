@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,11 @@ type Config struct {
 	// HealthAddr serves /healthz and /readyz (e.g. 127.0.0.1:9965); empty:
 	// none.
 	HealthAddr string
-	Logger     *slog.Logger
+	// Policy is the NetworkPolicy controller running beside the routes
+	// (nil: network policies off): Status reports it, and the agent is not
+	// ready while it cannot run.
+	Policy *PolicyController
+	Logger *slog.Logger
 }
 
 // DefaultHealthAddr is where the DaemonSet's probes ask.
@@ -220,11 +225,16 @@ type Status struct {
 	Routes   int      `json:"routes"`
 	Reason   string   `json:"reason,omitempty"`
 	Problems []string `json:"problems,omitempty"`
+	// Policy is the NetworkPolicy controller's state (absent: off).
+	Policy *PolicyStatus `json:"policy,omitempty"`
 }
 
 // Status says whether the entries are current: the node list is in, a full
 // sync ran without error, and no node has a problem (this one's missing pod
-// range included).
+// range included); and whether the network policies, when on, run. Either
+// failing makes the agent not ready, with the other going on: a rollout of
+// an agent that cannot enforce policies (no bpffs mounted) stops at its
+// first node, while that node keeps its routes.
 func (a *Agent) Status() Status {
 	a.mu.Lock()
 	s := Status{Node: a.cfg.NodeName, Mode: string(a.routes.Mode()), Live: a.busySince.IsZero() || time.Since(a.busySince) < stuckAfter}
@@ -233,17 +243,25 @@ func (a *Agent) Status() Status {
 	if !s.Live {
 		s.Reason = "the worker has been stuck on one item for more than " + stuckAfter.String()
 	}
-	if !synced || rec == nil {
+	switch {
+	case !synced || rec == nil:
 		if s.Reason == "" {
 			s.Reason = "waiting for the node list from the API server"
 		}
-		return s
+	default:
+		rs := Status{}
+		rec.state(&rs)
+		s.Peers, s.Routes, s.Problems = rs.Peers, rs.Routes, rs.Problems
+		if s.Reason == "" {
+			s.Reason = rs.Reason
+		}
 	}
-	rs := Status{}
-	rec.state(&rs)
-	s.Peers, s.Routes, s.Problems = rs.Peers, rs.Routes, rs.Problems
-	if s.Reason == "" {
-		s.Reason = rs.Reason
+	if a.cfg.Policy != nil {
+		ps := a.cfg.Policy.Status()
+		s.Policy = &ps
+		if !ps.Running && s.Reason == "" {
+			s.Reason = "network policies not enforced, retrying: " + cmp.Or(ps.Problem, "starting")
+		}
 	}
 	s.Ready = s.Live && s.Reason == ""
 	return s

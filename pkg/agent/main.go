@@ -24,6 +24,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 )
 
 const usage = `ebpf-cni-agent: the node agent of ebpf-cni on Kubernetes.
@@ -237,35 +238,22 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 			return err
 		}
 	}
-	var routes NodeRoutes
-	switch m {
-	case conflist.ModeDirect:
-		h, err := netlinksafe.NewHandle()
-		if err != nil {
-			return fmt.Errorf("netlink: %w", err)
-		}
-		defer h.Close()
-		if routes, err = NewDirect(h, *proto); err != nil {
-			return &usageError{err}
-		}
-	case conflist.ModeVXLAN:
-		if routes, err = NewVXLAN(*bpfRoot, *stateDir, UnderlayFamily()); err != nil {
-			return err
-		}
+	routes, done, err := nodeRoutes(m, *proto, *bpfRoot, *stateDir, log)
+	if err != nil {
+		return err
 	}
+	defer done()
 	client, err := c.client()
 	if err != nil {
 		return err
 	}
-	a, err := New(client, routes, Config{NodeName: c.node, Resync: *resync, HealthAddr: *health, Logger: log})
-	if err != nil {
-		return &usageError{err}
-	}
 	var pc *PolicyController
 	if *netpol {
-		if pc, err = NewPolicyController(client, PolicyConfig{BPFRoot: *bpfRoot, Logger: log.With("controller", "networkpolicy")}); err != nil {
-			return err
-		}
+		pc = NewPolicyController(client, PolicyConfig{BPFRoot: *bpfRoot, Logger: log.With("controller", "networkpolicy")})
+	}
+	a, err := New(client, routes, Config{NodeName: c.node, Resync: *resync, HealthAddr: *health, Policy: pc, Logger: log})
+	if err != nil {
+		return &usageError{err}
 	}
 	if *metrics != "" {
 		l, err := net.Listen("tcp", *metrics)
@@ -281,35 +269,60 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		defer srv.Close()
 	}
 	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir, "metrics", *metrics, "networkPolicy", *netpol)
-	// The routes and the policies run side by side; either one failing
-	// stops both (the DaemonSet restarts the agent).
+	// The routes and the policies run side by side. The policies never stop
+	// the routes: what keeps them from starting (no bpffs, maps that cannot
+	// be opened) is retried and reported while the routes go on. The routes
+	// failing (the health port taken, nodes that cannot be watched) stops
+	// both, and the DaemonSet restarts the agent.
 	run, cancel := context.WithCancel(ctx)
 	defer cancel()
-	policyDone := make(chan error, 1)
-	if pc != nil {
-		go func() {
-			err := pc.Run(run)
-			if run.Err() != nil {
-				err = nil // stopped, not failed
-			} else {
-				err = fmt.Errorf("network policies: %w", err)
-			}
-			policyDone <- err
-			cancel()
-		}()
-	} else {
-		policyDone <- nil
-	}
+	policyDone := make(chan struct{})
+	go func() {
+		if pc != nil {
+			_ = pc.Run(run) // returns only when run ends
+		}
+		close(policyDone)
+	}()
 	err = a.Run(run)
 	cancel()
-	if perr := <-policyDone; perr != nil {
-		err = perr
-	}
+	<-policyDone
 	if ctx.Err() != nil {
 		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints and the policies it wrote stay")
 		return nil
 	}
 	return err
+}
+
+// nodeRoutes is the mode's NodeRoutes, and what to close when the agent
+// ends. In mode vxlan a bpfRoot that is not on a bpffs yet is no reason to
+// stop: the mount can appear (mounted after the agent started, or a
+// hand-run agent's node mounting it), and until then every tunnel endpoint
+// fails, is retried with the reconciler's backoff (200 ms doubling to 30 s
+// per node, and every full sync) and /readyz says why.
+func nodeRoutes(m conflist.Mode, proto int, bpfRoot, stateDir string, log *slog.Logger) (NodeRoutes, func(), error) {
+	switch m {
+	case conflist.ModeDirect:
+		h, err := netlinksafe.NewHandle()
+		if err != nil {
+			return nil, nil, fmt.Errorf("netlink: %w", err)
+		}
+		routes, err := NewDirect(h, proto)
+		if err != nil {
+			h.Close()
+			return nil, nil, &usageError{err}
+		}
+		return routes, h.Close, nil
+	case conflist.ModeVXLAN:
+		if err := maps.CheckBPFFS(bpfRoot); err != nil {
+			log.Warn("tunnel endpoints cannot be written until the plugin's bpfRoot is on a bpffs: retrying", "err", err)
+		}
+		routes, err := NewVXLAN(bpfRoot, stateDir, UnderlayFamily())
+		if err != nil {
+			return nil, nil, err
+		}
+		return routes, func() {}, nil
+	}
+	return nil, nil, &usageError{fmt.Errorf("mode %q: no routes for it", m)}
 }
 
 func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logger) error {

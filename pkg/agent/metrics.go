@@ -214,7 +214,7 @@ func newAgentCollector(a *Agent) *agentCollector {
 		build: desc("ebpf_cni_agent_build_info", prometheus.GaugeValue,
 			"1, labelled with the agent's version and the tag of the datapath programs of its build", "version", "programs_tag"),
 		ready: desc("ebpf_cni_agent_ready", prometheus.GaugeValue,
-			"1 when the agent's entries are current (what /readyz says), 0 if not"),
+			"1 when the agent's entries are current and its network policies, when on, run (what /readyz says), 0 if not"),
 		peers: desc("ebpf_cni_agent_peers", prometheus.GaugeValue,
 			"other nodes the agent keeps routes or tunnel endpoints for"),
 		desired: desc("ebpf_cni_agent_routes_desired", prometheus.GaugeValue,
@@ -270,8 +270,8 @@ type syncStats struct {
 
 // policyCollector is the NetworkPolicy controller's state.
 type policyCollector struct {
-	pc                                *PolicyController
-	latency, synced, enforced, errors *prometheus.Desc
+	pc                                    *PolicyController
+	latency, up, synced, enforced, errors *prometheus.Desc
 }
 
 const mPolicyLatency = "ebpf_cni_policy_sync_duration_seconds"
@@ -281,6 +281,8 @@ func newPolicyCollector(pc *PolicyController) *policyCollector {
 	return &policyCollector{pc: pc,
 		latency: prometheus.NewDesc(mPolicyLatency,
 			"from a change the network policies depend on (a policy, pod or namespace event, an endpoint of this node come or gone) to the policy maps written", nil, nil),
+		up: desc("ebpf_cni_policy_up", prometheus.GaugeValue,
+			"1 while the network policy controller runs (its maps open), 0 while it cannot start (bpfRoot not on a bpffs, maps that cannot be opened) and is retried; the agent's /readyz says why"),
 		synced: desc("ebpf_cni_policy_synced", prometheus.GaugeValue,
 			"1 once the agent has the network policies, pods and namespaces and has written the policy maps from them"),
 		enforced: desc("ebpf_cni_policy_endpoints_enforced", prometheus.GaugeValue,
@@ -291,7 +293,7 @@ func newPolicyCollector(pc *PolicyController) *policyCollector {
 }
 
 func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.latency, c.synced, c.enforced, c.errors} {
+	for _, d := range []*prometheus.Desc{c.latency, c.up, c.synced, c.enforced, c.errors} {
 		ch <- d
 	}
 }
@@ -308,6 +310,7 @@ func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
 		buckets[b] = n
 	}
 	ch <- prometheus.MustNewConstHistogram(c.latency, st.hist.count, st.hist.sum, buckets)
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, b2f(st.running))
 	ch <- prometheus.MustNewConstMetric(c.synced, prometheus.GaugeValue, b2f(st.synced))
 	ch <- prometheus.MustNewConstMetric(c.enforced, prometheus.GaugeValue, float64(st.enforced))
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(st.errors))

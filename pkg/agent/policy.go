@@ -51,6 +51,15 @@ const policyResync = time.Minute
 // policyLatencies is how many of the last latencies Latencies keeps.
 const policyLatencies = 10000
 
+// The wait between two starts of a controller that cannot start (bpfRoot
+// not on a bpffs yet, maps that cannot be opened or read) doubles from
+// policyRetry to policyRetryMax: a mount that appears is seen within 30 s,
+// and a cause that stays costs a log line every 30 s.
+const (
+	policyRetry    = time.Second
+	policyRetryMax = 30 * time.Second
+)
+
 // PolicyController compiles the cluster's NetworkPolicies for the endpoints
 // of this node into the policy maps (pkg/policy) and keeps them current.
 // The maps are the datapath's only input: they stay as written while the
@@ -59,9 +68,11 @@ type PolicyController struct {
 	cfg    PolicyConfig
 	client kubernetes.Interface
 	log    *slog.Logger
-	pm     *policy.Maps
-	devs   *ebpf.Map // endpoint_devs
-	pods   *ebpf.Map // endpoint_pods
+
+	// Opened by each start, closed when it ends; touched by the worker only.
+	pm   *policy.Maps
+	devs *ebpf.Map // endpoint_devs
+	pods *ebpf.Map // endpoint_pods
 
 	// Touched by the worker only.
 	compiler compile.Compiler
@@ -72,6 +83,9 @@ type PolicyController struct {
 	errs     map[uint32]string                                            // the compile error last reported, by endpoint
 
 	mu       sync.Mutex
+	running  bool   // its maps are open: it watches and writes
+	problem  string // why the last start failed, while it is retried
+	retries  int    // starts failed since it last ran
 	synced   bool
 	pending  time.Time // the first change not written yet
 	lats     []time.Duration
@@ -91,41 +105,85 @@ type latencyHist struct {
 // policyLatencyBuckets: from a change to the maps written, 1 ms to 10 s.
 var policyLatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
-// NewPolicyController opens the maps under cfg.BPFRoot (creating the
-// policy maps when no plugin call has yet); Run starts it.
-func NewPolicyController(client kubernetes.Interface, cfg PolicyConfig) (*PolicyController, error) {
+// NewPolicyController prepares a controller of the maps under
+// cfg.BPFRoot; Run opens them (creating the policy maps when no plugin call
+// has yet) and starts it.
+func NewPolicyController(client kubernetes.Interface, cfg PolicyConfig) *PolicyController {
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultPolicyPoll
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	pm, err := policy.Open(cfg.BPFRoot)
+	return &PolicyController{cfg: cfg, client: client, log: cfg.Logger,
+		hist: latencyHist{counts: make([]uint64, len(policyLatencyBuckets))}}
+}
+
+// open opens the maps under bpfRoot for one start.
+func (c *PolicyController) open() error {
+	pm, err := policy.Open(c.cfg.BPFRoot)
 	if err != nil {
-		return nil, fmt.Errorf("the plugin's policy maps (bpfRoot %s): %w", cfg.BPFRoot, err)
+		return fmt.Errorf("opening the plugin's policy maps (bpfRoot %s): %w", c.cfg.BPFRoot, err)
 	}
-	ms, err := maps.OpenPinned(cfg.BPFRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
+	ms, err := maps.OpenPinned(c.cfg.BPFRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
 	if err != nil {
 		pm.Close()
-		return nil, fmt.Errorf("the plugin's endpoint maps (bpfRoot %s): %w", cfg.BPFRoot, err)
+		return fmt.Errorf("opening the plugin's endpoint maps (bpfRoot %s): %w", c.cfg.BPFRoot, err)
 	}
-	return &PolicyController{cfg: cfg, client: client, log: cfg.Logger, pm: pm,
-		devs: ms[maps.CniMapEndpointDevs], pods: ms[maps.CniMapEndpointPods],
-		hist: latencyHist{counts: make([]uint64, len(policyLatencyBuckets))}}, nil
+	c.pm, c.devs, c.pods = pm, ms[maps.CniMapEndpointDevs], ms[maps.CniMapEndpointPods]
+	return nil
 }
 
 // policyKey is the one key of the queue: every change leads to one
 // recompile, bursts to one.
 const policyKey = "policies"
 
-// Run watches until ctx ends, then closes the maps (the pinned maps stay as
-// written).
+// Run runs the controller until ctx ends, then closes the maps (the pinned
+// maps stay as written) and returns ctx's error. What keeps it from
+// starting (bpfRoot not on a bpffs, a map that cannot be opened or read) is
+// logged, reported (Status, the metrics) and retried, from 1 s doubling to
+// 30 s: the network policies are one job of the agent, and their failure
+// must not stop the others (the routes); they start once the cause is gone.
 func (c *PolicyController) Run(ctx context.Context) error {
+	delay := policyRetry
+	for {
+		err := c.run(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil { // run returns only with an error or when ctx ends
+			err = errors.New("the controller stopped")
+		}
+		c.mu.Lock()
+		c.running, c.problem = false, err.Error()
+		c.retries++
+		retries := c.retries
+		c.mu.Unlock()
+		c.log.Warn("network policies not enforced: the controller cannot start, retrying", "err", err, "retryIn", delay, "failedStarts", retries)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, policyRetryMax)
+	}
+}
+
+// run is one start: the maps opened, the informers synced, the maps read,
+// then the worker until ctx ends.
+func (c *PolicyController) run(ctx context.Context) error {
+	if err := c.open(); err != nil {
+		return err
+	}
 	defer c.close()
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slim))
-	pols := factory.Networking().V1().NetworkPolicies()
-	pods := factory.Core().V1().Pods()
-	nss := factory.Core().V1().Namespaces()
+	c.mu.Lock()
+	c.running, c.problem = true, ""
+	retries := c.retries
+	c.retries = 0
+	c.mu.Unlock()
+	if retries > 0 {
+		c.log.Info("network policies: the maps are open, starting", "failedStarts", retries)
+	}
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second))
 	defer queue.ShutDown()
 	changed := func() {
@@ -136,6 +194,52 @@ func (c *PolicyController) Run(ctx context.Context) error {
 		c.mu.Unlock()
 		queue.Add(policyKey)
 	}
+	factory, l, synced, err := c.watch(changed)
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	c.log.Info("waiting for the network policies, pods and namespaces")
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return ctx.Err()
+	}
+	if err := c.load(); err != nil {
+		return err
+	}
+	changed()
+	eps, err := c.endpoints()
+	if err != nil {
+		return err
+	}
+	polled := make(chan struct{})
+	go func() { c.poll(ctx, queue, changed, fmt.Sprint(eps)); close(polled) }()
+	defer func() { <-polled }() // before the maps it reads are closed
+	for {
+		key, quit := queue.Get()
+		if quit {
+			return ctx.Err()
+		}
+		if err := c.sync(l); err != nil {
+			c.log.Warn("writing the network policies failed, retrying", "err", err, "retries", queue.NumRequeues(key))
+			c.mu.Lock()
+			c.errors++
+			c.mu.Unlock()
+			queue.AddRateLimited(key)
+		} else {
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+}
+
+// watch makes the informers of policies, pods and namespaces, each change
+// that matters calling changed.
+func (c *PolicyController) watch(changed func()) (informers.SharedInformerFactory, policyListers, []cache.InformerSynced, error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slim))
+	pols := factory.Networking().V1().NetworkPolicies()
+	pods := factory.Core().V1().Pods()
+	nss := factory.Core().V1().Namespaces()
 	handler := func(relevant func(old, cur any) bool) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{
 			AddFunc: func(any) { changed() },
@@ -156,65 +260,39 @@ func (c *PolicyController) Run(ctx context.Context) error {
 		"namespaces":       {nss.Informer(), func(old, cur any) bool { return !reflect.DeepEqual(nsLabels(old), nsLabels(cur)) }},
 	} {
 		if _, err := h.inf.AddEventHandler(handler(h.relevant)); err != nil {
-			return fmt.Errorf("watching %s: %w", what, err)
+			return nil, policyListers{}, nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	c.log.Info("waiting for the network policies, pods and namespaces")
-	if !cache.WaitForCacheSync(ctx.Done(), pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced) {
-		return ctx.Err()
-	}
-	if err := c.load(); err != nil {
-		return err
-	}
-	changed()
-	eps, err := c.endpoints()
-	if err != nil {
-		return err
-	}
-	last := fmt.Sprint(eps)
-	go func() {
-		poll := time.NewTicker(c.cfg.Poll)
-		defer poll.Stop()
-		resync := time.NewTicker(policyResync)
-		defer resync.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				queue.ShutDown()
-				return
-			case <-resync.C:
-				queue.Add(policyKey)
-			case <-poll.C:
-				eps, err := c.endpoints()
-				if err != nil {
-					c.log.Warn("reading the endpoints", "err", err)
-					continue
-				}
-				if sig := fmt.Sprint(eps); sig != last {
-					last = sig
-					changed()
-				}
+	return factory, policyListers{pols.Lister(), pods.Lister(), nss.Lister()},
+		[]cache.InformerSynced{pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced}, nil
+}
+
+// poll reads the endpoints every cfg.Poll (ADD and DEL tell nobody) and
+// calls changed when they differ from last; it queues a full comparison
+// every policyResync, and shuts the queue down when ctx ends.
+func (c *PolicyController) poll(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], changed func(), last string) {
+	poll := time.NewTicker(c.cfg.Poll)
+	defer poll.Stop()
+	resync := time.NewTicker(policyResync)
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			queue.ShutDown()
+			return
+		case <-resync.C:
+			queue.Add(policyKey)
+		case <-poll.C:
+			eps, err := c.endpoints()
+			if err != nil {
+				c.log.Warn("reading the endpoints", "err", err)
+				continue
+			}
+			if sig := fmt.Sprint(eps); sig != last {
+				last = sig
+				changed()
 			}
 		}
-	}()
-	l := policyListers{pols.Lister(), pods.Lister(), nss.Lister()}
-	for {
-		key, quit := queue.Get()
-		if quit {
-			return ctx.Err()
-		}
-		if err := c.sync(l); err != nil {
-			c.log.Warn("writing the network policies failed, retrying", "err", err, "retries", queue.NumRequeues(key))
-			c.mu.Lock()
-			c.errors++
-			c.mu.Unlock()
-			queue.AddRateLimited(key)
-		} else {
-			queue.Forget(key)
-		}
-		queue.Done(key)
 	}
 }
 
@@ -222,6 +300,7 @@ func (c *PolicyController) close() {
 	c.pm.Close()
 	c.devs.Close()
 	c.pods.Close()
+	c.pm, c.devs, c.pods = nil, nil, nil
 }
 
 type policyListers struct {
@@ -652,8 +731,28 @@ func (c *PolicyController) Latencies() []time.Duration {
 	return append(slices.Clone(c.lats[c.latNext:]), c.lats[:c.latNext]...)
 }
 
+// PolicyStatus is what the agent's /readyz says of the network policies.
+type PolicyStatus struct {
+	// Running: the controller has its maps open, watches and writes.
+	Running bool `json:"running"`
+	// Synced: a first full write of the maps is done.
+	Synced bool `json:"synced"`
+	// Problem is why the last start failed, while it is retried; Retries
+	// how many starts failed since it last ran.
+	Problem string `json:"problem,omitempty"`
+	Retries int    `json:"retries,omitempty"`
+}
+
+// Status says whether the controller runs, and if not why.
+func (c *PolicyController) Status() PolicyStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return PolicyStatus{Running: c.running, Synced: c.synced, Problem: c.problem, Retries: c.retries}
+}
+
 // policyStats is what the metrics report.
 type policyStats struct {
+	running  bool
 	synced   bool
 	enforced int
 	errors   uint64
@@ -665,7 +764,7 @@ func (c *PolicyController) stats() policyStats {
 	defer c.mu.Unlock()
 	h := c.hist
 	h.counts = slices.Clone(h.counts)
-	return policyStats{synced: c.synced, enforced: c.enforced, errors: c.errors, hist: h}
+	return policyStats{running: c.running, synced: c.synced, enforced: c.enforced, errors: c.errors, hist: h}
 }
 
 // ClearPolicies removes what an earlier agent wrote for network policies:

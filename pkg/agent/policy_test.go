@@ -43,19 +43,23 @@ type policyNode struct {
 }
 
 func newPolicyNode(t *testing.T, objs ...any) *policyNode {
-	bpfRoot := testutil.BPFFS(t)
+	n := policyNodeAt(t, testutil.BPFFS(t), fake.NewClientset())
+	for _, o := range objs {
+		n.apply(o)
+	}
+	return n
+}
+
+// policyNodeAt is the node of the maps under bpfRoot (on a bpffs) and the
+// API of client.
+func policyNodeAt(t *testing.T, bpfRoot string, client *fake.Clientset) *policyNode {
 	pm, err := policy.Open(bpfRoot)
 	require.NoError(t, err)
 	t.Cleanup(pm.Close)
 	ms, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
 	require.NoError(t, err)
 	t.Cleanup(func() { ms[maps.CniMapEndpointDevs].Close(); ms[maps.CniMapEndpointPods].Close() })
-	client := fake.NewClientset()
-	n := &policyNode{t: t, bpfRoot: bpfRoot, client: client, pm: pm, devs: ms[maps.CniMapEndpointDevs], pods: ms[maps.CniMapEndpointPods]}
-	for _, o := range objs {
-		n.apply(o)
-	}
-	return n
+	return &policyNode{t: t, bpfRoot: bpfRoot, client: client, pm: pm, devs: ms[maps.CniMapEndpointDevs], pods: ms[maps.CniMapEndpointPods]}
 }
 
 func (n *policyNode) apply(o any) {
@@ -110,8 +114,7 @@ func (n *policyNode) delEndpoint(ifindex uint32) {
 // run starts a controller until stop (or the test's end).
 func (n *policyNode) run() (pc *PolicyController, stop func()) {
 	n.t.Helper()
-	pc, err := NewPolicyController(n.client, PolicyConfig{BPFRoot: n.bpfRoot, Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(n.t, err)
+	pc = NewPolicyController(n.client, PolicyConfig{BPFRoot: n.bpfRoot, Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = pc.Run(ctx); close(done) }()
@@ -415,6 +418,60 @@ func TestPolicyControllerMapFull(t *testing.T) {
 	require.Equal(t, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.1.2/32", withSources(tcp(80), policy.ID("a", "web")))}}}, n.rules())
 }
 
+// TestPolicyControllerWaitsForBPFFS: on a bpfRoot that is no bpffs yet,
+// the controller reports why and retries, and the agent it runs beside
+// routes all the same but is not ready, saying why; once a bpffs is mounted
+// there, the controller starts and writes the policies, and the agent is
+// ready.
+func TestPolicyControllerWaitsForBPFFS(t *testing.T) {
+	testutil.RequireRoot(t)
+	mnt := filepath.Join(t.TempDir(), "bpffs")
+	require.NoError(t, os.Mkdir(mnt, 0o700))
+	bpfRoot := filepath.Join(mnt, "ebpf-cni")
+	client := fake.NewClientset(node("self", []string{"192.0.2.10"}, "10.244.0.0/24"), node("b", []string{"192.0.2.11"}, "10.244.1.0/24"),
+		testNS("a"), testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"}), allowFrom("a", "web", "server", "client", 80))
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pc := NewPolicyController(client, PolicyConfig{BPFRoot: bpfRoot, Poll: 20 * time.Millisecond, Logger: discard})
+	routes := newMem()
+	a, err := New(client, routes, Config{NodeName: "self", Policy: pc, Logger: discard})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { _ = pc.Run(ctx); done <- struct{}{} }()
+	go func() { _ = a.Run(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	reg := NewMetrics(bpfRoot, t.TempDir(), a, discard)
+	reg.AddPolicy(pc)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"10.244.1.0/24 via 192.0.2.11"}, routes.snapshot())
+		s := a.Status()
+		assert.False(c, s.Ready)
+		assert.Contains(c, s.Reason, "network policies not enforced, retrying: opening the plugin's policy maps")
+		require.NotNil(c, s.Policy)
+		assert.Contains(c, s.Policy.Problem, "not on a bpf filesystem")
+		assert.Positive(c, s.Policy.Retries)
+		up, ok := gauge(c, reg.Registry(), "ebpf_cni_policy_up")
+		assert.True(c, ok)
+		assert.Zero(c, up)
+	}, 10*time.Second, 10*time.Millisecond)
+
+	testutil.MountBPFFS(t, mnt)
+	n := policyNodeAt(t, bpfRoot, client)
+	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st, ok, err := n.pm.Endpoint(ifServer)
+		require.NoError(c, err)
+		assert.True(c, ok)
+		assert.Equal(c, policy.StateEnforce, policy.State(st.Ingress))
+		s := a.Status()
+		assert.True(c, s.Ready, "%+v", s)
+		up, _ := gauge(c, reg.Registry(), "ebpf_cni_policy_up")
+		assert.Equal(c, 1.0, up)
+	}, 60*time.Second, 10*time.Millisecond, "the policies once the bpffs is there (retried every 1 s, then 2, 4...)")
+	require.Equal(t, PolicyStatus{Running: true, Synced: true}, *a.Status().Policy)
+}
+
 // TestPolicyMetrics: the latency histogram counts every write since a
 // change, the enforced endpoints their states.
 func TestPolicyMetrics(t *testing.T) {
@@ -489,8 +546,7 @@ func BenchmarkPolicyChange(b *testing.B) {
 		objs = append(objs, pol(i, int32(1000+i%16)))
 	}
 	client := fake.NewClientset(objs...)
-	pc, err := NewPolicyController(client, PolicyConfig{BPFRoot: bpfRoot, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(b, err)
+	pc := NewPolicyController(client, PolicyConfig{BPFRoot: bpfRoot, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = pc.Run(ctx); close(done) }()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+	cnimaps "github.com/ebpf-cni/ebpf-cni/pkg/maps" // "maps" is the standard library's here
 )
 
 // VXLAN keeps the tunnel endpoints of the plugin's VXLAN overlay: for each
@@ -42,14 +43,17 @@ type VXLAN struct {
 // prefers: the one whose encapsulation overhead the plugin took off the
 // pods' MTU (cluster.Overhead), so that every range, IPv4 or IPv6, is
 // carried within the pods' MTU. It opens the map once, creating it when no
-// pod ran yet, so that missing privileges or mounts fail here.
+// pod ran yet, so that missing privileges fail here. A bpfRoot not on a
+// bpffs is no error: a mount can appear later (a capability cannot come
+// back to a running process), and until then every call fails, saying so,
+// for the reconciler to retry.
 func NewVXLAN(bpfRoot, stateDir string, underlay int) (*VXLAN, error) {
 	if underlay != 4 && underlay != 6 {
 		return nil, fmt.Errorf("underlay family %d: want 4 or 6", underlay)
 	}
 	v := &VXLAN{bpfRoot: bpfRoot, stateDir: stateDir, underlay: underlay}
 	err := v.locked(func(*cluster.Tunnels, owned) (bool, error) { return false, nil })
-	if err != nil {
+	if err != nil && !errors.Is(err, cnimaps.ErrNotBPFFS) {
 		return nil, fmt.Errorf("the plugin's tunnel endpoints (bpfRoot %s, stateDir %s): %w", bpfRoot, stateDir, err)
 	}
 	return v, nil

@@ -139,10 +139,7 @@ func (b *bench) policy() error {
 			return fmt.Errorf("the fake API: %w", err)
 		}
 	}
-	ctl, err := agent.NewPolicyController(client, agent.PolicyConfig{BPFRoot: s.bpfRoot})
-	if err != nil {
-		return err
-	}
+	ctl := agent.NewPolicyController(client, agent.PolicyConfig{BPFRoot: s.bpfRoot})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ctl.Run(ctx) }()

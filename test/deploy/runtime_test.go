@@ -1,14 +1,11 @@
 package deploy_test
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -203,31 +200,11 @@ func TestManifestUnderRuntime(t *testing.T) {
 }
 
 // readyz is the agent's readiness probe, as kubelet sends it on the node.
-// The connection is made in the node's namespace (http.Client dials on
-// another goroutine, so not through it).
 func readyz(n ns.NetNS, c corev1.Container) string {
 	p := c.ReadinessProbe.HTTPGet
-	var conn net.Conn
-	if err := n.Do(func(ns.NetNS) (err error) {
-		conn, err = net.DialTimeout("tcp", net.JoinHostPort(p.Host, p.Port.String()), 2*time.Second)
-		return err
-	}); err != nil {
-		return err.Error()
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	req, err := http.NewRequest(http.MethodGet, "http://"+p.Host+p.Path, nil)
+	_, body, err := getIn(n, net.JoinHostPort(p.Host, p.Port.String()), p.Path)
 	if err != nil {
 		return err.Error()
 	}
-	if err := req.Write(conn); err != nil {
-		return err.Error()
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return body
 }

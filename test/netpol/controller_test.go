@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 )
 
@@ -28,9 +26,8 @@ type controller struct {
 // before.
 func (cl *cluster) startController(t testing.TB) *controller {
 	t.Helper()
-	c, err := agent.NewPolicyController(cl.client, agent.PolicyConfig{BPFRoot: cl.node.BPFRoot,
+	c := agent.NewPolicyController(cl.client, agent.PolicyConfig{BPFRoot: cl.node.BPFRoot,
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	ctl := &controller{c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { ctl.done <- c.Run(ctx) }()
