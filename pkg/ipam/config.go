@@ -230,6 +230,12 @@ func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet, node []NodeNet) (
 			if ip == nil {
 				return nil, types.NewError(src.code, fmt.Sprintf("invalid address %q in %s", s, src.key), "")
 			}
+			// net.ParseIP reads ::ffff:a.b.c.d as the IPv4 address: handed
+			// out as such, the pod would not get what was asked for. Refused
+			// as a v4-mapped range is (parseRangeSets).
+			if ip.To4() != nil && strings.Contains(s, ":") {
+				return nil, invalidConfig(src.key, fmt.Sprintf("requested address %s is an IPv4-mapped IPv6 address: write the IPv4 address %s", s, ip.To4()))
+			}
 			if why := forbiddenRequest(ip, sets, node); why != "" {
 				return nil, invalidConfig(src.key, fmt.Sprintf("requested address %s: %s; no pod may have it", ip, why))
 			}

@@ -41,6 +41,11 @@ var hostile = []struct {
 	{"ips gateway6", `"ranges":[[{"subnet":"fd71::/64","gateway":"fd71::9"}]]`, `"runtimeConfig":{"ips":["fd71::9"]}`, "", "runtimeConfig.ips"},
 	{"ips link-local6", `"ranges":[[{"subnet":"fd71::/64"}]]`, "", "IP=fe80::1", "CNI_ARGS IP"},
 	{"ips unspecified", `"subnet":"10.71.0.0/24"`, "", "IP=0.0.0.0", "CNI_ARGS IP"},
+	// An IPv4-mapped IPv6 address is not an IPv4 address: a request must
+	// name the pod's address as it will have it, as a range must.
+	{"ips v4-mapped", `"subnet":"10.71.0.0/24"`, `"runtimeConfig":{"ips":["::ffff:10.71.0.5"]}`, "", "runtimeConfig.ips"},
+	{"ips v4-mapped args", `"subnet":"10.71.0.0/24"`, `"args":{"cni":{"ips":["::ffff:10.71.0.5/24"]}}`, "", "args.cni.ips"},
+	{"ips v4-mapped CNI_ARGS", `"ranges":[[{"subnet":"10.71.0.0/24"}],[{"subnet":"fd71::/64"}]]`, "", "IP=::ffff:10.71.0.5", "CNI_ARGS IP"},
 }
 
 // TestHostileRangesAndAddresses is the table Must-hold of issue 27: each
