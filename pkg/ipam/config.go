@@ -153,7 +153,14 @@ func ParseConfig(stdin []byte, cniArgs string) (*Config, *NetConf, error) {
 		c.Routes = append(c.Routes, route)
 	}
 	if n.IPAM.ResolvConf != "" {
-		dns, err := parseResolvConf(n.IPAM.ResolvConf)
+		b, err := readResolvConf(n.IPAM.ResolvConf)
+		if ce, ok := config.AsCNI(err); ok {
+			return nil, nil, ce
+		}
+		var dns *types.DNS
+		if err == nil {
+			dns, err = parseResolvConf(b)
+		}
 		if err != nil {
 			return nil, nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("reading ipam.resolvConf %q", n.IPAM.ResolvConf), err.Error())
 		}

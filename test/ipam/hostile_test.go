@@ -1,7 +1,11 @@
 package ipam_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -118,4 +122,42 @@ func TestNetworkNames(t *testing.T) {
 	readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t, e.network)
 	e.run("DEL", "c", stdin, "").Must(t)
 	readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+}
+
+// An ipam.resolvConf that is not a regular file (a FIFO, which blocks an
+// open for reading until a writer comes; /dev/urandom, which never ends)
+// or larger than 64 KiB is refused by ADD and STATUS with code 7 naming
+// the key, under every spec version, and leaves nothing: before, ADD hung
+// there holding the node lock shared, and the node's last DEL waited.
+func TestHostileResolvConf(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	big := filepath.Join(dir, "big.conf")
+	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat("# a long comment line of a resolv.conf\n", 2000)), 0o600))
+	for _, tc := range []struct{ name, path, words string }{
+		{"fifo", fifo, "not a regular file"},
+		{"/dev/urandom", "/dev/urandom", "not a regular file"},
+		{"over 64 KiB", big, "at most 65536"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, ver := range testutil.SpecVersions {
+				stdin := e.conf(ver, fmt.Sprintf(`"subnet":"10.71.0.0/24","resolvConf":%q`, tc.path))
+				verbs := []string{"ADD"}
+				if ver == "1.1.0" {
+					verbs = append(verbs, "STATUS")
+				}
+				for _, verb := range verbs {
+					cerr := e.run(verb, "hostile", stdin, "").Error(t)
+					require.Equal(t, types.ErrInvalidNetworkConfig, cerr.Code, "%s %s: %s", verb, ver, cerr.Msg)
+					require.Contains(t, cerr.Msg, "ipam.resolvConf", verb, ver)
+					require.Contains(t, cerr.Msg, tc.words, verb, ver)
+					readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+				}
+				e.run("DEL", "hostile", stdin, "").Must(t)
+				readBookkeeping(t, e.bpfRoot, e.stateDir).requireOnly(t)
+			}
+		})
+	}
 }
