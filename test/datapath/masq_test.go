@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -24,12 +25,14 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // worldServer is a host outside the node: it echoes TCP and UDP on one
@@ -626,6 +629,71 @@ func TestMasqueradeBadConfig(t *testing.T) {
 	// and with it the network's ebpf-ipam state (it held nothing else).
 	_, err := os.Stat(filepath.Join(e.stateDir, "ipam", "ebpfnet"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+
+	// An uplink that is a device of ebpf-cni's own: a pod's host veth (the
+	// uplink programs stayed on it after the pod's DEL in tcx mode, and
+	// status blamed the pod) or the cluster's VXLAN device. Refused, and
+	// nothing lands on either.
+	overlay := map[string]any{"clusterCIDRs": []string{nettest.ClusterCIDR4.String(), nettest.ClusterCIDR6.String()}, "overlay": "vxlan"}
+	for _, mode := range testutil.AttachModes {
+		for _, tc := range []struct {
+			name string
+			keys map[string]any // of the pod that makes the device
+			dev  string
+		}{
+			{"a pod's host veth", nil, veth.HostName("victim", "eth0")},
+			{"the VXLAN device", overlay, cluster.Device},
+		} {
+			t.Run("uplinks[1] "+tc.name+"/"+mode, func(t *testing.T) {
+				testutil.RequireMode(t, mode)
+				list := e.masqList("1.1.0", mode, tc.keys)
+				victim := testutil.AddPod(t, e.cni, list, "victim")
+				before := e.deviceProgramIDs(tc.dev)
+				bad := map[string]any{"uplinks": []string{"uplink", tc.dev}}
+				for k, v := range tc.keys {
+					bad[k] = v
+				}
+				badList := e.masqList("1.1.0", mode, bad)
+				p, err := e.cni.AddPod(badList, "bad-uplink", nil)
+				if err == nil {
+					t.Cleanup(func() { _ = e.cni.DelPod(badList, p) })
+				}
+				require.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v", err)
+				require.Contains(t, err.Error(), "uplinks[1]")
+				require.Contains(t, err.Error(), tc.dev)
+				require.Equal(t, before, e.deviceProgramIDs(tc.dev), "programs put on %s", tc.dev)
+				require.Equal(t, 2, e.uplinkProgramIDs(), "the victim's, on the uplink")
+				require.Len(t, e.hostLinks(), 1, "the refused pod's veth")
+				require.Equal(t, 1, e.records())
+
+				require.NoError(t, e.cni.DelPod(list, victim))
+				e.requireClean()
+				require.Zero(t, e.uplinkProgramIDs())
+			})
+		}
+	}
+}
+
+// deviceProgramIDs lists the programs on both directions of the node's
+// device name.
+func (e *env) deviceProgramIDs(name string) []ebpf.ProgramID {
+	e.t.Helper()
+	var ids []ebpf.ProgramID
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		for _, h := range uplink.Hooks {
+			got, err := attach.AttachedIDs(l, h)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, got...)
+		}
+		return nil
+	}))
+	return ids
 }
 
 // TestMasqueradeExceptions: destinations in nonMasqueradeCIDRs see the
