@@ -600,18 +600,29 @@ func farHost(t *testing.T, world ns.NetNS, ip4, ip6 net.IP) ns.NetNS {
 // uplink program, no allocated address.
 func TestMasqueradeBadConfig(t *testing.T) {
 	e := newEnv(t)
-	cases := map[string]map[string]any{
-		"masqueradeIP":          {"masqueradeIP": "not-an-ip"},
-		"nonMasqueradeCIDRs[1]": {"nonMasqueradeCIDRs": []string{"10.0.0.0/8", "10.1/33"}},
-		"masqueradePortRange":   {"masqueradePortRange": "40000-50000"}, // inside the ephemeral ports
-		"natTimeouts.udp":       {"natTimeouts": map[string]any{"udp": "0s"}},
-		"natTimeouts.tcpFoo":    {"natTimeouts": map[string]any{"tcpFoo": "1m"}},
-		"uplinks[0]":            {"uplinks": []string{"nosuchdev"}},
+	cases := []struct {
+		name, key string
+		extra     map[string]any
+	}{
+		{"masqueradeIP", "masqueradeIP", map[string]any{"masqueradeIP": "not-an-ip"}},
+		// Not the node's: replies would go nowhere, for every pod of the
+		// network, also after this ADD's DEL.
+		{"masqueradeIP not the node's", "masqueradeIP", map[string]any{"masqueradeIP": "10.77.0.200"}},
+		{"masqueradeIP the world's", "masqueradeIP", map[string]any{"masqueradeIP": nettest.WorldIP6.String()}},
+		{"nonMasqueradeCIDRs[1]", "nonMasqueradeCIDRs[1]", map[string]any{"nonMasqueradeCIDRs": []string{"10.0.0.0/8", "10.1/33"}}},
+		{"masqueradePortRange", "masqueradePortRange", map[string]any{"masqueradePortRange": "40000-50000"}}, // inside the ephemeral ports
+		{"natTimeouts.udp", "natTimeouts.udp", map[string]any{"natTimeouts": map[string]any{"udp": "0s"}}},
+		{"natTimeouts.tcpFoo", "natTimeouts.tcpFoo", map[string]any{"natTimeouts": map[string]any{"tcpFoo": "1m"}}},
+		{"uplinks[0]", "uplinks[0]", map[string]any{"uplinks": []string{"nosuchdev"}}},
 	}
-	for key, extra := range cases {
-		t.Run(key, func(t *testing.T) {
+	for _, tc := range cases {
+		key, extra := tc.key, tc.extra
+		t.Run(tc.name, func(t *testing.T) {
 			list := e.masqList("1.1.0", "", extra)
-			_, err := e.cni.AddPod(list, "bad-masq-config", nil)
+			p, err := e.cni.AddPod(list, "bad-masq-config", nil)
+			if err == nil { // the bug: not left for the next case
+				require.NoError(t, e.cni.DelPod(list, p))
+			}
 			require.Error(t, err)
 			var ce *types.Error
 			require.ErrorAs(t, err, &ce)
@@ -629,6 +640,8 @@ func TestMasqueradeBadConfig(t *testing.T) {
 	// and with it the network's ebpf-ipam state (it held nothing else).
 	_, err := os.Stat(filepath.Join(e.stateDir, "ipam", "ebpfnet"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+
+	t.Run("masqueradeIP disagrees with the network's", func(t *testing.T) { testMasqueradeIPDisagrees(t, e) })
 
 	// An uplink that is a device of ebpf-cni's own: a pod's host veth (the
 	// uplink programs stayed on it after the pod's DEL in tcx mode, and
@@ -672,6 +685,60 @@ func TestMasqueradeBadConfig(t *testing.T) {
 			})
 		}
 	}
+}
+
+// testMasqueradeIPDisagrees: masq_nets holds one masquerade address per
+// network, which every pod of it leaves with. While a pod of the network
+// lives on the node, an ADD of it with another masqueradeIP (or none) is
+// refused with code 7 naming the key, the value in force and a pod that
+// holds it, and leaves nothing; the pods keep their address. Once none is
+// left (another network's pod keeps the node and the entry), a new ADD's
+// address replaces the leftover.
+func testMasqueradeIPDisagrees(t *testing.T, e *env) {
+	for _, a := range []string{"192.0.2.9/24", "192.0.2.10/24"} {
+		_, err := nettest.Run(e.node.NS, "ip", "addr", "add", a, "dev", "uplink")
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = nettest.Run(e.node.NS, "ip", "addr", "del", a, "dev", "uplink") })
+	}
+	srv := newWorldServer(t, e.node.World)
+	sourceOf := func(p *nettest.Pod) netip.Addr {
+		t.Helper()
+		require.NoError(t, udpFrom(p.NS, 0, nettest.WorldIP4, srv.port))
+		return srv.last("udp").Addr()
+	}
+	keep := testutil.AddPod(t, e.cni, e.confList(netOpts{name: "othernet", extra: map[string]any{"ipMasq": true},
+		ipam: map[string]any{"type": "ebpf-ipam", "ranges": []any{[]any{map[string]any{"subnet": "10.244.9.0/24"}}}}}), "keep")
+	first := e.masqList("1.1.0", "", map[string]any{"masqueradeIP": "192.0.2.9"})
+	a := testutil.AddPod(t, e.cni, first, "masq-first")
+	require.Equal(t, netip.MustParseAddr("192.0.2.9"), sourceOf(a))
+
+	for _, extra := range []map[string]any{nil, {"masqueradeIP": "192.0.2.10"}} {
+		list := e.masqList("1.1.0", "", extra)
+		p, err := e.cni.AddPod(list, "masq-second", nil)
+		if err == nil {
+			t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
+		}
+		require.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v: %v", extra, err)
+		require.Contains(t, err.Error(), "invalid masqueradeIP")
+		require.Contains(t, err.Error(), "masqueradeIP 192.0.2.9", "the value in force")
+		require.Contains(t, err.Error(), "masq-first/eth0", "a pod that holds it")
+		require.Len(t, e.hostLinks(), 2, "the refused pod's veth")
+		require.Equal(t, 2, e.records())
+		allocs, err := os.ReadDir(filepath.Join(e.stateDir, "ipam", "ebpfnet", "owners"))
+		require.NoError(t, err)
+		require.Len(t, allocs, 1, "only masq-first's address")
+	}
+	require.Equal(t, netip.MustParseAddr("192.0.2.9"), sourceOf(a), "the network's pods keep their address")
+
+	require.NoError(t, e.cni.DelPod(first, a))
+	plain := e.masqList("1.1.0", "", nil)
+	b := testutil.AddPod(t, e.cni, plain, "masq-after")
+	require.Equal(t, addr(nettest.NodeIP4), sourceOf(b), "the leftover 192.0.2.9 replaced")
+	require.Equal(t, addr(nettest.NodeIP4), sourceOf(keep))
+	require.NoError(t, e.cni.DelPod(plain, b))
+	require.NoError(t, e.cni.DelPod(e.confList(netOpts{name: "othernet", extra: map[string]any{"ipMasq": true},
+		ipam: map[string]any{"type": "ebpf-ipam", "ranges": []any{[]any{map[string]any{"subnet": "10.244.9.0/24"}}}}}), keep))
+	e.requireClean()
 }
 
 // deviceProgramIDs lists the programs on both directions of the node's
