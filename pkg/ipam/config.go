@@ -78,8 +78,11 @@ type Config struct {
 	BPFRoot    string
 	StateDir   string
 	RangeSets  []RangeSet
-	Routes     []*types.Route
-	DNS        types.DNS
+	// RangesKey is the key RangeSets came from: "ipam.ranges",
+	// "runtimeConfig.ipRanges", or "ipam" (the subnet shorthand).
+	RangesKey string
+	Routes    []*types.Route
+	DNS       types.DNS
 	// Requested maps a requested address to the index of its range set.
 	Requested map[int]net.IP
 }
@@ -138,6 +141,7 @@ func ParseConfig(stdin []byte, cniArgs string) (*Config, *NetConf, error) {
 	if err != nil {
 		return nil, nil, types.NewError(types.ErrIOFailure, "reading the node's addresses", err.Error())
 	}
+	c.RangesKey = key
 	if c.RangeSets, err = parseRangeSets(raw, key, node); err != nil {
 		return nil, nil, err
 	}
