@@ -59,7 +59,11 @@ const intro = `ebpf-cni: the operator CLI of the ebpf-cni CNI plugin.
 There is no daemon: the node's network lives in pinned eBPF maps and
 programs (--bpf-root) and small records (--state-dir). These commands read
 them and the kernel directly. Run them as root in the network namespace the
-plugin runs in (the node's). Only gc changes anything.
+plugin runs in (the node's). Three change the node's state: gc (removes
+what gone pods left), repair (mends the state from the kernel) and
+tunnels --add or --del (writes tunnel endpoints); each of the first two
+lists instead with --dry-run. monitor holds the event stream while it
+runs; every other command only reads.
 With CNI_COMMAND set, ebpf-cni is the CNI plugin instead.
 `
 

@@ -78,8 +78,11 @@ type Config struct {
 	BPFRoot    string
 	StateDir   string
 	RangeSets  []RangeSet
-	Routes     []*types.Route
-	DNS        types.DNS
+	// RangesKey is the key RangeSets came from: "ipam.ranges",
+	// "runtimeConfig.ipRanges", or "ipam" (the subnet shorthand).
+	RangesKey string
+	Routes    []*types.Route
+	DNS       types.DNS
 	// Requested maps a requested address to the index of its range set.
 	Requested map[int]net.IP
 }
@@ -138,6 +141,7 @@ func ParseConfig(stdin []byte, cniArgs string) (*Config, *NetConf, error) {
 	if err != nil {
 		return nil, nil, types.NewError(types.ErrIOFailure, "reading the node's addresses", err.Error())
 	}
+	c.RangesKey = key
 	if c.RangeSets, err = parseRangeSets(raw, key, node); err != nil {
 		return nil, nil, err
 	}
@@ -153,7 +157,14 @@ func ParseConfig(stdin []byte, cniArgs string) (*Config, *NetConf, error) {
 		c.Routes = append(c.Routes, route)
 	}
 	if n.IPAM.ResolvConf != "" {
-		dns, err := parseResolvConf(n.IPAM.ResolvConf)
+		b, err := readResolvConf(n.IPAM.ResolvConf)
+		if ce, ok := config.AsCNI(err); ok {
+			return nil, nil, ce
+		}
+		var dns *types.DNS
+		if err == nil {
+			dns, err = parseResolvConf(b)
+		}
 		if err != nil {
 			return nil, nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("reading ipam.resolvConf %q", n.IPAM.ResolvConf), err.Error())
 		}
@@ -229,6 +240,12 @@ func requestedIPs(n *NetConf, cniArgs string, sets []RangeSet, node []NodeNet) (
 			ip := net.ParseIP(s)
 			if ip == nil {
 				return nil, types.NewError(src.code, fmt.Sprintf("invalid address %q in %s", s, src.key), "")
+			}
+			// net.ParseIP reads ::ffff:a.b.c.d as the IPv4 address: handed
+			// out as such, the pod would not get what was asked for. Refused
+			// as a v4-mapped range is (parseRangeSets).
+			if ip.To4() != nil && strings.Contains(s, ":") {
+				return nil, invalidConfig(src.key, fmt.Sprintf("requested address %s is an IPv4-mapped IPv6 address: write the IPv4 address %s", s, ip.To4()))
 			}
 			if why := forbiddenRequest(ip, sets, node); why != "" {
 				return nil, invalidConfig(src.key, fmt.Sprintf("requested address %s: %s; no pod may have it", ip, why))

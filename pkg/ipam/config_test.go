@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -165,6 +166,24 @@ func TestParseResolvConf(t *testing.T) {
 	require.True(t, errors.As(err, &e))
 	require.Equal(t, uint(types.ErrIOFailure), e.Code)
 	require.Contains(t, e.Msg, "ipam.resolvConf")
+
+	// What is not a regular file of at most MaxResolvConf bytes is a bad
+	// key, refused before it is opened for reading (a FIFO would block).
+	fifo := t.TempDir() + "/fifo"
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	big := t.TempDir() + "/big"
+	require.NoError(t, writeFile(big, strings.Repeat("#", MaxResolvConf+1)))
+	edge := t.TempDir() + "/edge"
+	require.NoError(t, writeFile(edge, "nameserver 10.0.0.53\n"+strings.Repeat("#", MaxResolvConf-21)))
+	_, _, err = ParseConfig(conf(`"subnet":"10.0.0.0/24","resolvConf":"`+edge+`"`), "")
+	require.NoError(t, err, "exactly MaxResolvConf bytes")
+	for path, words := range map[string]string{fifo: "a FIFO", "/dev/urandom": "a character device", t.TempDir(): "a directory", big: "at most 65536"} {
+		_, _, err = ParseConfig(conf(`"subnet":"10.0.0.0/24","resolvConf":"`+path+`"`), "")
+		require.True(t, errors.As(err, &e), "%s: %v", path, err)
+		require.Equal(t, uint(types.ErrInvalidNetworkConfig), e.Code, e.Msg)
+		require.Contains(t, e.Msg, "invalid ipam.resolvConf")
+		require.Contains(t, e.Msg, words)
+	}
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }

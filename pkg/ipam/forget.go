@@ -58,6 +58,12 @@ func (s *Store) Forget() (bool, error) {
 	if err := removeIfThere(filepath.Join(s.dir, "map-id")); err != nil {
 		return false, err
 	}
+	// Holding nothing, the network shares no address with another.
+	for _, f := range []string{rangesFile, rangesFile + ".tmp"} {
+		if err := removeIfThere(filepath.Join(s.dir, f)); err != nil {
+			return false, err
+		}
+	}
 	if err := s.openCursors(); err != nil {
 		return false, err
 	}

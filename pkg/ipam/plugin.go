@@ -60,7 +60,11 @@ func CmdAdd(args *skel.CmdArgs) error {
 // cniVersion to print it in: CmdAdd, and ebpf-cni's in-process IPAM.
 func Add(args *skel.CmdArgs) (res *current.Result, cniVersion string, err error) {
 	err = withStore(args, true, true, func(s *Store, c *Config, _ *NetConf) error {
-		ips, err := AllocateIn(s, c, args.ContainerID, args.IfName, args.Netns)
+		err := s.claimRanges(c)
+		var ips []*current.IPConfig
+		if err == nil {
+			ips, err = AllocateIn(s, c, args.ContainerID, args.IfName, args.Netns)
+		}
 		if err != nil {
 			_, _ = s.Forget() // a failed ADD on a new network leaves nothing of it
 			return err
@@ -177,6 +181,14 @@ func CmdStatus(args *skel.CmdArgs) error {
 			if used[i] >= size[i] {
 				return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("ebpf-ipam is not available: no free address in range set %d (%s): %d of %d in use", i, describeSet(c.RangeSets[i]), used[i], size[i]), "")
 			}
+		}
+		// ADD would refuse ranges another network holds addresses in.
+		ce, err := sharedRange(c, s.Network)
+		if err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: reading the other networks' ranges", err.Error())
+		}
+		if ce != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "ebpf-ipam is not available: "+ce.Error(), "")
 		}
 		return nil
 	})

@@ -56,6 +56,8 @@ func TestHostileRangesAndAddresses(t *testing.T) {
 		{"requested gateway6", `"ranges":[[{"subnet":"fd09::/64"}]]`, "IP=fd09::1", "CNI_ARGS IP"},
 		{"requested unspecified6", `"ranges":[[{"subnet":"fd09::/64"}]]`, "IP=::", "CNI_ARGS IP"},
 		{"requested link-local6", `"ranges":[[{"subnet":"fd09::/64"}]]`, "IP=fe80::1", "CNI_ARGS IP"},
+		{"requested v4-mapped", `"subnet":"10.9.0.0/24"`, "IP=::ffff:10.9.0.5", "CNI_ARGS IP"},
+		{"requested v4-mapped runtimeConfig", `"subnet":"10.9.0.0/24"},"runtimeConfig":{"ips":["::ffff:10.9.0.5/24"]`, "", "runtimeConfig.ips"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdin := conf(tc.ipam)

@@ -21,12 +21,25 @@ func skipKey(netID uint32, n *net.IPNet) maps.CniMasqSkipKey {
 
 // Apply makes masquerade ready for a pod of network netName whose addresses
 // lie in podNets: the uplinks carry the programs and know their addresses,
-// and the network's settings are in the maps. It is idempotent; every ADD
-// of a network with ipMasq calls it, so address or config changes apply.
+// and the network's settings are in the maps. It is idempotent; Restore
+// calls it with what a record holds. An ADD goes through admit instead.
 func Apply(n *node.Node, netName string, s *Settings, podNets []*net.IPNet, mode attach.Mode) error {
+	return apply(n, netName, s, podNets, mode, nil)
+}
+
+// apply is Apply, with an ADD's admission (nil: none). Every ADD of a
+// network with ipMasq calls it, so uplink address changes and the
+// network's other settings apply (last ADD wins for those); its
+// masquerade address must agree with the one in force (admission.agree).
+func apply(n *node.Node, netName string, s *Settings, podNets []*net.IPNet, mode attach.Mode, a *admission) error {
 	ups, err := uplink.Find(s.Uplinks)
 	if err != nil {
 		return err
+	}
+	if a != nil {
+		if err := nodeAddress(s.MasqueradeIP); err != nil {
+			return err
+		}
 	}
 	lo, hi, err := s.portRange()
 	if err != nil {
@@ -50,23 +63,8 @@ func Apply(n *node.Node, netName string, s *Settings, podNets []*net.IPNet, mode
 	if err := timeouts.Put(uint32(0), &s.Timeouts); err != nil {
 		return fmt.Errorf("writing nat_timeouts: %w", err)
 	}
-	nets, err := n.Map(maps.CniMapMasqNets)
-	if err != nil {
+	if err := writeNets(n, netID, netName, s, podNets, lo, hi, a); err != nil {
 		return err
-	}
-	fams := map[uint8]bool{}
-	for _, p := range podNets {
-		fams[maps.Family(p.IP)] = true
-	}
-	for fam := range fams {
-		v := maps.CniMasqNet{PortMin: lo, PortMax: hi}
-		if s.MasqueradeIP != nil && maps.Family(s.MasqueradeIP) == fam {
-			v.Addr = maps.Addr16(s.MasqueradeIP)
-		}
-		k := maps.CniMasqNetKey{NetId: netID, Family: fam}
-		if err := nets.Put(&k, &v); err != nil {
-			return fmt.Errorf("writing masq_nets: %w", err)
-		}
 	}
 	skip := s.Skip
 	if skip == nil {
@@ -77,6 +75,44 @@ func Apply(n *node.Node, netName string, s *Settings, podNets []*net.IPNet, mode
 		return err
 	}
 	return syncSkip(m, netID, append(append([]*net.IPNet{}, skip...), s.Cluster...))
+}
+
+// writeNets writes the network's masq_nets entry of each family of
+// podNets: the masquerade address (zero: the uplink's) and port range,
+// once the ADD's admission agrees. An ADD whose addresses are those in
+// force writes without the masquerade lock: no other ADD replaces them
+// while this one's pod lives (admission.livePod sees its host veth).
+func writeNets(n *node.Node, netID uint32, netName string, s *Settings, podNets []*net.IPNet, lo, hi uint16, a *admission) error {
+	nets, err := n.Map(maps.CniMapMasqNets)
+	if err != nil {
+		return err
+	}
+	want := map[uint8][16]uint8{}
+	for _, p := range podNets {
+		fam := maps.Family(p.IP)
+		want[fam] = [16]uint8{}
+		if s.MasqueradeIP != nil && maps.Family(s.MasqueradeIP) == fam {
+			want[fam] = maps.Addr16(s.MasqueradeIP)
+		}
+	}
+	if a != nil && !inForce(nets, netID, want) {
+		l, err := n.Lock(name)
+		if err != nil {
+			return err
+		}
+		defer l.Unlock()
+		if err := a.agree(nets, netID, netName, want); err != nil {
+			return err
+		}
+	}
+	for fam, addr := range want {
+		v := maps.CniMasqNet{Addr: addr, PortMin: lo, PortMax: hi}
+		k := maps.CniMasqNetKey{NetId: netID, Family: fam}
+		if err := nets.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing masq_nets: %w", err)
+		}
+	}
+	return nil
 }
 
 // syncSkip makes the network's masq_skip entries exactly want.

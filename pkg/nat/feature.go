@@ -48,11 +48,17 @@ func (pod) Needs() feature.Needs { return feature.Needs{} }
 
 // Add makes masquerade ready for the pod's network: uplinks, settings.
 // Nothing of it is the pod's own: the node's last endpoint takes it away.
+// Its masqueradeIP must be the node's and agree with the network's in
+// force (admission).
 func (p pod) Add(n *node.Node, ep *feature.Endpoint, _ *feature.Undo) error {
+	return p.add(n, ep, &admission{self: ep.HostIfName})
+}
+
+func (p pod) add(n *node.Node, ep *feature.Endpoint, a *admission) error {
 	if !p.s.Enabled {
 		return nil
 	}
-	if err := Apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode); err != nil {
+	if err := apply(n, ep.Network, p.s, ep.Nets(), ep.DeviceMode, a); err != nil {
 		return feature.Fail(errcode.Masquerade, "setting up masquerade", err)
 	}
 	return ep.SetFeature(name, appliedOf(p.s, ep.DeviceMode))

@@ -74,7 +74,8 @@ func (Feature) Restore(n *node.Node, ep *feature.Endpoint, dryRun bool) ([]strin
 var _ feature.PodRebuilder = pod{}
 
 // Rebuild applies the network's masquerade settings for a record rebuilt
-// from the kernel, as ADD did, and keeps them in it.
+// from the kernel, as ADD did, and keeps them in it. Without admission:
+// the pod lives already, so refusing it would mend nothing.
 func (p pod) Rebuild(n *node.Node, ep *feature.Endpoint) error {
-	return p.Add(n, ep, nil)
+	return p.add(n, ep, nil)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // The hooks of an uplink.
@@ -78,9 +79,13 @@ type Uplink struct {
 func Find(names []string) ([]Uplink, error) {
 	var links []netlink.Link
 	for i, n := range names {
+		key := fmt.Sprintf("uplinks[%d]", i)
 		l, err := rtnl.H().LinkByName(n)
 		if err != nil {
-			return nil, config.Invalid(fmt.Sprintf("uplinks[%d]", i), "no interface %q on the node: %v", n, err)
+			return nil, config.Invalid(key, "no interface %q on the node: %v", n, err)
+		}
+		if what := ours(l); what != "" {
+			return nil, config.Invalid(key, "%q is %s, not a device of the node: name the device pod traffic leaves the node through", n, what)
 		}
 		links = append(links, l)
 	}
@@ -130,6 +135,23 @@ func Find(names []string) ([]Uplink, error) {
 		out = append(out, u)
 	}
 	return out, nil
+}
+
+// ours says what l is when ebpf-cni made it ("" when it did not): a pod's
+// host veth or the cluster's VXLAN device. Neither is an uplink: the
+// uplink programs there would translate a pod's own traffic, stay on a
+// pod's veth (tcx) after its DEL, or clash with its programs (tc).
+func ours(l netlink.Link) string {
+	if veth.IsOurs(l) {
+		if o, ok := veth.Owner(l); ok {
+			return fmt.Sprintf("the host veth of pod %s/%s", o.ContainerID, o.IfName)
+		}
+		return "a pod's host veth"
+	}
+	if veth.Marked(l) {
+		return fmt.Sprintf("a device of ebpf-cni's own (alias %q)", l.Attrs().Alias)
+	}
+	return ""
 }
 
 // Ensure gives the uplinks their programs unless these already run there,

@@ -73,6 +73,11 @@ func IsOurs(l netlink.Link) bool {
 	return a.Group == Group || strings.HasPrefix(a.Alias, aliasPrefix)
 }
 
+// Marked reports whether l carries ebpf-cni's alias mark: every device
+// ebpf-cni makes does, its host veths (Alias) and the cluster's VXLAN
+// device ("ebpf-cni:overlay"). What is marked is never the node's own.
+func Marked(l netlink.Link) bool { return strings.HasPrefix(l.Attrs().Alias, aliasPrefix) }
+
 // ourName reports whether name has HostName's shape: the prefix and 12
 // lowercase hex digits.
 func ourName(name string) bool {

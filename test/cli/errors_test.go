@@ -3,6 +3,7 @@ package cli_test
 import (
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -25,6 +26,13 @@ func TestUsage(t *testing.T) {
 			require.Regexp(t, `(?m)^  `+c+`\s+\S`, r.stdout, "%v lists %s", args, c)
 		}
 		require.Contains(t, r.stdout, "--bpf-root")
+		// The intro says which commands change the node's state: every
+		// one that does (an operator reads it to know what is safe to run).
+		intro, _, _ := strings.Cut(r.stdout, "Usage:")
+		for _, w := range []string{"gc", "repair", "tunnels --add", "--del"} {
+			require.Regexp(t, `(^|\s)`+regexp.QuoteMeta(w)+`\b`, intro, "%v: the intro names %s among the commands that change state", args, w)
+		}
+		require.NotContains(t, intro, "Only gc", args)
 	}
 	for _, c := range commandNames {
 		for _, args := range [][]string{{c, "--help"}, {"help", c}} {

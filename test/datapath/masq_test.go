@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -24,12 +25,14 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // worldServer is a host outside the node: it echoes TCP and UDP on one
@@ -597,18 +600,29 @@ func farHost(t *testing.T, world ns.NetNS, ip4, ip6 net.IP) ns.NetNS {
 // uplink program, no allocated address.
 func TestMasqueradeBadConfig(t *testing.T) {
 	e := newEnv(t)
-	cases := map[string]map[string]any{
-		"masqueradeIP":          {"masqueradeIP": "not-an-ip"},
-		"nonMasqueradeCIDRs[1]": {"nonMasqueradeCIDRs": []string{"10.0.0.0/8", "10.1/33"}},
-		"masqueradePortRange":   {"masqueradePortRange": "40000-50000"}, // inside the ephemeral ports
-		"natTimeouts.udp":       {"natTimeouts": map[string]any{"udp": "0s"}},
-		"natTimeouts.tcpFoo":    {"natTimeouts": map[string]any{"tcpFoo": "1m"}},
-		"uplinks[0]":            {"uplinks": []string{"nosuchdev"}},
+	cases := []struct {
+		name, key string
+		extra     map[string]any
+	}{
+		{"masqueradeIP", "masqueradeIP", map[string]any{"masqueradeIP": "not-an-ip"}},
+		// Not the node's: replies would go nowhere, for every pod of the
+		// network, also after this ADD's DEL.
+		{"masqueradeIP not the node's", "masqueradeIP", map[string]any{"masqueradeIP": "10.77.0.200"}},
+		{"masqueradeIP the world's", "masqueradeIP", map[string]any{"masqueradeIP": nettest.WorldIP6.String()}},
+		{"nonMasqueradeCIDRs[1]", "nonMasqueradeCIDRs[1]", map[string]any{"nonMasqueradeCIDRs": []string{"10.0.0.0/8", "10.1/33"}}},
+		{"masqueradePortRange", "masqueradePortRange", map[string]any{"masqueradePortRange": "40000-50000"}}, // inside the ephemeral ports
+		{"natTimeouts.udp", "natTimeouts.udp", map[string]any{"natTimeouts": map[string]any{"udp": "0s"}}},
+		{"natTimeouts.tcpFoo", "natTimeouts.tcpFoo", map[string]any{"natTimeouts": map[string]any{"tcpFoo": "1m"}}},
+		{"uplinks[0]", "uplinks[0]", map[string]any{"uplinks": []string{"nosuchdev"}}},
 	}
-	for key, extra := range cases {
-		t.Run(key, func(t *testing.T) {
+	for _, tc := range cases {
+		key, extra := tc.key, tc.extra
+		t.Run(tc.name, func(t *testing.T) {
 			list := e.masqList("1.1.0", "", extra)
-			_, err := e.cni.AddPod(list, "bad-masq-config", nil)
+			p, err := e.cni.AddPod(list, "bad-masq-config", nil)
+			if err == nil { // the bug: not left for the next case
+				require.NoError(t, e.cni.DelPod(list, p))
+			}
 			require.Error(t, err)
 			var ce *types.Error
 			require.ErrorAs(t, err, &ce)
@@ -626,6 +640,127 @@ func TestMasqueradeBadConfig(t *testing.T) {
 	// and with it the network's ebpf-ipam state (it held nothing else).
 	_, err := os.Stat(filepath.Join(e.stateDir, "ipam", "ebpfnet"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+
+	t.Run("masqueradeIP disagrees with the network's", func(t *testing.T) { testMasqueradeIPDisagrees(t, e) })
+
+	// An uplink that is a device of ebpf-cni's own: a pod's host veth (the
+	// uplink programs stayed on it after the pod's DEL in tcx mode, and
+	// status blamed the pod) or the cluster's VXLAN device. Refused, and
+	// nothing lands on either.
+	overlay := map[string]any{"clusterCIDRs": []string{nettest.ClusterCIDR4.String(), nettest.ClusterCIDR6.String()}, "overlay": "vxlan"}
+	for _, mode := range testutil.AttachModes {
+		for _, tc := range []struct {
+			name string
+			keys map[string]any // of the pod that makes the device
+			dev  string
+		}{
+			{"a pod's host veth", nil, veth.HostName("victim", "eth0")},
+			{"the VXLAN device", overlay, cluster.Device},
+		} {
+			t.Run("uplinks[1] "+tc.name+"/"+mode, func(t *testing.T) {
+				testutil.RequireMode(t, mode)
+				list := e.masqList("1.1.0", mode, tc.keys)
+				victim := testutil.AddPod(t, e.cni, list, "victim")
+				before := e.deviceProgramIDs(tc.dev)
+				bad := map[string]any{"uplinks": []string{"uplink", tc.dev}}
+				for k, v := range tc.keys {
+					bad[k] = v
+				}
+				badList := e.masqList("1.1.0", mode, bad)
+				p, err := e.cni.AddPod(badList, "bad-uplink", nil)
+				if err == nil {
+					t.Cleanup(func() { _ = e.cni.DelPod(badList, p) })
+				}
+				require.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v", err)
+				require.Contains(t, err.Error(), "uplinks[1]")
+				require.Contains(t, err.Error(), tc.dev)
+				require.Equal(t, before, e.deviceProgramIDs(tc.dev), "programs put on %s", tc.dev)
+				require.Equal(t, 2, e.uplinkProgramIDs(), "the victim's, on the uplink")
+				require.Len(t, e.hostLinks(), 1, "the refused pod's veth")
+				require.Equal(t, 1, e.records())
+
+				require.NoError(t, e.cni.DelPod(list, victim))
+				e.requireClean()
+				require.Zero(t, e.uplinkProgramIDs())
+			})
+		}
+	}
+}
+
+// testMasqueradeIPDisagrees: masq_nets holds one masquerade address per
+// network, which every pod of it leaves with. While a pod of the network
+// lives on the node, an ADD of it with another masqueradeIP (or none) is
+// refused with code 7 naming the key, the value in force and a pod that
+// holds it, and leaves nothing; the pods keep their address. Once none is
+// left (another network's pod keeps the node and the entry), a new ADD's
+// address replaces the leftover.
+func testMasqueradeIPDisagrees(t *testing.T, e *env) {
+	for _, a := range []string{"192.0.2.9/24", "192.0.2.10/24"} {
+		_, err := nettest.Run(e.node.NS, "ip", "addr", "add", a, "dev", "uplink")
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = nettest.Run(e.node.NS, "ip", "addr", "del", a, "dev", "uplink") })
+	}
+	srv := newWorldServer(t, e.node.World)
+	sourceOf := func(p *nettest.Pod) netip.Addr {
+		t.Helper()
+		require.NoError(t, udpFrom(p.NS, 0, nettest.WorldIP4, srv.port))
+		return srv.last("udp").Addr()
+	}
+	keep := testutil.AddPod(t, e.cni, e.confList(netOpts{name: "othernet", extra: map[string]any{"ipMasq": true},
+		ipam: map[string]any{"type": "ebpf-ipam", "ranges": []any{[]any{map[string]any{"subnet": "10.244.9.0/24"}}}}}), "keep")
+	first := e.masqList("1.1.0", "", map[string]any{"masqueradeIP": "192.0.2.9"})
+	a := testutil.AddPod(t, e.cni, first, "masq-first")
+	require.Equal(t, netip.MustParseAddr("192.0.2.9"), sourceOf(a))
+
+	for _, extra := range []map[string]any{nil, {"masqueradeIP": "192.0.2.10"}} {
+		list := e.masqList("1.1.0", "", extra)
+		p, err := e.cni.AddPod(list, "masq-second", nil)
+		if err == nil {
+			t.Cleanup(func() { _ = e.cni.DelPod(list, p) })
+		}
+		require.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v: %v", extra, err)
+		require.Contains(t, err.Error(), "invalid masqueradeIP")
+		require.Contains(t, err.Error(), "masqueradeIP 192.0.2.9", "the value in force")
+		require.Contains(t, err.Error(), "masq-first/eth0", "a pod that holds it")
+		require.Len(t, e.hostLinks(), 2, "the refused pod's veth")
+		require.Equal(t, 2, e.records())
+		allocs, err := os.ReadDir(filepath.Join(e.stateDir, "ipam", "ebpfnet", "owners"))
+		require.NoError(t, err)
+		require.Len(t, allocs, 1, "only masq-first's address")
+	}
+	require.Equal(t, netip.MustParseAddr("192.0.2.9"), sourceOf(a), "the network's pods keep their address")
+
+	require.NoError(t, e.cni.DelPod(first, a))
+	plain := e.masqList("1.1.0", "", nil)
+	b := testutil.AddPod(t, e.cni, plain, "masq-after")
+	require.Equal(t, addr(nettest.NodeIP4), sourceOf(b), "the leftover 192.0.2.9 replaced")
+	require.Equal(t, addr(nettest.NodeIP4), sourceOf(keep))
+	require.NoError(t, e.cni.DelPod(plain, b))
+	require.NoError(t, e.cni.DelPod(e.confList(netOpts{name: "othernet", extra: map[string]any{"ipMasq": true},
+		ipam: map[string]any{"type": "ebpf-ipam", "ranges": []any{[]any{map[string]any{"subnet": "10.244.9.0/24"}}}}}), keep))
+	e.requireClean()
+}
+
+// deviceProgramIDs lists the programs on both directions of the node's
+// device name.
+func (e *env) deviceProgramIDs(name string) []ebpf.ProgramID {
+	e.t.Helper()
+	var ids []ebpf.ProgramID
+	require.NoError(e.t, e.node.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		for _, h := range uplink.Hooks {
+			got, err := attach.AttachedIDs(l, h)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, got...)
+		}
+		return nil
+	}))
+	return ids
 }
 
 // TestMasqueradeExceptions: destinations in nonMasqueradeCIDRs see the

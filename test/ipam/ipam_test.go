@@ -347,16 +347,21 @@ func TestRecoversAfterBPFFSRemount(t *testing.T) {
 	require.Len(t, addrs, 4)
 }
 
-// Two networks never share state, even with the same subnet.
+// Two networks never share state: the same attachment in each holds an
+// address of each, allocated from the start of each network's range (a
+// cursor each), and a DEL in one leaves the other's. (They share no range:
+// TestNetworksSharingARange.)
 func TestNetworksAreIndependent(t *testing.T) {
 	e := newEnv(t)
 	stdin := e.conf("1.0.0", `"subnet":"10.150.0.0/24"`)
+	e.add("z", stdin, "")
 	a := ipsOf(e.add("a", stdin, ""))
+	require.Equal(t, []string{"10.150.0.3"}, a)
 	e2 := *e
 	e2.network = "othernet"
-	b := ipsOf(e2.add("a", e2.conf("1.0.0", `"subnet":"10.150.0.0/24"`), ""))
-	require.Equal(t, a, b, "the same first address in each network")
-	e2.run("DEL", "a", e2.conf("1.0.0", `"subnet":"10.150.0.0/24"`), "").Must(t)
+	other := e2.conf("1.0.0", `"subnet":"10.151.0.0/24"`)
+	require.Equal(t, []string{"10.151.0.2"}, ipsOf(e2.add("a", other, "")), "the first address of its own range")
+	e2.run("DEL", "a", other, "").Must(t)
 	addrs, _ := e.held()
-	require.Equal(t, a, addrs)
+	require.Equal(t, []string{"10.150.0.2", "10.150.0.3"}, addrs)
 }
