@@ -23,11 +23,6 @@ type recorded struct {
 	Cgroup string  `json:"cgroup,omitempty"`
 }
 
-var (
-	_ feature.Restorer     = Feature{}
-	_ feature.PodRebuilder = pod{}
-)
-
 // stateOf is the pod's bandwidth as the record tells it or, for a pod
 // recorded without it (an older build's, or a record rebuilt from the
 // kernel), as its buckets do; nil when it has no limits.
@@ -54,35 +49,36 @@ func stateOf(n *node.Node, ep *feature.Endpoint) (*recorded, error) {
 	return &recorded{Limits: l}, nil
 }
 
-// Rebuild gives a record rebuilt from the kernel the cgroup of the calling
-// network's configuration, where its buckets say the pod is limited: the
-// pacing hook goes back where the configuration puts it (Restore).
-func (p pod) Rebuild(n *node.Node, ep *feature.Endpoint) error {
-	st, err := stateOf(n, ep)
-	if err != nil || st == nil || st.Cgroup != "" {
-		return err
-	}
-	if st.Cgroup, err = p.keys.Resolve(); err != nil {
-		return err
-	}
-	return ep.SetFeature(name, st)
-}
-
-// Restore makes a limited pod limited and paced again after a bpffs loss:
+// Repair makes a limited pod limited and paced again after a bpffs loss:
 // its buckets from the record where bw_buckets lost them, its netns entry
 // in local_netns (found through its veth's peer where the record names no
-// netns), and the pacing hook on the recorded cgroup. Each line says what
-// was missing.
-func (Feature) Restore(n *node.Node, ep *feature.Endpoint, dryRun bool) ([]string, error) {
+// netns), and the pacing hook on the recorded cgroup; a record rebuilt
+// from the kernel in the calling network gets that network's cgroup first.
+// Each line says what was missing. Nothing node-wide: the pacing hook
+// goes back with the first limited pod.
+func (Feature) Repair(n *node.Node, rp *feature.Repair) ([]string, error) {
+	ep := rp.Endpoint
+	if ep == nil {
+		return nil, nil
+	}
 	st, err := stateOf(n, ep)
 	if err != nil || st == nil {
 		return nil, err
+	}
+	if p, ok := rp.Pod.(pod); ok && rp.Rebuilt && st.Cgroup == "" {
+		// The pacing hook goes back where the configuration puts it.
+		if st.Cgroup, err = p.keys.Resolve(); err != nil {
+			return nil, err
+		}
+		if err := ep.SetFeature(name, st); err != nil {
+			return nil, err
+		}
 	}
 	var lines []string
 	var errs []error
 	missing := func(line string, fix func() error) {
 		lines = append(lines, line)
-		if !dryRun {
+		if !rp.DryRun {
 			errs = append(errs, fix())
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
+	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
@@ -105,7 +105,7 @@ func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
 	var failed []error
 	// Endpoints with neither a record nor a host veth (gone without DEL
 	// while the stateDir was lost): collected as the plugin's STATUS does.
-	orphans, problem, err := plugin.ReclaimOrphans(nd, nil, nil, dryRun)
+	orphans, problem, err := repair.ReclaimOrphans(nd, nil, nil, dryRun)
 	if err != nil {
 		failed = append(failed, err)
 	}
@@ -180,7 +180,7 @@ func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
 			HostIfIndex: e.HostIfIndex, Reason: why, IPs: e.IPs, IPAMReleased: []string{}}
 		out.Endpoints = append(out.Endpoints, c)
 		if !dryRun {
-			if err := plugin.Teardown(nd, e.rec.HostIfName); err != nil {
+			if err := repair.Teardown(nd, e.rec.HostIfName); err != nil {
 				c.Error = err.Error()
 				failed = append(failed, err)
 				continue // its record stays, so the addresses stay accounted for
@@ -205,7 +205,7 @@ func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
 	if _, err := os.Stat(filepath.Join(ctx.StateDir, "endpoints")); errors.Is(err, os.ErrNotExist) && len(n.Endpoints) > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("no endpoint records under %s: left the map entries alone; is --state-dir the plugin's stateDir?", ctx.StateDir))
 	} else if pinned(ctx.BPFRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs) {
-		left, err := plugin.Leftovers(nd, kept, dryRun)
+		left, err := repair.Leftovers(nd, kept, dryRun)
 		out.Leftovers = append(out.Leftovers, left...)
 		if err != nil {
 			failed = append(failed, err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
+	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
 )
 
 func init() {
@@ -99,7 +99,7 @@ func runRepair(ctx *Context, ro repairOptions) error {
 		}
 		out.ProgramsLoaded = nd.Loaded()
 	}
-	h, err := plugin.Heal(nd, plugin.HealOptions{DryRun: dryRun, Restore: true})
+	h, err := repair.Run(nd, repair.Options{DryRun: dryRun, Restore: true})
 	if err != nil {
 		failed = append(failed, err)
 	}
@@ -111,7 +111,7 @@ func runRepair(ctx *Context, ro repairOptions) error {
 		out.Notes = append(out.Notes, notes...) // they matter only to rebuilt records
 	}
 	for _, c := range confs {
-		hc, err := plugin.Heal(nd, plugin.HealOptions{Config: c, DryRun: dryRun})
+		hc, err := repair.Run(nd, repair.Options{Network: c.Network(), DryRun: dryRun})
 		if err != nil {
 			failed = append(failed, fmt.Errorf("network %s: %w", c.Name, err))
 		}
@@ -142,7 +142,7 @@ func runRepair(ctx *Context, ro repairOptions) error {
 		}
 	}
 	if len(h.Gone) > 0 && !dryRun {
-		nd.ReleaseIfEmpty(func() { failed = append(failed, plugin.ReleaseNode(nd)) })
+		nd.ReleaseIfEmpty(func() { failed = append(failed, repair.Release(nd)) })
 	}
 	if ctx.JSON {
 		if err := writeJSON(ctx.Stdout, out); err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/plugin"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
@@ -263,7 +263,7 @@ func statusUnrestored(ctx *Context, problem func(string, ...any)) {
 		return
 	}
 	defer nd.Close()
-	lines, err := plugin.Unrestored(nd)
+	lines, err := repair.Unrestored(nd)
 	for _, l := range lines {
 		problem("endpoint %s: the next CNI STATUS after a bpffs loss restores it, ebpf-cni repair does it now", l)
 	}

@@ -51,40 +51,36 @@ type Feature interface {
 	// devices and cgroups, node settings) once the node has no endpoint
 	// left. The node lock is held exclusively. Idempotent.
 	Release(n *node.Node) error
+	// Repair mends what the feature keeps for rp.Endpoint, or the node,
+	// as rp says, and names what was missing, one line each, as far as it
+	// can tell (a dry run: what is). Idempotent; the node lock is held,
+	// and the endpoint's attachment lock.
+	Repair(n *node.Node, rp *Repair) ([]string, error)
 	// Commands are the feature's operator CLI commands.
 	Commands() []*view.Command
 }
 
-// Rebuilder is a feature that keeps per-endpoint state in the record and
-// can tell it again from its maps, for a record rebuilt from the kernel
-// after its file was lost (ep.Rebuilt; the core has filled in the
-// addresses).
-type Rebuilder interface {
-	Rebuild(n *node.Node, ep *Endpoint) error
-}
-
-// Restorer is a feature that keeps per-endpoint state which a bpffs
-// remount can take (map entries no program kept alive to pin again, links
-// that died with their pins): Restore writes what is missing again from
-// the record (ep.Host is the live host veth) and says what that was, one
-// line each, as far as it can tell; with dryRun it only says (the
-// operator's status). Idempotent.
-type Restorer interface {
-	Restore(n *node.Node, ep *Endpoint, dryRun bool) ([]string, error)
-}
-
-// NodeRebuilder is a feature with node-wide attachments that can record
-// them again from the kernel after the stateDir lost their records.
-// Idempotent.
-type NodeRebuilder interface {
-	RebuildNode(n *node.Node) error
-}
-
-// PodRebuilder is a feature configured from a network's configuration
-// (STATUS, ADD) that can give a record rebuilt from the kernel the state
-// the configuration tells, writing its maps as ADD would. Idempotent.
-type PodRebuilder interface {
-	Rebuild(n *node.Node, ep *Endpoint) error
+// Repair is what the repair layer (pkg/repair) asks of a feature: to mend
+// what it keeps for one live endpoint, or for the node, from whichever
+// side still holds it: a record rebuilt from the kernel (its stateDir
+// file lost) learns the feature's state from its maps; maps and links a
+// bpffs loss took are written again from the record.
+type Repair struct {
+	// Endpoint is the live endpoint to mend (ep.Host its host veth); nil:
+	// the feature's node-wide state (the records of its attachments
+	// outside host veths, lost with the stateDir).
+	Endpoint *Endpoint
+	// Rebuilt: the endpoint's record was rebuilt from the kernel in this
+	// repair; the feature puts in it what its maps tell (and, with Pod,
+	// what the network's configuration does).
+	Rebuilt bool
+	// Pod is the feature configured from the calling network (a CNI
+	// STATUS or ADD; no runtimeConfig) when the endpoint is of that
+	// network; nil otherwise.
+	Pod Pod
+	// DryRun: change nothing on the node, only say what is missing (the
+	// operator's status).
+	DryRun bool
 }
 
 // Pod is a feature configured for one call.
@@ -142,6 +138,7 @@ func (Base) Programs() []programs.Object                  { return nil }
 func (Base) Del(*node.Node, *Endpoint) error              { return nil }
 func (Base) GC(*node.Node, *Live, bool) ([]string, error) { return nil, nil }
 func (Base) Release(*node.Node) error                     { return nil }
+func (Base) Repair(*node.Node, *Repair) ([]string, error) { return nil, nil }
 func (Base) Commands() []*view.Command                    { return nil }
 
 // Undo is the steps an ADD has taken, to reverse them if it fails.

@@ -98,9 +98,3 @@ func (Feature) Release(n *node.Node) error { return Teardown(n) }
 
 // Commands: nat.
 func (Feature) Commands() []*view.Command { return []*view.Command{command} }
-
-var _ feature.NodeRebuilder = Feature{}
-
-// RebuildNode records the uplinks' programs again after the stateDir lost
-// their records.
-func (Feature) RebuildNode(n *node.Node) error { return uplink.Rebuild(n) }

@@ -7,6 +7,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
 
 // applied is what Apply was given for an endpoint's network, kept in the
@@ -57,25 +58,28 @@ func (a *applied) settings() *Settings {
 	return s
 }
 
-var _ feature.Restorer = Feature{}
-
-// Restore writes the network's masquerade settings again from the record
-// (idempotent: the same values ADD wrote); it tells nothing, since the
-// settings are written whole.
-func (Feature) Restore(n *node.Node, ep *feature.Endpoint, dryRun bool) ([]string, error) {
+// Repair, for the node, records the uplinks' programs again from the
+// kernel (uplink.Rebuild); for an endpoint it writes the network's
+// masquerade settings again: as ADD applied them from the network's
+// configuration for a record rebuilt in that network (kept in the record;
+// without admission: the pod lives already, refusing it would mend
+// nothing), else from the record. It tells nothing: the settings are
+// written whole, the same values each time.
+func (Feature) Repair(n *node.Node, rp *feature.Repair) ([]string, error) {
+	if rp.DryRun {
+		return nil, nil
+	}
+	ep := rp.Endpoint
+	if ep == nil {
+		return nil, uplink.Rebuild(n)
+	}
+	if p, ok := rp.Pod.(pod); ok && rp.Rebuilt {
+		return nil, p.add(n, ep, nil)
+	}
 	var a applied
 	ok, err := ep.Record.Feature(name, &a)
-	if !ok || err != nil || ep.Network == "" || dryRun {
+	if !ok || err != nil || ep.Network == "" {
 		return nil, err
 	}
 	return nil, Apply(n, ep.Network, a.settings(), ep.Nets(), a.Mode)
-}
-
-var _ feature.PodRebuilder = pod{}
-
-// Rebuild applies the network's masquerade settings for a record rebuilt
-// from the kernel, as ADD did, and keeps them in it. Without admission:
-// the pod lives already, so refusing it would mend nothing.
-func (p pod) Rebuild(n *node.Node, ep *feature.Endpoint) error {
-	return p.add(n, ep, nil)
 }

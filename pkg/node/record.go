@@ -29,7 +29,7 @@ type Record struct {
 	NetID uint32 `json:"netID,omitempty"`
 	// Rebuilt: the record was rebuilt from the kernel after its file was
 	// lost; features that keep state only in records fill in what the maps
-	// still tell (feature.Rebuilder).
+	// still tell (feature.Repair.Rebuilt).
 	Rebuilt     bool     `json:"rebuilt,omitempty"`
 	NetNS       string   `json:"netns,omitempty"`
 	HostIfName  string   `json:"hostIfname"`

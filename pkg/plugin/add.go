@@ -7,6 +7,8 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -22,6 +24,7 @@ import (
 	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
 	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -100,20 +103,6 @@ func openPod(c *Config, netns string, w *watch) (ns.NetNS, *node.Node, error) {
 	return podNS, n, nil
 }
 
-// ReleaseNode takes every feature's node-wide state away: the node has no
-// endpoint left (the caller holds the node lock exclusively:
-// node.ReleaseIfEmpty). Best effort: GC retries what fails.
-func ReleaseNode(n *node.Node) error { return release(n) }
-
-func release(n *node.Node) error {
-	var errs []error
-	for _, f := range features.All {
-		errs = append(errs, f.Release(n))
-	}
-	errs = append(errs, removeAllRanges())
-	return errors.Join(errs...)
-}
-
 // CmdAdd creates the attachment: IPAM, veth, pod addresses and routes, host
 // routes, then each feature in order, then the record. Any failure undoes
 // every step already done, in reverse.
@@ -121,21 +110,8 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	w := newWatch()
 	cl := startCall("ADD", args, w)
 	defer func() { cl.end(err) }()
-	c, err := ParseConfig(args.StdinData, args.Args, true)
+	c, prev, err := parseAdd(args)
 	if err != nil {
-		return err
-	}
-	if err := kernelSupports(c.Mode); err != nil {
-		return kernelError(err)
-	}
-	prev, err := prevResult(c)
-	if err != nil {
-		return err
-	}
-	if err := checkIfName(args.IfName); err != nil {
-		return err
-	}
-	if err := refuseNodeNetNS(args); err != nil {
 		return err
 	}
 	w.lap("parse")
@@ -151,106 +127,192 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	if _, err := n.Programs(); err != nil {
 		return cniError(errcode.ProgramLoad, "loading the datapath programs", err)
 	}
-
-	hostName := veth.HostName(args.ContainerID, args.IfName)
-	if healDue(n) || n.LoadedFresh() {
+	a := &adding{args: args, c: c, n: n, podNS: podNS, hostName: veth.HostName(args.ContainerID, args.IfName)}
+	if repair.Due(n) {
 		n.Phase("heal")
-		_ = healNode(n, c, hostName, cl) // STATUS reports what it cannot mend; this pod is added anyway
+		cl.healed, _ = repair.Verb(n, c.Network(), a.hostName) // STATUS reports what it cannot mend; this pod is added anyway
 	}
 	// The same container's calls never interleave: a second ADD waits and
 	// finds the first one's record (or its veth), a DEL waits for the ADD.
-	al, err := n.AttachmentLock(hostName)
+	al, err := n.AttachmentLock(a.hostName)
 	if err != nil {
 		return cniError(types.ErrIOFailure, "locking the attachment (stateDir)", err)
 	}
 	defer al.Unlock()
-	if _, err := n.Record(hostName); err == nil {
-		return types.NewError(errcode.InterfaceExists, fmt.Sprintf("attachment %s/%s already exists (host veth %s); DEL it first", args.ContainerID, args.IfName, hostName), "")
+	if _, err := n.Record(a.hostName); err == nil {
+		return types.NewError(errcode.InterfaceExists, fmt.Sprintf("attachment %s/%s already exists (host veth %s); DEL it first", args.ContainerID, args.IfName, a.hostName), "")
 	}
 	// CNI_IFNAME taken in the pod is found by veth.Create (the kernel
 	// refuses the pair), after IPAM, whose allocation the undo releases:
 	// looking first would cost every ADD a trip into the pod's netns.
-
-	var undo feature.Undo
 	defer func() {
 		if err != nil {
-			_ = undo.Run()
+			err = rolledBack(err, a.undo.Run())
 			al.Unlock()
 			// The node's last endpoint takes the features' node-wide state
 			// with it; so does a failed first ADD.
-			n.ReleaseIfEmpty(func() { _ = release(n) })
+			n.ReleaseIfEmpty(func() { _ = repair.Release(n) })
 		}
 	}()
-
 	n.Phase("ipam")
-	r, err := c.ipam().Add(args, c)
+	if err := a.allocate(); err != nil {
+		return err
+	}
+	n.Phase("veth")
+	if err := a.pair(); err != nil {
+		return err
+	}
+	if err := features.InOrder(func() error {
+		n.Phase("endpoint")
+		return feature.Fail(types.ErrInternal, "setting up endpoint", endpoint.Add(n, a.ep, &a.undo))
+	}, func(i int, f feature.Feature) error {
+		n.Phase(f.Name())
+		return feature.Fail(types.ErrInternal, "setting up "+f.Name(), c.Pods[i].Add(n, a.ep, &a.undo))
+	}); err != nil {
+		return err
+	}
+	n.Phase("record")
+	a.undo.Push(func() error { return n.RemoveRecord(a.hostName) })
+	if err := n.WriteRecord(a.ep.Record); err != nil {
+		return cniError(types.ErrIOFailure, "writing the endpoint record", err)
+	}
+	n.Phase("print")
+	out := chainResult(prev, a.result())
+	forVersion(out, c.CNIVersion)
+	return types.PrintResult(out, c.CNIVersion)
+}
+
+// parseAdd is ADD's configuration and what it must refuse before it opens
+// anything: a kernel without the attach mode, a bad prevResult or
+// CNI_IFNAME, the node's own netns as the pod's.
+func parseAdd(args *skel.CmdArgs) (*Config, *current.Result, error) {
+	c, err := ParseConfig(args.StdinData, args.Args, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := kernelSupports(c.Mode); err != nil {
+		return nil, nil, kernelError(err)
+	}
+	prev, err := prevResult(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkIfName(args.IfName); err != nil {
+		return nil, nil, err
+	}
+	if err := refuseNodeNetNS(args); err != nil {
+		return nil, nil, err
+	}
+	return c, prev, nil
+}
+
+// rolledBack is a failed ADD's error with what its undo could not take
+// back said too (in the details of a CNI error, the message otherwise):
+// a leftover the runtime's DEL or the next repair must still remove.
+func rolledBack(err, undoErr error) error {
+	if undoErr == nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "ebpf-cni: ADD failed and its rollback left something behind: %v\n", undoErr)
+	var te *types.Error
+	if errors.As(err, &te) {
+		out := *te
+		out.Details = strings.TrimPrefix(out.Details+"; rolling back: "+undoErr.Error(), "; ")
+		return &out
+	}
+	return fmt.Errorf("%w (rolling back: %v)", err, undoErr)
+}
+
+// adding is one ADD's attachment as its steps make it.
+type adding struct {
+	args     *skel.CmdArgs
+	c        *Config
+	n        *node.Node
+	podNS    ns.NetNS
+	hostName string
+	undo     feature.Undo
+	keepIPAM bool            // the host veth was there already: its addresses are another call's
+	res      *current.Result // IPAM's
+	routes   []*types.Route  // the pod's
+	mtu      int
+	ep       *feature.Endpoint
+}
+
+// allocate is the IPAM step: the pod's addresses, checked, with their
+// gateways and routes.
+func (a *adding) allocate() error {
+	c := a.c
+	r, err := c.ipam().Add(a.args, c)
 	if err != nil {
 		// The IPAM plugin may have allocated before it failed (or printed
 		// something that is not a result): release whatever it holds.
-		_ = c.ipam().Del(args, c)
+		_ = c.ipam().Del(a.args, c)
 		return ipamError("ADD", err)
 	}
 	// An attachment whose host veth exists already (its record lost) holds
 	// the addresses IPAM just handed back again: this ADD's undo must not
 	// release them under it.
-	keepIPAM := false
-	undo.Push(func() error {
-		if keepIPAM {
+	a.undo.Push(func() error {
+		if a.keepIPAM {
 			return nil
 		}
-		return c.ipam().Del(args, c)
+		return c.ipam().Del(a.args, c)
 	})
-	res, err := current.NewResultFromResult(r)
-	if err != nil {
+	if a.res, err = current.NewResultFromResult(r); err != nil {
 		return cniError(errcode.IPAM, "converting the IPAM result", err)
 	}
-	if len(res.IPs) == 0 {
+	if len(a.res.IPs) == 0 {
 		return types.NewError(errcode.IPAM, fmt.Sprintf("IPAM plugin %s returned no address", c.IPAMType), "")
 	}
 	// Another IPAM plugin (host-local, dhcp) may hand out what a pod must
 	// never have (an address of the node, a reserved one, its subnet's
 	// gateway); ebpf-ipam refuses those by construction.
 	if c.IPAMType != DefaultIPAM {
-		if err := ebpfipam.CheckResult(res.IPs); err != nil {
+		if err := ebpfipam.CheckResult(a.res.IPs); err != nil {
 			return err
 		}
 	}
-	veth.Gateways(res.IPs)
-	routes := veth.PodRoutes(res.IPs, res.Routes)
+	veth.Gateways(a.res.IPs)
+	a.routes = veth.PodRoutes(a.res.IPs, a.res.Routes)
+	return nil
+}
 
-	n.Phase("veth")
+// pair makes the veth pair and configures both ends (addresses, routes,
+// the pod ranges' routes); the endpoint's record gets what it is.
+func (a *adding) pair() error {
+	args, c, res := a.args, a.c, a.res
 	needs := gather(c.Pods)
-	mtu := c.MTU
-	if mtu == 0 {
-		mtu = defaultMTU() - needs.Overhead
+	a.mtu = c.MTU
+	if a.mtu == 0 {
+		a.mtu = defaultMTU() - needs.Overhead
 	}
-	host, err := veth.Create(hostName, podNS, args.IfName, mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName, c.Name))
+	host, err := veth.Create(a.hostName, a.podNS, args.IfName, a.mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName, c.Name))
 	if err != nil {
 		if errors.Is(err, veth.ErrInterfaceExists) {
-			keepIPAM = veth.Exists(hostName)
+			a.keepIPAM = veth.Exists(a.hostName)
 			return cniError(errcode.InterfaceExists, "creating the veth pair", err)
 		}
 		return cniError(errcode.LinkSetup, "creating the veth pair", err)
 	}
-	undo.Push(func() error { return veth.DeleteHost(hostName) })
-	asked := len(routes)
-	podLink, routes, err := veth.ConfigurePod(podNS, args.IfName, res.IPs, routes)
+	a.undo.Push(func() error { return veth.DeleteHost(a.hostName) })
+	asked := len(a.routes)
+	podLink, routes, err := veth.ConfigurePod(a.podNS, args.IfName, res.IPs, a.routes)
 	if err != nil {
 		return cniError(errcode.LinkSetup, "configuring "+args.IfName+" in the pod", err)
 	}
+	a.routes = routes
 	if err := veth.ConfigureHost(host, res.IPs); err != nil {
-		return cniError(errcode.LinkSetup, "configuring host veth "+hostName, err)
+		return cniError(errcode.LinkSetup, "configuring host veth "+a.hostName, err)
 	}
-	if err := ensureRanges(n, &undo, hostName, res.IPs); err != nil {
+	if err := ensureRanges(a.n, &a.undo, a.hostName, res.IPs); err != nil {
 		return err
 	}
-
 	rec := &node.Record{
 		ContainerID: args.ContainerID,
 		IfName:      args.IfName,
 		Network:     c.Name,
 		NetNS:       args.Netns,
-		HostIfName:  hostName,
+		HostIfName:  a.hostName,
 		HostIfIndex: host.Attrs().Index,
 		HostMAC:     host.Attrs().HardwareAddr.String(),
 		MAC:         podLink.Attrs().HardwareAddr.String(),
@@ -262,44 +324,30 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 	for _, ipc := range res.IPs {
 		rec.IPs = append(rec.IPs, ipc.Address.String())
 	}
-	ep := &feature.Endpoint{Record: rec, Mode: c.Mode, DeviceMode: attach.DeviceMode(c.AttachMode), PodNS: podNS, Host: host, Flags: needs.Flags}
-	err = inOrder(func() error {
-		n.Phase("endpoint")
-		return feature.Fail(types.ErrInternal, "setting up endpoint", endpoint.Add(n, ep, &undo))
-	}, func(i int, f feature.Feature) error {
-		n.Phase(f.Name())
-		return feature.Fail(types.ErrInternal, "setting up "+f.Name(), c.Pods[i].Add(n, ep, &undo))
-	})
-	if err != nil {
-		return err
-	}
+	a.ep = &feature.Endpoint{Record: rec, Mode: c.Mode, DeviceMode: attach.DeviceMode(c.AttachMode), PodNS: a.podNS, Host: host, Flags: needs.Flags}
+	return nil
+}
 
-	n.Phase("record")
-	undo.Push(func() error { return n.RemoveRecord(hostName) })
-	if err := n.WriteRecord(rec); err != nil {
-		return cniError(types.ErrIOFailure, "writing the endpoint record", err)
-	}
-
+// result is the attachment as ADD prints it (before chaining).
+func (a *adding) result() *current.Result {
+	rec := a.ep.Record
 	out := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
-			{Name: hostName, Mac: rec.HostMAC, Mtu: mtu},
-			{Name: args.IfName, Mac: rec.MAC, Sandbox: args.Netns, Mtu: mtu},
+			{Name: a.hostName, Mac: rec.HostMAC, Mtu: a.mtu},
+			{Name: a.args.IfName, Mac: rec.MAC, Sandbox: a.args.Netns, Mtu: a.mtu},
 		},
-		Routes: routes,
-		DNS:    res.DNS,
+		Routes: a.routes,
+		DNS:    a.res.DNS,
 	}
-	for _, ipc := range res.IPs {
+	for _, ipc := range a.res.IPs {
 		ipc.Interface = current.Int(1)
 		out.IPs = append(out.IPs, ipc)
 	}
 	if dnsEmpty(out.DNS) {
-		out.DNS = c.DNS
+		out.DNS = a.c.DNS
 	}
-	n.Phase("print")
-	out = chainResult(prev, out)
-	forVersion(out, c.CNIVersion)
-	return types.PrintResult(out, c.CNIVersion)
+	return out
 }
 
 // gather is what every feature needs of the core steps: the endpoint flags

@@ -14,6 +14,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/errcode"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -44,45 +45,12 @@ func CmdCheck(args *skel.CmdArgs) (err error) {
 	defer n.Close()
 
 	hostName := veth.HostName(args.ContainerID, args.IfName)
-	var problems []string
-	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
-
-	// What prevResult says.
-	var hostIf, contIf *current.Interface
-	contIdx := -1
-	for i, iface := range prev.Interfaces {
-		switch {
-		case iface.Name == args.IfName && iface.Sandbox == args.Netns:
-			contIf, contIdx = iface, i
-		case iface.Name == hostName && iface.Sandbox == "":
-			hostIf = iface
-		}
-	}
-	if contIf == nil {
-		bad("prevResult lists no interface %s in sandbox %s", args.IfName, args.Netns)
-	}
-	if hostIf == nil {
-		bad("prevResult lists no host interface %s", hostName)
-	}
-	var ips []*current.IPConfig
-	for _, ipc := range prev.IPs {
-		if ipc.Interface == nil || *ipc.Interface == contIdx {
-			ips = append(ips, ipc)
-		}
-	}
-
+	hostIf, contIf, ips, problems := expected(prev, args, hostName)
 	rec, err := n.Record(hostName)
 	if err != nil {
-		bad("%v", err)
+		problems = append(problems, err.Error())
 	}
-
 	// Pod side, host side, then the endpoint and every feature.
-	macOf := func(i *current.Interface) string {
-		if i == nil {
-			return ""
-		}
-		return i.Mac
-	}
 	found, contMAC, err := veth.CheckPod(podNS, args.Netns, args.IfName, macOf(contIf), ips, prev.Routes)
 	if err != nil {
 		return cniError(errcode.CheckFailed, "inspecting the pod", err)
@@ -101,7 +69,7 @@ func CmdCheck(args *skel.CmdArgs) (err error) {
 				}
 			}
 		}
-		_ = inOrder(func() error {
+		_ = features.InOrder(func() error {
 			report(endpoint.Check(n, ep))
 			return nil
 		}, func(i int, _ feature.Feature) error {
@@ -117,6 +85,40 @@ func CmdCheck(args *skel.CmdArgs) (err error) {
 		return ipamError("CHECK", err)
 	}
 	return nil
+}
+
+// expected is what prevResult says of the attachment: its interfaces (the
+// pod's in its sandbox, the host veth) and the pod's addresses; problems
+// names an interface it lacks.
+func expected(prev *current.Result, args *skel.CmdArgs, hostName string) (hostIf, contIf *current.Interface, ips []*current.IPConfig, problems []string) {
+	contIdx := -1
+	for i, iface := range prev.Interfaces {
+		switch {
+		case iface.Name == args.IfName && iface.Sandbox == args.Netns:
+			contIf, contIdx = iface, i
+		case iface.Name == hostName && iface.Sandbox == "":
+			hostIf = iface
+		}
+	}
+	if contIf == nil {
+		problems = append(problems, fmt.Sprintf("prevResult lists no interface %s in sandbox %s", args.IfName, args.Netns))
+	}
+	if hostIf == nil {
+		problems = append(problems, fmt.Sprintf("prevResult lists no host interface %s", hostName))
+	}
+	for _, ipc := range prev.IPs {
+		if ipc.Interface == nil || *ipc.Interface == contIdx {
+			ips = append(ips, ipc)
+		}
+	}
+	return hostIf, contIf, ips, problems
+}
+
+func macOf(i *current.Interface) string {
+	if i == nil {
+		return ""
+	}
+	return i.Mac
 }
 
 // checked is the endpoint the features check: what the runtime expects

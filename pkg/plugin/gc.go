@@ -3,15 +3,12 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
-	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
-	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
@@ -49,7 +46,7 @@ func CmdGC(args *skel.CmdArgs) (err error) {
 	// The kernel first: live veths whose records were lost get them back
 	// (so the valid attachments below keep them), pairs nobody owns and
 	// attachments whose pod is gone go.
-	if _, err := Heal(n, HealOptions{Config: c}); err != nil {
+	if _, err := repair.Run(n, repair.Options{Network: c.Network()}); err != nil {
 		errs = append(errs, err)
 	}
 	recs, err := n.Records()
@@ -62,7 +59,7 @@ func CmdGC(args *skel.CmdArgs) (err error) {
 			kept[r.HostIfName] = r
 			continue
 		}
-		if err := Teardown(n, r.HostIfName); err != nil {
+		if err := repair.Teardown(n, r.HostIfName); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -75,13 +72,13 @@ func CmdGC(args *skel.CmdArgs) (err error) {
 	}
 	for _, l := range links {
 		if _, named := veth.Owner(l); !named && kept[l.Attrs().Name] == nil {
-			if err := Teardown(n, l.Attrs().Name); err != nil {
+			if err := repair.Teardown(n, l.Attrs().Name); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	if n.CheckBPFFS() == nil {
-		_, err := Leftovers(n, kept, false)
+		_, err := repair.Leftovers(n, kept, false)
 		errs = append(errs, err)
 	}
 
@@ -95,33 +92,4 @@ func CmdGC(args *skel.CmdArgs) (err error) {
 		return cniError(types.ErrIOFailure, "garbage-collecting", err)
 	}
 	return nil
-}
-
-// Leftovers finds, and unless dryRun removes, the state no endpoint in kept
-// (keyed by host veth) accounts for: every feature collects its own
-// (pinned links, map entries, flows, published ports...). When nothing is
-// kept, the features leave the node too. It returns one line per item. The
-// caller holds the node lock exclusively, so no ADD is half-way.
-func Leftovers(n *node.Node, kept map[string]*node.Record, dryRun bool) ([]string, error) {
-	live := feature.NewLive(kept)
-	found, err := endpoint.GC(n, live, dryRun)
-	var errs []error
-	if err != nil {
-		errs = append(errs, fmt.Errorf("endpoint: %w", err))
-	}
-	for _, f := range features.All {
-		lines, err := f.GC(n, live, dryRun)
-		found = append(found, lines...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f.Name(), err))
-		}
-	}
-	lines, err := gcRanges(live, dryRun)
-	found = append(found, lines...)
-	errs = append(errs, err)
-	if live.Empty() && !dryRun {
-		errs = append(errs, release(n))
-	}
-	sort.Strings(found)
-	return found, errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
 )
 
 // CmdStatus reports whether an ADD can succeed now: bpffs mounted, the
@@ -54,9 +55,11 @@ func CmdStatus(args *skel.CmdArgs) (err error) {
 	// containerd 2.x calls STATUS every 5 s: the kernel and the records
 	// are compared and mended here (heal.go).
 	n.Phase("heal")
-	if err := healNode(n, c, "", cl); err != nil {
+	healed, err := repair.Verb(n, c.Network(), "")
+	cl.healed += healed
+	if err != nil {
 		msg := "repairing the node's state failed: existing pods may have lost connectivity"
-		if errors.Is(err, errLost) {
+		if errors.Is(err, repair.ErrLost) {
 			msg = "existing pods lost part of their network state"
 		}
 		return types.NewError(types.ErrLimitedConnectivity, msg+": "+err.Error(),

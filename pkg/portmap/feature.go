@@ -225,11 +225,36 @@ func (Feature) Release(n *node.Node) error { return Teardown(n) }
 // Commands: ports.
 func (Feature) Commands() []*view.Command { return []*view.Command{command} }
 
-var _ feature.Rebuilder = Feature{}
+// Repair, for the node, records the uplinks' programs again from the
+// kernel (hostPort shares them with masquerade: uplink.Rebuild); for an
+// endpoint whose record was rebuilt it first finds the ports published to
+// its addresses (its DEL unpublishes them), then publishes the record's
+// ports again and makes the node serve them (socket hooks on the recorded
+// cgroup), after the bpffs lost them. It tells nothing: publishing an
+// existing port changes nothing.
+func (Feature) Repair(n *node.Node, rp *feature.Repair) ([]string, error) {
+	ep := rp.Endpoint
+	if ep == nil {
+		if rp.DryRun {
+			return nil, nil
+		}
+		return nil, uplink.Rebuild(n)
+	}
+	if rp.Rebuilt {
+		if err := learn(n, ep); err != nil {
+			return nil, err
+		}
+	}
+	ports, err := Ports(ep.Record)
+	if err != nil || len(ports) == 0 || rp.DryRun {
+		return nil, err
+	}
+	return nil, restore(n, ports)
+}
 
-// Rebuild finds the ports published to the endpoint's addresses, for a
-// record rebuilt from the kernel: its DEL unpublishes them.
-func (Feature) Rebuild(n *node.Node, ep *feature.Endpoint) error {
+// learn puts in a record rebuilt from the kernel the ports the hostports
+// map publishes to its addresses.
+func learn(n *node.Node, ep *feature.Endpoint) error {
 	m, err := n.PinnedMap(maps.CniMapHostports)
 	if err != nil || m == nil {
 		return err
@@ -260,19 +285,6 @@ func (Feature) Rebuild(n *node.Node, ep *feature.Endpoint) error {
 	return ep.SetFeature(name, ports)
 }
 
-var _ feature.Restorer = Feature{}
-
-// Restore publishes the endpoint's ports again and makes the node serve
-// them (socket hooks on the recorded cgroup), after the bpffs lost them;
-// it tells nothing, since publishing an existing port changes nothing.
-func (Feature) Restore(n *node.Node, ep *feature.Endpoint, dryRun bool) ([]string, error) {
-	ports, err := Ports(ep.Record)
-	if err != nil || len(ports) == 0 || dryRun {
-		return nil, err
-	}
-	return nil, restore(n, ports)
-}
-
 func restore(n *node.Node, ports []HostPort) error {
 	owner, err := ownerOf(n)
 	if err != nil {
@@ -296,9 +308,3 @@ func restore(n *node.Node, ports []HostPort) error {
 	}
 	return Ready(n, cgroup)
 }
-
-var _ feature.NodeRebuilder = Feature{}
-
-// RebuildNode records the uplinks' programs again (hostPort shares them
-// with masquerade).
-func (Feature) RebuildNode(n *node.Node) error { return uplink.Rebuild(n) }

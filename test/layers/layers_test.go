@@ -33,6 +33,8 @@ var layers = []struct {
 	{"mains", []string{"cmd/ebpf-cni", "cmd/ebpf-ipam", "cmd/ebpf-cni-agent"}, false},
 	{"cli", []string{"pkg/cli"}, false},
 	{"verbs", []string{"pkg/plugin", "pkg/agent"}, false},
+	// Reconciliation of the kernel and the caches, below the verbs.
+	{"repair", []string{"pkg/repair"}, false},
 	{"registry", []string{"pkg/features"}, false},
 	// The features: every package pkg/features registers that is in no
 	// other layer (a new feature's registration line puts it here).

@@ -1,4 +1,4 @@
-package plugin
+package repair
 
 import (
 	"errors"
@@ -25,8 +25,8 @@ type Orphaned struct {
 }
 
 // reclaimOrphans is ReclaimOrphans as Heal reports it.
-func reclaimOrphans(n *node.Node, o HealOptions, present map[string]bool, h *Healed) error {
-	done, problem, err := ReclaimOrphans(n, o.Config, present, o.DryRun)
+func reclaimOrphans(n *node.Node, o Options, present map[string]bool, h *Report) error {
+	done, problem, err := ReclaimOrphans(n, o.Network, present, o.DryRun)
 	if problem != "" {
 		h.Problems = append(h.Problems, problem)
 	}
@@ -49,7 +49,7 @@ func reclaimOrphans(n *node.Node, o HealOptions, present map[string]bool, h *Hea
 // endpoint stays, and the dead pods' addresses (c: the calling network's
 // IPAM; nil: ebpf-ipam's). present names the host veths of this netns
 // (veth.Candidates), nil to list them.
-func ReclaimOrphans(n *node.Node, c *Config, present map[string]bool, dryRun bool) (done []Orphaned, problem string, err error) {
+func ReclaimOrphans(n *node.Node, c *Network, present map[string]bool, dryRun bool) (done []Orphaned, problem string, err error) {
 	if present == nil {
 		if present, err = presentVeths(); err != nil {
 			return nil, "", err
@@ -170,12 +170,12 @@ func keptEndpoints(n *node.Node, present map[string]bool) (map[string]*node.Reco
 // and repair release too); another IPAM plugin's addresses of another
 // network are left to that network's GC. A container ID cut to fit the map
 // cannot be told to IPAM.
-func releaseOrphan(n *node.Node, c *Config, or endpoint.Orphan, network string) ([]net.IP, error) {
+func releaseOrphan(n *node.Node, c *Network, or endpoint.Orphan, network string) ([]net.IP, error) {
 	if or.ContainerID == "" || strings.HasPrefix(or.ContainerID, "sha256:") || network == "" {
 		return nil, nil
 	}
 	if c != nil && network == maps.Fit(c.Name, maps.CniNetNameLen) {
-		if err := c.ipam().Del(otherAttachment(or.ContainerID, or.IfName, ""), c); err != nil {
+		if err := c.Release(or.ContainerID, or.IfName, ""); err != nil {
 			return nil, fmt.Errorf("releasing the addresses of %s/%s: %w", or.ContainerID, or.IfName, err)
 		}
 		return or.IPs, nil

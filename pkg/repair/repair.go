@@ -1,4 +1,13 @@
-package plugin
+// Package repair is the reconciliation of the kernel and the plugin's
+// caches, below the verbs: the kernel is the truth, the records under the
+// stateDir and the pins under bpfRoot are caches of it. It rebuilds
+// records from the kernel, reclaims attachments whose pod is gone (and
+// endpoints nothing accounts for), restores what a bpffs loss took, and
+// collects leftovers; every feature takes part through one method of its
+// contract (feature.Feature.Repair). A CNI STATUS, GC and ADD (when no
+// STATUS ran for Period), the operator's repair and gc call it; so does
+// DEL's teardown of one endpoint (Teardown).
+package repair
 
 import (
 	"errors"
@@ -11,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -43,13 +51,13 @@ import (
 // Every attachment is handled under its attachment lock, taken without
 // waiting: one that a call holds is that call's business.
 
-// Healed is what Heal found, one line per item.
-type Healed struct {
+// Report is what Run found, one line per item.
+type Report struct {
 	Rebuilt   []string `json:"rebuilt"`
 	Reclaimed []string `json:"reclaimed"`
 	Removed   []string `json:"removed"`
 	// Restored is the features' state of live endpoints written again
-	// (feature.Restorer): what a bpffs loss took.
+	// (feature.Feature.Repair): what a bpffs loss took.
 	Restored []string `json:"restored"`
 	Problems []string `json:"problems"`
 	// Lost are the host veths whose records were rebuilt with neither
@@ -61,13 +69,14 @@ type Healed struct {
 	Gone []*node.Record `json:"-"`
 }
 
-// HealOptions say what Heal may do.
-type HealOptions struct {
-	// Config is the calling network's (STATUS, ADD): its attachments'
+// Options say what Run may do.
+type Options struct {
+	// Network is the calling network (STATUS, ADD, GC): its attachments'
 	// IPAM addresses are released through its IPAM when reclaimed, and
-	// rebuilt records of its network get its name. Nil for the operator's
-	// repair, which releases ebpf-ipam's addresses itself.
-	Config *Config
+	// rebuilt records of its network get its name and what its
+	// configuration tells. Nil for the operator's repair, which releases
+	// ebpf-ipam's addresses itself.
+	Network *Network
 	// DryRun lists what would be done and changes nothing.
 	DryRun bool
 	// Skip is an attachment (host veth) the caller is working on.
@@ -78,150 +87,233 @@ type HealOptions struct {
 	Restore bool
 }
 
-// Heal mends the records from the kernel and reclaims attachments whose
+// Network is the calling network of a CNI verb, as the repair needs it.
+type Network struct {
+	Name string
+	// Conf is the network's configuration (a call's stdin): the features
+	// configured from it (no runtimeConfig) tell a rebuilt record what
+	// ADD would have.
+	Conf []byte
+	// Mode and DeviceMode are its attach modes (host veths, the node's
+	// devices).
+	Mode, DeviceMode attach.Mode
+	// Release releases what the network's IPAM holds for an attachment of
+	// it that is gone (netns: the one its ADD was given, "" unknown).
+	Release func(containerID, ifName, netns string) error
+	// EbpfIPAM is the configuration ebpf-ipam's calls get (stdin) when the
+	// network's IPAM is ebpf-ipam, else nil: its addresses of attachments
+	// no record accounts for are released, and a rebuilt record's kept.
+	EbpfIPAM []byte
+
+	pods []feature.Pod // parsed from Conf once asked for
+}
+
+// Pods are the registered features configured from the network's
+// configuration, in the order of features.All; nil where a feature cannot
+// parse it.
+func (c *Network) Pods() []feature.Pod {
+	if c.pods == nil {
+		c.pods = make([]feature.Pod, len(features.All))
+		for i, f := range features.All {
+			if p, err := f.Parse(c.Conf); err == nil {
+				c.pods[i] = p
+			}
+		}
+	}
+	return c.pods
+}
+
+// Run mends the records from the kernel and reclaims attachments whose
 // pod is gone. It runs in the node's network namespace; the caller holds
 // the node lock (shared or exclusive) or none.
-func Heal(n *node.Node, o HealOptions) (*Healed, error) {
-	h := &Healed{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Restored: []string{}, Problems: []string{}, Lost: []string{}}
+func Run(n *node.Node, o Options) (*Report, error) {
+	r := &run{n: n, o: o, h: &Report{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Restored: []string{}, Problems: []string{}, Lost: []string{}},
+		recorded: map[string]bool{}, present: map[string]bool{}, rebuilt: map[string]bool{}}
 	// Names first: a node in order costs a read of /proc's device list and
 	// one directory listing (STATUS runs every 5 s); links and records are
 	// read only for what differs.
-	links, err := veth.Candidates()
-	if err != nil {
-		return h, err
+	var err error
+	if r.links, err = veth.Candidates(); err != nil {
+		return r.h, err
 	}
-	names, err := node.RecordNames(n.StateDir)
-	if err != nil {
-		return h, err
+	if r.names, err = node.RecordNames(n.StateDir); err != nil {
+		return r.h, err
 	}
-	recorded := map[string]bool{}
-	for _, name := range names {
-		recorded[name] = true
+	for _, name := range r.names {
+		r.recorded[name] = true
 	}
-	present := map[string]bool{}
-	var errs []error
-	rebuilt := map[string]bool{}
-	for _, name := range links {
-		present[name] = true
-		if recorded[name] || name == o.Skip {
-			continue
-		}
-		errs = append(errs, withAttachment(n, name, func() error {
-			l, err := rtnl.H().LinkByName(name)
-			if err != nil || !veth.IsOurs(l) {
-				return nil // gone meanwhile (the next call reclaims what is left), or not ours
-			}
-			ok, err := healLink(n, l, o, h)
-			rebuilt[name] = ok
-			return err
-		}))
+	for _, name := range r.links {
+		r.present[name] = true
 	}
-	for _, name := range names {
-		if present[name] || name == o.Skip {
-			continue
-		}
-		errs = append(errs, withAttachment(n, name, func() error { return reclaim(n, name, o, h) }))
-	}
-	errs = append(errs, reclaimOrphans(n, o, present, h))
-	if o.Config != nil && o.Config.IPAMType == DefaultIPAM {
-		errs = append(errs, releaseStray(n, o, names, present, h))
-	}
+	r.rebuildRecords()
+	r.reclaimGone()
 	if o.DryRun {
-		return h, errors.Join(errs...)
+		return r.h, errors.Join(r.errs...)
 	}
-	// Records rebuilt by a call without this network's configuration.
-	if o.Config != nil {
-		for _, name := range node.Marked(n.StateDir, node.MarkPending) {
-			if !present[name] || rebuilt[name] || name == o.Skip {
-				continue
-			}
-			errs = append(errs, withAttachment(n, name, func() error {
-				r, err := n.Record(name)
-				if err != nil || !r.InNetwork(o.Config.Name) {
-					return nil
-				}
-				rebuilt[name] = true
-				return adopt(n, r, o.Config)
-			}))
-		}
-	}
+	r.adoptPending()
 	for _, name := range node.Marked(n.StateDir, node.MarkLossy) {
-		if present[name] {
-			h.Lost = append(h.Lost, name)
+		if r.present[name] {
+			r.h.Lost = append(r.h.Lost, name)
 		}
 	}
-	if len(h.Rebuilt) > 0 {
-		// The node-wide records went with the endpoints' (one stateDir).
-		for _, f := range features.All {
-			if nr, ok := f.(feature.NodeRebuilder); ok {
-				errs = append(errs, nr.RebuildNode(n))
-			}
-		}
-	}
-	// This call loaded the programs where none were pinned (after a bpffs
-	// remount, the maps that no surviving program kept are empty), or
-	// records were rebuilt (their programs and entries may be gone with
-	// them): every live endpoint gets what it lacks written again. An
-	// upgrade is not such a load: the older build's maps are the node's.
-	if n.LoadedFresh() || len(rebuilt) > 0 || o.Restore {
-		var pods []feature.Pod
-		if o.Config != nil {
-			pods = configuredPods(o.Config)
-		}
-		for _, name := range links {
-			if name == o.Skip || !(recorded[name] || rebuilt[name]) {
-				continue
-			}
-			errs = append(errs, withAttachment(n, name, func() error {
-				l, err := rtnl.H().LinkByName(name)
-				if err != nil {
-					return nil
-				}
-				lines, err := restoreEndpoint(n, l, pods, rebuilt[name], o)
-				h.Restored = append(h.Restored, lines...)
-				return err
-			}))
-		}
-	}
-	sort.Strings(h.Rebuilt)
-	sort.Strings(h.Reclaimed)
-	return h, errors.Join(errs...)
+	r.restore()
+	sort.Strings(r.h.Rebuilt)
+	sort.Strings(r.h.Reclaimed)
+	return r.h, errors.Join(r.errs...)
 }
 
-// HealPeriod is how often an ADD heals the node when no STATUS did (a
-// runtime that does not call STATUS: containerd before 2.0, CRI-O, podman).
-var HealPeriod = 5 * time.Second
+// run is one Run: what it read of the node, what it found and did.
+type run struct {
+	n     *node.Node
+	o     Options
+	h     *Report
+	errs  []error
+	links []string // host veths of ebpf-cni in this netns (names)
+	names []string // records (names)
+	// recorded, present and rebuilt are sets of host veth names: with a
+	// record, here, with a record rebuilt by this run.
+	recorded, present, rebuilt map[string]bool
+}
 
-// healNode is Heal as the verbs run it: with the call's network, then the
-// node's node-wide state released if that took its last endpoint. skip is
-// the caller's own attachment. cl counts what it mended in the call's
-// record.
-func healNode(n *node.Node, c *Config, skip string, cl *call) error {
-	h, err := Heal(n, HealOptions{Config: c, Skip: skip})
-	cl.healed += len(h.Rebuilt) + len(h.Reclaimed) + len(h.Removed) + len(h.Restored)
+// each runs f for every name under its attachment's lock (withAttachment).
+func (r *run) each(names []string, f func(name string) error) {
+	for _, name := range names {
+		if name == r.o.Skip {
+			continue
+		}
+		r.errs = append(r.errs, withAttachment(r.n, name, func() error { return f(name) }))
+	}
+}
+
+// rebuildRecords gives every host veth of ours without a record its record
+// back from the kernel, or removes a pair nobody can own.
+func (r *run) rebuildRecords() {
+	r.each(r.links, func(name string) error {
+		if r.recorded[name] {
+			return nil
+		}
+		l, err := rtnl.H().LinkByName(name)
+		if err != nil || !veth.IsOurs(l) {
+			return nil // gone meanwhile (the next call reclaims what is left), or not ours
+		}
+		ok, err := healLink(r.n, l, r.o, r.h)
+		r.rebuilt[name] = ok
+		return err
+	})
+	if len(r.h.Rebuilt) > 0 && !r.o.DryRun {
+		// The node-wide records went with the endpoints' (one stateDir).
+		for _, f := range features.All {
+			_, err := f.Repair(r.n, &feature.Repair{})
+			r.errs = append(r.errs, err)
+		}
+	}
+}
+
+// reclaimGone reclaims the attachments whose pod is gone: recorded ones
+// whose host veth is not here, endpoints with neither record nor veth,
+// and the calling network's ebpf-ipam addresses no attachment accounts
+// for.
+func (r *run) reclaimGone() {
+	r.each(r.names, func(name string) error {
+		if r.present[name] {
+			return nil
+		}
+		return reclaim(r.n, name, r.o, r.h)
+	})
+	r.errs = append(r.errs, reclaimOrphans(r.n, r.o, r.present, r.h))
+	if r.o.Network != nil && r.o.Network.EbpfIPAM != nil {
+		r.errs = append(r.errs, releaseStray(r.n, r.o, r.names, r.present, r.h))
+	}
+}
+
+// adoptPending completes the records rebuilt by a call without this
+// network's configuration.
+func (r *run) adoptPending() {
+	if r.o.Network == nil {
+		return
+	}
+	var pending []string
+	for _, name := range node.Marked(r.n.StateDir, node.MarkPending) {
+		if r.present[name] && !r.rebuilt[name] {
+			pending = append(pending, name)
+		}
+	}
+	r.each(pending, func(name string) error {
+		rec, err := r.n.Record(name)
+		if err != nil || !rec.InNetwork(r.o.Network.Name) {
+			return nil
+		}
+		r.rebuilt[name] = true
+		return adopt(r.n, rec, r.o.Network)
+	})
+}
+
+// restore writes again what every live endpoint lacks when this call
+// loaded the programs where none were pinned (after a bpffs remount, the
+// maps that no surviving program kept are empty), or records were rebuilt
+// (their programs and entries may be gone with them), or the caller asks.
+// An upgrade is not such a load: the older build's maps are the node's.
+func (r *run) restore() {
+	if !r.n.LoadedFresh() && len(r.rebuilt) == 0 && !r.o.Restore {
+		return
+	}
+	var live []string
+	for _, name := range r.links {
+		if r.recorded[name] || r.rebuilt[name] {
+			live = append(live, name)
+		}
+	}
+	r.each(live, func(name string) error {
+		l, err := rtnl.H().LinkByName(name)
+		if err != nil {
+			return nil
+		}
+		lines, err := restoreEndpoint(r.n, l, r.rebuilt[name], r.o)
+		r.h.Restored = append(r.h.Restored, lines...)
+		return err
+	})
+}
+
+// Period is how often an ADD repairs the node when no STATUS did (a
+// runtime that does not call STATUS: containerd before 2.0, CRI-O,
+// podman).
+var Period = 5 * time.Second
+
+// Due reports whether a verb should repair the node: no call did for
+// Period, or this one loaded the programs where none were pinned.
+func Due(n *node.Node) bool {
+	if n.LoadedFresh() {
+		return true
+	}
+	fi, err := os.Stat(filepath.Join(n.StateDir, node.HealStamp))
+	return err != nil || time.Since(fi.ModTime()) > Period
+}
+
+// Verb is Run as a CNI verb runs it: with the call's network, then the
+// node-wide state released if that took the node's last endpoint. skip is
+// the caller's own attachment. It returns how many things it mended, and
+// ErrLost (wrapped) for pods that lost what only the stateDir and the
+// bpffs held.
+func Verb(n *node.Node, net *Network, skip string) (int, error) {
+	h, err := Run(n, Options{Network: net, Skip: skip})
 	_ = os.WriteFile(filepath.Join(n.StateDir, node.HealStamp), nil, 0o600)
 	if len(h.Reclaimed) > 0 {
-		n.ReleaseIfEmpty(func() { _ = release(n) })
+		n.ReleaseIfEmpty(func() { _ = Release(n) })
 	}
-	for _, line := range slices.Concat(h.Rebuilt, h.Reclaimed, h.Removed, h.Restored) {
+	mended := slices.Concat(h.Rebuilt, h.Reclaimed, h.Removed, h.Restored)
+	for _, line := range mended {
 		fmt.Fprintln(os.Stderr, "ebpf-cni: healed: "+line)
 	}
 	if err == nil && len(h.Lost) > 0 {
 		err = fmt.Errorf("%w: host veths %s: delete and recreate their pods (their published ports and bandwidth limits, if they had any, were lost with both the stateDir and the bpffs); ebpf-cni repair --accept-loss keeps them as they are",
-			errLost, strings.Join(h.Lost, ", "))
+			ErrLost, strings.Join(h.Lost, ", "))
 	}
-	return err
+	return len(mended), err
 }
 
-// errLost: pods whose records were rebuilt with neither the files nor the
+// ErrLost: pods whose records were rebuilt with neither the files nor the
 // maps.
-var errLost = errors.New("pods lost what only the stateDir and the bpffs held")
-
-// healDue reports whether no call healed the node for HealPeriod.
-func healDue(n *node.Node) bool {
-	fi, err := os.Stat(filepath.Join(n.StateDir, node.HealStamp))
-	return err != nil || time.Since(fi.ModTime()) > HealPeriod
-}
+var ErrLost = errors.New("pods lost what only the stateDir and the bpffs held")
 
 // releaseStray releases the calling network's ebpf-ipam addresses held for
 // a network namespace that is gone by an attachment no record or veth of
@@ -229,8 +321,8 @@ func healDue(n *node.Node) bool {
 // records of ebpf-ipam are read only when it holds more attachments than
 // the node has records (names only: on a node in order that is two
 // directory listings).
-func releaseStray(n *node.Node, o HealOptions, recordNames []string, present map[string]bool, h *Healed) error {
-	ic, _, err := ebpfipam.ParseDelConfig(o.Config.IPAMConf)
+func releaseStray(n *node.Node, o Options, recordNames []string, present map[string]bool, h *Report) error {
+	ic, _, err := ebpfipam.ParseDelConfig(o.Network.EbpfIPAM)
 	if err != nil || ebpfipam.CountHeld(ic.StateDir, ic.Network) <= len(recordNames) {
 		return nil
 	}
@@ -256,7 +348,7 @@ func releaseStray(n *node.Node, o HealOptions, recordNames []string, present map
 			if _, err := n.Record(host); err == nil || veth.Exists(host) {
 				return nil // its ADD went on meanwhile
 			}
-			return o.Config.ipam().Del(otherAttachment(a.ContainerID, a.IfName, ""), o.Config)
+			return o.Network.Release(a.ContainerID, a.IfName, "")
 		}))
 	}
 	return errors.Join(errs...)
@@ -272,52 +364,37 @@ func withAttachment(n *node.Node, hostIfName string, f func() error) error {
 	return f()
 }
 
-// configuredPods are the features configured from the calling network's
-// configuration, as far as it configures them (STATUS has no runtime
-// configuration); a feature that cannot parse it is left out.
-func configuredPods(c *Config) []feature.Pod {
-	pods := make([]feature.Pod, len(features.All))
-	for i, f := range features.All {
-		if p, err := f.Parse(c.IPAMConf); err == nil {
-			pods[i] = p
-		}
-	}
-	return pods
-}
-
-// restoreEndpoint writes the features' map entries of a recorded endpoint
-// again where they are missing (feature.Restorer); a record rebuilt in the
-// calling network first gets the state its features can tell from the
-// network's configuration (feature.PodRebuilder).
-func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt bool, o HealOptions) ([]string, error) {
+// restoreEndpoint has every feature mend what the live endpoint behind l
+// lacks, in ADD order with the endpoint's own entries and programs at
+// their place (feature.Feature.Repair): a record rebuilt in this repair
+// first gets what the features' maps tell and, in the calling network,
+// what its configuration does. The record is written again.
+func restoreEndpoint(n *node.Node, l netlink.Link, rebuilt bool, o Options) ([]string, error) {
 	r, err := n.Record(l.Attrs().Name)
 	if err != nil || r.HostIfIndex != l.Attrs().Index {
 		return nil, nil
 	}
-	mode := attach.DefaultMode
-	if o.Config != nil {
-		mode = o.Config.Mode
-	}
-	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l, Mode: mode}
-	var errs []error
-	if rebuilt && o.Config != nil && r.Network == o.Config.Name {
-		ep.DeviceMode = attach.DeviceMode(o.Config.AttachMode)
-		for i, p := range pods {
-			if pr, ok := p.(feature.PodRebuilder); ok {
-				if err := pr.Rebuild(n, ep); err != nil {
-					errs = append(errs, fmt.Errorf("rebuilding %s of %s: %w", features.All[i].Name(), r.HostIfName, err))
-				}
-			}
+	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l, Mode: attach.DefaultMode}
+	var pods []feature.Pod
+	if o.Network != nil {
+		ep.Mode = o.Network.Mode
+		if rebuilt && r.Network == o.Network.Name {
+			ep.DeviceMode, pods = o.Network.DeviceMode, o.Network.Pods()
 		}
 	}
 	var lines []string
-	_ = inOrder(func() error {
+	var errs []error
+	_ = features.InOrder(func() error {
 		if err := endpoint.Restore(n, ep); err != nil {
 			errs = append(errs, fmt.Errorf("restoring endpoint of %s: %w", r.HostIfName, err))
 		}
 		return nil
-	}, func(_ int, f feature.Feature) error {
-		got, err := restoreFeature(n, f, ep, false)
+	}, func(i int, f feature.Feature) error {
+		rp := &feature.Repair{Endpoint: ep, Rebuilt: rebuilt}
+		if i < len(pods) {
+			rp.Pod = pods[i]
+		}
+		got, err := repairEndpoint(n, f, rp)
 		lines = append(lines, got...)
 		errs = append(errs, err)
 		return nil
@@ -327,28 +404,25 @@ func restoreEndpoint(n *node.Node, l netlink.Link, pods []feature.Pod, rebuilt b
 	return lines, errors.Join(append(errs, n.WriteRecord(r))...)
 }
 
-// restoreFeature runs f's Restore for ep, if f has one; its lines name the
+// repairEndpoint runs f's Repair for rp's endpoint; its lines name the
 // endpoint and the feature.
-func restoreFeature(n *node.Node, f feature.Feature, ep *feature.Endpoint, dryRun bool) ([]string, error) {
-	rs, ok := f.(feature.Restorer)
-	if !ok {
-		return nil, nil
-	}
-	got, err := rs.Restore(n, ep, dryRun)
+func repairEndpoint(n *node.Node, f feature.Feature, rp *feature.Repair) ([]string, error) {
+	ep := rp.Endpoint
+	got, err := f.Repair(n, rp)
 	lines := make([]string, 0, len(got))
 	for _, l := range got {
 		lines = append(lines, fmt.Sprintf("%s/%s (host veth %s): %s: %s", ep.ContainerID, ep.IfName, ep.HostIfName, f.Name(), l))
 	}
 	if err != nil {
-		err = fmt.Errorf("restoring %s of %s: %w", f.Name(), ep.HostIfName, err)
+		err = fmt.Errorf("repairing %s of %s: %w", f.Name(), ep.HostIfName, err)
 	}
 	return lines, err
 }
 
-// Unrestored is what the features' Restore would write again for the
-// node's live recorded endpoints (feature.Restorer, dry run): state a
-// bpffs loss took that no call has restored yet. It changes nothing, and
-// takes no lock (the operator's status).
+// Unrestored is what the features would mend for the node's live recorded
+// endpoints (a dry run of their Repair): state a bpffs loss took that no
+// call has restored yet. It changes nothing, and takes no lock (the
+// operator's status).
 func Unrestored(n *node.Node) ([]string, error) {
 	recs, err := n.Records()
 	if err != nil {
@@ -363,7 +437,7 @@ func Unrestored(n *node.Node) ([]string, error) {
 		}
 		ep := &feature.Endpoint{Record: r, Recorded: true, Host: l}
 		for _, f := range features.All {
-			got, err := restoreFeature(n, f, ep, true)
+			got, err := repairEndpoint(n, f, &feature.Repair{Endpoint: ep, DryRun: true})
 			lines = append(lines, got...)
 			errs = append(errs, err)
 		}
@@ -373,7 +447,7 @@ func Unrestored(n *node.Node) ([]string, error) {
 
 // healLink rebuilds the record of a live host veth (true), or removes a
 // pair nobody can own.
-func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) (bool, error) {
+func healLink(n *node.Node, l netlink.Link, o Options, h *Report) (bool, error) {
 	name := l.Attrs().Name
 	if _, err := n.Record(name); err == nil {
 		return false, nil // its call wrote it meanwhile
@@ -386,8 +460,8 @@ func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) (bool, err
 		}
 		return false, veth.DeleteHost(name)
 	}
-	if o.Config != nil && r.InNetwork(o.Config.Name) {
-		r.Network = o.Config.Name
+	if o.Network != nil && r.InNetwork(o.Network.Name) {
+		r.Network = o.Network.Name
 	}
 	h.Rebuilt = append(h.Rebuilt, fmt.Sprintf("record of %s/%s (host veth %s) rebuilt from the kernel", r.ContainerID, r.IfName, name))
 	if o.DryRun {
@@ -406,26 +480,26 @@ func healLink(n *node.Node, l netlink.Link, o HealOptions, h *Healed) (bool, err
 			return true, err
 		}
 	}
-	if o.Config == nil || !r.InNetwork(o.Config.Name) {
+	if o.Network == nil || !r.InNetwork(o.Network.Name) {
 		// Its network's next call completes it (adopt).
 		return true, node.SetMark(n.StateDir, node.MarkPending, name)
 	}
-	return true, adopt(n, r, o.Config)
+	return true, adopt(n, r, o.Network)
 }
 
 // adopt completes a rebuilt record with what its network's configuration
 // tells: its name, and, where ebpf-ipam keeps the addresses, the pod's
 // addresses kept taken (ebpf-ipam's own state may be lost too: its files
 // with the stateDir, its map with the bpffs).
-func adopt(n *node.Node, r *node.Record, c *Config) error {
+func adopt(n *node.Node, r *node.Record, c *Network) error {
 	if r.Network == "" {
 		r.Network = c.Name
 		if err := n.WriteRecord(r); err != nil {
 			return err
 		}
 	}
-	if c.IPAMType == DefaultIPAM {
-		if _, err := ebpfipam.Adopt(c.IPAMConf, "", r.ContainerID, r.IfName, r.Addrs()); err != nil {
+	if c.EbpfIPAM != nil {
+		if _, err := ebpfipam.Adopt(c.EbpfIPAM, "", r.ContainerID, r.IfName, r.Addrs()); err != nil {
 			return fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
 		}
 	}
@@ -439,8 +513,8 @@ func adopt(n *node.Node, r *node.Record, c *Config) error {
 // had written it); the name must be that owner's (veth.HostName). The
 // addresses come from endpoint_devs, or from the host routes to the pod;
 // the network from the endpoint entries' key; the attachments from the
-// veth's hooks; each feature fills in what its maps tell
-// (feature.Rebuilder).
+// veth's hooks. The features' state is learned when the repair restores
+// the endpoint (feature.Repair.Rebuilt).
 func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 	a := l.Attrs()
 	r = &node.Record{HostIfName: a.Name, HostIfIndex: a.Index, HostMAC: a.HardwareAddr.String(), Rebuilt: true}
@@ -495,13 +569,8 @@ func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 			r.Attachments = append(r.Attachments, at)
 		}
 	}
-	ep := &feature.Endpoint{Record: r, Recorded: true, Host: l}
-	for _, f := range features.All {
-		if rb, ok := f.(feature.Rebuilder); ok {
-			_ = rb.Rebuild(n, ep) // what a feature cannot tell stays out of the record; GC sweeps it
-		}
-	}
-	// Without the endpoint maps the features' per-pod state (published
+	// The features tell their state from their maps when the repair
+	// restores the endpoint (feature.Repair.Rebuilt). Without the endpoint maps the features' per-pod state (published
 	// ports, bandwidth limits) is known to neither the files nor the
 	// kernel: lost.
 	return r, !haveDev, true
@@ -553,7 +622,7 @@ func hostRouteIPs(l netlink.Link) []net.IP {
 // (a veth pair dies whole, with the pod's netns). Never one whose pod's
 // interface is alive in the netns the record names: then the caller runs
 // in the wrong netns.
-func reclaim(n *node.Node, name string, o HealOptions, h *Healed) error {
+func reclaim(n *node.Node, name string, o Options, h *Report) error {
 	r, err := n.Record(name)
 	if errors.Is(err, node.ErrNotFound) {
 		return nil // its DEL finished meanwhile
@@ -569,7 +638,7 @@ func reclaim(n *node.Node, name string, o HealOptions, h *Healed) error {
 		h.Problems = append(h.Problems, fmt.Sprintf("%s: host veth not in this network namespace, but the pod's %s is alive in %s: run in the node's network namespace", what, r.IfName, r.NetNS))
 		return nil
 	}
-	ipam := o.Config != nil && r.InNetwork(o.Config.Name)
+	ipam := o.Network != nil && r.InNetwork(o.Network.Name)
 	line := what + ": pod gone without DEL; reclaimed"
 	if ipam {
 		line += " with its addresses"
@@ -585,7 +654,7 @@ func reclaim(n *node.Node, name string, o HealOptions, h *Healed) error {
 	if !ipam {
 		return nil // another network's: its own STATUS or ADD, or ebpf-cni gc, releases its addresses
 	}
-	return o.Config.ipam().Del(otherAttachment(r.ContainerID, r.IfName, r.NetNS), o.Config)
+	return o.Network.Release(r.ContainerID, r.IfName, r.NetNS)
 }
 
 // podAlive reports whether the pod's interface still lives in the netns
@@ -604,12 +673,4 @@ func podAlive(r *node.Record) bool {
 		return nil
 	})
 	return alive
-}
-
-// otherAttachment are the IPAM arguments of an attachment that is not the
-// call's (healing releases its addresses): its identity, no CNI_ARGS, and
-// this process's CNI_PATH (the calling verb's, which skel read from there,
-// or the operator's).
-func otherAttachment(containerID, ifName, netns string) *skel.CmdArgs {
-	return &skel.CmdArgs{ContainerID: containerID, IfName: ifName, Netns: netns, Path: os.Getenv("CNI_PATH")}
 }
