@@ -31,7 +31,6 @@ type Config struct {
 const (
 	DefaultVXLANPort = 4789
 	DefaultVXLANVNI  = 1
-	maxVNI           = 1<<24 - 1
 )
 
 // Settings is a validated Config.
@@ -69,17 +68,17 @@ func (c *Config) Validate() (*Settings, error) {
 		}
 		return nil, config.Invalid(key, "set without overlay vxlan")
 	}
+	if err := config.VXLANPort(c.VXLANPort); err != nil {
+		return nil, err
+	}
+	if err := config.VXLANVNI(c.VXLANVNI); err != nil {
+		return nil, err
+	}
 	s.Port, s.VNI = DefaultVXLANPort, DefaultVXLANVNI
 	if c.VXLANPort != 0 {
-		if c.VXLANPort < 1 || c.VXLANPort > 65535 {
-			return nil, config.Invalid("vxlanPort", "%d is outside 1..65535", c.VXLANPort)
-		}
 		s.Port = uint16(c.VXLANPort)
 	}
 	if c.VXLANVNI != 0 {
-		if c.VXLANVNI < 1 || c.VXLANVNI > maxVNI {
-			return nil, config.Invalid("vxlanVNI", "%d is outside 1..%d", c.VXLANVNI, maxVNI)
-		}
 		s.VNI = uint32(c.VXLANVNI)
 	}
 	return s, nil

@@ -30,9 +30,11 @@ func (c *Config) Validate() ([]*net.IPNet, error) {
 		if err != nil {
 			return nil, config.Invalid(key, "%q is not a CIDR", cidr)
 		}
-		if ones, bits := n.Mask.Size(); ones == 0 {
-			return nil, config.Invalid(key, "%q covers every address: the pod ranges exclude the Service range and the world", cidr)
-		} else if bits == 32 && n.IP.To4() == nil {
+		ones, bits := n.Mask.Size()
+		if err := config.ClusterCIDR(key, cidr, ones); err != nil {
+			return nil, err
+		}
+		if bits == 32 && n.IP.To4() == nil {
 			return nil, config.Invalid(key, "%q is not a CIDR", cidr)
 		}
 		out = append(out, n)

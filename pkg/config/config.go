@@ -51,3 +51,35 @@ func AsCNI(err error) (*types.Error, bool) {
 	}
 	return nil, false
 }
+
+// The rules of keys two configurations share (the plugin's network
+// configuration and the installer's options, pkg/conflist), written once.
+
+// MaxVNI is the largest VXLAN network identifier (24 bits).
+const MaxVNI = 1<<24 - 1
+
+// VXLANPort checks the overlay's UDP port (vxlanPort); 0 is unset.
+func VXLANPort(port int) error {
+	if port != 0 && (port < 1 || port > 65535) {
+		return Invalid("vxlanPort", "%d is outside 1..65535", port)
+	}
+	return nil
+}
+
+// VXLANVNI checks the overlay's network identifier (vxlanVNI); 0 is unset.
+func VXLANVNI(vni int) error {
+	if vni != 0 && (vni < 1 || vni > MaxVNI) {
+		return Invalid("vxlanVNI", "%d is outside 1..%d", vni, MaxVNI)
+	}
+	return nil
+}
+
+// ClusterCIDR checks one of the cluster's pod ranges (clusterCIDRs) of
+// prefix length bits: a range that covers every address would leave
+// nothing outside the cluster (Services, the world).
+func ClusterCIDR(key, cidr string, bits int) error {
+	if bits == 0 {
+		return Invalid(key, "%q covers every address: the pod ranges exclude the Service range and the world", cidr)
+	}
+	return nil
+}

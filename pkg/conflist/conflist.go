@@ -34,6 +34,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 )
 
 // Defaults of what Build writes and where.
@@ -102,10 +104,10 @@ type Options struct {
 	StateDir string
 }
 
-// OptionError names the option that is wrong.
-type OptionError struct{ Key, Msg string }
-
-func (e *OptionError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Key, e.Msg) }
+// OptionError names the option that is wrong: the configuration error
+// of every key (a key the plugin's configuration has too is checked by the
+// same rule, pkg/config).
+type OptionError = config.Error
 
 // ParseCIDRs reads a comma-separated list of ranges (e.g. "10.244.1.0/24,
 // fd00:10:244:1::/64"); key names the setting in errors. Each must be a
@@ -119,10 +121,10 @@ func ParseCIDRs(key, s string) ([]netip.Prefix, error) {
 		}
 		p, err := netip.ParsePrefix(f)
 		if err != nil {
-			return nil, &OptionError{key, fmt.Sprintf("%q is not a CIDR (e.g. 10.244.1.0/24)", f)}
+			return nil, &OptionError{Key: key, Msg: fmt.Sprintf("%q is not a CIDR (e.g. 10.244.1.0/24)", f)}
 		}
 		if p.Masked() != p {
-			return nil, &OptionError{key, fmt.Sprintf("%q is not a network address (did you mean %s?)", f, p.Masked())}
+			return nil, &OptionError{Key: key, Msg: fmt.Sprintf("%q is not a network address (did you mean %s?)", f, p.Masked())}
 		}
 		out = append(out, p)
 	}
@@ -139,61 +141,61 @@ func family(p netip.Prefix) int {
 // Validate checks every option; the error names the first bad one.
 func (o *Options) Validate() error {
 	if o.Name != "" && strings.ContainsAny(o.Name, "/\\ ") {
-		return &OptionError{"name", fmt.Sprintf("%q is not a network name", o.Name)}
+		return &OptionError{Key: "name", Msg: fmt.Sprintf("%q is not a network name", o.Name)}
 	}
 	if o.CNIVersion != "" && !contains(Versions, o.CNIVersion) {
-		return &OptionError{"cniVersion", fmt.Sprintf("%q: want one of %s", o.CNIVersion, strings.Join(Versions, ", "))}
+		return &OptionError{Key: "cniVersion", Msg: fmt.Sprintf("%q: want one of %s", o.CNIVersion, strings.Join(Versions, ", "))}
 	}
 	if len(o.PodCIDRs) == 0 {
-		return &OptionError{"podCIDRs", "no pod range given: the node's pod range (e.g. 10.244.1.0/24, or 10.244.1.0/24,fd00:10:244:1::/64 for dual stack) is required"}
+		return &OptionError{Key: "podCIDRs", Msg: "no pod range given: the node's pod range (e.g. 10.244.1.0/24, or 10.244.1.0/24,fd00:10:244:1::/64 for dual stack) is required"}
 	}
 	seen := map[int]netip.Prefix{}
 	for _, p := range o.PodCIDRs {
 		if q, dup := seen[family(p)]; dup {
-			return &OptionError{"podCIDRs", fmt.Sprintf("%s and %s are both IPv%d: give at most one range per family", q, p, family(p))}
+			return &OptionError{Key: "podCIDRs", Msg: fmt.Sprintf("%s and %s are both IPv%d: give at most one range per family", q, p, family(p))}
 		}
 		seen[family(p)] = p
 		if max := map[int]int{4: 30, 6: 126}[family(p)]; p.Bits() > max {
-			return &OptionError{"podCIDRs", fmt.Sprintf("%s holds too few addresses for pods (at most /%d)", p, max)}
+			return &OptionError{Key: "podCIDRs", Msg: fmt.Sprintf("%s holds too few addresses for pods (at most /%d)", p, max)}
 		}
 	}
 	for _, s := range o.ServiceCIDRs {
 		for _, p := range append(append([]netip.Prefix{}, o.PodCIDRs...), o.ClusterCIDRs...) {
 			if p.Overlaps(s) {
-				return &OptionError{"serviceCIDRs", fmt.Sprintf("%s overlaps the pod range %s", s, p)}
+				return &OptionError{Key: "serviceCIDRs", Msg: fmt.Sprintf("%s overlaps the pod range %s", s, p)}
 			}
 		}
 	}
 	if _, err := ParseMode(string(o.Mode)); err != nil {
-		return &OptionError{"mode", err.Error()}
+		return &OptionError{Key: "mode", Msg: err.Error()}
 	}
 	for _, c := range o.ClusterCIDRs {
-		if c.Bits() == 0 {
-			return &OptionError{"clusterCIDRs", fmt.Sprintf("%s covers every address: the pod ranges exclude the Service range and the world", c)}
+		if err := config.ClusterCIDR("clusterCIDRs", c.String(), c.Bits()); err != nil {
+			return err
 		}
 	}
 	if o.Mode == ModeVXLAN && len(o.ClusterCIDRs) == 0 {
-		return &OptionError{"clusterCIDRs", "mode vxlan needs the cluster's pod ranges: the overlay carries them"}
+		return &OptionError{Key: "clusterCIDRs", Msg: "mode vxlan needs the cluster's pod ranges: the overlay carries them"}
 	}
 	if o.Mode != ModeVXLAN && (o.VXLANPort != 0 || o.VXLANVNI != 0) {
 		key := "vxlanPort"
 		if o.VXLANPort == 0 {
 			key = "vxlanVNI"
 		}
-		return &OptionError{key, "set without mode vxlan"}
+		return &OptionError{Key: key, Msg: "set without mode vxlan"}
 	}
-	if o.VXLANPort < 0 || o.VXLANPort > 65535 {
-		return &OptionError{"vxlanPort", fmt.Sprintf("%d is outside 1..65535", o.VXLANPort)}
+	if err := config.VXLANPort(o.VXLANPort); err != nil {
+		return err
 	}
-	if o.VXLANVNI < 0 || o.VXLANVNI > 1<<24-1 {
-		return &OptionError{"vxlanVNI", fmt.Sprintf("%d is outside 1..%d", o.VXLANVNI, 1<<24-1)}
+	if err := config.VXLANVNI(o.VXLANVNI); err != nil {
+		return err
 	}
 	if o.MTU != 0 && (o.MTU < 68 || o.MTU > 65535) {
-		return &OptionError{"mtu", fmt.Sprintf("%d is outside 68..65535", o.MTU)}
+		return &OptionError{Key: "mtu", Msg: fmt.Sprintf("%d is outside 68..65535", o.MTU)}
 	}
 	for _, d := range []struct{ key, dir string }{{"bpfRoot", o.BPFRoot}, {"stateDir", o.StateDir}} {
 		if d.dir != "" && !filepath.IsAbs(d.dir) {
-			return &OptionError{d.key, fmt.Sprintf("%q is not an absolute path", d.dir)}
+			return &OptionError{Key: d.key, Msg: fmt.Sprintf("%q is not an absolute path", d.dir)}
 		}
 	}
 	return nil
