@@ -8,9 +8,11 @@ package kubetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -265,60 +267,18 @@ func (s *Server) get(w http.ResponseWriter, name string) {
 
 func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var from int64
-	if v := q.Get("resourceVersion"); v != "" {
-		var err error
-		if from, err = strconv.ParseInt(v, 10, 64); err != nil {
-			writeStatus(w, http.StatusBadRequest, "BadRequest", "bad resourceVersion "+v)
-			return
-		}
-	}
-	timeout := 5 * time.Minute
-	if v := q.Get("timeoutSeconds"); v != "" {
-		if sec, err := strconv.Atoi(v); err == nil && sec > 0 {
-			timeout = time.Duration(sec) * time.Second
-		}
+	from, timeout, err := watchOptions(q)
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, "BadRequest", err.Error())
+		return
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		writeStatus(w, http.StatusInternalServerError, "InternalError", "no streaming")
 		return
 	}
-
-	s.mu.Lock()
-	var backlog []event
-	expired := false
-	switch {
-	case q.Get("sendInitialEvents") == "true":
-		// Watch-list: the current state as ADDED events, then a bookmark
-		// that marks their end.
-		for _, n := range s.sorted() {
-			backlog = append(backlog, event{watch.Added, n, s.rv})
-		}
-		end := corev1.Node{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatInt(s.rv, 10), Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
-		backlog = append(backlog, event{watch.Bookmark, end, s.rv})
-	case from != 0 && from < s.firstRV:
-		expired = true
-	default:
-		for _, e := range s.log {
-			if e.rv > from {
-				backlog = append(backlog, e)
-			}
-		}
-	}
-	ch := make(chan event, 256)
-	if !expired {
-		s.subs[ch] = struct{}{}
-	}
-	stopped := s.stopped
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if _, ok := s.subs[ch]; ok {
-			delete(s.subs, ch)
-		}
-		s.mu.Unlock()
-	}()
+	sub := s.subscribe(from, q.Get("sendInitialEvents") == "true")
+	defer s.unsubscribe(sub.ch)
 
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
@@ -334,13 +294,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 		flusher.Flush()
 		return nil
 	}
-	if expired {
+	if sub.expired {
 		// What the API server sends for a resourceVersion it no longer has.
 		_ = send(watch.Error, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
 			Reason: metav1.StatusReasonExpired, Code: http.StatusGone, Message: fmt.Sprintf("too old resource version: %d", from)})
 		return
 	}
-	for _, e := range backlog {
+	for _, e := range sub.backlog {
 		if send(e.typ, withKind(e.node)) != nil {
 			return
 		}
@@ -349,18 +309,81 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	defer deadline.Stop()
 	for {
 		select {
-		case e, ok := <-ch:
+		case e, ok := <-sub.ch:
 			if !ok || send(e.typ, withKind(e.node)) != nil {
 				return
 			}
 		case <-deadline.C:
 			return
-		case <-stopped:
+		case <-sub.stopped:
 			return
 		case <-r.Context().Done():
 			return
 		}
 	}
+}
+
+// watchOptions reads a watch's resourceVersion (0 without one) and its
+// timeoutSeconds (5 minutes without a positive one).
+func watchOptions(q url.Values) (from int64, timeout time.Duration, err error) {
+	if v := q.Get("resourceVersion"); v != "" {
+		if from, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return 0, 0, errors.New("bad resourceVersion " + v)
+		}
+	}
+	timeout = 5 * time.Minute
+	if v := q.Get("timeoutSeconds"); v != "" {
+		if sec, err := strconv.Atoi(v); err == nil && sec > 0 {
+			timeout = time.Duration(sec) * time.Second
+		}
+	}
+	return from, timeout, nil
+}
+
+// subscription is where a watch starts: the events it sends first, then
+// those on ch until stopped; expired if from is older than the history
+// (then nothing is subscribed).
+type subscription struct {
+	backlog []event
+	ch      chan event
+	stopped chan struct{}
+	expired bool
+}
+
+// subscribe starts a watch from resourceVersion from, or with the current
+// state (initial: watch-list).
+func (s *Server) subscribe(from int64, initial bool) subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := subscription{ch: make(chan event, 256), stopped: s.stopped}
+	switch {
+	case initial:
+		// Watch-list: the current state as ADDED events, then a bookmark
+		// that marks their end.
+		for _, n := range s.sorted() {
+			sub.backlog = append(sub.backlog, event{watch.Added, n, s.rv})
+		}
+		end := corev1.Node{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatInt(s.rv, 10), Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+		sub.backlog = append(sub.backlog, event{watch.Bookmark, end, s.rv})
+	case from != 0 && from < s.firstRV:
+		sub.expired = true
+		return sub
+	default:
+		for _, e := range s.log {
+			if e.rv > from {
+				sub.backlog = append(sub.backlog, e)
+			}
+		}
+	}
+	s.subs[sub.ch] = struct{}{}
+	return sub
+}
+
+// unsubscribe ends a watch's subscription, if it has one.
+func (s *Server) unsubscribe(ch chan event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subs, ch)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -169,10 +169,24 @@ func (k *KubeProxy) NFTables() string {
 		fam, addr, ipkw = "ip6", "ipv6_addr", "ip6"
 	}
 	var b strings.Builder
-	w := func(format string, a ...any) {
-		fmt.Fprintf(&b, format+"\n", a...)
-	}
 	t := fam + " kube-proxy"
+	k.nftBase(&b, t, addr, ipkw)
+	for _, ip := range k.NodeIPs {
+		fmt.Fprintf(&b, "add element %s nodeport-ips { %s }\n", t, ip)
+	}
+	for _, s := range k.Services {
+		k.nftService(&b, t, ipkw, s)
+	}
+	return b.String()
+}
+
+// nftBase writes table t afresh with what every node has, Services or
+// not: its sets, maps and chains, the base chains' hooks and their rules.
+// addr is the family's address type, ipkw its keyword in a match.
+func (k *KubeProxy) nftBase(b *strings.Builder, t, addr, ipkw string) {
+	w := func(format string, a ...any) {
+		fmt.Fprintf(b, format+"\n", a...)
+	}
 	w(`add table %s { comment "rules for kube-proxy" ; }`, t)
 	w(`delete table %s`, t) // a fresh table, as kube-proxy's first sync
 	w(`add table %s { comment "rules for kube-proxy" ; }`, t)
@@ -218,49 +232,53 @@ func (k *KubeProxy) NFTables() string {
 	w(`add rule %s services %s daddr . meta l4proto . th dport vmap @service-ips`, t, ipkw)
 	w(`add rule %s services %s daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports`, t, ipkw)
 	w(`add rule %s service-endpoints-check %s daddr . meta l4proto . th dport vmap @no-endpoint-services`, t, ipkw)
-	for _, ip := range k.NodeIPs {
-		w(`add element %s nodeport-ips { %s }`, t, ip)
+}
+
+// nftService writes Service s into table t: its service chain with the
+// masquerade mark and the random choice of an endpoint chain (or a reject
+// without endpoints), its addresses in the maps, and its external chain
+// for a NodePort or an externalIP.
+func (k *KubeProxy) nftService(b *strings.Builder, t, ipkw string, s *Service) {
+	w := func(format string, a ...any) {
+		fmt.Fprintf(b, format+"\n", a...)
 	}
-	for _, s := range k.Services {
-		spn := s.Namespace + "/" + s.Name + "/" + s.Protocol + "/" + s.PortName
-		h := hash(s.portName()+s.Protocol, 8)
-		svc, ext := "service-"+h+"-"+spn, "external-"+h+"-"+spn
-		w(`add chain %s %s`, t, svc)
-		w(`add rule %s %s %s daddr %s %s saddr != %s jump mark-for-masquerade`, t, svc, ipkw, s.ClusterIP, ipkw, k.ClusterCIDR)
-		var vmap []string
-		for i, e := range s.Endpoints {
-			// nft names take no colons: kube-proxy writes an IPv6 endpoint with dots.
-			ep := fmt.Sprintf("endpoint-%s-%s__%s/%d", hash(s.portName()+s.Protocol+e.String(), 8), spn,
-				strings.ReplaceAll(e.IP.String(), ":", "."), e.Port)
-			w(`add chain %s %s`, t, ep)
-			w(`add rule %s %s %s saddr %s jump mark-for-masquerade`, t, ep, ipkw, e.IP)
-			to := e.IP.String()
-			if s.v6() {
-				to = "[" + to + "]"
-			}
-			w(`add rule %s %s meta l4proto %s dnat to %s:%d`, t, ep, s.Protocol, to, e.Port)
-			vmap = append(vmap, fmt.Sprintf("%d : goto %s", i, ep))
+	spn := s.Namespace + "/" + s.Name + "/" + s.Protocol + "/" + s.PortName
+	h := hash(s.portName()+s.Protocol, 8)
+	svc, ext := "service-"+h+"-"+spn, "external-"+h+"-"+spn
+	w(`add chain %s %s`, t, svc)
+	w(`add rule %s %s %s daddr %s %s saddr != %s jump mark-for-masquerade`, t, svc, ipkw, s.ClusterIP, ipkw, k.ClusterCIDR)
+	var vmap []string
+	for i, e := range s.Endpoints {
+		// nft names take no colons: kube-proxy writes an IPv6 endpoint with dots.
+		ep := fmt.Sprintf("endpoint-%s-%s__%s/%d", hash(s.portName()+s.Protocol+e.String(), 8), spn,
+			strings.ReplaceAll(e.IP.String(), ":", "."), e.Port)
+		w(`add chain %s %s`, t, ep)
+		w(`add rule %s %s %s saddr %s jump mark-for-masquerade`, t, ep, ipkw, e.IP)
+		to := e.IP.String()
+		if s.v6() {
+			to = "[" + to + "]"
 		}
-		if len(vmap) > 0 {
-			w(`add rule %s %s numgen random mod %d vmap { %s }`, t, svc, len(vmap), strings.Join(vmap, " , "))
-		} else {
-			w(`add element %s no-endpoint-services { %s . %s . %d comment "%s" : goto reject-chain }`, t, s.ClusterIP, s.Protocol, s.Port, s.portName())
+		w(`add rule %s %s meta l4proto %s dnat to %s:%d`, t, ep, s.Protocol, to, e.Port)
+		vmap = append(vmap, fmt.Sprintf("%d : goto %s", i, ep))
+	}
+	if len(vmap) > 0 {
+		w(`add rule %s %s numgen random mod %d vmap { %s }`, t, svc, len(vmap), strings.Join(vmap, " , "))
+	} else {
+		w(`add element %s no-endpoint-services { %s . %s . %d comment "%s" : goto reject-chain }`, t, s.ClusterIP, s.Protocol, s.Port, s.portName())
+	}
+	w(`add element %s cluster-ips { %s }`, t, s.ClusterIP)
+	w(`add element %s service-ips { %s . %s . %d : goto %s }`, t, s.ClusterIP, s.Protocol, s.Port, svc)
+	if s.NodePort != 0 || len(s.ExternalIPs) > 0 {
+		w(`add chain %s %s`, t, ext)
+		w(`add rule %s %s jump mark-for-masquerade`, t, ext)
+		w(`add rule %s %s goto %s`, t, ext, svc)
+		for _, e := range s.ExternalIPs {
+			w(`add element %s service-ips { %s . %s . %d : goto %s }`, t, e, s.Protocol, s.Port, ext)
 		}
-		w(`add element %s cluster-ips { %s }`, t, s.ClusterIP)
-		w(`add element %s service-ips { %s . %s . %d : goto %s }`, t, s.ClusterIP, s.Protocol, s.Port, svc)
-		if s.NodePort != 0 || len(s.ExternalIPs) > 0 {
-			w(`add chain %s %s`, t, ext)
-			w(`add rule %s %s jump mark-for-masquerade`, t, ext)
-			w(`add rule %s %s goto %s`, t, ext, svc)
-			for _, e := range s.ExternalIPs {
-				w(`add element %s service-ips { %s . %s . %d : goto %s }`, t, e, s.Protocol, s.Port, ext)
-			}
-			if s.NodePort != 0 {
-				w(`add element %s service-nodeports { %s . %d : goto %s }`, t, s.Protocol, s.NodePort, ext)
-			}
+		if s.NodePort != 0 {
+			w(`add element %s service-nodeports { %s . %d : goto %s }`, t, s.Protocol, s.NodePort, ext)
 		}
 	}
-	return b.String()
 }
 
 // ProxyMode is kube-proxy's netfilter mode.

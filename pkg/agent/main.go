@@ -193,87 +193,135 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logger) error {
-	fs := flag.NewFlagSet("ebpf-cni-agent run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	c.flags(fs)
-	mode := fs.String("mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
-	proto := fs.Int("route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
-	bpfRoot := fs.String("bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints; the network policy maps; the metrics' maps)")
-	stateDir := fs.String("state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record; the metrics' call record)")
-	dropCaps := fs.Bool("drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF; BPF kept for the metrics and network policies)")
-	policyOn, policyErr := envBool(EnvNetPolicy, true)
-	netpol := fs.Bool("network-policy", policyOn, "enforce the cluster's NetworkPolicies on this node's pods: write them into the plugin's maps (EBPF_CNI_NETWORK_POLICY)")
-	health := fs.String("health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
-	metrics := fs.String("metrics-addr", env(EnvMetricsAddr, DefaultMetricsAddr), "`ADDR` of the Prometheus /metrics (EBPF_CNI_METRICS_ADDR); empty or off: none")
-	resync := fs.Duration("resync", time.Minute, "how often everything is compared with the Node objects")
-	if err := parse(fs, args); err != nil {
+	o, err := parseRun(args, stderr)
+	if err != nil {
 		return err
 	}
-	if policyErr != nil && !flagSet(fs, "network-policy") {
-		return policyErr
-	}
-	m, err := conflist.ParseMode(*mode)
+	m, err := conflist.ParseMode(o.mode)
 	if err != nil {
 		return &usageError{fmt.Errorf("-mode: %w", err)}
 	}
-	if *metrics == "off" {
-		*metrics = ""
-	}
-	if !*netpol {
+	if !o.netpol {
 		// Before the capabilities go: BPF may be among them.
-		if err := ClearPolicies(*bpfRoot); err != nil {
+		if err := ClearPolicies(o.bpfRoot); err != nil {
 			log.Warn("network policies off, but the policies an earlier agent wrote could not be removed: pods of namespaces that had policies may start closed", "err", err)
 		}
 	}
-	if *dropCaps {
-		caps := CapsOf[m]
-		if *metrics != "" {
-			caps = append(slices.Clone(caps), MetricsCaps...)
-		}
-		if *netpol {
-			caps = append(slices.Clone(caps), PolicyCaps...)
-		}
-		if err := keepOnlyCaps(caps); err != nil {
+	if o.dropCaps {
+		if err := keepOnlyCaps(runCaps(m, o.metrics != "", o.netpol)); err != nil {
 			return err
 		}
 	}
-	routes, done, err := nodeRoutes(m, *proto, *bpfRoot, *stateDir, log)
+	routes, done, err := nodeRoutes(m, o.proto, o.bpfRoot, o.stateDir, log)
 	if err != nil {
 		return err
 	}
 	defer done()
-	client, err := c.client()
+	client, err := o.client()
 	if err != nil {
 		return err
 	}
 	var pc *PolicyController
-	if *netpol {
-		pc = NewPolicyController(client, PolicyConfig{BPFRoot: *bpfRoot, Logger: log.With("controller", "networkpolicy")})
+	if o.netpol {
+		pc = NewPolicyController(client, PolicyConfig{BPFRoot: o.bpfRoot, Logger: log.With("controller", "networkpolicy")})
 	}
-	a, err := New(client, routes, Config{NodeName: c.node, Resync: *resync, HealthAddr: *health, Policy: pc, Logger: log})
+	a, err := New(client, routes, Config{NodeName: o.node, Resync: o.resync, HealthAddr: o.health, Policy: pc, Logger: log})
 	if err != nil {
 		return &usageError{err}
 	}
-	if *metrics != "" {
-		l, err := net.Listen("tcp", *metrics)
-		if err != nil {
-			return fmt.Errorf("listening for metrics on %s: %w", *metrics, err)
-		}
-		mt := NewMetrics(*bpfRoot, *stateDir, a, log)
+	if o.metrics != "" {
+		mt := NewMetrics(o.bpfRoot, o.stateDir, a, log)
 		if pc != nil {
 			mt.AddPolicy(pc)
 		}
-		srv := &http.Server{Handler: mt.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(l) }()
-		defer srv.Close()
+		stop, err := serveMetrics(o.metrics, mt)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
-	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", c.node, "mode", m, "routeProtocol", *proto, "bpfRoot", *bpfRoot, "stateDir", *stateDir, "metrics", *metrics, "networkPolicy", *netpol)
-	// The routes and the policies run side by side. The policies never stop
-	// the routes: what keeps them from starting (no bpffs, maps that cannot
-	// be opened) is retried and reported while the routes go on. The routes
-	// failing (the health port taken, nodes that cannot be watched) stops
-	// both, and the DaemonSet restarts the agent.
+	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", o.node, "mode", m, "routeProtocol", o.proto, "bpfRoot", o.bpfRoot, "stateDir", o.stateDir, "metrics", o.metrics, "networkPolicy", o.netpol)
+	err = runSideBySide(ctx, a, pc)
+	if ctx.Err() != nil {
+		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints and the policies it wrote stay")
+		return nil
+	}
+	return err
+}
+
+// runOptions are run's flags.
+type runOptions struct {
+	common
+	mode              string
+	proto             int
+	bpfRoot, stateDir string
+	dropCaps, netpol  bool
+	health, metrics   string // metrics: "" for none
+	resync            time.Duration
+}
+
+// parseRun reads run's flags from args, their defaults from the
+// environment.
+func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
+	fs := flag.NewFlagSet("ebpf-cni-agent run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o runOptions
+	o.flags(fs)
+	fs.StringVar(&o.mode, "mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan`: how pods reach other nodes' pods (EBPF_CNI_MODE)")
+	fs.IntVar(&o.proto, "route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
+	fs.StringVar(&o.bpfRoot, "bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints; the network policy maps; the metrics' maps)")
+	fs.StringVar(&o.stateDir, "state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record; the metrics' call record)")
+	fs.BoolVar(&o.dropCaps, "drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF; BPF kept for the metrics and network policies)")
+	policyOn, policyErr := envBool(EnvNetPolicy, true)
+	fs.BoolVar(&o.netpol, "network-policy", policyOn, "enforce the cluster's NetworkPolicies on this node's pods: write them into the plugin's maps (EBPF_CNI_NETWORK_POLICY)")
+	fs.StringVar(&o.health, "health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
+	fs.StringVar(&o.metrics, "metrics-addr", env(EnvMetricsAddr, DefaultMetricsAddr), "`ADDR` of the Prometheus /metrics (EBPF_CNI_METRICS_ADDR); empty or off: none")
+	fs.DurationVar(&o.resync, "resync", time.Minute, "how often everything is compared with the Node objects")
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	if policyErr != nil && !flagSet(fs, "network-policy") {
+		return nil, policyErr
+	}
+	if o.metrics == "off" {
+		o.metrics = ""
+	}
+	return &o, nil
+}
+
+// runCaps are the capabilities the agent keeps in mode m, with the metrics
+// and the network policies on or off.
+func runCaps(m conflist.Mode, metrics, netpol bool) []int {
+	caps := CapsOf[m]
+	if metrics {
+		caps = append(slices.Clone(caps), MetricsCaps...)
+	}
+	if netpol {
+		caps = append(slices.Clone(caps), PolicyCaps...)
+	}
+	return caps
+}
+
+// serveMetrics serves mt's /metrics on addr until stop.
+func serveMetrics(addr string, mt *Metrics) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for metrics on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mt.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() { _ = srv.Close() }, nil
+}
+
+// runSideBySide runs the routes of a and the policies of pc (if any) until
+// ctx ends or the routes fail, and returns the routes' error.
+//
+// The routes and the policies run side by side. The policies never stop
+// the routes: what keeps them from starting (no bpffs, maps that cannot
+// be opened) is retried and reported while the routes go on. The routes
+// failing (the health port taken, nodes that cannot be watched) stops
+// both, and the DaemonSet restarts the agent.
+func runSideBySide(ctx context.Context, a *Agent, pc *PolicyController) error {
 	run, cancel := context.WithCancel(ctx)
 	defer cancel()
 	policyDone := make(chan struct{})
@@ -283,13 +331,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		}
 		close(policyDone)
 	}()
-	err = a.Run(run)
+	err := a.Run(run)
 	cancel()
 	<-policyDone
-	if ctx.Err() != nil {
-		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints and the policies it wrote stay")
-		return nil
-	}
 	return err
 }
 

@@ -75,41 +75,73 @@ func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
-	failed := 0
-	fail := func(what string, err error) {
-		failed++
-		c.log.Warn("metrics: cannot read "+what, "err", err)
+	s := &scrape{ch: ch, log: c.log, bpfRoot: c.bpfRoot}
+	c.collectNode(s)
+	names := c.collectAttachments(s)
+	c.collectDevices(s, names)
+	c.collectFill(s)
+	c.collectPrograms(s)
+	if fi, err := os.Stat(filepath.Join(c.stateDir, nodestate.HealStamp)); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.healed, prometheus.GaugeValue, float64(fi.ModTime().UnixMilli())/1000)
 	}
-	// A map that is not pinned yet is no error: nothing created it.
-	open := func(name string) *ebpf.Map {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(c.bpfRoot), name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) {
-				fail(name, err)
-			}
-			return nil
-		}
-		return m
-	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, float64(s.failed))
+}
 
-	if m := open(maps.CniMapNodeCounters); m != nil {
-		by, err := counters.SumNode(m)
-		m.Close()
-		if err != nil {
-			fail(maps.CniMapNodeCounters, err)
+// scrape is one Collect: where its metrics go, and how many sources it
+// could not read.
+type scrape struct {
+	ch      chan<- prometheus.Metric
+	log     *slog.Logger
+	bpfRoot string
+	failed  int
+}
+
+func (s *scrape) fail(what string, err error) {
+	s.failed++
+	s.log.Warn("metrics: cannot read "+what, "err", err)
+}
+
+// open opens pinned map name read-only, or returns nil. A map that is not
+// pinned yet is no error: nothing created it.
+func (s *scrape) open(name string) *ebpf.Map {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(s.bpfRoot), name), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.fail(name, err)
 		}
-		for _, r := range maps.PktReasons {
-			for _, d := range counters.Dirs {
-				v := by[r.Reason][d]
-				ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(v.Packets), r.Key, counters.DirKeys[d])
-				ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(v.Bytes), r.Key, counters.DirKeys[d])
-			}
+		return nil
+	}
+	return m
+}
+
+// collectNode sends the node-wide counters, every reason in both
+// directions.
+func (c *datapathCollector) collectNode(s *scrape) {
+	m := s.open(maps.CniMapNodeCounters)
+	if m == nil {
+		return
+	}
+	by, err := counters.SumNode(m)
+	m.Close()
+	if err != nil {
+		s.fail(maps.CniMapNodeCounters, err)
+	}
+	for _, r := range maps.PktReasons {
+		for _, d := range counters.Dirs {
+			v := by[r.Reason][d]
+			s.ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(v.Packets), r.Key, counters.DirKeys[d])
+			s.ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(v.Bytes), r.Key, counters.DirKeys[d])
 		}
 	}
+}
 
+// collectAttachments sends the endpoints' attachments by mode, from the
+// records, and returns the devices' names by ifindex (the pods' host veths
+// and the attachment sets' devices).
+func (c *datapathCollector) collectAttachments(s *scrape) map[uint32]string {
 	recs, err := nodestate.Records(c.stateDir)
 	if err != nil {
-		fail("endpoint records", err)
+		s.fail("endpoint records", err)
 	}
 	names := map[uint32]string{}
 	modes := map[string]int{}
@@ -120,13 +152,13 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if sets, err := nodestate.AttachmentSets(c.stateDir, ""); err == nil {
-		for _, s := range sets {
-			if s.IfIndex != 0 {
-				names[uint32(s.IfIndex)] = s.Name
+		for _, set := range sets {
+			if set.IfIndex != 0 {
+				names[uint32(set.IfIndex)] = set.Name
 			}
 		}
 	} else {
-		fail("attachment sets", err)
+		s.fail("attachment sets", err)
 	}
 	modeNames := make([]string, 0, len(modes))
 	for m := range modes {
@@ -134,63 +166,71 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	sort.Strings(modeNames)
 	for _, m := range modeNames {
-		ch <- prometheus.MustNewConstMetric(c.attached, prometheus.GaugeValue, float64(modes[m]), m)
+		s.ch <- prometheus.MustNewConstMetric(c.attached, prometheus.GaugeValue, float64(modes[m]), m)
 	}
+	return names
+}
 
-	if d, done, err := counters.PinnedDevices(c.bpfRoot, true); err != nil {
-		fail("device counters", err)
-	} else {
-		devs, err := d.Sum()
-		done()
-		if err != nil {
-			fail("device counters", err)
+// collectDevices sends each device's non-zero counters, labelled with its
+// name (names, else its ifindex) and its owner.
+func (c *datapathCollector) collectDevices(s *scrape, names map[uint32]string) {
+	d, done, err := counters.PinnedDevices(c.bpfRoot, true)
+	if err != nil {
+		s.fail("device counters", err)
+		return
+	}
+	devs, err := d.Sum()
+	done()
+	if err != nil {
+		s.fail("device counters", err)
+	}
+	owners := c.owners(s)
+	for ifindex, by := range devs {
+		o := owners[ifindex]
+		dev := names[ifindex]
+		if dev == "" {
+			dev = "ifindex " + strconv.FormatUint(uint64(ifindex), 10)
 		}
-		owners := c.owners(open, fail)
-		for ifindex, by := range devs {
-			o := owners[ifindex]
-			dev := names[ifindex]
-			if dev == "" {
-				dev = "ifindex " + strconv.FormatUint(uint64(ifindex), 10)
-			}
-			for r, b := range by {
-				for _, d := range counters.Dirs {
-					if b[d].Packets == 0 && b[d].Bytes == 0 {
-						continue
-					}
-					l := []string{o.pod.Namespace, o.pod.Name, o.containerID, o.ifname, dev, counters.ReasonKeys[r], counters.DirKeys[d]}
-					ch <- prometheus.MustNewConstMetric(c.epPackets, prometheus.CounterValue, float64(b[d].Packets), l...)
-					ch <- prometheus.MustNewConstMetric(c.epBytes, prometheus.CounterValue, float64(b[d].Bytes), l...)
+		for r, b := range by {
+			for _, d := range counters.Dirs {
+				if b[d].Packets == 0 && b[d].Bytes == 0 {
+					continue
 				}
+				l := []string{o.pod.Namespace, o.pod.Name, o.containerID, o.ifname, dev, counters.ReasonKeys[r], counters.DirKeys[d]}
+				s.ch <- prometheus.MustNewConstMetric(c.epPackets, prometheus.CounterValue, float64(b[d].Packets), l...)
+				s.ch <- prometheus.MustNewConstMetric(c.epBytes, prometheus.CounterValue, float64(b[d].Bytes), l...)
 			}
 		}
 	}
+}
 
+// collectFill sends how full each map that can fill is.
+func (c *datapathCollector) collectFill(s *scrape) {
 	fills, errs := maps.ReadFill(c.bpfRoot)
 	for _, err := range errs {
-		fail("map fill", err)
+		s.fail("map fill", err)
 	}
 	for _, f := range fills {
-		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(f.Entries), f.Name)
-		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(f.Capacity), f.Name)
+		s.ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(f.Entries), f.Name)
+		s.ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(f.Capacity), f.Name)
 	}
+}
 
+// collectPrograms sends the program sets pinned, and whether the agent's
+// build is one of them.
+func (c *datapathCollector) collectPrograms(s *scrape) {
 	tags, err := programs.Installed(c.bpfRoot)
 	if err != nil {
-		fail("pinned programs", err)
+		s.fail("pinned programs", err)
 	}
 	current := 0.0
 	for _, t := range tags {
-		ch <- prometheus.MustNewConstMetric(c.pinned, prometheus.GaugeValue, 1, t)
+		s.ch <- prometheus.MustNewConstMetric(c.pinned, prometheus.GaugeValue, 1, t)
 		if t == features.Tag() {
 			current = 1
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(c.current, prometheus.GaugeValue, current)
-
-	if fi, err := os.Stat(filepath.Join(c.stateDir, nodestate.HealStamp)); err == nil {
-		ch <- prometheus.MustNewConstMetric(c.healed, prometheus.GaugeValue, float64(fi.ModTime().UnixMilli())/1000)
-	}
-	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, float64(failed))
+	s.ch <- prometheus.MustNewConstMetric(c.current, prometheus.GaugeValue, current)
 }
 
 // owner is who a device's counters belong to.
@@ -201,9 +241,9 @@ type owner struct {
 
 // owners reads endpoint_devs (the attachment) and endpoint_pods (the pod)
 // by host ifindex: the kernel's view, not the records'.
-func (c *datapathCollector) owners(open func(string) *ebpf.Map, fail func(string, error)) map[uint32]owner {
+func (c *datapathCollector) owners(s *scrape) map[uint32]owner {
 	out := map[uint32]owner{}
-	if m := open(maps.CniMapEndpointDevs); m != nil {
+	if m := s.open(maps.CniMapEndpointDevs); m != nil {
 		var k uint32
 		var v maps.CniEndpointDev
 		it := m.Iterate()
@@ -211,15 +251,15 @@ func (c *datapathCollector) owners(open func(string) *ebpf.Map, fail func(string
 			out[k] = owner{containerID: maps.GoString(v.ContainerId[:]), ifname: maps.GoString(v.Ifname[:])}
 		}
 		if err := it.Err(); err != nil {
-			fail(maps.CniMapEndpointDevs, fmt.Errorf("iterating: %w", err))
+			s.fail(maps.CniMapEndpointDevs, fmt.Errorf("iterating: %w", err))
 		}
 		m.Close()
 	}
-	if m := open(maps.CniMapEndpointPods); m != nil {
+	if m := s.open(maps.CniMapEndpointPods); m != nil {
 		pods, err := endpoint.ReadPods(m)
 		m.Close()
 		if err != nil {
-			fail(maps.CniMapEndpointPods, err)
+			s.fail(maps.CniMapEndpointPods, err)
 		}
 		for k, p := range pods {
 			o := out[k]

@@ -485,53 +485,12 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	if err != nil {
 		return err
 	}
-	var cl compile.Cluster
-	if cl.Policies, err = l.pols.List(labels.Everything()); err != nil {
+	res, err := c.compileCluster(l, eps)
+	if err != nil {
 		return err
 	}
-	if cl.Pods, err = l.pods.List(labels.Everything()); err != nil {
-		return err
-	}
-	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
-		return err
-	}
-	res := c.compiler.Compile(cl, eps)
-	var errs []error
-
-	for ns, f := range res.Namespaces {
-		if c.facts[ns] == f {
-			continue
-		}
-		if err := c.pm.SetNamespace(ns, f); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.facts[ns] = f
-	}
-	for ns := range c.facts {
-		if _, ok := res.Namespaces[ns]; !ok {
-			if err := c.pm.SetNamespace(ns, policy.NamespaceFact{}); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			delete(c.facts, ns)
-		}
-	}
-	for ns, f := range c.facts {
-		if f == (policy.NamespaceFact{}) {
-			delete(c.facts, ns)
-		}
-	}
-	for id, n := range res.Names {
-		if c.names[id] {
-			continue
-		}
-		if _, err := c.pm.SetName(n.Namespace, n.Name); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.names[id] = true
-	}
+	errs := c.writeNamespaces(res.Namespaces)
+	errs = append(errs, c.writeNames(res.Names)...)
 
 	states, err := c.pm.EndpointStates()
 	if err != nil {
@@ -548,7 +507,84 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 		}
 		c.reportCompileError(ep, res.Errors[ep.Ifindex])
 	}
-	// The rules of ifindexes that are no endpoint any more (DEL leaves them).
+	errs = append(errs, c.deleteGone(res)...)
+
+	c.mu.Lock()
+	c.enforced = enforced
+	// Every endpoint's state was written, closed where writing failed.
+	c.synced = true
+	c.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// compileCluster compiles the listers' policies, pods and namespaces for
+// the local endpoints eps.
+func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEndpoint) (*compile.Result, error) {
+	var cl compile.Cluster
+	var err error
+	if cl.Policies, err = l.pols.List(labels.Everything()); err != nil {
+		return nil, err
+	}
+	if cl.Pods, err = l.pods.List(labels.Everything()); err != nil {
+		return nil, err
+	}
+	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
+		return nil, err
+	}
+	return c.compiler.Compile(cl, eps), nil
+}
+
+// writeNamespaces writes the namespace facts that changed, and zeroes
+// those of namespaces gone; c.facts keeps the non-zero ones written.
+func (c *PolicyController) writeNamespaces(facts map[string]policy.NamespaceFact) []error {
+	var errs []error
+	for ns, f := range facts {
+		if c.facts[ns] == f {
+			continue
+		}
+		if err := c.pm.SetNamespace(ns, f); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.facts[ns] = f
+	}
+	for ns := range c.facts {
+		if _, ok := facts[ns]; !ok {
+			if err := c.pm.SetNamespace(ns, policy.NamespaceFact{}); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(c.facts, ns)
+		}
+	}
+	for ns, f := range c.facts {
+		if f == (policy.NamespaceFact{}) {
+			delete(c.facts, ns)
+		}
+	}
+	return errs
+}
+
+// writeNames writes the names of the policies not written yet.
+func (c *PolicyController) writeNames(names map[uint32]compile.PolicyName) []error {
+	var errs []error
+	for id, n := range names {
+		if c.names[id] {
+			continue
+		}
+		if _, err := c.pm.SetName(n.Namespace, n.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.names[id] = true
+	}
+	return errs
+}
+
+// deleteGone deletes what res no longer has: the rules of ifindexes that
+// are no endpoint any more (DEL leaves them), then the policies' names.
+func (c *PolicyController) deleteGone(res *compile.Result) []error {
+	var errs []error
 	for ifindex, byDir := range c.rules {
 		if _, ok := res.Endpoints[ifindex]; ok {
 			continue
@@ -576,13 +612,7 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 		}
 		delete(c.names, id)
 	}
-
-	c.mu.Lock()
-	c.enforced = enforced
-	// Every endpoint's state was written, closed where writing failed.
-	c.synced = true
-	c.mu.Unlock()
-	return errors.Join(errs...)
+	return errs
 }
 
 func (c *PolicyController) reportCompileError(ep compile.LocalEndpoint, err error) {

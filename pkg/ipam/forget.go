@@ -149,58 +149,96 @@ func Sweep(bpfRoot, stateDir string) ([]string, error) {
 	for _, m := range ms {
 		defer m.Close()
 	}
-	allocs, nets, cursors := ms[maps.CniMapIpamAllocs], ms[maps.CniMapIpamNets], ms[maps.CniMapIpamCursors]
-
-	var forgot []string
-	var errs []error
-	try := func(network string) bool {
-		if !ValidNetworkName(network) {
-			return false
-		}
-		s := newStore(&Config{Network: network, BPFRoot: bpfRoot, StateDir: stateDir})
-		s.allocs = allocs
-		defer func() {
-			s.allocs = nil // the sweep's handle, closed by the sweep
-			s.Close()
-		}()
-		if err := s.lockOnce(true, 0); err != nil {
-			if err != errBusy && err != errStaleLock {
-				errs = append(errs, fmt.Errorf("network %s: %w", network, err))
-			}
-			return false
-		}
-		done, err := s.Forget()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("network %s: %w", network, err))
-		}
-		if done {
-			forgot = append(forgot, network)
-		}
-		return done
-	}
-
-	dirs := map[uint32]bool{}
-	ents, err := os.ReadDir(filepath.Join(stateDir, "ipam"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, stateError("stateDir", err)
-	}
-	for _, e := range ents {
-		if e.IsDir() && !try(e.Name()) {
-			dirs[NetID(e.Name())] = true
-		}
-	}
-
-	held := map[uint32]bool{}
-	as, err := maps.Entries[maps.CniIpamKey, maps.CniIpamOwner](allocs)
+	sw := &sweep{bpfRoot: bpfRoot, stateDir: stateDir, allocs: ms[maps.CniMapIpamAllocs], nets: ms[maps.CniMapIpamNets]}
+	dirs, err := sw.directories()
 	if err != nil {
-		return forgot, err
+		return nil, err
+	}
+	held := map[uint32]bool{}
+	as, err := maps.Entries[maps.CniIpamKey, maps.CniIpamOwner](sw.allocs)
+	if err != nil {
+		return sw.forgot, err
 	}
 	for _, a := range as {
 		held[a.Key.NetId] = true
 	}
-	registry, err := maps.Entries[uint32, maps.CniIpamNet](nets)
+	registered, err := sw.registry(held, dirs)
 	if err != nil {
-		return forgot, err
+		return sw.forgot, err
+	}
+	cursors := ms[maps.CniMapIpamCursors]
+	cs, err := maps.Entries[maps.CniIpamCursorKey, maps.CniIpamCursor](cursors)
+	if err != nil {
+		return sw.forgot, err
+	}
+	if _, err := maps.DeleteEntries(cursors, cs, func(e *maps.Entry[maps.CniIpamCursorKey, maps.CniIpamCursor]) bool {
+		return !registered[e.Key.NetId] && !held[e.Key.NetId] && !dirs[e.Key.NetId]
+	}); err != nil {
+		sw.errs = append(sw.errs, err)
+	}
+	return sw.forgot, errors.Join(sw.errs...)
+}
+
+// sweep is one Sweep: the maps it holds open, the networks it forgot and
+// the errors of those it could not.
+type sweep struct {
+	bpfRoot, stateDir string
+	allocs, nets      *ebpf.Map
+	forgot            []string
+	errs              []error
+}
+
+// try forgets network under its lock, unless the lock is busy or stale,
+// and reports whether it did.
+func (sw *sweep) try(network string) bool {
+	if !ValidNetworkName(network) {
+		return false
+	}
+	s := newStore(&Config{Network: network, BPFRoot: sw.bpfRoot, StateDir: sw.stateDir})
+	s.allocs = sw.allocs
+	defer func() {
+		s.allocs = nil // the sweep's handle, closed by the sweep
+		s.Close()
+	}()
+	if err := s.lockOnce(true, 0); err != nil {
+		if err != errBusy && err != errStaleLock {
+			sw.errs = append(sw.errs, fmt.Errorf("network %s: %w", network, err))
+		}
+		return false
+	}
+	done, err := s.Forget()
+	if err != nil {
+		sw.errs = append(sw.errs, fmt.Errorf("network %s: %w", network, err))
+	}
+	if done {
+		sw.forgot = append(sw.forgot, network)
+	}
+	return done
+}
+
+// directories tries each network directory under <stateDir>/ipam and
+// returns the IDs of those it kept.
+func (sw *sweep) directories() (map[uint32]bool, error) {
+	dirs := map[uint32]bool{}
+	ents, err := os.ReadDir(filepath.Join(sw.stateDir, "ipam"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, stateError("stateDir", err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && !sw.try(e.Name()) {
+			dirs[NetID(e.Name())] = true
+		}
+	}
+	return dirs, nil
+}
+
+// registry tries each registered network that neither holds an address
+// (held) nor kept its directory (dirs), and returns the IDs of those that
+// stay registered.
+func (sw *sweep) registry(held, dirs map[uint32]bool) (map[uint32]bool, error) {
+	registry, err := maps.Entries[uint32, maps.CniIpamNet](sw.nets)
+	if err != nil {
+		return nil, err
 	}
 	registered := map[uint32]bool{}
 	for _, r := range registry {
@@ -209,29 +247,20 @@ func Sweep(bpfRoot, stateDir string) ([]string, error) {
 		case held[r.Key] || dirs[r.Key]:
 			registered[r.Key] = true
 		case ValidNetworkName(name) && NetID(name) == r.Key:
-			if !try(name) {
+			if !sw.try(name) {
 				registered[r.Key] = true
 			}
 		default:
 			// A name the registry keeps as its digest (sha256:...): no
 			// directory to lock, and no address, so nothing to protect.
-			if err := nets.Delete(r.Key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, err)
+			if err := sw.nets.Delete(r.Key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				sw.errs = append(sw.errs, err)
 			} else {
-				forgot = append(forgot, name)
+				sw.forgot = append(sw.forgot, name)
 			}
 		}
 	}
-	cs, err := maps.Entries[maps.CniIpamCursorKey, maps.CniIpamCursor](cursors)
-	if err != nil {
-		return forgot, err
-	}
-	if _, err := maps.DeleteEntries(cursors, cs, func(e *maps.Entry[maps.CniIpamCursorKey, maps.CniIpamCursor]) bool {
-		return !registered[e.Key.NetId] && !held[e.Key.NetId] && !dirs[e.Key.NetId]
-	}); err != nil {
-		errs = append(errs, err)
-	}
-	return forgot, errors.Join(errs...)
+	return registered, nil
 }
 
 // Room reports, for STATUS, the first node-wide map an ADD on this network

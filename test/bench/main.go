@@ -126,22 +126,37 @@ func main() {
 		cfg.note = strings.TrimSpace(fmt.Sprintf("cni paths beside %d resident pods. %s", cfg.resident, cfg.note))
 	}
 	if *hostportN != "" {
-		cfg.hostportN = nil
-		for _, f := range strings.Split(*hostportN, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 {
-				fail(fmt.Errorf("-hostport-n: %q is not a positive count", f))
-			}
-			cfg.hostportN = append(cfg.hostportN, n)
+		if cfg.hostportN, err = parseCounts(*hostportN); err != nil {
+			fail(fmt.Errorf("-hostport-n: %w", err))
 		}
 	}
+	if err := measure(cfg); err != nil {
+		fail(err)
+	}
+}
 
+// parseCounts reads a comma-separated list of positive counts.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// measure runs the bench of cfg and removes all it made, also when
+// interrupted (then it exits 130).
+func measure(cfg config) error {
 	b, err := newBench(cfg)
 	if err != nil {
 		if b != nil {
 			b.cleanup()
 		}
-		fail(err)
+		return err
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -153,9 +168,7 @@ func main() {
 	}()
 	err = b.run()
 	b.cleanup()
-	if err != nil {
-		fail(err)
-	}
+	return err
 }
 
 func envOr(k, def string) string {

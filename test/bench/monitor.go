@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/events"
@@ -30,14 +31,14 @@ var monitorMetrics = []metricDecl{
 // streamStates are the two states of the stream.
 var streamStates = []string{"off", "on"}
 
-// statesOf is the order run measures the states in: off first in even
-// runs, on first in odd ones, so neither always comes second (warmer
-// caches, a drifting machine).
-func statesOf(run int) []string {
+// inRunOrder is the order run measures a pair of states in: as listed in
+// even runs (off first), swapped in odd ones, so neither always comes
+// second (warmer caches, a drifting machine).
+func inRunOrder(states []string, run int) []string {
 	if run%2 == 1 {
-		return []string{"on", "off"}
+		return []string{states[1], states[0]}
 	}
-	return streamStates
+	return states
 }
 
 // monitorReader is a reader of the setup's stream, as `ebpf-cni monitor
@@ -121,13 +122,8 @@ func (r *monitorReader) close() (events int, st events.Stats, err error) {
 }
 
 func (b *bench) monitor() error {
-	for _, m := range monitorMetrics {
-		for _, st := range streamStates {
-			b.res.declare(monitorPath, m.name+"_"+st, m.unit, m.better)
-			b.res.skip(monitorPath, m.name+"_"+st, m.unit, m.better, REF, "not applicable: the event stream is ebpf-cni's")
-			b.res.skip(monitorPath, m.name+"_"+st, m.unit, m.better, RAW, "not applicable: the event stream is ebpf-cni's")
-		}
-	}
+	const why = "not applicable: the event stream is ebpf-cni's"
+	b.declareStates(monitorPath, streamStates, monitorMetrics, why, why)
 	s := b.setups[EBPF]
 	b.logf("monitor: %d runs of %s (RR and CRR, then again with BPF run-time statistics) with the event stream off and on", b.cfg.runs, b.cfg.dur)
 	client, _, err := b.addPod(s, nil)
@@ -153,22 +149,13 @@ func (b *bench) monitor() error {
 	}()
 	target := addr(server.ip, echoPort)
 	for run := range b.cfg.runs {
-		for _, st := range statesOf(run) {
+		for _, st := range inRunOrder(streamStates, run) {
 			if err := r.set(st == "on"); err != nil {
 				return err
 			}
-			rr, err := b.load("rr", client.ns, target, b.cfg.dur)
-			if err != nil {
-				return fmt.Errorf("monitor %s rr: %w", st, err)
+			if err := b.stateLoad(monitorPath, st, client.ns, target); err != nil {
+				return err
 			}
-			crr, err := b.load("crr", client.ns, target, b.cfg.dur)
-			if err != nil {
-				return fmt.Errorf("monitor %s crr: %w", st, err)
-			}
-			b.res.add(monitorPath, "rr_tps_"+st, "tx/s", "higher", EBPF, rr.perSec())
-			b.res.add(monitorPath, "rr_p50_us_"+st, "µs", "lower", EBPF, rr.P50us)
-			b.res.add(monitorPath, "crr_cps_"+st, "conn/s", "higher", EBPF, crr.perSec())
-			b.res.add(monitorPath, "crr_p99_us_"+st, "µs", "lower", EBPF, crr.P99us)
 		}
 		b.logf("  monitor run %d/%d done", run+1, b.cfg.runs)
 	}
@@ -180,29 +167,12 @@ func (b *bench) monitor() error {
 	}
 	defer stats.Close()
 	for run := range b.cfg.runs {
-		for _, st := range statesOf(run) {
+		for _, st := range inRunOrder(streamStates, run) {
 			if err := r.set(st == "on"); err != nil {
 				return err
 			}
-			for _, mode := range []string{"rr", "crr"} {
-				// 1000 runs at least: not a program on the path, run by a
-				// stray neighbour solicitation.
-				perPkt, err := nsPerRun(s.bpfRoot, 1000, func() error {
-					_, err := b.load(mode, client.ns, target, b.cfg.dur)
-					return err
-				})
-				if err != nil {
-					return fmt.Errorf("monitor %s bpf stats %s: %w", st, mode, err)
-				}
-				for name, ns := range perPkt {
-					metric := "bpf_" + mode + "_" + name + "_ns_pkt_" + st
-					for _, pair := range streamStates { // the pair of rows side by side
-						b.res.declare(monitorPath, "bpf_"+mode+"_"+name+"_ns_pkt_"+pair, "ns", "lower")
-					}
-					b.res.add(monitorPath, metric, "ns", "lower", EBPF, ns)
-					b.res.skip(monitorPath, metric, "ns", "lower", REF, noBPF)
-					b.res.skip(monitorPath, metric, "ns", "lower", RAW, noBPF)
-				}
+			if err := b.stateBPFStats(monitorPath, streamStates, st, s.bpfRoot, client.ns, target); err != nil {
+				return err
 			}
 		}
 	}
@@ -212,6 +182,64 @@ func (b *bench) monitor() error {
 		return err
 	}
 	b.logf("  monitor: the reader drained %d events; the rate limit suppressed %d flow events, the ring lost %d", n, st.FlowSuppressed, st.FlowLost)
+	return nil
+}
+
+// declareStates declares the pair of rows <metric>_<state> of each of
+// metrics on path, which REF and RAW skip for refWhy and rawWhy.
+func (b *bench) declareStates(path string, states []string, metrics []metricDecl, refWhy, rawWhy string) {
+	for _, m := range metrics {
+		for _, st := range states {
+			b.res.declare(path, m.name+"_"+st, m.unit, m.better)
+			b.res.skip(path, m.name+"_"+st, m.unit, m.better, REF, refWhy)
+			b.res.skip(path, m.name+"_"+st, m.unit, m.better, RAW, rawWhy)
+		}
+	}
+}
+
+// stateLoad measures EBPF's RR and CRR from client to target in state st
+// of path: its half of each pair of rows.
+func (b *bench) stateLoad(path, st string, client ns.NetNS, target string) error {
+	rr, err := b.load("rr", client, target, b.cfg.dur)
+	if err != nil {
+		return fmt.Errorf("%s %s rr: %w", path, st, err)
+	}
+	crr, err := b.load("crr", client, target, b.cfg.dur)
+	if err != nil {
+		return fmt.Errorf("%s %s crr: %w", path, st, err)
+	}
+	b.res.add(path, "rr_tps_"+st, "tx/s", "higher", EBPF, rr.perSec())
+	b.res.add(path, "rr_p50_us_"+st, "µs", "lower", EBPF, rr.P50us)
+	b.res.add(path, "crr_cps_"+st, "conn/s", "higher", EBPF, crr.perSec())
+	b.res.add(path, "crr_p99_us_"+st, "µs", "lower", EBPF, crr.P99us)
+	return nil
+}
+
+// stateBPFStats measures the run time per packet of the programs under
+// bpfRoot for RR and CRR from client to target in state st of path, with
+// BPF run-time statistics already on: its half of each pair of rows
+// bpf_<mode>_<program>_ns_pkt_<state>.
+func (b *bench) stateBPFStats(path string, states []string, st, bpfRoot string, client ns.NetNS, target string) error {
+	for _, mode := range []string{"rr", "crr"} {
+		// 1000 runs at least: not a program on the path, run by a
+		// stray neighbour solicitation.
+		perPkt, err := nsPerRun(bpfRoot, 1000, func() error {
+			_, err := b.load(mode, client, target, b.cfg.dur)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s %s bpf stats %s: %w", path, st, mode, err)
+		}
+		for name, nsPkt := range perPkt {
+			metric := "bpf_" + mode + "_" + name + "_ns_pkt_" + st
+			for _, pair := range states { // the pair of rows side by side
+				b.res.declare(path, "bpf_"+mode+"_"+name+"_ns_pkt_"+pair, "ns", "lower")
+			}
+			b.res.add(path, metric, "ns", "lower", EBPF, nsPkt)
+			b.res.skip(path, metric, "ns", "lower", REF, noBPF)
+			b.res.skip(path, metric, "ns", "lower", RAW, noBPF)
+		}
+	}
 	return nil
 }
 

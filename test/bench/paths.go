@@ -519,8 +519,39 @@ func (b *bench) hostport() error {
 			b.res.skip(fmt.Sprintf("hostport-%d", n), m, "ms", "lower", RAW, "not applicable: no mapping to add")
 		}
 	}
+	cs, err := b.hostportPairs(ss)
+	if err != nil {
+		return err
+	}
+	installed := map[string]int{} // mappings of each setup but RAW: the measured pod's to begin with
+	for _, s := range ss {
+		if s.name != RAW {
+			installed[s.name] = 1
+		}
+	}
+	var raw rawRuns
+	probe := 0
+	for li, n := range b.cfg.hostportN {
+		path := fmt.Sprintf("hostport-%d", n)
+		if err := b.fillTo(ss, installed, n); err != nil {
+			return err
+		}
+		if err := b.hostportTraffic(path, cs, li == 0, &raw); err != nil {
+			return err
+		}
+		if err := b.hostportChurn(path, ss, &probe); err != nil {
+			return err
+		}
+		b.logf("  %s done", path)
+	}
+	return nil
+}
+
+// hostportPairs attaches each setup's measured pod, with its mapping of
+// benchHostPort (RAW: the routed namespace, reached directly), and starts
+// its server; the client is the world.
+func (b *bench) hostportPairs(ss []*setup) ([]clientServer, error) {
 	var cs []clientServer
-	installed := map[string]int{}
 	for _, s := range ss {
 		var p *pod
 		var err error
@@ -530,95 +561,106 @@ func (b *bench) hostport() error {
 			target, port = net.ParseIP("10.231.0.2").To4(), echoPort
 		} else {
 			p, _, err = b.addPod(s, map[string]any{"portMappings": mappings(benchHostPort, 1, echoPort)})
-			installed[s.name] = 1
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := b.startServer(p.ns, addr(p.ip, echoPort)); err != nil {
-			return err
+			return nil, err
 		}
 		cs = append(cs, clientServer{s.name, s.node.World, p.ns, target, port})
 	}
-	var rawRR, rawCRR [][2]float64 // RAW's (per second, p99) of each run, measured at the first N
-	probe := 0
-	for li, n := range b.cfg.hostportN {
-		path := fmt.Sprintf("hostport-%d", n)
-		for _, s := range ss {
-			if s.name == RAW || installed[s.name] >= n {
-				continue
-			}
-			t0 := time.Now()
-			if err := b.fill(s, installed[s.name]-1, n-installed[s.name]); err != nil {
-				return fmt.Errorf("installing mappings: %w", err)
-			}
-			installed[s.name] = n
-			b.logf("  %s: %d mappings installed (%.1fs)", s.name, n, time.Since(t0).Seconds())
+	return cs, nil
+}
+
+// fillTo brings each setup of ss but RAW to n mappings; installed is
+// how many each has.
+func (b *bench) fillTo(ss []*setup, installed map[string]int, n int) error {
+	for _, s := range ss {
+		if s.name == RAW || installed[s.name] >= n {
+			continue
 		}
-		for run := range b.cfg.runs {
-			for _, c := range cs {
-				if c.setup == RAW && li > 0 {
-					b.res.add(path, "rr_tps", "tx/s", "higher", RAW, rawRR[run][0])
-					b.res.add(path, "rr_p99_us", "µs", "lower", RAW, rawRR[run][1])
-					b.res.add(path, "crr_cps", "conn/s", "higher", RAW, rawCRR[run][0])
-					b.res.add(path, "crr_p99_us", "µs", "lower", RAW, rawCRR[run][1])
-					continue
-				}
-				rr, err := b.load("rr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
+		t0 := time.Now()
+		if err := b.fill(s, installed[s.name]-1, n-installed[s.name]); err != nil {
+			return fmt.Errorf("installing mappings: %w", err)
+		}
+		installed[s.name] = n
+		b.logf("  %s: %d mappings installed (%.1fs)", s.name, n, time.Since(t0).Seconds())
+	}
+	return nil
+}
+
+// rawRuns are RAW's (per second, p99) of RR and CRR in each run, measured
+// at the first N: with no mapping, RAW does not depend on N.
+type rawRuns struct{ rr, crr [][2]float64 }
+
+// hostportTraffic runs RR and CRR for every pair of cs on path, in rounds;
+// RAW is measured into raw at the first N and repeated from it after.
+func (b *bench) hostportTraffic(path string, cs []clientServer, first bool, raw *rawRuns) error {
+	for run := range b.cfg.runs {
+		for _, c := range cs {
+			var rr, crr [2]float64 // per second, p99
+			if c.setup == RAW && !first {
+				rr, crr = raw.rr[run], raw.crr[run]
+			} else {
+				r, err := b.load("rr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
 				if err != nil {
 					return fmt.Errorf("%s %s rr: %w", path, c.setup, err)
 				}
-				crr, err := b.load("crr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
+				cr, err := b.load("crr", c.client, addr(c.target, c.echoPort), b.cfg.dur)
 				if err != nil {
 					return fmt.Errorf("%s %s crr: %w", path, c.setup, err)
 				}
-				b.res.add(path, "rr_tps", "tx/s", "higher", c.setup, rr.perSec())
-				b.res.add(path, "rr_p99_us", "µs", "lower", c.setup, rr.P99us)
-				b.res.add(path, "crr_cps", "conn/s", "higher", c.setup, crr.perSec())
-				b.res.add(path, "crr_p99_us", "µs", "lower", c.setup, crr.P99us)
+				rr, crr = [2]float64{r.perSec(), r.P99us}, [2]float64{cr.perSec(), cr.P99us}
 				if c.setup == RAW {
-					rawRR = append(rawRR, [2]float64{rr.perSec(), rr.P99us})
-					rawCRR = append(rawCRR, [2]float64{crr.perSec(), crr.P99us})
+					raw.rr, raw.crr = append(raw.rr, rr), append(raw.crr, crr)
 				}
 			}
+			b.res.add(path, "rr_tps", "tx/s", "higher", c.setup, rr[0])
+			b.res.add(path, "rr_p99_us", "µs", "lower", c.setup, rr[1])
+			b.res.add(path, "crr_cps", "conn/s", "higher", c.setup, crr[0])
+			b.res.add(path, "crr_p99_us", "µs", "lower", c.setup, crr[1])
 		}
-		timing := filepath.Join(b.tmp, "timing-"+path)
-		var dels []float64
-		for range b.cfg.hostportReps {
-			for _, s := range ss {
-				if s.name == RAW {
-					continue
-				}
-				probe++
-				if s.name == EBPF {
-					if err := os.Setenv(timingEnv, timing); err != nil {
-						return err
-					}
-				}
-				p, d, err := b.addPod(s, map[string]any{"portMappings": mappings(probeHostPort+probe, 1, echoPort)})
-				if err != nil {
-					_ = os.Unsetenv(timingEnv)
-					return err
-				}
-				dd, err := s.detach(p)
-				_ = os.Unsetenv(timingEnv)
-				if err != nil {
-					return err
-				}
-				b.closeNS(p.ns)
-				b.res.add(path, "add_p50_ms", "ms", "lower", s.name, durMs(d))
-				b.res.add(path, "del_p50_ms", "ms", "lower", s.name, durMs(dd))
-				if s.name == EBPF {
-					dels = append(dels, durMs(dd))
-				}
-			}
-		}
-		if err := b.delPhases(path, timing, dels); err != nil {
-			return err
-		}
-		b.logf("  %s done", path)
 	}
 	return nil
+}
+
+// hostportChurn times the ADD and DEL of a pod with one more mapping (the
+// next host port from probeHostPort) through each setup's chain but RAW's,
+// hostportReps times, and EBPF's DEL by phase.
+func (b *bench) hostportChurn(path string, ss []*setup, probe *int) error {
+	timing := filepath.Join(b.tmp, "timing-"+path)
+	var dels []float64
+	for range b.cfg.hostportReps {
+		for _, s := range ss {
+			if s.name == RAW {
+				continue
+			}
+			*probe++
+			if s.name == EBPF {
+				if err := os.Setenv(timingEnv, timing); err != nil {
+					return err
+				}
+			}
+			p, d, err := b.addPod(s, map[string]any{"portMappings": mappings(probeHostPort+*probe, 1, echoPort)})
+			if err != nil {
+				_ = os.Unsetenv(timingEnv)
+				return err
+			}
+			dd, err := s.detach(p)
+			_ = os.Unsetenv(timingEnv)
+			if err != nil {
+				return err
+			}
+			b.closeNS(p.ns)
+			b.res.add(path, "add_p50_ms", "ms", "lower", s.name, durMs(d))
+			b.res.add(path, "del_p50_ms", "ms", "lower", s.name, durMs(dd))
+			if s.name == EBPF {
+				dels = append(dels, durMs(dd))
+			}
+		}
+	}
+	return b.delPhases(path, timing, dels)
 }
 
 // fill installs k more mappings (host ports fillerHostPort+from...) ahead

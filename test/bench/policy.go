@@ -93,13 +93,7 @@ func benchPolicy(i, port int) *networkingv1.NetworkPolicy {
 }
 
 func (b *bench) policy() error {
-	for _, m := range policyMetrics {
-		for _, st := range policyStates {
-			b.res.declare(policyPath, m.name+"_"+st, m.unit, m.better)
-			b.res.skip(policyPath, m.name+"_"+st, m.unit, m.better, REF, "not applicable: REF (bridge + iptables) enforces no NetworkPolicy")
-			b.res.skip(policyPath, m.name+"_"+st, m.unit, m.better, RAW, "not applicable: no NetworkPolicy")
-		}
-	}
+	b.declareStates(policyPath, policyStates, policyMetrics, "not applicable: REF (bridge + iptables) enforces no NetworkPolicy", "not applicable: no NetworkPolicy")
 	for _, m := range []string{"agent_sync_p50_ms", "agent_sync_p99_ms"} {
 		b.res.declare(policyPath, m, "ms", "lower")
 		b.res.skip(policyPath, m, "ms", "lower", REF, "not applicable: REF enforces no NetworkPolicy")
@@ -107,37 +101,13 @@ func (b *bench) policy() error {
 	}
 	s := b.setups[EBPF]
 	b.logf("policy: %d policies and %d pods in the API; %d runs of %s (RR and CRR, then again with BPF run-time statistics), without and with them", policyCount, policyPods, b.cfg.runs, b.cfg.dur)
-	pods := map[string]*pod{}
-	for _, name := range []string{"open-client", "open-server", "pol-client", "pol-server"} {
-		ns := "bench-open"
-		if name == "pol-client" || name == "pol-server" {
-			ns = "bench-policy"
-		}
-		p, _, err := b.addPodArgs(s, nil, [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}, {"K8S_POD_UID", "uid-" + name}})
-		if err != nil {
-			return err
-		}
-		pods[name] = p
+	pods, err := b.policyPods(s)
+	if err != nil {
+		return err
 	}
-	for _, name := range []string{"open-server", "pol-server"} {
-		if err := b.startServer(pods[name].ns, addr(pods[name].ip, echoPort)); err != nil {
-			return err
-		}
-	}
-	client := fake.NewClientset()
-	for _, o := range policyObjects(pods) {
-		var err error
-		switch o := o.(type) {
-		case *corev1.Namespace:
-			_, err = client.CoreV1().Namespaces().Create(context.Background(), o, metav1.CreateOptions{})
-		case *corev1.Pod:
-			_, err = client.CoreV1().Pods(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{})
-		case *networkingv1.NetworkPolicy:
-			_, err = client.NetworkingV1().NetworkPolicies(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{})
-		}
-		if err != nil {
-			return fmt.Errorf("the fake API: %w", err)
-		}
+	client, err := fakeAPI(policyObjects(pods))
+	if err != nil {
+		return err
 	}
 	ctl := agent.NewPolicyController(client, agent.PolicyConfig{BPFRoot: s.bpfRoot})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,28 +127,13 @@ func (b *bench) policy() error {
 	}
 
 	targets := map[string][2]*pod{"none": {pods["open-client"], pods["open-server"]}, "1000": {pods["pol-client"], pods["pol-server"]}}
-	order := func(run int) []string {
-		if run%2 == 1 {
-			return []string{"1000", "none"}
-		}
-		return policyStates
-	}
 	syncs := len(ctl.Latencies())
 	for run := range b.cfg.runs {
-		for _, st := range order(run) {
+		for _, st := range inRunOrder(policyStates, run) {
 			c, sv := targets[st][0], targets[st][1]
-			rr, err := b.load("rr", c.ns, addr(sv.ip, echoPort), b.cfg.dur)
-			if err != nil {
-				return fmt.Errorf("policy %s rr: %w", st, err)
+			if err := b.stateLoad(policyPath, st, c.ns, addr(sv.ip, echoPort)); err != nil {
+				return err
 			}
-			crr, err := b.load("crr", c.ns, addr(sv.ip, echoPort), b.cfg.dur)
-			if err != nil {
-				return fmt.Errorf("policy %s crr: %w", st, err)
-			}
-			b.res.add(policyPath, "rr_tps_"+st, "tx/s", "higher", EBPF, rr.perSec())
-			b.res.add(policyPath, "rr_p50_us_"+st, "µs", "lower", EBPF, rr.P50us)
-			b.res.add(policyPath, "crr_cps_"+st, "conn/s", "higher", EBPF, crr.perSec())
-			b.res.add(policyPath, "crr_p99_us_"+st, "µs", "lower", EBPF, crr.P99us)
 		}
 		b.logf("  policy run %d/%d done (the agent wrote %d changes meanwhile)", run+1, b.cfg.runs, len(ctl.Latencies())-syncs)
 	}
@@ -187,33 +142,65 @@ func (b *bench) policy() error {
 		return fmt.Errorf("enabling BPF run-time statistics: %w", err)
 	}
 	for run := range b.cfg.runs {
-		for _, st := range order(run) {
+		for _, st := range inRunOrder(policyStates, run) {
 			c, sv := targets[st][0], targets[st][1]
-			for _, mode := range []string{"rr", "crr"} {
-				perPkt, err := nsPerRun(s.bpfRoot, 1000, func() error {
-					_, err := b.load(mode, c.ns, addr(sv.ip, echoPort), b.cfg.dur)
-					return err
-				})
-				if err != nil {
-					stats.Close()
-					return fmt.Errorf("policy %s bpf stats %s: %w", st, mode, err)
-				}
-				for name, ns := range perPkt {
-					for _, pair := range policyStates {
-						b.res.declare(policyPath, "bpf_"+mode+"_"+name+"_ns_pkt_"+pair, "ns", "lower")
-					}
-					metric := "bpf_" + mode + "_" + name + "_ns_pkt_" + st
-					b.res.add(policyPath, metric, "ns", "lower", EBPF, ns)
-					b.res.skip(policyPath, metric, "ns", "lower", REF, noBPF)
-					b.res.skip(policyPath, metric, "ns", "lower", RAW, noBPF)
-				}
+			if err := b.stateBPFStats(policyPath, policyStates, st, s.bpfRoot, c.ns, addr(sv.ip, echoPort)); err != nil {
+				stats.Close()
+				return err
 			}
 		}
 	}
 	stats.Close()
+	return b.agentLatency(client, ctl)
+}
 
-	// The agent's latency: one policy changed at a time (its port), each
-	// change waited for before the next.
+// policyPods attaches the bench's four pods, a client and a server in
+// bench-open and in bench-policy, and starts the servers.
+func (b *bench) policyPods(s *setup) (map[string]*pod, error) {
+	pods := map[string]*pod{}
+	for _, name := range []string{"open-client", "open-server", "pol-client", "pol-server"} {
+		ns := "bench-open"
+		if name == "pol-client" || name == "pol-server" {
+			ns = "bench-policy"
+		}
+		p, _, err := b.addPodArgs(s, nil, [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}, {"K8S_POD_UID", "uid-" + name}})
+		if err != nil {
+			return nil, err
+		}
+		pods[name] = p
+	}
+	for _, name := range []string{"open-server", "pol-server"} {
+		if err := b.startServer(pods[name].ns, addr(pods[name].ip, echoPort)); err != nil {
+			return nil, err
+		}
+	}
+	return pods, nil
+}
+
+// fakeAPI is a fake API server holding objs (namespaces, pods and
+// NetworkPolicies).
+func fakeAPI(objs []any) (*fake.Clientset, error) {
+	client := fake.NewClientset()
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *corev1.Namespace:
+			_, err = client.CoreV1().Namespaces().Create(context.Background(), o, metav1.CreateOptions{})
+		case *corev1.Pod:
+			_, err = client.CoreV1().Pods(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{})
+		case *networkingv1.NetworkPolicy:
+			_, err = client.NetworkingV1().NetworkPolicies(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the fake API: %w", err)
+		}
+	}
+	return client, nil
+}
+
+// agentLatency measures the agent's latency: one policy changed at a time
+// (its port), each change waited for before the next.
+func (b *bench) agentLatency(client *fake.Clientset, ctl *agent.PolicyController) error {
 	changes := 20 * b.cfg.runs
 	seen := len(ctl.Latencies())
 	for k := range changes {

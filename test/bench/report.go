@@ -112,59 +112,12 @@ func (rp report) markdown() string {
 		}
 		w("\n")
 	}
-	w("| setup | what it is |\n| --- | --- |\n")
-	w("| REF | Debian's `bridge` (isGateway, ipMasq) + `host-local` + `portmap` + `bandwidth`, iptables |\n")
-	w("| EBPF | `ebpf-cni` + `ebpf-ipam`, default attach mode, stateDir on a tmpfs (its default /run/ebpf-cni is one on a node; REF's host-local keeps its default, on disk); features on: %s |\n", featureList(rp.Features))
-	w("| RAW | the limit: two namespaces joined by one veth; for paths through the node, a namespace routed by the node with no NAT and no rules; for `cni`, the same veth, address and route made in-process with netlink |\n\n")
-	w("How to read a table: **EBPF/REF** and **EBPF/RAW** are plain ratios of the figures (for a metric where lower is better, below 1x means EBPF is better); ")
-	w("**gap closed** is (EBPF−REF)/(RAW−REF): 100%% means EBPF reaches the raw limit, 0%% no better than REF, negative worse than REF; ")
-	w("**noise** is (max−min)/median of the runs of REF / EBPF / RAW; a difference smaller than the noise (or under 10%% between two single runs) is called *within noise*.\n\n")
+	w("%s", legend(rp.Features))
 	if slices.Contains(rp.Plots, "ratios.png") {
 		w("![EBPF vs REF on every row](ratios.png)\n\n")
 	}
 	for _, p := range paths(rp.Rows) {
-		w("## %s\n\n", p)
-		if d := pathDoc[strings.TrimRightFunc(p, func(r rune) bool { return r == '-' || (r >= '0' && r <= '9') })]; d != "" {
-			w("%s\n\n", d)
-		}
-		if p == phasesPath {
-			w("%s\n", phaseTable(rp.Rows))
-			continue
-		}
-		w("| metric | unit | better | REF | EBPF | RAW | EBPF/REF | EBPF/RAW | gap closed | noise | EBPF vs REF |\n")
-		w("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
-		nulls := map[string][]string{} // "SETUP: reason" -> metrics
-		var order []string
-		for _, r := range rp.Rows {
-			if r.Path != p {
-				continue
-			}
-			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Metric, r.Unit, r.Better,
-				cell(r.Ref), cell(r.EBPF), cell(r.Raw), ratioCell(ratio(r.EBPF, r.Ref)), ratioCell(ratio(r.EBPF, r.Raw)),
-				gapCell(gapClosed(r.Ref, r.EBPF, r.Raw)), noiseCell(r), verdictCell[verdict(r)])
-			for _, s := range setups {
-				if why, ok := r.Null[s]; ok {
-					k := setupName[s] + ": " + why
-					if _, seen := nulls[k]; !seen {
-						order = append(order, k)
-					}
-					nulls[k] = append(nulls[k], r.Metric)
-				}
-			}
-		}
-		for _, k := range order {
-			w("\n– %s (%s)", k, strings.Join(nulls[k], ", "))
-		}
-		if len(order) > 0 {
-			w("\n")
-		}
-		w("\n")
-		if p == monitorPath {
-			w("%s", monitorComparison(rp.Rows))
-		}
-		if p == policyPath {
-			w("%s", stateComparison(rp.Rows, policyPath, "none", "1000", "1,000 policies selecting the pair", 0))
-		}
+		w("%s", rp.pathSection(p))
 	}
 	sweepPlots := slices.DeleteFunc(slices.Clone(rp.Plots), func(s string) bool { return s == "ratios.png" || s == "summary.png" })
 	if len(sweepPlots) > 0 {
@@ -182,6 +135,72 @@ func (rp report) markdown() string {
 	}
 	w("\nReproduce: `sudo make bench` (full, about 35 minutes on 2 vCPUs, ebpf-ipam's own bench included) or `sudo BENCH=quick make bench` (about 7 minutes, same rows, fewer runs). ")
 	w("EBPF features are switched on in `ebpfFeatures` of test/bench/setups.go or with `-ebpf-features masq,hostport,bandwidth`.\n")
+	return b.String()
+}
+
+// legend says what REF, EBPF (with features on) and RAW are and how to read
+// a path's table.
+func legend(features []string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("| setup | what it is |\n| --- | --- |\n")
+	w("| REF | Debian's `bridge` (isGateway, ipMasq) + `host-local` + `portmap` + `bandwidth`, iptables |\n")
+	w("| EBPF | `ebpf-cni` + `ebpf-ipam`, default attach mode, stateDir on a tmpfs (its default /run/ebpf-cni is one on a node; REF's host-local keeps its default, on disk); features on: %s |\n", featureList(features))
+	w("| RAW | the limit: two namespaces joined by one veth; for paths through the node, a namespace routed by the node with no NAT and no rules; for `cni`, the same veth, address and route made in-process with netlink |\n\n")
+	w("How to read a table: **EBPF/REF** and **EBPF/RAW** are plain ratios of the figures (for a metric where lower is better, below 1x means EBPF is better); ")
+	w("**gap closed** is (EBPF−REF)/(RAW−REF): 100%% means EBPF reaches the raw limit, 0%% no better than REF, negative worse than REF; ")
+	w("**noise** is (max−min)/median of the runs of REF / EBPF / RAW; a difference smaller than the noise (or under 10%% between two single runs) is called *within noise*.\n\n")
+	return b.String()
+}
+
+// pathSection is path p's section: what it measures, then its table (the
+// phases' own table for phasesPath) with why a setup has no figure, and
+// the comparison of a path measured in two states.
+func (rp report) pathSection(p string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("## %s\n\n", p)
+	if d := pathDoc[strings.TrimRightFunc(p, func(r rune) bool { return r == '-' || (r >= '0' && r <= '9') })]; d != "" {
+		w("%s\n\n", d)
+	}
+	if p == phasesPath {
+		w("%s\n", phaseTable(rp.Rows))
+		return b.String()
+	}
+	w("| metric | unit | better | REF | EBPF | RAW | EBPF/REF | EBPF/RAW | gap closed | noise | EBPF vs REF |\n")
+	w("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
+	nulls := map[string][]string{} // "SETUP: reason" -> metrics
+	var order []string
+	for _, r := range rp.Rows {
+		if r.Path != p {
+			continue
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Metric, r.Unit, r.Better,
+			cell(r.Ref), cell(r.EBPF), cell(r.Raw), ratioCell(ratio(r.EBPF, r.Ref)), ratioCell(ratio(r.EBPF, r.Raw)),
+			gapCell(gapClosed(r.Ref, r.EBPF, r.Raw)), noiseCell(r), verdictCell[verdict(r)])
+		for _, s := range setups {
+			if why, ok := r.Null[s]; ok {
+				k := setupName[s] + ": " + why
+				if _, seen := nulls[k]; !seen {
+					order = append(order, k)
+				}
+				nulls[k] = append(nulls[k], r.Metric)
+			}
+		}
+	}
+	for _, k := range order {
+		w("\n– %s (%s)", k, strings.Join(nulls[k], ", "))
+	}
+	if len(order) > 0 {
+		w("\n")
+	}
+	w("\n")
+	if p == monitorPath {
+		w("%s", monitorComparison(rp.Rows))
+	}
+	if p == policyPath {
+		w("%s", stateComparison(rp.Rows, policyPath, "none", "1000", "1,000 policies selecting the pair", 0))
+	}
 	return b.String()
 }
 

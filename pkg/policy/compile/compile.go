@@ -334,6 +334,17 @@ type podInfo struct {
 	pod      *corev1.Pod
 }
 
+// resolve appends to ports the number of each of the named ports that the
+// pod has.
+func (p *podInfo) resolve(named []namedPort, ports []portRange) []portRange {
+	for _, n := range named {
+		if pn := p.containerPort(n); pn != 0 {
+			ports = append(ports, portRange{n.proto, pn, pn})
+		}
+	}
+	return ports
+}
+
 // containerPort resolves a named port on the pod: 0 when it has none.
 func (p *podInfo) containerPort(n namedPort) uint16 {
 	if p == nil || p.pod == nil {
@@ -630,8 +641,44 @@ func (b *builder) add(all bool, ports []portRange, pols []int) {
 // direction compiles the entries of one direction of the local pod self,
 // from the policies pols (indexes) that select it for it.
 func (cp *compilation) direction(d policy.Direction, self *podInfo, pols []int) ([]policy.Entry, error) {
-	groups := map[string]*group{}
-	var order []string
+	entries := entrySet{}
+	var blocks []*group
+	for _, g := range cp.groups(d, self, pols) {
+		g.tidyPorts()
+		if g.peer.block == nil {
+			cp.addPods(d, g, entries)
+			continue
+		}
+		if d == policy.Egress && g.peer.everyone && len(g.ports.named) > 0 && !g.ports.all {
+			// No peers: every address, and so every pod, whose
+			// container ports the named ports are resolved on.
+			cp.addNamedEveryPod(g, entries)
+		}
+		if !g.ports.all && len(g.ports.numeric) == 0 {
+			continue // only named ports: an address has none
+		}
+		blocks = append(blocks, g)
+		entries.get(g.peer.block.cidr)
+		for _, e := range g.peer.block.except {
+			entries.get(e)
+		}
+	}
+	// Every entry gets what the blocks that cover it give.
+	for p, b := range entries {
+		for _, g := range blocks {
+			if covers(g.peer.block, p) {
+				b.add(g.ports.all, g.ports.numeric, g.pols)
+			}
+		}
+	}
+	return cp.build(d, entries)
+}
+
+// groups gathers the rules of direction d of the policies pols by peer,
+// in the order the peers first appear.
+func (cp *compilation) groups(d policy.Direction, self *podInfo, pols []int) []*group {
+	byKey := map[string]*group{}
+	var out []*group
 	for _, i := range pols {
 		p := cp.policies[i]
 		rules := p.in
@@ -643,21 +690,16 @@ func (cp *compilation) direction(d policy.Direction, self *podInfo, pols []int) 
 			ports := r.ports
 			if d == policy.Ingress && len(ports.named) > 0 {
 				// Named ports of ingress rules are the selected pod's.
-				ports.numeric = slices.Clone(ports.numeric)
-				for _, n := range ports.named {
-					if pn := self.containerPort(n); pn != 0 {
-						ports.numeric = append(ports.numeric, portRange{n.proto, pn, pn})
-					}
-				}
+				ports.numeric = self.resolve(ports.named, slices.Clone(ports.numeric))
 				ports.named = nil
 			}
 			for pi := range r.peers {
 				peer := &r.peers[pi]
-				g := groups[peer.key]
+				g := byKey[peer.key]
 				if g == nil {
 					g = &group{peer: peer}
-					groups[peer.key] = g
-					order = append(order, peer.key)
+					byKey[peer.key] = g
+					out = append(out, g)
 				}
 				g.ports.all = g.ports.all || ports.all
 				g.ports.numeric = append(g.ports.numeric, ports.numeric...)
@@ -668,88 +710,75 @@ func (cp *compilation) direction(d policy.Direction, self *podInfo, pols []int) 
 			}
 		}
 	}
+	return out
+}
 
-	entries := map[netip.Prefix]*builder{}
-	get := func(p netip.Prefix) *builder {
-		b := entries[p]
-		if b == nil {
-			b = &builder{}
-			entries[p] = b
-		}
-		return b
+// tidyPorts drops the ranges and named ports of a group that allows every
+// port, merges its ranges, and sorts its named ports without repeats.
+func (g *group) tidyPorts() {
+	if g.ports.all {
+		g.ports.numeric, g.ports.named = nil, nil
 	}
-	var blocks []*group
-	for _, k := range order {
-		g := groups[k]
-		if g.ports.all {
-			g.ports.numeric, g.ports.named = nil, nil
+	g.ports.numeric = mergePorts(g.ports.numeric)
+	slices.SortFunc(g.ports.named, func(a, b namedPort) int {
+		return cmp.Or(cmp.Compare(a.proto, b.proto), strings.Compare(a.name, b.name))
+	})
+	g.ports.named = slices.Compact(g.ports.named)
+}
+
+// entrySet is the entries of a direction being built, by prefix.
+type entrySet map[netip.Prefix]*builder
+
+// get is the builder of prefix p, made empty if it has none yet.
+func (es entrySet) get(p netip.Prefix) *builder {
+	b := es[p]
+	if b == nil {
+		b = &builder{}
+		es[p] = b
+	}
+	return b
+}
+
+// addPods gives the addresses of each pod that g's peer selects g's ports
+// (in egress with its named ports resolved on that pod); a pod left with
+// no port gets no entry.
+func (cp *compilation) addPods(d policy.Direction, g *group, es entrySet) {
+	for _, pod := range cp.peers(g.peer) {
+		ports := g.ports.numeric
+		if d == policy.Egress && len(g.ports.named) > 0 && !g.ports.all {
+			ports = pod.resolve(g.ports.named, slices.Clone(ports))
 		}
-		g.ports.numeric = mergePorts(g.ports.numeric)
-		slices.SortFunc(g.ports.named, func(a, b namedPort) int {
-			return cmp.Or(cmp.Compare(a.proto, b.proto), strings.Compare(a.name, b.name))
-		})
-		g.ports.named = slices.Compact(g.ports.named)
-		if g.peer.block != nil {
-			if d == policy.Egress && g.peer.everyone && len(g.ports.named) > 0 && !g.ports.all {
-				// No peers: every address, and so every pod, whose
-				// container ports the named ports are resolved on.
-				for _, pod := range cp.peers(&everyPod) {
-					var ports []portRange
-					for _, n := range g.ports.named {
-						if pn := pod.containerPort(n); pn != 0 {
-							ports = append(ports, portRange{n.proto, pn, pn})
-						}
-					}
-					if len(ports) == 0 {
-						continue
-					}
-					for _, a := range pod.addrs {
-						if a.Is4() == g.peer.block.cidr.Addr().Is4() {
-							get(netip.PrefixFrom(a, a.BitLen())).add(false, ports, g.pols)
-						}
-					}
-				}
-			}
-			if !g.ports.all && len(g.ports.numeric) == 0 {
-				continue // only named ports: an address has none
-			}
-			blocks = append(blocks, g)
-			get(g.peer.block.cidr)
-			for _, e := range g.peer.block.except {
-				get(e)
-			}
+		if !g.ports.all && len(ports) == 0 {
 			continue
 		}
-		for _, pod := range cp.peers(g.peer) {
-			ports := g.ports.numeric
-			if d == policy.Egress && len(g.ports.named) > 0 && !g.ports.all {
-				ports = slices.Clone(ports)
-				for _, n := range g.ports.named {
-					if pn := pod.containerPort(n); pn != 0 {
-						ports = append(ports, portRange{n.proto, pn, pn})
-					}
-				}
-			}
-			if !g.ports.all && len(ports) == 0 {
-				continue
-			}
-			for _, a := range pod.addrs {
-				get(netip.PrefixFrom(a, a.BitLen())).add(g.ports.all, ports, g.pols)
-			}
+		for _, a := range pod.addrs {
+			es.get(netip.PrefixFrom(a, a.BitLen())).add(g.ports.all, ports, g.pols)
 		}
 	}
-	// Every entry gets what the blocks that cover it give.
-	for p, b := range entries {
-		for _, g := range blocks {
-			if covers(g.peer.block, p) {
-				b.add(g.ports.all, g.ports.numeric, g.pols)
-			}
-		}
-	}
+}
 
-	out := make([]policy.Entry, 0, len(entries))
+// addNamedEveryPod gives the addresses of every pod, of the family of g's
+// block, g's named ports resolved on that pod.
+func (cp *compilation) addNamedEveryPod(g *group, es entrySet) {
+	for _, pod := range cp.peers(&everyPod) {
+		ports := pod.resolve(g.ports.named, nil)
+		if len(ports) == 0 {
+			continue
+		}
+		for _, a := range pod.addrs {
+			if a.Is4() == g.peer.block.cidr.Addr().Is4() {
+				es.get(netip.PrefixFrom(a, a.BitLen())).add(false, ports, g.pols)
+			}
+		}
+	}
+}
+
+// build makes the entries of direction d, sorted; an entry with more port
+// ranges than fit is an error (the first one and how many more).
+func (cp *compilation) build(d policy.Direction, es entrySet) ([]policy.Entry, error) {
+	out := make([]policy.Entry, 0, len(es))
 	var errs []error
-	for p, b := range entries {
+	for p, b := range es {
 		r, n := cp.rule(b)
 		if n > MaxPorts {
 			errs = append(errs, fmt.Errorf("%s peer %s: %d port ranges, at most %d fit: only the first %d are allowed", d, p, n, MaxPorts, MaxPorts))

@@ -45,54 +45,20 @@ func main() {
 	onlyRanges := flag.Bool("only-ranges", false, "measure the many-ranges row only (and print it, writing no JSON)")
 	flag.Parse()
 
-	tmp, err := os.MkdirTemp("", "ipam-bench-")
-	check(err)
-	mnt := filepath.Join(tmp, "bpffs")
-	check(os.Mkdir(mnt, 0o700))
-	check(unix.Mount("bpf", mnt, "bpf", 0, ""))
-	// Both plugins keep their files on one tmpfs, as /run is on a real node,
-	// so the disk of the machine running the benchmark does not decide it.
-	state := filepath.Join(tmp, "state")
-	check(os.Mkdir(state, 0o700))
-	check(unix.Mount("tmpfs", state, "tmpfs", 0, "size=64m"))
-	cleanup := func() {
-		_ = unix.Unmount(state, unix.MNT_DETACH)
-		_ = unix.Unmount(mnt, unix.MNT_DETACH)
-		_ = os.RemoveAll(tmp)
-	}
+	tmp, mnt, state, cleanup := scratch()
 	defer cleanup()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() { <-sig; cleanup(); os.Exit(130) }()
 
-	// Both plugins run installed, copied as a node's install copies them
-	// (Debian's host-local too): how an exec faults its binary in depends
-	// on how the page cache holds it, and a binary where the Go linker wrote
-	// it, or one cached page by page, starts slower (docs/performance.md,
-	// the sixth and ninth passes).
-	install := func(src string) string {
-		data, err := os.ReadFile(src)
-		check(err)
-		dst := filepath.Join(tmp, filepath.Base(src))
-		check(os.WriteFile(dst, data, 0o755))
-		return dst
-	}
-	ipamBin := install(filepath.Join(*bin, "ebpf-ipam"))
-	hostLocalBin := install(filepath.Join(*ref, "host-local"))
-
-	plugins := []struct{ name, path, ipam string }{
+	ipamBin := install(tmp, filepath.Join(*bin, "ebpf-ipam"))
+	hostLocalBin := install(tmp, filepath.Join(*ref, "host-local"))
+	plugins := []plugin{
 		{"host-local", hostLocalBin, fmt.Sprintf(`"type":"host-local","subnet":"10.200.0.0/16","dataDir":%q`, filepath.Join(state, "host-local"))},
 		{"ebpf-ipam", ipamBin, fmt.Sprintf(`"type":"ebpf-ipam","subnet":"10.200.0.0/16","bpfRoot":%q,"stateDir":%q`, filepath.Join(mnt, "root"), filepath.Join(state, "ebpf-ipam"))},
 	}
 	manyRanges := func() row {
-		// A configuration as large as a runtime may send: every ADD parses
-		// and checks all its ranges. Few pairs: one is what is measured.
-		stdin := manyRangesConf(*nRanges, filepath.Join(mnt, "root"), filepath.Join(state, "ebpf-ipam"))
-		start := time.Now()
-		samples := run(plugins[1].path, stdin, 5, 1)
-		r := summarize("ebpf-ipam", 1, samples, time.Since(start))
-		r.Mode = fmt.Sprintf("%d-ranges", *nRanges)
-		return r
+		return manyRangesRow(ipamBin, *nRanges, filepath.Join(mnt, "root"), filepath.Join(state, "ebpf-ipam"))
 	}
 	if *onlyRanges {
 		r := manyRanges()
@@ -104,29 +70,90 @@ func main() {
 	for _, p := range plugins {
 		fmt.Printf("  %-10s %s\n", p.name, version(p.path))
 	}
-	var rows []row
-	for _, mode := range []int{1, *par} {
-		for _, p := range plugins {
-			stdin := []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"bench","ipam":{%s}}`, p.ipam))
-			run(p.path, stdin, 20, 1) // warm-up: first ADD creates state
-			start := time.Now()
-			samples := run(p.path, stdin, *n, mode)
-			rows = append(rows, summarize(p.name, mode, samples, time.Since(start)))
-		}
-	}
-
+	rows := measure(plugins, *n, *par)
 	if *nRanges > 0 {
 		rows = append(rows, manyRanges())
 	}
-
-	fmt.Printf("\n%-11s %-12s %9s %9s %9s %9s %12s\n", "plugin", "mode", "add p50", "add p99", "del p50", "del p99", "add+del/s")
-	for _, r := range rows {
-		fmt.Printf("%-11s %-12s %7.2fms %7.2fms %7.2fms %7.2fms %12.0f\n", r.Plugin, r.Mode, r.AddP50ms, r.AddP99ms, r.DelP50ms, r.DelP99ms, r.PairsPerSec)
-	}
+	printRows(rows)
 	check(os.MkdirAll(filepath.Dir(*out), 0o755))
 	b, _ := json.MarshalIndent(rows, "", "  ")
 	check(os.WriteFile(*out, append(b, '\n'), 0o644))
 	fmt.Println("\nwrote", *out)
+}
+
+// scratch makes the temporary directory the bench works in, with a private
+// bpffs (mnt) and a tmpfs for the plugins' files (state); cleanup unmounts
+// and removes them.
+func scratch() (tmp, mnt, state string, cleanup func()) {
+	tmp, err := os.MkdirTemp("", "ipam-bench-")
+	check(err)
+	mnt = filepath.Join(tmp, "bpffs")
+	check(os.Mkdir(mnt, 0o700))
+	check(unix.Mount("bpf", mnt, "bpf", 0, ""))
+	// Both plugins keep their files on one tmpfs, as /run is on a real node,
+	// so the disk of the machine running the benchmark does not decide it.
+	state = filepath.Join(tmp, "state")
+	check(os.Mkdir(state, 0o700))
+	check(unix.Mount("tmpfs", state, "tmpfs", 0, "size=64m"))
+	return tmp, mnt, state, func() {
+		_ = unix.Unmount(state, unix.MNT_DETACH)
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		_ = os.RemoveAll(tmp)
+	}
+}
+
+// install copies the plugin binary src into dir and returns the copy's path.
+// Both plugins run installed, copied as a node's install copies them
+// (Debian's host-local too): how an exec faults its binary in depends
+// on how the page cache holds it, and a binary where the Go linker wrote
+// it, or one cached page by page, starts slower (docs/performance.md,
+// the sixth and ninth passes).
+func install(dir, src string) string {
+	data, err := os.ReadFile(src)
+	check(err)
+	dst := filepath.Join(dir, filepath.Base(src))
+	check(os.WriteFile(dst, data, 0o755))
+	return dst
+}
+
+// plugin is an IPAM plugin measured: its binary and the body of its ipam
+// configuration.
+type plugin struct{ name, path, ipam string }
+
+// measure runs n ADD+DEL pairs of each plugin sequentially, then with par
+// workers, each after a warm-up.
+func measure(plugins []plugin, n, par int) []row {
+	var rows []row
+	for _, mode := range []int{1, par} {
+		for _, p := range plugins {
+			stdin := []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"bench","ipam":{%s}}`, p.ipam))
+			run(p.path, stdin, 20, 1) // warm-up: first ADD creates state
+			start := time.Now()
+			samples := run(p.path, stdin, n, mode)
+			rows = append(rows, summarize(p.name, mode, samples, time.Since(start)))
+		}
+	}
+	return rows
+}
+
+// manyRangesRow is the row of ebpf-ipam (at path) with n ranges.
+func manyRangesRow(path string, n int, bpfRoot, stateDir string) row {
+	// A configuration as large as a runtime may send: every ADD parses
+	// and checks all its ranges. Few pairs: one is what is measured.
+	stdin := manyRangesConf(n, bpfRoot, stateDir)
+	start := time.Now()
+	samples := run(path, stdin, 5, 1)
+	r := summarize("ebpf-ipam", 1, samples, time.Since(start))
+	r.Mode = fmt.Sprintf("%d-ranges", n)
+	return r
+}
+
+// printRows prints the rows as a table.
+func printRows(rows []row) {
+	fmt.Printf("\n%-11s %-12s %9s %9s %9s %9s %12s\n", "plugin", "mode", "add p50", "add p99", "del p50", "del p99", "add+del/s")
+	for _, r := range rows {
+		fmt.Printf("%-11s %-12s %7.2fms %7.2fms %7.2fms %7.2fms %12.0f\n", r.Plugin, r.Mode, r.AddP50ms, r.AddP99ms, r.DelP50ms, r.DelP99ms, r.PairsPerSec)
+	}
 }
 
 // manyRangesConf is an ebpf-ipam configuration of n /30 ranges in one
