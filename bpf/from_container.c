@@ -55,10 +55,12 @@
 #include "lib/hostport.h"
 #include "lib/hostport_nat.h"
 #include "lib/l3.h"
-#include "lib/nat.h"
+#include "lib/pkt.h"
 #include "lib/policy.h"
 #include "lib/qdisc.h"
+#include "lib/redirect.h"
 #include "lib/scratch.h"
+#include "lib/uplink.h"
 #include "lib/verdict.h"
 
 #define AF_INET 2

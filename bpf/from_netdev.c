@@ -32,15 +32,18 @@
 #include <bpf/bpf_endian.h>
 
 #include "include/types.h"
+#include "lib/addr.h"
+#include "lib/cluster.h"
+#include "lib/conntrack.h"
 #include "lib/counters.h"
 #include "lib/deliver.h"
-#include "lib/cluster.h"
 #include "lib/endpoint.h"
 #include "lib/flow.h"
 #include "lib/hostport.h"
 #include "lib/hostport_nat.h"
-#include "lib/l3.h"
 #include "lib/nat.h"
+#include "lib/pkt.h"
+#include "lib/rewrite.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
 

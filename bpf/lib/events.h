@@ -22,6 +22,7 @@
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
+#include <linux/tcp.h> /* before TCP_FLAG_*, which its enum names too */
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
