@@ -1,7 +1,7 @@
 /* The uplinks' addresses (uplinks: ifindex -> its IPv4 and IPv6 address),
  * written by pkg/uplink (a building block) with the uplinks' programs: the
  * address masquerade translates to (bpf/to_netdev.c) and the overlay's
- * outer source address (encap_to_uplink, bpf/from_container.c). */
+ * outer source address (encap_to_uplink, lib/overlay.h). */
 #ifndef EBPF_CNI_LIB_UPLINK_H
 #define EBPF_CNI_LIB_UPLINK_H
 

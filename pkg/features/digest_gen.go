@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "17d54bee0131"
+const objectsDigest = "9bda6b36d64d"

@@ -46,6 +46,7 @@ const (
 	FromNetdevMapScratch          = "scratch"
 	FromNetdevMapSlotCounters     = "slot_counters"
 	FromNetdevMapSockRevnat       = "sock_revnat"
+	FromNetdevMapUplinks          = "uplinks"
 	FromNetdevProgFromNetdev      = "from_netdev"
 	FromNetdevVarCtOptsSize       = "ct_opts_size"
 	FromNetdevVarHaveConntrack    = "have_conntrack"
@@ -130,6 +131,7 @@ type FromNetdevMapSpecs struct {
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromNetdevVariableSpecs contains global variables before they are loaded into the kernel.
@@ -190,6 +192,7 @@ type FromNetdevMaps struct {
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
+	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromNetdevMaps) Close() error {
@@ -224,6 +227,7 @@ func (m *FromNetdevMaps) Close() error {
 		m.Scratch,
 		m.SlotCounters,
 		m.SockRevnat,
+		m.Uplinks,
 	)
 }
 
