@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The conntrack/NAT table (nat) and its lifetimes (nat_timeouts): one LRU
  * table whose entries masquerade (NAT_DIR_OUT, NAT_DIR_IN: lib/nat.h) and
  * hostPort (NAT_DIR_DNAT: lib/hostport_nat.h) each write and read, with the

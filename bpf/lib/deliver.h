@@ -1,3 +1,4 @@
+/* owner: core */
 /* Delivery into a pod of this node of a packet that came from outside it
  * (an uplink, the overlay): as a router would, straight into the pod's
  * netns (lib/redirect.h), unless the packet's flow goes through the stack

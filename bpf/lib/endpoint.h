@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Endpoint maps: the pods of this node. ebpf-cni writes them on ADD and
  * removes them on DEL/GC; the programs read them. Pinned by name. How a
  * packet is handed to a pod is lib/redirect.h. */

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The live event stream: drops (and, on request, sampled flow starts and
  * ends) reported through a ring buffer while a reader (`ebpf-cni monitor`)
  * holds the lease in events_config. verdict() (lib/verdict.h) is the one

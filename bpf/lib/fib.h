@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Forwarding by the FIB's answer: what bpf_fib_lookup chose, out of the
  * device it chose. A pod's packet to the world or another node
  * (from_container) and the overlay's own encapsulated packet

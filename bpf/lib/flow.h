@@ -1,3 +1,4 @@
+/* owner: feature flows */
 /* Flow tracking: coexistence with the node's netfilter (kube-proxy).
  *
  * kube-proxy translates Services (ClusterIP, NodePort, externalIPs) in the

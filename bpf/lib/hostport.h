@@ -1,3 +1,4 @@
+/* owner: feature hostPort */
 /* hostPort: where the node's published ports (lib/published_ports.h) lead,
  * for packets and for the node's own sockets: the node's addresses, the
  * settings, the sockets' reverse translation. The packets' translation is

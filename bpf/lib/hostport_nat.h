@@ -1,3 +1,4 @@
+/* owner: feature hostPort */
 /* hostPort translation: the translated flows live in the conntrack/NAT
  * table (lib/conntrack.h) as NAT_DIR_DNAT entries keyed by the pod's reply
  * tuple; the forward direction is looked up in hostports (lib/hostport.h)

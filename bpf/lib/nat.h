@@ -1,3 +1,4 @@
+/* owner: feature masquerade */
 /* Masquerade: our own connection tracking and source NAT for pod traffic
  * leaving through an uplink (this kernel offers no conntrack to programs).
  *

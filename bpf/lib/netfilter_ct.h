@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The node's netfilter conntrack, asked through its kfuncs
  * (bpf_skb_ct_lookup): the flows feature learns from it whether netfilter
  * translated a flow (lib/flow.h), NetworkPolicy whether a packet the stack

@@ -1,3 +1,4 @@
+/* owner: feature cluster */
 /* The overlay's encapsulation and decapsulation done by the core programs
  * themselves, past the VXLAN device (lib/cluster.h: the tunnel key and the
  * device's way): from_container writes the outer headers of a pod's packet

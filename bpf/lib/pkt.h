@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The packet as the programs decide on it: struct nat_pkt (addresses,
  * protocol, ports, TCP flags, ICMP type; nat_parse) and struct nat_scratch,
  * the working space of one packet (its per-CPU map: lib/scratch.h). Every

@@ -1,3 +1,4 @@
+/* owner: feature policy */
 /* NetworkPolicy: the node agent writes, the programs enforce, with no
  * agent on the packet path (docs/networkpolicy.md).
  *

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The node's published ports (hostports), keyed by (family, protocol,
  * port), so a lookup costs the same for 10 or 10,000 mappings. hostPort
  * publishes them and serves them (lib/hostport.h); masquerade never

@@ -1,3 +1,4 @@
+/* owner: core */
 /* The one redirect into a pod of this node, whichever program hands it the
  * packet (from_container, and lib/deliver.h for the uplinks and the
  * overlay): the endpoint's entry (lib/endpoint.h) says where, the pod's

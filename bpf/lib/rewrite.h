@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Rewriting a translated packet: its address and port on one side, the
  * IPv4 header and L4 checksums fixed incrementally. Masquerade (SNAT and
  * its reverse) and hostPort (DNAT and its reverse) translate with it. */

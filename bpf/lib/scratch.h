@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The per-CPU scratch slot of one program object (struct nat_scratch,
  * lib/pkt.h). Not pinned: every program object gets its own. */
 #ifndef EBPF_CNI_LIB_SCRATCH_H

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The uplinks' addresses (uplinks: ifindex -> its IPv4 and IPv6 address),
  * written by pkg/uplink (a building block) with the uplinks' programs: the
  * address masquerade translates to (bpf/to_netdev.c) and the overlay's
