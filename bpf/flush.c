@@ -19,7 +19,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "include/types.h"
-#include "lib/nat.h"
+#include "lib/conntrack.h"
 #include "lib/flow.h"
 
 struct flush_walk {

@@ -19,7 +19,7 @@
  * 5. A destination that is a pod of this node: rewrite L2, decrement TTL and
  *    bpf_redirect_peer straight into the other pod's netns (no bridge, no
  *    backlog queue, no netfilter FORWARD).
- * 6. A pod of another node behind the overlay (lib/cluster.h): VXLAN's
+ * 6. A pod of another node behind the overlay (lib/overlay.h): VXLAN's
  *    outer headers written here and out of the uplink (encap_to_uplink),
  *    else the tunnel key and a redirect to the node's VXLAN device.
  * 7. Anything else: bpf_fib_lookup; forwarded with bpf_redirect or
@@ -51,18 +51,18 @@
 #include "lib/cluster.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
+#include "lib/fib.h"
 #include "lib/flow.h"
 #include "lib/hostport.h"
 #include "lib/hostport_nat.h"
 #include "lib/l3.h"
-#include "lib/nat.h"
+#include "lib/overlay.h"
+#include "lib/pkt.h"
 #include "lib/policy.h"
 #include "lib/qdisc.h"
+#include "lib/redirect.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
-
-#define AF_INET 2
-#define AF_INET6 10
 
 /* linux/if_arp.h drags in libc headers; the few ARP constants we need. */
 #define ARPHRD_ETHER 1
@@ -206,26 +206,6 @@ static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoi
 	*why = REASON_ARP_REPLY;
 	/* Egress of the same host veth: the reply pops out of the pod's eth0. */
 	return bpf_redirect(skb->ifindex, 0);
-}
-
-/* fib_redirect sends the packet (eth its Ethernet header) out of the
- * device a successful bpf_fib_lookup p (rc) chose: to the next hop's MAC
- * the FIB gave, or, when the FIB had no neighbour entry for it
- * (BPF_FIB_LKUP_RET_NO_NEIGH), resolving that next hop on the way out. */
-static __always_inline int fib_redirect(struct ethhdr *eth, const struct bpf_fib_lookup *p, int rc)
-{
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		struct bpf_redir_neigh nh = { .nh_family = p->family };
-
-		if (p->family == AF_INET)
-			nh.ipv4_nh = p->ipv4_dst;
-		else
-			__builtin_memcpy(nh.ipv6_nh, p->ipv6_dst, 16);
-		return bpf_redirect_neigh(p->ifindex, &nh, sizeof(nh), 0);
-	}
-	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
-	return bpf_redirect(p->ifindex, 0);
 }
 
 /* Forward through the FIB when the destination is not a pod of this node.
@@ -381,177 +361,6 @@ static __always_inline int pod_path(struct __sk_buff *skb, struct nat_scratch *s
 	return flow_egress(skb, s, why) ? PATH_STACK : PATH_ROUTE;
 }
 
-/* The outer UDP source port's range when the VXLAN device has none of its
- * own: the kernel's default ip_local_port_range, as udp_flow_src_port uses
- * it (the port is max - min wide from min). */
-#define VXLAN_SPORT_MIN 32768
-#define VXLAN_SPORT_MAX 60999
-
-/* What encapsulation puts after the outer Ethernet header: IPv4, UDP,
- * VXLAN and the inner Ethernet header (the pod's frame's, as the device
- * would carry it; the other node rewrites it). */
-struct vxlan_outer4 {
-	struct iphdr ip;
-	struct udphdr udp;
-	__be32 vx[2];
-	struct ethhdr inner;
-};
-
-/* Its length on the wire (sizeof pads it to the next four bytes). */
-#define VXLAN_OUTER4_LEN (__builtin_offsetof(struct vxlan_outer4, inner) + ETH_HLEN)
-
-/* ipv4_hdr_csum is the header checksum of an IPv4 header without options
- * (its check field zero). */
-static __always_inline __u16 ipv4_hdr_csum(const struct iphdr *ip)
-{
-	const __u16 *w = (const __u16 *)ip;
-	__u32 sum = 0;
-
-#pragma unroll
-	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
-		sum += w[i];
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return ~sum;
-}
-
-/* encap_to_uplink's "not here": no drop reason has this value. */
-#define VIA_DEVICE (-(int)REASON_MAX)
-
-/* encap_to_uplink encapsulates a pod's packet for the overlay itself and
- * sends it out of the uplink the FIB picks toward the node of cr, as the
- * VXLAN device would (the same outer headers, source port and ECN), without
- * the device's transmit path, the stack's routing and netfilter of the
- * outer packet, or to_tunnel's run. GSO packets too (TCP's): the helper
- * marks them a UDP tunnel's, which segments them as the device's would be.
- * Over an IPv4 underlay whose uplink's address the uplinks map holds
- * (uplink.Ensure writes it on every ADD); anything else returns
- * VIA_DEVICE with the packet untouched, for the device (cluster_encap). */
-static __always_inline int encap_to_uplink(struct __sk_buff *skb, const struct cluster_route *cr, enum pkt_reason *why)
-{
-	void *data = skb_data(skb);
-	void *data_end = skb_data_end(skb);
-	struct ethhdr *eth = data;
-	struct overlay_settings *o = overlay_settings();
-	struct bpf_fib_lookup p = {};
-	struct vxlan_outer4 h = {};
-	struct uplink_info *up;
-	struct tcphdr *tcp;
-	__u32 hash, len, seg, mtu = 0;
-	__u8 ecn, proto;
-	int rc;
-
-	if (cr->node_family != ADDR_FAMILY_V4 || !o || !o->port)
-		return VIA_DEVICE;
-	if ((void *)(eth + 1) > data_end)
-		return VIA_DEVICE;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-
-		if ((void *)(ip + 1) > data_end)
-			return VIA_DEVICE;
-		ecn = ip->tos & 3;
-		proto = ip->protocol;
-		tcp = (void *)ip + ip->ihl * 4;
-	} else {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-
-		if ((void *)(ip6 + 1) > data_end)
-			return VIA_DEVICE;
-		ecn = (ip6->flow_lbl[0] >> 4) & 3;
-		proto = ip6->nexthdr;
-		tcp = (void *)(ip6 + 1);
-	}
-	__builtin_memcpy(&h.inner, eth, sizeof(h.inner));
-	len = skb->len - ETH_HLEN + VXLAN_OUTER4_LEN;
-	if (len > 0xffff)
-		return VIA_DEVICE;
-	/* What one packet will be on the uplink: this one, or each segment of
-	 * a GSO packet (TCP's; other GSO the device's way). */
-	seg = len;
-	if (skb->gso_size) {
-		if (proto != IPPROTO_TCP || (void *)(tcp + 1) > data_end)
-			return VIA_DEVICE;
-		seg = VXLAN_OUTER4_LEN + ((void *)tcp - (void *)(eth + 1)) + tcp->doff * 4 + skb->gso_size;
-	}
-
-	p.family = AF_INET;
-	p.ifindex = skb->ifindex;
-	__builtin_memcpy(&p.ipv4_dst, cr->node, 4);
-	rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return VIA_DEVICE;
-	if (p.ifindex == skb->ifindex)
-		return VIA_DEVICE;
-	up = bpf_map_lookup_elem(&uplinks, &p.ifindex);
-	if (!up || !up->has4)
-		return VIA_DEVICE;
-	/* Larger than the uplink's MTU (the pod's MTU leaves no room for the
-	 * outer headers: an mtu key set too high): the device's way, which
-	 * fragments the outer packet. bpf_check_mtu gives the MTU back. */
-	bpf_check_mtu(skb, p.ifindex, &mtu, 0, 0);
-	if (!mtu || seg > mtu)
-		return VIA_DEVICE;
-
-	h.ip.version = 4;
-	h.ip.ihl = 5;
-	h.ip.tos = ecn == 3 ? 2 : ecn; /* the inner ECN field; CE becomes ECT(0) */
-	h.ip.tot_len = bpf_htons(len);
-	h.ip.id = bpf_get_prandom_u32();
-	h.ip.ttl = VXLAN_TTL;
-	h.ip.protocol = IPPROTO_UDP;
-	__builtin_memcpy(&h.ip.saddr, up->ip4, 4);
-	__builtin_memcpy(&h.ip.daddr, cr->node, 4);
-	h.ip.check = ipv4_hdr_csum(&h.ip);
-	hash = bpf_get_hash_recalc(skb);
-	hash ^= hash << 16;
-	h.udp.source = bpf_htons((__u16)((((__u64)hash * (VXLAN_SPORT_MAX - VXLAN_SPORT_MIN)) >> 32) + VXLAN_SPORT_MIN));
-	h.udp.dest = o->port;
-	h.udp.len = bpf_htons(len - sizeof(h.ip));
-	h.vx[0] = VXLAN_FLAG_VNI;
-	h.vx[1] = o->vni_word;
-
-	if (bpf_skb_adjust_room(skb, VXLAN_OUTER4_LEN, BPF_ADJ_ROOM_MAC,
-				BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
-					BPF_F_ADJ_ROOM_ENCAP_L2_ETH | BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN)))
-		return VIA_DEVICE;
-	if (bpf_skb_store_bytes(skb, ETH_HLEN, &h, VXLAN_OUTER4_LEN, BPF_F_RECOMPUTE_CSUM))
-		return DROP(REASON_DROP_MALFORMED);
-	data = skb_data(skb);
-	data_end = skb_data_end(skb);
-	eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return DROP(REASON_DROP_MALFORMED);
-	eth->h_proto = bpf_htons(ETH_P_IP);
-	*why = REASON_TUNNEL_UPLINK;
-	return fib_redirect(eth, &p, rc);
-}
-
-/* Into the overlay, as a router would: TTL, then the outer headers (here,
- * or the tunnel key and the VXLAN device). A spent TTL goes to the stack
- * (time exceeded). */
-static __always_inline int tunnel(struct __sk_buff *skb, const struct cluster_route *cr, enum pkt_reason *why)
-{
-	void *data = skb_data(skb);
-	void *data_end = skb_data_end(skb);
-	struct ethhdr *eth = data;
-	int hop, ret;
-
-	if ((void *)(eth + 1) > data_end)
-		return DROP(REASON_DROP_MALFORMED);
-	hop = l3_hop(eth + 1, data_end, eth->h_proto);
-	if (hop < 0)
-		return DROP(REASON_DROP_MALFORMED);
-	if (hop == 0) {
-		*why = REASON_PASS;
-		return TC_ACT_OK;
-	}
-	ret = encap_to_uplink(skb, cr, why);
-	if (ret != VIA_DEVICE)
-		return ret;
-	return cluster_encap(skb, cr, why);
-}
-
 /* route4 forwards an IPv4 packet of a pod: into another pod, or through
  * the FIB. dst is the destination's endpoint when known, else looked up. */
 static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *dst, int lookup, enum pkt_reason *why)
@@ -699,7 +508,7 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 	if (path == PATH_STACK)
 		return TC_ACT_OK;
 	if (path == PATH_TUNNEL && cr)
-		return tunnel(skb, cr, why);
+		return overlay_send(skb, cr, why);
 	if (q & QDISC_INGRESS) {
 		/* Another plugin's filters want the pod's packets (a chained
 		 * bandwidth plugin's ifb): the stack forwards them after, so

@@ -32,15 +32,18 @@
 #include <bpf/bpf_endian.h>
 
 #include "include/types.h"
+#include "lib/addr.h"
+#include "lib/conntrack.h"
 #include "lib/counters.h"
 #include "lib/deliver.h"
-#include "lib/cluster.h"
 #include "lib/endpoint.h"
 #include "lib/flow.h"
 #include "lib/hostport.h"
 #include "lib/hostport_nat.h"
-#include "lib/l3.h"
 #include "lib/nat.h"
+#include "lib/overlay.h"
+#include "lib/pkt.h"
+#include "lib/rewrite.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
 
@@ -213,72 +216,27 @@ static __always_inline int hostport_in(struct __sk_buff *skb, struct nat_scratch
 	return to_pod(skb, ep, REASON_DNAT, why);
 }
 
-/* overlay_packet: p (the outer headers, as nat_parse read them) is the
- * overlay's: UDP to the VXLAN device's port, with a VXLAN header of the
- * node's VNI. Never a masqueraded flow's or a hostPort's: the device's
- * socket holds that port on the node. */
-static __always_inline int overlay_packet(struct __sk_buff *skb, const struct nat_pkt *p)
-{
-	struct overlay_settings *o;
-	__be32 vx[2];
-
-	if (p->proto != IPPROTO_UDP)
-		return 0;
-	o = overlay_settings();
-	if (!o || !o->port || p->dport != o->port)
-		return 0;
-	if (bpf_skb_load_bytes(skb, p->l4off + sizeof(struct udphdr), vx, sizeof(vx)))
-		return 0;
-	return vx[0] == VXLAN_FLAG_VNI && vx[1] == o->vni_word;
-}
-
-/* Where the inner frame of an overlay packet starts, by outer family (outer
- * Ethernet, IP without options, UDP, VXLAN); what decapsulation removes
- * after the outer Ethernet header (IP, UDP, VXLAN, inner Ethernet) is as
- * long. */
-#define OVERLAY_INNER4 (ETH_HLEN + sizeof(struct iphdr) + sizeof(struct udphdr) + VXLAN_HLEN)
-#define OVERLAY_INNER6 (ETH_HLEN + sizeof(struct ipv6hdr) + sizeof(struct udphdr) + VXLAN_HLEN)
-
 /* overlay_in decapsulates a packet of the overlay (another node's pod to
- * a pod of this node) here and redirects it into the pod, as from_tunnel
- * does after the VXLAN device: the UDP socket, the device's receive path
- * (its GRO cell, a second softirq pass) and a second tc hook are skipped.
- * Anything else goes on untouched, the device's way (from_tunnel): a GSO
- * packet (a shrunk packet keeps the tunnel's GSO type, which would break
- * its segmentation later; bulk TCP arrives so and is no worse off through
- * the device's GRO), an outer header with options or of the other family,
- * a destination not a pod of this node, a flow netfilter translated. */
+ * a pod of this node) here (lib/overlay.h) and redirects it into the pod,
+ * as from_tunnel does after the VXLAN device: the UDP socket, the device's
+ * receive path (its GRO cell, a second softirq pass) and a second tc hook
+ * are skipped. Anything else goes on untouched, the device's way
+ * (from_tunnel): what overlay_inner leaves to it, a destination not a pod
+ * of this node, a flow netfilter translated. */
 static __always_inline int overlay_in(struct __sk_buff *skb, struct nat_scratch *s, enum pkt_reason *why)
 {
 	struct endpoint_info *ep;
-	__u8 outer = s->p.family;
 	__u32 off;
 	int rc;
 
-	if (skb->gso_size || s->p.frag)
-		return TC_ACT_OK;
-	if (outer == ADDR_FAMILY_V4 && s->p.l4off == ETH_HLEN + sizeof(struct iphdr)) {
-		off = OVERLAY_INNER4;
-		__builtin_memset(&s->p, 0, sizeof(s->p));
-		rc = nat_parse_at(skb, &s->p, OVERLAY_INNER4);
-	} else if (outer == ADDR_FAMILY_V6 && s->p.l4off == ETH_HLEN + sizeof(struct ipv6hdr)) {
-		off = OVERLAY_INNER6;
-		__builtin_memset(&s->p, 0, sizeof(s->p));
-		rc = nat_parse_at(skb, &s->p, OVERLAY_INNER6);
-	} else {
-		return TC_ACT_OK;
-	}
-	if (rc || s->p.family != outer || s->p.later_frag)
+	off = overlay_inner(skb, s);
+	if (!off)
 		return TC_ACT_OK;
 	ep = pod_of(s->p.daddr, s->p.family);
 	if (!ep || flow_ingress(skb, s))
 		return TC_ACT_OK;
-	/* The outer Ethernet header stays (same family: its type is right),
-	 * what follows it up to the inner IP header goes. */
-	if (bpf_skb_adjust_room(skb, -(__s32)off, BPF_ADJ_ROOM_MAC, 0))
+	if (overlay_decap(skb, s, off))
 		return TC_ACT_OK;
-	s->p.l3off -= off;
-	s->p.l4off -= off;
 	rc = policy_into_pod(skb, s, ep);
 	if (rc)
 		return rc;

@@ -20,7 +20,7 @@
 #include "lib/deliver.h"
 #include "lib/endpoint.h"
 #include "lib/flow.h"
-#include "lib/nat.h"
+#include "lib/pkt.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"
 

@@ -17,7 +17,6 @@
 
 #include "include/types.h"
 #include "lib/hostport.h"
-#include "lib/nat.h"
 
 #define SOCK_ALLOW 1
 

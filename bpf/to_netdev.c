@@ -22,12 +22,17 @@
 #include <bpf/bpf_endian.h>
 
 #include "include/types.h"
+#include "lib/addr.h"
+#include "lib/conntrack.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/flow.h"
 #include "lib/nat.h"
+#include "lib/pkt.h"
 #include "lib/policy.h"
+#include "lib/rewrite.h"
 #include "lib/scratch.h"
+#include "lib/uplink.h"
 #include "lib/verdict.h"
 
 static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)

@@ -18,7 +18,7 @@
 #include "lib/endpoint.h"
 #include "lib/cluster.h"
 #include "lib/counters.h"
-#include "lib/nat.h"
+#include "lib/pkt.h"
 #include "lib/policy.h"
 #include "lib/scratch.h"
 #include "lib/verdict.h"

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Addresses as the maps hold them: 16 bytes, IPv4 in the first 4. */
 #ifndef EBPF_CNI_LIB_ADDR_H
 #define EBPF_CNI_LIB_ADDR_H

@@ -1,3 +1,4 @@
+/* owner: feature bandwidth */
 /* Bandwidth limits: a policer per endpoint and direction, in BPF.
  *
  * The algorithm is GCRA (the virtual-scheduling form of a token bucket).

@@ -1,3 +1,4 @@
+/* owner: feature cluster */
 /* Cluster routing: the cluster's pod ranges and the overlay.
  *
  * cluster_routes answers in one LPM lookup whether a destination is a pod

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The one place where programs account for what they did with a packet:
  * node-wide per reason and direction (node_counters) and per device (in
  * the device's slot of slot_counters, else in device_counters).

@@ -1,6 +1,8 @@
+/* owner: core */
 /* Delivery into a pod of this node of a packet that came from outside it
  * (an uplink, the overlay): as a router would, straight into the pod's
- * netns, unless the packet's flow goes through the stack (lib/flow.h). */
+ * netns (lib/redirect.h), unless the packet's flow goes through the stack
+ * (lib/flow.h); the pod's ingress policy decides it (lib/policy.h). */
 #ifndef EBPF_CNI_LIB_DELIVER_H
 #define EBPF_CNI_LIB_DELIVER_H
 
@@ -13,8 +15,9 @@
 #include "endpoint.h"
 #include "flow.h"
 #include "l3.h"
-#include "nat.h"
+#include "pkt.h"
 #include "policy.h"
+#include "redirect.h"
 #include "verdict.h"
 
 /* Into the pod behind ep: TTL, L2, redirect_peer. A spent TTL goes to the

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The live event stream: drops (and, on request, sampled flow starts and
  * ends) reported through a ring buffer while a reader (`ebpf-cni monitor`)
  * holds the lease in events_config. verdict() (lib/verdict.h) is the one
@@ -22,6 +23,7 @@
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
+#include <linux/tcp.h> /* before TCP_FLAG_*, which its enum names too */
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"

@@ -1,7 +1,8 @@
-/* hostPort: published ports of the node served from a hash map keyed by
- * (family, protocol, port), so a lookup costs the same for 10 or 10,000
- * mappings. This header is the published ports alone (the masquerade reads
- * them too); their translation is lib/hostport_nat.h. */
+/* owner: feature hostPort */
+/* hostPort: where the node's published ports (lib/published_ports.h) lead,
+ * for packets and for the node's own sockets: the node's addresses, the
+ * settings, the sockets' reverse translation. The packets' translation is
+ * lib/hostport_nat.h. */
 #ifndef EBPF_CNI_LIB_HOSTPORT_H
 #define EBPF_CNI_LIB_HOSTPORT_H
 
@@ -11,15 +12,7 @@
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
 #include "addr.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 131072);
-	__type(key, struct hostport_key);
-	__type(value, struct hostport_entry);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} hostports SEC(".maps");
+#include "published_ports.h"
 
 /* The node's own addresses (endpoint_key layout) -> ifindex: where a port
  * published on every address answers. Written by ADDs with port mappings. */
@@ -93,36 +86,6 @@ static __always_inline struct hostport_target *hostport_match(__u8 family, __u8 
 			return &e->to[i];
 	}
 	return NULL;
-}
-
-static __always_inline int hostport_proto(__u8 proto)
-{
-	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_SCTP;
-}
-
-/* hostport_published reports whether port is published for proto on addr,
- * an address of the node: by a mapping on every node address, or on addr
- * itself. The masquerade never translates a flow to such a port
- * (nat_port_taken in lib/nat.h). */
-static __always_inline int hostport_published(__u8 family, __u8 proto, __be16 port, const __u8 *addr)
-{
-	struct hostport_key k = { .family = family, .proto = proto, .port = port };
-	struct hostport_entry *e;
-	int i;
-
-	if (!hostport_proto(proto))
-		return 0;
-	e = bpf_map_lookup_elem(&hostports, &k);
-	if (!e)
-		return 0;
-	if (e->any)
-		return 1;
-#pragma unroll
-	for (i = 0; i < HOSTPORT_MAX_IPS; i++) {
-		if (i < e->n && addr_equal(e->host_ip[i], addr))
-			return 1;
-	}
-	return 0;
 }
 
 #endif

@@ -1,8 +1,9 @@
-/* hostPort translation: the translated flows live in the NAT table
- * (lib/nat.h) as NAT_DIR_DNAT entries keyed by the pod's reply tuple; the
- * forward direction is looked up in hostports (lib/hostport.h) on every
- * packet and never cached, so a pod that is deleted and recreated never
- * inherits a stale translation. */
+/* owner: feature hostPort */
+/* hostPort translation: the translated flows live in the conntrack/NAT
+ * table (lib/conntrack.h) as NAT_DIR_DNAT entries keyed by the pod's reply
+ * tuple; the forward direction is looked up in hostports (lib/hostport.h)
+ * on every packet and never cached, so a pod that is deleted and recreated
+ * never inherits a stale translation. */
 #ifndef EBPF_CNI_LIB_HOSTPORT_NAT_H
 #define EBPF_CNI_LIB_HOSTPORT_NAT_H
 
@@ -10,8 +11,10 @@
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include "../include/types.h"
-#include "hostport.h"
-#include "nat.h"
+#include "addr.h"
+#include "conntrack.h"
+#include "pkt.h"
+#include "rewrite.h"
 
 /* hostport_dnat sends s->p, a packet to a published port, to the pod
  * address and port in t (copied to s->res first: t points into a map

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* IPAM allocation maps, written and read by ebpf-ipam only (pkg/ipam) and
  * shown by the operator CLI. No program reads them: anti-spoofing checks a
  * pod's addresses in endpoint_devs, which ADD writes from the IPAM result.

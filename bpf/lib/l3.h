@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Router duties of the datapath when it forwards a packet itself. */
 #ifndef EBPF_CNI_LIB_L3_H
 #define EBPF_CNI_LIB_L3_H

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* The node's own facts (struct node_facts): no program reads them, so only
  * bpf/maps.c includes this header (pkg/maps creates and pins the map like
  * every other). Every ADD writes the netns cookie of its host veth's

@@ -1,3 +1,4 @@
+/* owner: feature bandwidth */
 /* Source pacing: TCP senders on this node held to a pod's rate by their
  * own stack (bpf/sock_pacing.c). Pinned by name. */
 #ifndef EBPF_CNI_LIB_PACING_H

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Who a pod is in Kubernetes, for people and the node agent: no program
  * reads it, so only bpf/maps.c includes this header (pkg/maps creates and
  * pins the map like every other). ebpf-cni writes an entry on ADD when the

@@ -1,3 +1,4 @@
+/* owner: feature policy */
 /* NetworkPolicy: the node agent writes, the programs enforce, with no
  * agent on the packet path (docs/networkpolicy.md).
  *
@@ -42,8 +43,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
-#include "flow.h"
-#include "nat.h"
+#include "netfilter_ct.h"
+#include "pkt.h"
+#include "verdict.h"
 
 #define POLICY_MAX_ENDPOINTS 16384 /* as endpoint_devs */
 #define POLICY_MAX_RULES (1 << 20)

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Other tc users on a host veth: another plugin's qdiscs.
  *
  * The reference bandwidth plugin chained after ebpf-cni shapes a pod with

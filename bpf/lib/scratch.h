@@ -1,11 +1,12 @@
-/* The per-CPU scratch slot of one program object (struct nat_scratch).
- * Not pinned: every program object gets its own. */
+/* owner: shared */
+/* The per-CPU scratch slot of one program object (struct nat_scratch,
+ * lib/pkt.h). Not pinned: every program object gets its own. */
 #ifndef EBPF_CNI_LIB_SCRATCH_H
 #define EBPF_CNI_LIB_SCRATCH_H
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
-#include "nat.h"
+#include "pkt.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

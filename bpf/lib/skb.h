@@ -1,3 +1,4 @@
+/* owner: shared */
 /* Packet bounds of a tc program's skb. */
 #ifndef EBPF_CNI_LIB_SKB_H
 #define EBPF_CNI_LIB_SKB_H

@@ -1,3 +1,4 @@
+/* owner: shared */
 /* How a handler's result becomes a tc verdict: the one place where drops
  * and forwarding decisions are counted.
  *

@@ -16,18 +16,11 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SockPacingMapBwBuckets      = "bw_buckets"
-	SockPacingMapDeviceCounters = "device_counters"
-	SockPacingMapDeviceSlots    = "device_slots"
-	SockPacingMapEndpointDevs   = "endpoint_devs"
-	SockPacingMapEndpoints      = "endpoints"
-	SockPacingMapEvents         = "events"
-	SockPacingMapEventsConfig   = "events_config"
-	SockPacingMapEventsStats    = "events_stats"
-	SockPacingMapLocalNetns     = "local_netns"
-	SockPacingMapNodeCounters   = "node_counters"
-	SockPacingMapSlotCounters   = "slot_counters"
-	SockPacingProgBwPacing      = "bw_pacing"
+	SockPacingMapBwBuckets    = "bw_buckets"
+	SockPacingMapEndpointDevs = "endpoint_devs"
+	SockPacingMapEndpoints    = "endpoints"
+	SockPacingMapLocalNetns   = "local_netns"
+	SockPacingProgBwPacing    = "bw_pacing"
 )
 
 // LoadSockPacing returns the embedded CollectionSpec for SockPacing.
@@ -79,17 +72,10 @@ type SockPacingProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SockPacingMapSpecs struct {
-	BwBuckets      *ebpf.MapSpec `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.MapSpec `ebpf:"device_counters"`
-	DeviceSlots    *ebpf.MapSpec `ebpf:"device_slots"`
-	EndpointDevs   *ebpf.MapSpec `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.MapSpec `ebpf:"endpoints"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	EventsConfig   *ebpf.MapSpec `ebpf:"events_config"`
-	EventsStats    *ebpf.MapSpec `ebpf:"events_stats"`
-	LocalNetns     *ebpf.MapSpec `ebpf:"local_netns"`
-	NodeCounters   *ebpf.MapSpec `ebpf:"node_counters"`
-	SlotCounters   *ebpf.MapSpec `ebpf:"slot_counters"`
+	BwBuckets    *ebpf.MapSpec `ebpf:"bw_buckets"`
+	EndpointDevs *ebpf.MapSpec `ebpf:"endpoint_devs"`
+	Endpoints    *ebpf.MapSpec `ebpf:"endpoints"`
+	LocalNetns   *ebpf.MapSpec `ebpf:"local_netns"`
 }
 
 // SockPacingVariableSpecs contains global variables before they are loaded into the kernel.
@@ -118,32 +104,18 @@ func (o *SockPacingObjects) Close() error {
 //
 // It can be passed to LoadSockPacingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SockPacingMaps struct {
-	BwBuckets      *ebpf.Map `ebpf:"bw_buckets"`
-	DeviceCounters *ebpf.Map `ebpf:"device_counters"`
-	DeviceSlots    *ebpf.Map `ebpf:"device_slots"`
-	EndpointDevs   *ebpf.Map `ebpf:"endpoint_devs"`
-	Endpoints      *ebpf.Map `ebpf:"endpoints"`
-	Events         *ebpf.Map `ebpf:"events"`
-	EventsConfig   *ebpf.Map `ebpf:"events_config"`
-	EventsStats    *ebpf.Map `ebpf:"events_stats"`
-	LocalNetns     *ebpf.Map `ebpf:"local_netns"`
-	NodeCounters   *ebpf.Map `ebpf:"node_counters"`
-	SlotCounters   *ebpf.Map `ebpf:"slot_counters"`
+	BwBuckets    *ebpf.Map `ebpf:"bw_buckets"`
+	EndpointDevs *ebpf.Map `ebpf:"endpoint_devs"`
+	Endpoints    *ebpf.Map `ebpf:"endpoints"`
+	LocalNetns   *ebpf.Map `ebpf:"local_netns"`
 }
 
 func (m *SockPacingMaps) Close() error {
 	return _SockPacingClose(
 		m.BwBuckets,
-		m.DeviceCounters,
-		m.DeviceSlots,
 		m.EndpointDevs,
 		m.Endpoints,
-		m.Events,
-		m.EventsConfig,
-		m.EventsStats,
 		m.LocalNetns,
-		m.NodeCounters,
-		m.SlotCounters,
 	)
 }
 

@@ -25,13 +25,8 @@ const (
 	FromTunnelMapEventsConfig     = "events_config"
 	FromTunnelMapEventsStats      = "events_stats"
 	FromTunnelMapFlows            = "flows"
-	FromTunnelMapHostportConfig   = "hostport_config"
-	FromTunnelMapHostports        = "hostports"
-	FromTunnelMapMasqNets         = "masq_nets"
-	FromTunnelMapMasqSkip         = "masq_skip"
 	FromTunnelMapNat              = "nat"
 	FromTunnelMapNatTimeouts      = "nat_timeouts"
-	FromTunnelMapNodeAddrs        = "node_addrs"
 	FromTunnelMapNodeCounters     = "node_counters"
 	FromTunnelMapPolicyConfig     = "policy_config"
 	FromTunnelMapPolicyDrops      = "policy_drops"
@@ -42,8 +37,6 @@ const (
 	FromTunnelMapPolicyRules      = "policy_rules"
 	FromTunnelMapScratch          = "scratch"
 	FromTunnelMapSlotCounters     = "slot_counters"
-	FromTunnelMapSockRevnat       = "sock_revnat"
-	FromTunnelMapUplinks          = "uplinks"
 	FromTunnelProgFromTunnel      = "from_tunnel"
 	FromTunnelVarCtOptsSize       = "ct_opts_size"
 	FromTunnelVarHaveConntrack    = "have_conntrack"
@@ -107,13 +100,8 @@ type FromTunnelMapSpecs struct {
 	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
 	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
@@ -124,8 +112,6 @@ type FromTunnelMapSpecs struct {
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // FromTunnelVariableSpecs contains global variables before they are loaded into the kernel.
@@ -165,13 +151,8 @@ type FromTunnelMaps struct {
 	EventsConfig     *ebpf.Map `ebpf:"events_config"`
 	EventsStats      *ebpf.Map `ebpf:"events_stats"`
 	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
-	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
@@ -182,8 +163,6 @@ type FromTunnelMaps struct {
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *FromTunnelMaps) Close() error {
@@ -197,13 +176,8 @@ func (m *FromTunnelMaps) Close() error {
 		m.EventsConfig,
 		m.EventsStats,
 		m.Flows,
-		m.HostportConfig,
-		m.Hostports,
-		m.MasqNets,
-		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
-		m.NodeAddrs,
 		m.NodeCounters,
 		m.PolicyConfig,
 		m.PolicyDrops,
@@ -214,8 +188,6 @@ func (m *FromTunnelMaps) Close() error {
 		m.PolicyRules,
 		m.Scratch,
 		m.SlotCounters,
-		m.SockRevnat,
-		m.Uplinks,
 	)
 }
 

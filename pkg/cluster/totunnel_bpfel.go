@@ -16,7 +16,6 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToTunnelMapBwBuckets        = "bw_buckets"
 	ToTunnelMapClusterConfig    = "cluster_config"
 	ToTunnelMapClusterRoutes    = "cluster_routes"
 	ToTunnelMapDeviceCounters   = "device_counters"
@@ -26,14 +25,6 @@ const (
 	ToTunnelMapEvents           = "events"
 	ToTunnelMapEventsConfig     = "events_config"
 	ToTunnelMapEventsStats      = "events_stats"
-	ToTunnelMapFlows            = "flows"
-	ToTunnelMapHostportConfig   = "hostport_config"
-	ToTunnelMapHostports        = "hostports"
-	ToTunnelMapMasqNets         = "masq_nets"
-	ToTunnelMapMasqSkip         = "masq_skip"
-	ToTunnelMapNat              = "nat"
-	ToTunnelMapNatTimeouts      = "nat_timeouts"
-	ToTunnelMapNodeAddrs        = "node_addrs"
 	ToTunnelMapNodeCounters     = "node_counters"
 	ToTunnelMapOverlayConfig    = "overlay_config"
 	ToTunnelMapPolicyConfig     = "policy_config"
@@ -45,8 +36,6 @@ const (
 	ToTunnelMapPolicyRules      = "policy_rules"
 	ToTunnelMapScratch          = "scratch"
 	ToTunnelMapSlotCounters     = "slot_counters"
-	ToTunnelMapSockRevnat       = "sock_revnat"
-	ToTunnelMapUplinks          = "uplinks"
 	ToTunnelProgToTunnel        = "to_tunnel"
 	ToTunnelVarCtOptsSize       = "ct_opts_size"
 	ToTunnelVarHaveConntrack    = "have_conntrack"
@@ -101,7 +90,6 @@ type ToTunnelProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToTunnelMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	ClusterConfig    *ebpf.MapSpec `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.MapSpec `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
@@ -111,14 +99,6 @@ type ToTunnelMapSpecs struct {
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
 	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
-	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat              *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
 	OverlayConfig    *ebpf.MapSpec `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
@@ -130,8 +110,6 @@ type ToTunnelMapSpecs struct {
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToTunnelVariableSpecs contains global variables before they are loaded into the kernel.
@@ -162,7 +140,6 @@ func (o *ToTunnelObjects) Close() error {
 //
 // It can be passed to LoadToTunnelObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToTunnelMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	ClusterConfig    *ebpf.Map `ebpf:"cluster_config"`
 	ClusterRoutes    *ebpf.Map `ebpf:"cluster_routes"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
@@ -172,14 +149,6 @@ type ToTunnelMaps struct {
 	Events           *ebpf.Map `ebpf:"events"`
 	EventsConfig     *ebpf.Map `ebpf:"events_config"`
 	EventsStats      *ebpf.Map `ebpf:"events_stats"`
-	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
-	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
-	Nat              *ebpf.Map `ebpf:"nat"`
-	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
 	OverlayConfig    *ebpf.Map `ebpf:"overlay_config"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
@@ -191,13 +160,10 @@ type ToTunnelMaps struct {
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToTunnelMaps) Close() error {
 	return _ToTunnelClose(
-		m.BwBuckets,
 		m.ClusterConfig,
 		m.ClusterRoutes,
 		m.DeviceCounters,
@@ -207,14 +173,6 @@ func (m *ToTunnelMaps) Close() error {
 		m.Events,
 		m.EventsConfig,
 		m.EventsStats,
-		m.Flows,
-		m.HostportConfig,
-		m.Hostports,
-		m.MasqNets,
-		m.MasqSkip,
-		m.Nat,
-		m.NatTimeouts,
-		m.NodeAddrs,
 		m.NodeCounters,
 		m.OverlayConfig,
 		m.PolicyConfig,
@@ -226,8 +184,6 @@ func (m *ToTunnelMaps) Close() error {
 		m.PolicyRules,
 		m.Scratch,
 		m.SlotCounters,
-		m.SockRevnat,
-		m.Uplinks,
 	)
 }
 

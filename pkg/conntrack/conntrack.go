@@ -1,5 +1,5 @@
 // Package conntrack is the node's connection-tracking/NAT table (nat,
-// bpf/lib/nat.h): a building block that masquerade (pkg/nat: the OUT and
+// bpf/lib/conntrack.h): a building block that masquerade (pkg/nat: the OUT and
 // IN entries of the flows pods open) and hostPort (pkg/portmap: the DNAT
 // entries of the flows to published ports) write through the programs and
 // read, flush and collect here, each its own kind of flow. Neither feature
@@ -59,7 +59,7 @@ type Flow struct {
 	Expired    bool // still in the table, but the programs ignore it
 }
 
-// lifetime mirrors nat_lifetime of bpf/lib/nat.h.
+// lifetime mirrors nat_lifetime of bpf/lib/conntrack.h.
 func lifetime(t *maps.CniNatLifetimes, proto, state uint8) time.Duration {
 	s := uint32(0)
 	switch proto {

@@ -29,8 +29,6 @@ const (
 	FromContainerMapFlows            = "flows"
 	FromContainerMapHostportConfig   = "hostport_config"
 	FromContainerMapHostports        = "hostports"
-	FromContainerMapMasqNets         = "masq_nets"
-	FromContainerMapMasqSkip         = "masq_skip"
 	FromContainerMapNat              = "nat"
 	FromContainerMapNatTimeouts      = "nat_timeouts"
 	FromContainerMapNodeAddrs        = "node_addrs"
@@ -114,8 +112,6 @@ type FromContainerMapSpecs struct {
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
@@ -175,8 +171,6 @@ type FromContainerMaps struct {
 	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
 	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
@@ -210,8 +204,6 @@ func (m *FromContainerMaps) Close() error {
 		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
-		m.MasqNets,
-		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
 		m.NodeAddrs,

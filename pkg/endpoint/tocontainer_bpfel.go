@@ -25,13 +25,9 @@ const (
 	ToContainerMapEventsConfig     = "events_config"
 	ToContainerMapEventsStats      = "events_stats"
 	ToContainerMapFlows            = "flows"
-	ToContainerMapHostportConfig   = "hostport_config"
 	ToContainerMapHostports        = "hostports"
-	ToContainerMapMasqNets         = "masq_nets"
-	ToContainerMapMasqSkip         = "masq_skip"
 	ToContainerMapNat              = "nat"
 	ToContainerMapNatTimeouts      = "nat_timeouts"
-	ToContainerMapNodeAddrs        = "node_addrs"
 	ToContainerMapNodeCounters     = "node_counters"
 	ToContainerMapPolicyConfig     = "policy_config"
 	ToContainerMapPolicyDrops      = "policy_drops"
@@ -42,8 +38,6 @@ const (
 	ToContainerMapPolicyRules      = "policy_rules"
 	ToContainerMapScratch          = "scratch"
 	ToContainerMapSlotCounters     = "slot_counters"
-	ToContainerMapSockRevnat       = "sock_revnat"
-	ToContainerMapUplinks          = "uplinks"
 	ToContainerProgToContainer     = "to_container"
 	ToContainerVarCtOptsSize       = "ct_opts_size"
 	ToContainerVarHaveConntrack    = "have_conntrack"
@@ -107,13 +101,9 @@ type ToContainerMapSpecs struct {
 	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
 	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
@@ -124,8 +114,6 @@ type ToContainerMapSpecs struct {
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // ToContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -165,13 +153,9 @@ type ToContainerMaps struct {
 	EventsConfig     *ebpf.Map `ebpf:"events_config"`
 	EventsStats      *ebpf.Map `ebpf:"events_stats"`
 	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
-	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
@@ -182,8 +166,6 @@ type ToContainerMaps struct {
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToContainerMaps) Close() error {
@@ -197,13 +179,9 @@ func (m *ToContainerMaps) Close() error {
 		m.EventsConfig,
 		m.EventsStats,
 		m.Flows,
-		m.HostportConfig,
 		m.Hostports,
-		m.MasqNets,
-		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
-		m.NodeAddrs,
 		m.NodeCounters,
 		m.PolicyConfig,
 		m.PolicyDrops,
@@ -214,8 +192,6 @@ func (m *ToContainerMaps) Close() error {
 		m.PolicyRules,
 		m.Scratch,
 		m.SlotCounters,
-		m.SockRevnat,
-		m.Uplinks,
 	)
 }
 

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "2fcc17138b84"
+const objectsDigest = "5fdd93f33db1"

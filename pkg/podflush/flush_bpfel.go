@@ -16,20 +16,13 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FlushMapFlows          = "flows"
-	FlushMapHostportConfig = "hostport_config"
-	FlushMapHostports      = "hostports"
-	FlushMapMasqNets       = "masq_nets"
-	FlushMapMasqSkip       = "masq_skip"
-	FlushMapNat            = "nat"
-	FlushMapNatTimeouts    = "nat_timeouts"
-	FlushMapNodeAddrs      = "node_addrs"
-	FlushMapSockRevnat     = "sock_revnat"
-	FlushMapUplinks        = "uplinks"
-	FlushProgFlushFlows    = "flush_flows"
-	FlushProgFlushNat      = "flush_nat"
-	FlushVarCtOptsSize     = "ct_opts_size"
-	FlushVarHaveConntrack  = "have_conntrack"
+	FlushMapFlows         = "flows"
+	FlushMapNat           = "nat"
+	FlushMapNatTimeouts   = "nat_timeouts"
+	FlushProgFlushFlows   = "flush_flows"
+	FlushProgFlushNat     = "flush_nat"
+	FlushVarCtOptsSize    = "ct_opts_size"
+	FlushVarHaveConntrack = "have_conntrack"
 )
 
 // LoadFlush returns the embedded CollectionSpec for Flush.
@@ -82,16 +75,9 @@ type FlushProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FlushMapSpecs struct {
-	Flows          *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
-	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat            *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
-	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
+	Flows       *ebpf.MapSpec `ebpf:"flows"`
+	Nat         *ebpf.MapSpec `ebpf:"nat"`
+	NatTimeouts *ebpf.MapSpec `ebpf:"nat_timeouts"`
 }
 
 // FlushVariableSpecs contains global variables before they are loaded into the kernel.
@@ -122,30 +108,16 @@ func (o *FlushObjects) Close() error {
 //
 // It can be passed to LoadFlushObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FlushMaps struct {
-	Flows          *ebpf.Map `ebpf:"flows"`
-	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
-	Hostports      *ebpf.Map `ebpf:"hostports"`
-	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
-	Nat            *ebpf.Map `ebpf:"nat"`
-	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
-	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.Map `ebpf:"uplinks"`
+	Flows       *ebpf.Map `ebpf:"flows"`
+	Nat         *ebpf.Map `ebpf:"nat"`
+	NatTimeouts *ebpf.Map `ebpf:"nat_timeouts"`
 }
 
 func (m *FlushMaps) Close() error {
 	return _FlushClose(
 		m.Flows,
-		m.HostportConfig,
-		m.Hostports,
-		m.MasqNets,
-		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
-		m.NodeAddrs,
-		m.SockRevnat,
-		m.Uplinks,
 	)
 }
 

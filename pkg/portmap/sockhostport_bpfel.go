@@ -18,13 +18,8 @@ import (
 const (
 	SockHostportMapHostportConfig     = "hostport_config"
 	SockHostportMapHostports          = "hostports"
-	SockHostportMapMasqNets           = "masq_nets"
-	SockHostportMapMasqSkip           = "masq_skip"
-	SockHostportMapNat                = "nat"
-	SockHostportMapNatTimeouts        = "nat_timeouts"
 	SockHostportMapNodeAddrs          = "node_addrs"
 	SockHostportMapSockRevnat         = "sock_revnat"
-	SockHostportMapUplinks            = "uplinks"
 	SockHostportProgHostportConnect4  = "hostport_connect4"
 	SockHostportProgHostportConnect6  = "hostport_connect6"
 	SockHostportProgHostportPeername4 = "hostport_peername4"
@@ -93,13 +88,8 @@ type SockHostportProgramSpecs struct {
 type SockHostportMapSpecs struct {
 	HostportConfig *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports      *ebpf.MapSpec `ebpf:"hostports"`
-	MasqNets       *ebpf.MapSpec `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.MapSpec `ebpf:"masq_skip"`
-	Nat            *ebpf.MapSpec `ebpf:"nat"`
-	NatTimeouts    *ebpf.MapSpec `ebpf:"nat_timeouts"`
 	NodeAddrs      *ebpf.MapSpec `ebpf:"node_addrs"`
 	SockRevnat     *ebpf.MapSpec `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
 // SockHostportVariableSpecs contains global variables before they are loaded into the kernel.
@@ -130,26 +120,16 @@ func (o *SockHostportObjects) Close() error {
 type SockHostportMaps struct {
 	HostportConfig *ebpf.Map `ebpf:"hostport_config"`
 	Hostports      *ebpf.Map `ebpf:"hostports"`
-	MasqNets       *ebpf.Map `ebpf:"masq_nets"`
-	MasqSkip       *ebpf.Map `ebpf:"masq_skip"`
-	Nat            *ebpf.Map `ebpf:"nat"`
-	NatTimeouts    *ebpf.Map `ebpf:"nat_timeouts"`
 	NodeAddrs      *ebpf.Map `ebpf:"node_addrs"`
 	SockRevnat     *ebpf.Map `ebpf:"sock_revnat"`
-	Uplinks        *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *SockHostportMaps) Close() error {
 	return _SockHostportClose(
 		m.HostportConfig,
 		m.Hostports,
-		m.MasqNets,
-		m.MasqSkip,
-		m.Nat,
-		m.NatTimeouts,
 		m.NodeAddrs,
 		m.SockRevnat,
-		m.Uplinks,
 	)
 }
 

@@ -336,7 +336,7 @@ func load(o Object, spec *ebpf.CollectionSpec, shared map[string]*ebpf.Map, dir 
 
 // setKernelFeatures tells a program object what the kernel offers, through
 // its read-only globals: the verifier sees them as constants and drops the
-// code of what is missing (the conntrack kfuncs, bpf/lib/flow.h).
+// code of what is missing (the conntrack kfuncs, bpf/lib/netfilter_ct.h).
 func setKernelFeatures(spec *ebpf.CollectionSpec) error {
 	v, ok := spec.Variables["have_conntrack"]
 	if !ok {

@@ -16,7 +16,6 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ToNetdevMapBwBuckets        = "bw_buckets"
 	ToNetdevMapDeviceCounters   = "device_counters"
 	ToNetdevMapDeviceSlots      = "device_slots"
 	ToNetdevMapEndpointDevs     = "endpoint_devs"
@@ -25,13 +24,11 @@ const (
 	ToNetdevMapEventsConfig     = "events_config"
 	ToNetdevMapEventsStats      = "events_stats"
 	ToNetdevMapFlows            = "flows"
-	ToNetdevMapHostportConfig   = "hostport_config"
 	ToNetdevMapHostports        = "hostports"
 	ToNetdevMapMasqNets         = "masq_nets"
 	ToNetdevMapMasqSkip         = "masq_skip"
 	ToNetdevMapNat              = "nat"
 	ToNetdevMapNatTimeouts      = "nat_timeouts"
-	ToNetdevMapNodeAddrs        = "node_addrs"
 	ToNetdevMapNodeCounters     = "node_counters"
 	ToNetdevMapPolicyConfig     = "policy_config"
 	ToNetdevMapPolicyDrops      = "policy_drops"
@@ -42,7 +39,6 @@ const (
 	ToNetdevMapPolicyRules      = "policy_rules"
 	ToNetdevMapScratch          = "scratch"
 	ToNetdevMapSlotCounters     = "slot_counters"
-	ToNetdevMapSockRevnat       = "sock_revnat"
 	ToNetdevMapUplinks          = "uplinks"
 	ToNetdevProgToNetdev        = "to_netdev"
 	ToNetdevVarCtOptsSize       = "ct_opts_size"
@@ -98,7 +94,6 @@ type ToNetdevProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ToNetdevMapSpecs struct {
-	BwBuckets        *ebpf.MapSpec `ebpf:"bw_buckets"`
 	DeviceCounters   *ebpf.MapSpec `ebpf:"device_counters"`
 	DeviceSlots      *ebpf.MapSpec `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.MapSpec `ebpf:"endpoint_devs"`
@@ -107,13 +102,11 @@ type ToNetdevMapSpecs struct {
 	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
 	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
-	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
 	MasqNets         *ebpf.MapSpec `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.MapSpec `ebpf:"masq_skip"`
 	Nat              *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts      *ebpf.MapSpec `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.MapSpec `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.MapSpec `ebpf:"node_counters"`
 	PolicyConfig     *ebpf.MapSpec `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
@@ -124,7 +117,6 @@ type ToNetdevMapSpecs struct {
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
 }
 
@@ -156,7 +148,6 @@ func (o *ToNetdevObjects) Close() error {
 //
 // It can be passed to LoadToNetdevObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ToNetdevMaps struct {
-	BwBuckets        *ebpf.Map `ebpf:"bw_buckets"`
 	DeviceCounters   *ebpf.Map `ebpf:"device_counters"`
 	DeviceSlots      *ebpf.Map `ebpf:"device_slots"`
 	EndpointDevs     *ebpf.Map `ebpf:"endpoint_devs"`
@@ -165,13 +156,11 @@ type ToNetdevMaps struct {
 	EventsConfig     *ebpf.Map `ebpf:"events_config"`
 	EventsStats      *ebpf.Map `ebpf:"events_stats"`
 	Flows            *ebpf.Map `ebpf:"flows"`
-	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
 	MasqNets         *ebpf.Map `ebpf:"masq_nets"`
 	MasqSkip         *ebpf.Map `ebpf:"masq_skip"`
 	Nat              *ebpf.Map `ebpf:"nat"`
 	NatTimeouts      *ebpf.Map `ebpf:"nat_timeouts"`
-	NodeAddrs        *ebpf.Map `ebpf:"node_addrs"`
 	NodeCounters     *ebpf.Map `ebpf:"node_counters"`
 	PolicyConfig     *ebpf.Map `ebpf:"policy_config"`
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
@@ -182,13 +171,11 @@ type ToNetdevMaps struct {
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
-	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
 }
 
 func (m *ToNetdevMaps) Close() error {
 	return _ToNetdevClose(
-		m.BwBuckets,
 		m.DeviceCounters,
 		m.DeviceSlots,
 		m.EndpointDevs,
@@ -197,13 +184,11 @@ func (m *ToNetdevMaps) Close() error {
 		m.EventsConfig,
 		m.EventsStats,
 		m.Flows,
-		m.HostportConfig,
 		m.Hostports,
 		m.MasqNets,
 		m.MasqSkip,
 		m.Nat,
 		m.NatTimeouts,
-		m.NodeAddrs,
 		m.NodeCounters,
 		m.PolicyConfig,
 		m.PolicyDrops,
@@ -214,7 +199,6 @@ func (m *ToNetdevMaps) Close() error {
 		m.PolicyRules,
 		m.Scratch,
 		m.SlotCounters,
-		m.SockRevnat,
 		m.Uplinks,
 	)
 }
