@@ -47,8 +47,11 @@ var layers = []struct {
 	{"blocks: the node handle", []string{"pkg/node"}, false},
 	{"blocks: programs", []string{"pkg/programs"}, false},
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
-	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/events", "pkg/veth", "pkg/config", "pkg/errcode",
+	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/events", "pkg/veth", "pkg/errcode",
 		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls", "pkg/policy"}, false},
+	// The one configuration error and the rules of keys two configurations
+	// share (the plugin's, the installer's conflist).
+	{"configuration", []string{"pkg/config"}, false},
 	{"netlink: one socket per namespace for a call", []string{"pkg/rtnl"}, false},
 	{"maps", []string{"pkg/maps"}, false},
 }
