@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
 )
 
@@ -366,10 +367,10 @@ func TestHealthEndpoints(t *testing.T) {
 func TestNewRefusesNoNodeName(t *testing.T) {
 	_, err := New(fake.NewClientset(), newMem(), Config{})
 	require.ErrorContains(t, err, "NODE_NAME")
-	_, err = NewVXLAN(t.TempDir(), t.TempDir(), 5)
+	_, err = NewVXLAN(nodetest.Handle(t, t.TempDir(), t.TempDir()), 5)
 	require.ErrorContains(t, err, "underlay family 5: want 4 or 6")
 	// Not on a bpffs: no error (it may be mounted later), each call says so.
-	v, err := NewVXLAN(t.TempDir(), t.TempDir(), 4)
+	v, err := NewVXLAN(nodetest.Handle(t, t.TempDir(), t.TempDir()), 4)
 	require.NoError(t, err)
 	_, err = v.List()
 	require.ErrorContains(t, err, "not on a bpf filesystem")

@@ -242,7 +242,7 @@ func copyFile(src, dst string, mode os.FileMode) (bool, error) {
 // warmUp runs STATUS of the installed plugin on the conflist's plugin
 // configuration, as a runtime with CNI 1.1.0 would, with bpfRoot, when set,
 // where this container sees it.
-func warmUp(ctx context.Context, binDir string, list []byte, bpfRoot string) error {
+func warmUp(ctx context.Context, binDir string, list []byte, bpfRootMount string) error {
 	var l struct {
 		Name    string           `json:"name"`
 		Plugins []map[string]any `json:"plugins"`
@@ -252,8 +252,8 @@ func warmUp(ctx context.Context, binDir string, list []byte, bpfRoot string) err
 	}
 	conf := l.Plugins[0]
 	conf["name"], conf["cniVersion"] = l.Name, conflist.NewestVersion // STATUS exists from 1.1.0
-	if bpfRoot != "" {
-		conf["bpfRoot"] = bpfRoot
+	if bpfRootMount != "" {
+		conf["bpfRoot"] = bpfRootMount
 	}
 	stdin, err := json.Marshal(conf)
 	if err != nil {

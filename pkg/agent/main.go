@@ -24,7 +24,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
-	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 const usage = `ebpf-cni-agent: the node agent of ebpf-cni on Kubernetes.
@@ -201,6 +201,13 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	if err != nil {
 		return &usageError{fmt.Errorf("-mode: %w", err)}
 	}
+	// The agent's handle on the plugin's node: no lock (the plugin's
+	// calls hold it); each component reopens it for its work.
+	nd, err := nodestate.Open(nodestate.Options{BPFRoot: o.bpfRoot, StateDir: o.stateDir, Lock: nodestate.Unlocked})
+	if err != nil {
+		return err
+	}
+	defer nd.Close()
 	if !o.netpol {
 		// Before the capabilities go: BPF may be among them.
 		if err := ClearPolicies(o.bpfRoot); err != nil {
@@ -212,7 +219,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 			return err
 		}
 	}
-	routes, done, err := nodeRoutes(m, o.proto, o.bpfRoot, o.stateDir, log)
+	routes, done, err := nodeRoutes(m, o.proto, nd, log)
 	if err != nil {
 		return err
 	}
@@ -230,7 +237,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		return &usageError{err}
 	}
 	if o.metrics != "" {
-		mt := NewMetrics(o.bpfRoot, o.stateDir, a, log)
+		mt := NewMetrics(nd, a, log)
 		if pc != nil {
 			mt.AddPolicy(pc)
 		}
@@ -343,7 +350,7 @@ func runSideBySide(ctx context.Context, a *Agent, pc *PolicyController) error {
 // hand-run agent's node mounting it), and until then every tunnel endpoint
 // fails, is retried with the reconciler's backoff (200 ms doubling to 30 s
 // per node, and every full sync) and /readyz says why.
-func nodeRoutes(m conflist.Mode, proto int, bpfRoot, stateDir string, log *slog.Logger) (NodeRoutes, func(), error) {
+func nodeRoutes(m conflist.Mode, proto int, nd *nodestate.Node, log *slog.Logger) (NodeRoutes, func(), error) {
 	switch m {
 	case conflist.ModeDirect:
 		h, err := netlinksafe.NewHandle()
@@ -357,10 +364,10 @@ func nodeRoutes(m conflist.Mode, proto int, bpfRoot, stateDir string, log *slog.
 		}
 		return routes, h.Close, nil
 	case conflist.ModeVXLAN:
-		if err := maps.CheckBPFFS(bpfRoot); err != nil {
+		if err := nd.Reopen().CheckBPFFS(); err != nil {
 			log.Warn("tunnel endpoints cannot be written until the plugin's bpfRoot is on a bpffs: retrying", "err", err)
 		}
-		routes, err := NewVXLAN(bpfRoot, stateDir, UnderlayFamily())
+		routes, err := NewVXLAN(nd, UnderlayFamily())
 		if err != nil {
 			return nil, nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/calls"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // DefaultMetricsAddr is where the agent serves /metrics: every address of
@@ -52,8 +53,9 @@ func desc(name string, t prometheus.ValueType, help string, labels ...string) *p
 // its _bucket, _sum and _count), sorted: what its collectors declare.
 func MetricNames() []string {
 	declareAll.Do(func() {
-		newDatapathCollector("", "", slog.Default())
-		newCallsCollector("")
+		none := nodestate.Node{}
+		newDatapathCollector(&none, slog.Default())
+		newCallsCollector(&none)
 		newAgentCollector(nil)
 		newPolicyCollector(nil)
 	})
@@ -78,15 +80,15 @@ type Metrics struct {
 	reg *prometheus.Registry
 }
 
-// NewMetrics reads the plugin's state under bpfRoot and stateDir; a is
+// NewMetrics reads the plugin's state on the node nd; a is
 // the running agent (nil: no agent metrics, as in tests of the datapath).
-func NewMetrics(bpfRoot, stateDir string, a *Agent, log *slog.Logger) *Metrics {
+func NewMetrics(nd *nodestate.Node, a *Agent, log *slog.Logger) *Metrics {
 	if log == nil {
 		log = slog.Default()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newDatapathCollector(bpfRoot, stateDir, log))
-	reg.MustRegister(newCallsCollector(stateDir))
+	reg.MustRegister(newDatapathCollector(nd, log))
+	reg.MustRegister(newCallsCollector(nd))
 	reg.MustRegister(newAgentCollector(a))
 	return &Metrics{reg: reg}
 }
@@ -135,14 +137,14 @@ const (
 	mRepairs       = "ebpf_cni_heal_repairs_total"
 )
 
-func newCallsCollector(stateDir string) *callsCollector {
+func newCallsCollector(nd *nodestate.Node) *callsCollector {
 	declare(mCalls, prometheus.CounterValue, false)
 	declare(mCallBad, prometheus.CounterValue, false)
 	declare(mRepairs, prometheus.CounterValue, false)
 	declare(mCallDuration, prometheus.UntypedValue, true)
 	declare(mPhaseDuration, prometheus.UntypedValue, true)
 	return &callsCollector{
-		tail: calls.NewTail(stateDir),
+		tail: calls.NewTail(nd.StateDir()),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: mCalls,
 			Help: "CNI calls of the plugin by verb (ADD, DEL, CHECK, STATUS, GC) and outcome: code 0 is success, else the CNI error code returned"},
 			[]string{"verb", "code"}),

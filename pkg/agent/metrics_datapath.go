@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,8 +26,8 @@ import (
 // last healed. Maps and files that are not there yet (no pod so far) are
 // left out; one that cannot be read counts in ebpf_cni_scrape_errors.
 type datapathCollector struct {
-	bpfRoot, stateDir string
-	log               *slog.Logger
+	n   *nodestate.Node // the agent's handle on the plugin's node
+	log *slog.Logger
 
 	packets, bytes, epPackets, epBytes *prometheus.Desc
 	entries, capacity                  *prometheus.Desc
@@ -40,8 +39,8 @@ type datapathCollector struct {
 // the runtime passed K8S_POD_* in CNI_ARGS), the attachment, the device.
 var endpointLabels = []string{"namespace", "pod", "container_id", "ifname", "device", "reason", "direction"}
 
-func newDatapathCollector(bpfRoot, stateDir string, log *slog.Logger) *datapathCollector {
-	c := &datapathCollector{bpfRoot: bpfRoot, stateDir: stateDir, log: log,
+func newDatapathCollector(n *nodestate.Node, log *slog.Logger) *datapathCollector {
+	c := &datapathCollector{n: n, log: log,
 		packets: desc("ebpf_cni_packets_total", prometheus.CounterValue,
 			"packets the datapath programs handled on this node, by reason (what they did: redirect, snat, drop_spoof_src...) and direction (egress: leaving a pod, or the node on an uplink; ingress: arriving)", "reason", "direction"),
 		bytes: desc("ebpf_cni_bytes_total", prometheus.CounterValue,
@@ -75,14 +74,14 @@ func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
-	s := &scrape{ch: ch, log: c.log, bpfRoot: c.bpfRoot}
+	s := &scrape{ch: ch, log: c.log, n: c.n}
 	c.collectNode(s)
 	names := c.collectAttachments(s)
 	c.collectDevices(s, names)
 	c.collectFill(s)
 	c.collectPrograms(s)
-	if fi, err := os.Stat(filepath.Join(c.stateDir, nodestate.HealStamp)); err == nil {
-		ch <- prometheus.MustNewConstMetric(c.healed, prometheus.GaugeValue, float64(fi.ModTime().UnixMilli())/1000)
+	if ago, err := c.n.SinceRepaired(); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.healed, prometheus.GaugeValue, float64(time.Now().Add(-ago).UnixMilli())/1000)
 	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, float64(s.failed))
 }
@@ -90,10 +89,10 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 // scrape is one Collect: where its metrics go, and how many sources it
 // could not read.
 type scrape struct {
-	ch      chan<- prometheus.Metric
-	log     *slog.Logger
-	bpfRoot string
-	failed  int
+	ch     chan<- prometheus.Metric
+	log    *slog.Logger
+	n      *nodestate.Node
+	failed int
 }
 
 func (s *scrape) fail(what string, err error) {
@@ -104,9 +103,9 @@ func (s *scrape) fail(what string, err error) {
 // open opens pinned map name read-only, or returns nil. A map that is not
 // pinned yet is no error: nothing created it.
 func (s *scrape) open(name string) *ebpf.Map {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(maps.Dir(s.bpfRoot), name), &ebpf.LoadPinOptions{ReadOnly: true})
+	m, err := s.n.ReadMap(name)
 	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
+		if !errors.Is(err, maps.ErrNotPinned) {
 			s.fail(name, err)
 		}
 		return nil
@@ -139,7 +138,7 @@ func (c *datapathCollector) collectNode(s *scrape) {
 // records, and returns the devices' names by ifindex (the pods' host veths
 // and the attachment sets' devices).
 func (c *datapathCollector) collectAttachments(s *scrape) map[uint32]string {
-	recs, err := nodestate.Records(c.stateDir)
+	recs, err := c.n.Records()
 	if err != nil {
 		s.fail("endpoint records", err)
 	}
@@ -151,7 +150,7 @@ func (c *datapathCollector) collectAttachments(s *scrape) map[uint32]string {
 			modes[string(a.Mode)]++
 		}
 	}
-	if sets, err := nodestate.AttachmentSets(c.stateDir, ""); err == nil {
+	if sets, err := c.n.AttachmentSets(""); err == nil {
 		for _, set := range sets {
 			if set.IfIndex != 0 {
 				names[uint32(set.IfIndex)] = set.Name
@@ -174,7 +173,7 @@ func (c *datapathCollector) collectAttachments(s *scrape) map[uint32]string {
 // collectDevices sends each device's non-zero counters, labelled with its
 // name (names, else its ifindex) and its owner.
 func (c *datapathCollector) collectDevices(s *scrape, names map[uint32]string) {
-	d, done, err := counters.PinnedDevices(c.bpfRoot, true)
+	d, done, err := counters.PinnedDevices(c.n.BPFRoot(), true)
 	if err != nil {
 		s.fail("device counters", err)
 		return
@@ -206,7 +205,7 @@ func (c *datapathCollector) collectDevices(s *scrape, names map[uint32]string) {
 
 // collectFill sends how full each map that can fill is.
 func (c *datapathCollector) collectFill(s *scrape) {
-	fills, errs := maps.ReadFill(c.bpfRoot)
+	fills, errs := maps.ReadFill(c.n.BPFRoot())
 	for _, err := range errs {
 		s.fail("map fill", err)
 	}
@@ -219,7 +218,7 @@ func (c *datapathCollector) collectFill(s *scrape) {
 // collectPrograms sends the program sets pinned, and whether the agent's
 // build is one of them.
 func (c *datapathCollector) collectPrograms(s *scrape) {
-	tags, err := programs.Installed(c.bpfRoot)
+	tags, err := programs.Installed(c.n.BPFRoot())
 	if err != nil {
 		s.fail("pinned programs", err)
 	}

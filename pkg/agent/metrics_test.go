@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 )
@@ -39,7 +40,7 @@ func TestAgentMetrics(t *testing.T) {
 	routes.failNext = 1 << 30 // every Ensure fails until reset
 	h := start(t, routes, fake.NewClientset(node("self", []string{"192.0.2.10"}, "10.244.0.0/24"),
 		node("b", []string{"192.0.2.11"}, "10.244.1.0/24")))
-	reg := NewMetrics(t.TempDir(), t.TempDir(), h.agent, nil).Registry()
+	reg := NewMetrics(nodetest.Handle(t, t.TempDir(), t.TempDir()), h.agent, nil).Registry()
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		errs, _ := gauge(c, reg, "ebpf_cni_agent_sync_errors_total")

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
@@ -398,7 +399,7 @@ func TestPolicyControllerMapFull(t *testing.T) {
 	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
 	pc, _ := n.run()
 	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateClosed), IngressGen: 1}}, n.states())
-	mt := NewMetrics(bpfRoot, t.TempDir(), nil, nil)
+	mt := NewMetrics(nodetest.Handle(t, bpfRoot, t.TempDir()), nil, nil)
 	mt.AddPolicy(pc)
 	reg := mt.Registry()
 	errs, _ := gauge(t, reg, "ebpf_cni_policy_errors_total")
@@ -440,7 +441,7 @@ func TestPolicyControllerWaitsForBPFFS(t *testing.T) {
 	go func() { _ = pc.Run(ctx); done <- struct{}{} }()
 	go func() { _ = a.Run(ctx); done <- struct{}{} }()
 	t.Cleanup(func() { cancel(); <-done; <-done })
-	reg := NewMetrics(bpfRoot, t.TempDir(), a, discard)
+	reg := NewMetrics(nodetest.Handle(t, bpfRoot, t.TempDir()), a, discard)
 	reg.AddPolicy(pc)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -477,7 +478,7 @@ func TestPolicyControllerWaitsForBPFFS(t *testing.T) {
 func TestPolicyMetrics(t *testing.T) {
 	n := serverClient(t)
 	pc, _ := n.run()
-	mt := NewMetrics(n.bpfRoot, t.TempDir(), nil, nil)
+	mt := NewMetrics(nodetest.Handle(t, n.bpfRoot, t.TempDir()), nil, nil)
 	mt.AddPolicy(pc)
 	reg := mt.Registry()
 	enforced, _ := gauge(t, reg, "ebpf_cni_policy_endpoints_enforced")

@@ -14,6 +14,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
 	cnimaps "github.com/ebpf-cni/ebpf-cni/pkg/maps" // "maps" is the standard library's here
+	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // VXLAN keeps the tunnel endpoints of the plugin's VXLAN overlay: for each
@@ -29,8 +30,9 @@ import (
 // not hold, or that someone has pointed elsewhere since, is left alone.
 // Like the reconciler, it is called from one goroutine at a time.
 type VXLAN struct {
-	bpfRoot, stateDir string
-	underlay          int
+	n        *nodestate.Node // the agent's handle on the plugin's node
+	record   string          // the agent's record of its entries
+	underlay int
 	// cache is the record as last read or written, and the file it came
 	// from: only the agent writes it, so an unchanged file need not be
 	// read again (a full sync ensures every entry of the cluster).
@@ -38,8 +40,8 @@ type VXLAN struct {
 	cacheFile os.FileInfo
 }
 
-// NewVXLAN keeps the tunnel endpoints of the plugin whose bpfRoot and
-// stateDir are given. underlay (4 or 6) is the family of node addresses it
+// NewVXLAN keeps the tunnel endpoints of the plugin's node n (the agent's
+// handle, reopened for each piece of work). underlay (4 or 6) is the family of node addresses it
 // prefers: the one whose encapsulation overhead the plugin took off the
 // pods' MTU (cluster.Overhead), so that every range, IPv4 or IPv6, is
 // carried within the pods' MTU. It opens the map once, creating it when no
@@ -47,14 +49,14 @@ type VXLAN struct {
 // bpffs is no error: a mount can appear later (a capability cannot come
 // back to a running process), and until then every call fails, saying so,
 // for the reconciler to retry.
-func NewVXLAN(bpfRoot, stateDir string, underlay int) (*VXLAN, error) {
+func NewVXLAN(n *nodestate.Node, underlay int) (*VXLAN, error) {
 	if underlay != 4 && underlay != 6 {
 		return nil, fmt.Errorf("underlay family %d: want 4 or 6", underlay)
 	}
-	v := &VXLAN{bpfRoot: bpfRoot, stateDir: stateDir, underlay: underlay}
+	v := &VXLAN{n: n, record: n.StatePath("agent", "tunnels.json"), underlay: underlay}
 	err := v.locked(func(*cluster.Tunnels, owned) (bool, error) { return false, nil })
 	if err != nil && !errors.Is(err, cnimaps.ErrNotBPFFS) {
-		return nil, fmt.Errorf("the plugin's tunnel endpoints (bpfRoot %s, stateDir %s): %w", bpfRoot, stateDir, err)
+		return nil, fmt.Errorf("the plugin's tunnel endpoints (bpfRoot %s, stateDir %s): %w", n.BPFRoot(), n.StateDir(), err)
 	}
 	return v, nil
 }
@@ -121,7 +123,7 @@ func (v *VXLAN) Ensure(r Route) error {
 		}
 		prev, had := own[r.Dst]
 		own[r.Dst] = r.Via
-		if err := own.save(v.stateDir); err != nil {
+		if err := own.save(v.record); err != nil {
 			// Unrecorded, the entry would look like someone else's from
 			// now on: take it back.
 			if had && ok {
@@ -194,7 +196,12 @@ func (v *VXLAN) List() ([]Route, error) {
 // locked runs fn with the tunnels open (the cluster lock held) and the
 // agent's record read; the record is written back when fn says it changed.
 func (v *VXLAN) locked(fn func(*cluster.Tunnels, owned) (bool, error)) error {
-	ts, err := cluster.OpenTunnels(v.bpfRoot, v.stateDir)
+	nd := v.n.Reopen()
+	defer nd.Close()
+	if err := nd.CheckBPFFS(); err != nil {
+		return err
+	}
+	ts, err := cluster.OpenTunnels(nd)
 	if err != nil {
 		return err
 	}
@@ -205,10 +212,10 @@ func (v *VXLAN) locked(fn func(*cluster.Tunnels, owned) (bool, error)) error {
 	}
 	changed, err := fn(ts, own)
 	if changed {
-		err = errors.Join(err, own.save(v.stateDir))
+		err = errors.Join(err, own.save(v.record))
 	}
 	v.cache, v.cacheFile = own, nil
-	if st, serr := os.Stat(ownedPath(v.stateDir)); serr == nil && err == nil {
+	if st, serr := os.Stat(v.record); serr == nil && err == nil {
 		v.cacheFile = st
 	}
 	return err
@@ -217,21 +224,20 @@ func (v *VXLAN) locked(fn func(*cluster.Tunnels, owned) (bool, error)) error {
 // load returns a copy of the record, from the cache while the file is the
 // one it came from.
 func (v *VXLAN) load() (owned, error) {
-	st, err := os.Stat(ownedPath(v.stateDir))
+	st, err := os.Stat(v.record)
 	if err == nil && v.cacheFile != nil && os.SameFile(st, v.cacheFile) && st.ModTime().Equal(v.cacheFile.ModTime()) && st.Size() == v.cacheFile.Size() {
 		return maps.Clone(v.cache), nil
 	}
-	return loadOwned(v.stateDir)
+	return loadOwned(v.record)
 }
 
 // owned is the agent's record of the endpoints it wrote.
 type owned map[netip.Prefix]netip.Addr
 
-func ownedPath(stateDir string) string { return filepath.Join(stateDir, "agent", "tunnels.json") }
-
-func loadOwned(stateDir string) (owned, error) {
+// loadOwned reads the record at path (<stateDir>/agent/tunnels.json).
+func loadOwned(path string) (owned, error) {
 	own := owned{}
-	b, err := os.ReadFile(ownedPath(stateDir))
+	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return own, nil
 	}
@@ -240,7 +246,7 @@ func loadOwned(stateDir string) (owned, error) {
 	}
 	var raw map[string]string
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("reading the agent's record %s: %w (remove it: the agent then leaves the entries it wrote to be removed by hand)", ownedPath(stateDir), err)
+		return nil, fmt.Errorf("reading the agent's record %s: %w (remove it: the agent then leaves the entries it wrote to be removed by hand)", path, err)
 	}
 	for d, n := range raw {
 		dst, err1 := netip.ParsePrefix(d)
@@ -253,7 +259,7 @@ func loadOwned(stateDir string) (owned, error) {
 }
 
 // save writes the record; a crash leaves the old record or the new one.
-func (own owned) save(stateDir string) error {
+func (own owned) save(path string) error {
 	raw := map[string]string{}
 	for d, n := range own {
 		raw[d.String()] = n.String()
@@ -263,7 +269,7 @@ func (own owned) save(stateDir string) error {
 		return err
 	}
 	// Through a temporary file and a rename, as a conflist.
-	if _, err := conflist.Write(filepath.Dir(ownedPath(stateDir)), filepath.Base(ownedPath(stateDir)), b, true); err != nil {
+	if _, err := conflist.Write(filepath.Dir(path), filepath.Base(path), b, true); err != nil {
 		return fmt.Errorf("writing the agent's record: %w", err)
 	}
 	return nil

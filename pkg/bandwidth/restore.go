@@ -139,6 +139,6 @@ func cgroupOf(n *node.Node, st *recorded) string {
 			}
 		}
 	}
-	cg, _ := attach.ResolveCgroup("", n.StateDir)
+	cg, _ := attach.ResolveCgroup("", n.StateDir())
 	return cg
 }

@@ -103,7 +103,7 @@ func readBandwidth(ctx *view.Context) ([]*EndpointBandwidth, error) {
 			netns[int(i)] = true
 		}
 	}
-	_, err = os.Stat(filepath.Join(feature.CgroupDir(ctx.BPFRoot), PacingHooks[0].Name))
+	_, err = os.Stat(filepath.Join(feature.CgroupDir(ctx.Node), PacingHooks[0].Name))
 	hook := err == nil
 	var k uint32
 	var v maps.CniBwState

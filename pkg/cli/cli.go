@@ -17,6 +17,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
@@ -146,6 +147,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ebpf-cni %s: -o %q: want table or json\n", name, output)
 		return ExitUsage
 	}
+	// The node as the views see it: no lock (a view never waits for a
+	// plugin call), maps opened read-only through it. Opening it reads
+	// nothing.
+	nd, err := node.Open(node.Options{BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: node.Unlocked})
+	if err != nil {
+		fmt.Fprintf(stderr, "ebpf-cni %s: %v\n", name, err)
+		return ExitError
+	}
+	defer nd.Close()
+	ctx.Node = nd
 	if err := run(ctx); err != nil {
 		var ee *view.Exit
 		if errors.As(err, &ee) {

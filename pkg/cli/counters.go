@@ -105,7 +105,7 @@ func readCounters(ctx *Context) (*countersOutput, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, closeMaps, err := openMaps(ctx.BPFRoot, append([]string{maps.CniMapNodeCounters}, counters.DeviceMaps...)...)
+	ms, closeMaps, err := ctx.OpenMaps(append([]string{maps.CniMapNodeCounters}, counters.DeviceMaps...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -89,7 +89,7 @@ type gcOutput struct {
 }
 
 func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
-	if err := checkRoot(ctx.BPFRoot); err != nil {
+	if err := ctx.CheckRoot(); err != nil {
 		return err
 	}
 	mode := node.Exclusive
@@ -101,16 +101,70 @@ func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
 		return fmt.Errorf("taking the node lock (--state-dir): %w", err)
 	}
 	defer nd.Close()
-	out := &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, IPAMLeaks: []*IPAMLeak{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}
-	var failed []error
-	// Endpoints with neither a record nor a host veth (gone without DEL
-	// while the stateDir was lost): collected as the plugin's STATUS does.
-	orphans, problem, err := repair.ReclaimOrphans(nd, nil, nil, dryRun)
+	g := &gcRun{ctx: ctx, nd: nd, dryRun: dryRun, kept: map[string]*node.Record{},
+		out: &gcOutput{DryRun: dryRun, Endpoints: []*Collected{}, IPAMLeaks: []*IPAMLeak{}, Leftovers: []string{}, Skipped: []string{}, Notes: []string{}}}
+	orphaned := g.orphans()
+	n, err := loadNode(ctx)
 	if err != nil {
-		failed = append(failed, err)
+		return err
+	}
+	// In the node's netns a host veth attached with tc that is not found
+	// is gone; elsewhere it cannot be told from a live one (no link to
+	// follow from here).
+	g.nodeNetNS, _ = nd.InNodeNetns()
+	for _, e := range n.Endpoints {
+		if orphaned[e.HostIfIndex] && !e.Recorded {
+			continue // listed already (a dry run leaves it)
+		}
+		g.endpoint(e)
+	}
+	g.failed = append(g.failed, gcIPAMLeaks(ctx, n, live, g.out)...)
+	// Map entries with no record at all, while the maps hold endpoints,
+	// most likely mean --state-dir is not the plugin's: sweeping would cut
+	// live pods off.
+	if _, err := os.Stat(nd.StatePath("endpoints")); errors.Is(err, os.ErrNotExist) && len(n.Endpoints) > 0 {
+		g.out.Notes = append(g.out.Notes, fmt.Sprintf("no endpoint records under %s: left the map entries alone; is --state-dir the plugin's stateDir?", ctx.StateDir))
+	} else if nd.HasMap(maps.CniMapEndpoints) && nd.HasMap(maps.CniMapEndpointDevs) {
+		left, err := repair.Leftovers(nd, g.kept, dryRun)
+		g.out.Leftovers = append(g.out.Leftovers, left...)
+		if err != nil {
+			g.failed = append(g.failed, err)
+		}
+	}
+	if ctx.JSON {
+		if err := writeJSON(ctx.Stdout, g.out); err != nil {
+			return err
+		}
+	} else if err := printGC(ctx, g.out); err != nil {
+		return err
+	}
+	if len(g.failed) > 0 {
+		return fmt.Errorf("some state could not be removed: %w", errors.Join(g.failed...))
+	}
+	return nil
+}
+
+// gcRun is one gc: the node, what it keeps, what it found and did.
+type gcRun struct {
+	ctx       *Context
+	nd        *node.Node
+	dryRun    bool
+	nodeNetNS bool                    // this is the node's netns
+	kept      map[string]*node.Record // by host veth
+	out       *gcOutput
+	failed    []error
+}
+
+// orphans collects the endpoints with neither a record nor a host veth
+// (gone without DEL while the stateDir was lost), as the plugin's STATUS
+// does, and returns their host ifindexes.
+func (g *gcRun) orphans() map[int]bool {
+	orphans, problem, err := repair.ReclaimOrphans(g.nd, nil, nil, g.dryRun)
+	if err != nil {
+		g.failed = append(g.failed, err)
 	}
 	if problem != "" {
-		out.Notes = append(out.Notes, problem)
+		g.out.Notes = append(g.out.Notes, problem)
 	}
 	orphaned := map[int]bool{}
 	for _, or := range orphans {
@@ -123,115 +177,74 @@ func runGC(ctx *Context, dryRun bool, live map[string]bool) error {
 		for _, ip := range or.Released {
 			c.IPAMReleased = append(c.IPAMReleased, ip.String())
 		}
-		out.Endpoints = append(out.Endpoints, c)
+		g.out.Endpoints = append(g.out.Endpoints, c)
 	}
-	n, err := loadNode(ctx)
-	if err != nil {
-		return err
-	}
-	kept := map[string]*node.Record{}
-	// In the node's netns a host veth attached with tc that is not found
-	// is gone; elsewhere it cannot be told from a live one (no link to
-	// follow from here).
-	nodeNetNS, _ := nd.InNodeNetns()
-	for _, e := range n.Endpoints {
-		if orphaned[e.HostIfIndex] && !e.Recorded {
-			continue // listed above (a dry run leaves it)
-		}
-		if e.rec == nil && e.clsact && !e.VethPresent && !nodeNetNS {
-			host := veth.HostName(e.ContainerID, e.IfName)
-			kept[host] = &node.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
-			out.Skipped = append(out.Skipped, fmt.Sprintf("%s (%s): no record, attached with tc (no link to follow from this network namespace): run ebpf-cni in the node's network namespace", e.Name(), host))
-			continue
-		}
-		if e.rec == nil {
-			// No record (a crash between the map entry and the record): its
-			// entries are leftovers unless its veth lives, here or, seen
-			// through its tcx link, in another netns. DEL or the CNI GC of
-			// its network removes a live one.
-			host := veth.HostName(e.ContainerID, e.IfName)
-			guess := &node.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
-			for _, ip := range e.IPs {
-				// Its addresses keep its flows and published ports.
-				if a := net.ParseIP(ip); a != nil && a.To4() != nil {
-					guess.IPs = append(guess.IPs, ip+"/32")
-				} else if a != nil {
-					guess.IPs = append(guess.IPs, ip+"/128")
-				}
-			}
-			for _, h := range endpointHooks() {
-				guess.Attachments = append(guess.Attachments, attach.Attachment{Hook: h.Name, Mode: attach.ModeTCX,
-					Pin: filepath.Join(node.LinkDir(ctx.BPFRoot, host), h.Name)})
-			}
-			if dead, _ := gone(&Endpoint{VethPresent: e.VethPresent, rec: guess}); !dead {
-				kept[host] = guess
-			}
-			continue
-		}
-		dead, why := gone(e)
-		if !dead {
-			kept[e.rec.HostIfName] = e.rec
-			if why != "" {
-				out.Skipped = append(out.Skipped, fmt.Sprintf("%s (%s): %s", e.Name(), e.HostVeth, why))
-			}
-			continue
-		}
-		c := &Collected{ContainerID: e.ContainerID, IfName: e.IfName, Network: e.Network, HostVeth: e.HostVeth,
-			HostIfIndex: e.HostIfIndex, Reason: why, IPs: e.IPs, IPAMReleased: []string{}}
-		out.Endpoints = append(out.Endpoints, c)
-		if !dryRun {
-			if err := repair.Teardown(nd, e.rec.HostIfName); err != nil {
-				c.Error = err.Error()
-				failed = append(failed, err)
-				continue // its record stays, so the addresses stay accounted for
-			}
-		}
-		released, note, err := releaseIPAM(ctx, e.rec, dryRun)
-		c.IPAMReleased = append(c.IPAMReleased, released...)
-		if note != "" {
-			out.Notes = append(out.Notes, fmt.Sprintf("%s: %s", e.Name(), note))
-		}
-		if err != nil {
-			c.Error = err.Error()
-			failed = append(failed, err)
-		}
-	}
-
-	failed = append(failed, gcIPAMLeaks(ctx, n, live, out)...)
-
-	// Map entries with no record at all, while the maps hold endpoints,
-	// most likely mean --state-dir is not the plugin's: sweeping would cut
-	// live pods off.
-	if _, err := os.Stat(filepath.Join(ctx.StateDir, "endpoints")); errors.Is(err, os.ErrNotExist) && len(n.Endpoints) > 0 {
-		out.Notes = append(out.Notes, fmt.Sprintf("no endpoint records under %s: left the map entries alone; is --state-dir the plugin's stateDir?", ctx.StateDir))
-	} else if pinned(ctx.BPFRoot, maps.CniMapEndpoints, maps.CniMapEndpointDevs) {
-		left, err := repair.Leftovers(nd, kept, dryRun)
-		out.Leftovers = append(out.Leftovers, left...)
-		if err != nil {
-			failed = append(failed, err)
-		}
-	}
-
-	if ctx.JSON {
-		if err := writeJSON(ctx.Stdout, out); err != nil {
-			return err
-		}
-	} else if err := printGC(ctx, out); err != nil {
-		return err
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("some state could not be removed: %w", errors.Join(failed...))
-	}
-	return nil
+	return orphaned
 }
 
-func pinned(bpfRoot string, names ...string) bool {
-	for _, n := range names {
-		if _, err := os.Stat(filepath.Join(maps.Dir(bpfRoot), n)); err != nil {
-			return false
+// endpoint keeps e, or collects it when its pod is gone: its state, as
+// DEL removes it, and its ebpf-ipam addresses.
+func (g *gcRun) endpoint(e *Endpoint) {
+	if e.rec == nil {
+		g.unrecorded(e)
+		return
+	}
+	dead, why := gone(e)
+	if !dead {
+		g.kept[e.rec.HostIfName] = e.rec
+		if why != "" {
+			g.out.Skipped = append(g.out.Skipped, fmt.Sprintf("%s (%s): %s", e.Name(), e.HostVeth, why))
+		}
+		return
+	}
+	c := &Collected{ContainerID: e.ContainerID, IfName: e.IfName, Network: e.Network, HostVeth: e.HostVeth,
+		HostIfIndex: e.HostIfIndex, Reason: why, IPs: e.IPs, IPAMReleased: []string{}}
+	g.out.Endpoints = append(g.out.Endpoints, c)
+	if !g.dryRun {
+		if err := repair.Teardown(g.nd, e.rec.HostIfName); err != nil {
+			c.Error = err.Error()
+			g.failed = append(g.failed, err)
+			return // its record stays, so the addresses stay accounted for
 		}
 	}
-	return true
+	released, note, err := releaseIPAM(g.ctx, e.rec, g.dryRun)
+	c.IPAMReleased = append(c.IPAMReleased, released...)
+	if note != "" {
+		g.out.Notes = append(g.out.Notes, fmt.Sprintf("%s: %s", e.Name(), note))
+	}
+	if err != nil {
+		c.Error = err.Error()
+		g.failed = append(g.failed, err)
+	}
+}
+
+// unrecorded keeps an endpoint without a record (a crash between the map
+// entry and the record) while its veth lives, here or, seen through its
+// tcx link, in another netns: DEL or the CNI GC of its network removes a
+// live one; otherwise its entries are leftovers.
+func (g *gcRun) unrecorded(e *Endpoint) {
+	host := veth.HostName(e.ContainerID, e.IfName)
+	if e.clsact && !e.VethPresent && !g.nodeNetNS {
+		g.kept[host] = &node.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
+		g.out.Skipped = append(g.out.Skipped, fmt.Sprintf("%s (%s): no record, attached with tc (no link to follow from this network namespace): run ebpf-cni in the node's network namespace", e.Name(), host))
+		return
+	}
+	guess := &node.Record{HostIfName: host, HostIfIndex: e.HostIfIndex}
+	for _, ip := range e.IPs {
+		// Its addresses keep its flows and published ports.
+		if a := net.ParseIP(ip); a != nil && a.To4() != nil {
+			guess.IPs = append(guess.IPs, ip+"/32")
+		} else if a != nil {
+			guess.IPs = append(guess.IPs, ip+"/128")
+		}
+	}
+	for _, h := range endpointHooks() {
+		guess.Attachments = append(guess.Attachments, attach.Attachment{Hook: h.Name, Mode: attach.ModeTCX,
+			Pin: filepath.Join(g.nd.LinkDir(host), h.Name)})
+	}
+	if dead, _ := gone(&Endpoint{VethPresent: e.VethPresent, rec: guess}); !dead {
+		g.kept[host] = guess
+	}
 }
 
 // gone says whether an endpoint's pod is gone, and why; or, when its veth

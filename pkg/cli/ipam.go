@@ -51,10 +51,10 @@ type NetworkAllocations struct {
 }
 
 func readIPAM(ctx *Context, only string) ([]*NetworkAllocations, error) {
-	if err := checkRoot(ctx.BPFRoot); err != nil {
+	if err := ctx.CheckRoot(); err != nil {
 		return nil, err
 	}
-	ms, closeMaps, err := openMaps(ctx.BPFRoot, maps.CniMapIpamAllocs, maps.CniMapIpamNets)
+	ms, closeMaps, err := ctx.OpenMaps(maps.CniMapIpamAllocs, maps.CniMapIpamNets)
 	if err != nil {
 		return nil, err
 	}

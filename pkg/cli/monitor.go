@@ -410,7 +410,7 @@ func (r *resolver) refresh() {
 		m.Close()
 	}
 	if r.tracer != nil {
-		if err := r.tracer.SetPods(podDevs(r.ctx.StateDir)); err != nil {
+		if err := r.tracer.SetPods(podDevs(r.ctx.Node)); err != nil {
 			fmt.Fprintf(r.ctx.Stderr, "ebpf-cni monitor: pods for the kernel drops: %v\n", err)
 		}
 	}
@@ -426,9 +426,9 @@ func (r *resolver) tick() {
 // podDevs are the devices of the pods' network namespaces, from their
 // records: the namespace's inode number with the pod's ifindex (the host
 // veth's peer) and with 0 (any other device there).
-func podDevs(stateDir string) map[events.PodDev]uint32 {
+func podDevs(nd *node.Node) map[events.PodDev]uint32 {
 	out := map[events.PodDev]uint32{}
-	recs, err := node.Records(stateDir)
+	recs, err := nd.Records()
 	if err != nil {
 		return out
 	}

@@ -89,7 +89,7 @@ type snapshot struct {
 // of this netns. It only reads: entries appearing or vanishing meanwhile
 // (an ADD or DEL running) show as the half they are.
 func loadNode(ctx *Context) (*snapshot, error) {
-	if err := checkRoot(ctx.BPFRoot); err != nil {
+	if err := ctx.CheckRoot(); err != nil {
 		return nil, err
 	}
 	recs, err := node.Records(ctx.StateDir)
@@ -97,7 +97,7 @@ func loadNode(ctx *Context) (*snapshot, error) {
 		return nil, fmt.Errorf("reading endpoint records (--state-dir): %w", err)
 	}
 	devs := map[int]maps.CniEndpointDev{}
-	m, err := openMap(ctx.BPFRoot, maps.CniMapEndpointDevs)
+	m, err := ctx.OpenMap(maps.CniMapEndpointDevs)
 	if err != nil && !errors.Is(err, errNoMap) {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func loadNode(ctx *Context) (*snapshot, error) {
 		}
 	}
 	pods := map[uint32]endpoint.Pod{}
-	if m, err := openMap(ctx.BPFRoot, maps.CniMapEndpointPods); err == nil {
+	if m, err := ctx.OpenMap(maps.CniMapEndpointPods); err == nil {
 		pods, err = endpoint.ReadPods(m)
 		m.Close()
 		if err != nil {
@@ -164,12 +164,12 @@ func loadNode(ctx *Context) (*snapshot, error) {
 			e.Pod = e.rec.Pod
 		}
 	}
-	eps, err := openMap(ctx.BPFRoot, maps.CniMapEndpoints)
+	eps, err := ctx.OpenMap(maps.CniMapEndpoints)
 	if err != nil && !errors.Is(err, errNoMap) {
 		return nil, err
 	}
 	for _, e := range n.Endpoints {
-		n.inspect(e, ctx.StateDir)
+		n.inspect(e, ctx)
 		if eps != nil {
 			e.ViaQdisc = viaQdisc(eps, e)
 		}
@@ -212,7 +212,7 @@ func (e *Endpoint) fromDev(d *maps.CniEndpointDev) {
 
 // inspect finds the host veth and what is attached to it, and names every
 // problem with what to do about it.
-func (n *snapshot) inspect(e *Endpoint, stateDir string) {
+func (n *snapshot) inspect(e *Endpoint, ctx *Context) {
 	var l netlink.Link
 	if e.HostVeth != "" {
 		if got, err := netlinksafe.LinkByName(e.HostVeth); err == nil && veth.IsOurs(got) {
@@ -287,9 +287,9 @@ func (n *snapshot) inspect(e *Endpoint, stateDir string) {
 	}
 	if !e.Recorded {
 		if e.VethPresent {
-			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints, but its host veth is alive (the stateDir was wiped or remounted, a call was killed, or --state-dir is not the plugin's stateDir): the next CNI STATUS rebuilds it from the kernel; ebpf-cni repair does it now", stateDir))
+			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints, but its host veth is alive (the stateDir was wiped or remounted, a call was killed, or --state-dir is not the plugin's stateDir): the next CNI STATUS rebuilds it from the kernel; ebpf-cni repair does it now", ctx.StateDir))
 		} else {
-			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints and no host veth (its pod gone without DEL while the stateDir was lost, or a crash): the next CNI STATUS or ADD in the node's network namespace reclaims its entries and addresses; ebpf-cni repair (or gc) does it now", stateDir))
+			e.Problems = append(e.Problems, fmt.Sprintf("no record under %s/endpoints and no host veth (its pod gone without DEL while the stateDir was lost, or a crash): the next CNI STATUS or ADD in the node's network namespace reclaims its entries and addresses; ebpf-cni repair (or gc) does it now", ctx.StateDir))
 		}
 	}
 	if e.Problems == nil {

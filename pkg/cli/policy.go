@@ -166,7 +166,7 @@ type policyView struct {
 
 // readPolicy reads the policy maps (read-only); close releases them.
 func readPolicy(ctx *Context) (v *policyView, close func(), err error) {
-	ms, close, err := openMaps(ctx.BPFRoot, policy.Names...)
+	ms, close, err := ctx.OpenMaps(policy.Names...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,21 +5,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
-
-// checkRoot, openMap, openMaps: the CLI's own commands use view's.
-func checkRoot(bpfRoot string) error { return (&Context{BPFRoot: bpfRoot}).CheckRoot() }
-
-func openMap(bpfRoot, name string) (*ebpf.Map, error) {
-	return (&Context{BPFRoot: bpfRoot}).OpenMap(name)
-}
-
-func openMaps(bpfRoot string, names ...string) (map[string]*ebpf.Map, func(), error) {
-	return (&Context{BPFRoot: bpfRoot}).OpenMaps(names...)
-}
 
 var errNoMap = view.ErrNoMap
 

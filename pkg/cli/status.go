@@ -128,9 +128,30 @@ func collectStatus(ctx *Context) *Status {
 	if unix.Uname(&uts) == nil {
 		st.Kernel = unix.ByteSliceToString(uts.Release[:])
 	}
-	problem := func(f string, a ...any) { st.Problems = append(st.Problems, fmt.Sprintf(f, a...)) }
-	note := func(f string, a ...any) { st.Notes = append(st.Notes, fmt.Sprintf(f, a...)) }
+	st.kernelFeatures()
+	if !st.bpffs(ctx) {
+		return st
+	}
+	n, err := loadNode(ctx)
+	if err != nil {
+		st.problem("reading the node's state: %v", err)
+		return st
+	}
+	usedBy := st.endpoints(ctx, n)
+	statusUnrestored(ctx, st.problem)
+	statusIPAMLeaks(ctx, n, st.problem, st.note)
+	st.Maps = statusMaps(ctx, st.problem, st.note)
+	st.programs(ctx, n, usedBy)
+	return st
+}
 
+func (st *Status) problem(f string, a ...any) {
+	st.Problems = append(st.Problems, fmt.Sprintf(f, a...))
+}
+func (st *Status) note(f string, a ...any) { st.Notes = append(st.Notes, fmt.Sprintf(f, a...)) }
+
+// kernelFeatures probes what the kernel offers ebpf-cni.
+func (st *Status) kernelFeatures() {
 	for name, f := range kernel.Probe() {
 		st.Features[name] = f
 	}
@@ -140,12 +161,16 @@ func collectStatus(ctx *Context) *Status {
 		st.Features["conntrack"] = Feature{Detail: ct.Detail + ": Services through netfilter (kube-proxy) do not work from pods"}
 	}
 	if !st.Features["btf"].Available {
-		problem("kernel without BTF (%s): ebpf-cni needs a kernel built with CONFIG_DEBUG_INFO_BTF", st.Features["btf"].Detail)
+		st.problem("kernel without BTF (%s): ebpf-cni needs a kernel built with CONFIG_DEBUG_INFO_BTF", st.Features["btf"].Detail)
 	}
 	if !st.Features["fq"].Available {
-		note("no fq qdisc: bandwidth limits use token buckets in BPF without EDT; TCP sent by the node and its pods is still paced at its source (sock_ops), outside senders are policed")
+		st.note("no fq qdisc: bandwidth limits use token buckets in BPF without EDT; TCP sent by the node and its pods is still paced at its source (sock_ops), outside senders are policed")
 	}
+}
 
+// bpffs reports whether bpfRoot holds the plugin's state, and what is
+// wrong when it does not (then nothing else can be read).
+func (st *Status) bpffs(ctx *Context) bool {
 	dir, mounted, err := view.BPFFSMount(ctx.BPFRoot)
 	switch {
 	case err != nil:
@@ -156,43 +181,43 @@ func collectStatus(ctx *Context) *Status {
 		st.Features["bpffs"] = Feature{Available: true, Detail: dir + " is on bpffs"}
 	}
 	if !st.Features["bpffs"].Available {
-		problem("bpffs: %s (or point --bpf-root at the plugin's bpfRoot)", st.Features["bpffs"].Detail)
-		return st
+		st.problem("bpffs: %s (or point --bpf-root at the plugin's bpfRoot)", st.Features["bpffs"].Detail)
+		return false
 	}
 	if dir != filepath.Clean(ctx.BPFRoot) {
-		if recs, _ := node.RecordNames(ctx.StateDir); len(recs) > 0 {
-			problem("%s is gone but %d endpoint(s) are recorded under %s: the bpffs was remounted and lost every pin; the next CNI STATUS or ADD restores them, ebpf-cni repair does it now",
+		if recs, _ := ctx.Node.RecordNames(); len(recs) > 0 {
+			st.problem("%s is gone but %d endpoint(s) are recorded under %s: the bpffs was remounted and lost every pin; the next CNI STATUS or ADD restores them, ebpf-cni repair does it now",
 				ctx.BPFRoot, len(recs), ctx.StateDir)
-			return st
+			return false
 		}
 		if links, _ := veth.HostLinks(); len(links) > 0 {
-			problem("%s is gone and %s holds no record, yet %d host veth(s) of ebpf-cni live: the bpffs was remounted and the stateDir lost; the next CNI STATUS or ADD rebuilds what the kernel still tells, ebpf-cni repair does it now",
+			st.problem("%s is gone and %s holds no record, yet %d host veth(s) of ebpf-cni live: the bpffs was remounted and the stateDir lost; the next CNI STATUS or ADD rebuilds what the kernel still tells, ebpf-cni repair does it now",
 				ctx.BPFRoot, ctx.StateDir, len(links))
-			return st
+			return false
 		}
-		note("nothing under %s yet: no pod was added on this node, or --bpf-root is not the plugin's bpfRoot", ctx.BPFRoot)
-		return st
+		st.note("nothing under %s yet: no pod was added on this node, or --bpf-root is not the plugin's bpfRoot", ctx.BPFRoot)
+		return false
 	}
+	return true
+}
 
-	n, err := loadNode(ctx)
-	if err != nil {
-		problem("reading the node's state: %v", err)
-		return st
-	}
+// endpoints reports the endpoints and their problems, and returns how
+// many endpoints run each program.
+func (st *Status) endpoints(ctx *Context, n *snapshot) map[uint32]int {
 	st.Endpoints = len(n.Endpoints)
-	for _, name := range node.Marked(ctx.StateDir, node.MarkLossy) {
-		problem("host veth %s: its record was rebuilt with neither the stateDir nor the bpffs: published ports and bandwidth limits it had are lost (CNI STATUS fails with 51 until then): delete and recreate its pod, or ebpf-cni repair --accept-loss", name)
+	for _, name := range ctx.Node.Marked(node.MarkLossy) {
+		st.problem("host veth %s: its record was rebuilt with neither the stateDir nor the bpffs: published ports and bandwidth limits it had are lost (CNI STATUS fails with 51 until then): delete and recreate its pod, or ebpf-cni repair --accept-loss", name)
 	}
 	// The node's last endpoint takes the node-wide attachments with it
 	// (DEL, GC, ebpf-cni gc): any left without an endpoint is a leftover.
 	if len(n.Endpoints) == 0 {
-		sets, err := node.AttachmentSets(ctx.StateDir, "")
+		sets, err := ctx.Node.AttachmentSets("")
 		if err != nil {
-			problem("reading the node's attachment records: %v", err)
+			st.problem("reading the node's attachment records: %v", err)
 		}
 		for _, s := range sets {
 			if len(s.Attachments) > 0 {
-				problem("%s %s: %d program(s) attached with no endpoint on the node: ebpf-cni gc removes them", s.Owner, s.Name, len(s.Attachments))
+				st.problem("%s %s: %d program(s) attached with no endpoint on the node: ebpf-cni gc removes them", s.Owner, s.Name, len(s.Attachments))
 			}
 		}
 	}
@@ -206,17 +231,18 @@ func collectStatus(ctx *Context) *Status {
 				usedBy[id]++
 			}
 			if a.RecordedMode == string(attach.ModeTCX) && !st.Features["tcx"].Available {
-				problem("%s: recorded with tcx, which this kernel lacks: use attachMode tc", e.Name())
+				st.problem("%s: recorded with tcx, which this kernel lacks: use attachMode tc", e.Name())
 			}
 		}
 		for _, p := range e.Problems {
-			problem("endpoint %s (%s): %s", e.Name(), orDash(e.HostVeth), p)
+			st.problem("endpoint %s (%s): %s", e.Name(), orDash(e.HostVeth), p)
 		}
 	}
-	statusUnrestored(ctx, problem)
-	statusIPAMLeaks(ctx, n, problem, note)
-	st.Maps = statusMaps(ctx, problem, note)
+	return usedBy
+}
 
+// programs reports the program sets pinned, and what is wrong with them.
+func (st *Status) programs(ctx *Context, n *snapshot, usedBy map[uint32]int) {
 	cur := false
 	for _, tag := range n.Tags {
 		ps := ProgramSet{Tag: tag, Version: tagVersion(tag), Current: tag == st.ProgramTag, Programs: []Program{}}
@@ -233,37 +259,30 @@ func collectStatus(ctx *Context) *Status {
 		}
 		sort.Slice(ps.Programs, func(i, j int) bool { return ps.Programs[i].Hook < ps.Programs[j].Hook })
 		if len(ps.Programs) < len(programs.Hooks(features.Objects())) {
-			problem("programs of %s only partly pinned under %s: remove that directory; the next ADD loads them again",
+			st.problem("programs of %s only partly pinned under %s: remove that directory; the next ADD loads them again",
 				tag, filepath.Join(programs.Dir(ctx.BPFRoot), tag))
 		}
 		st.Programs = append(st.Programs, ps)
 		if len(n.Tags) > 1 && !ps.Current && used == 0 {
-			problem("stale programs of %s pinned, used by no endpoint: rm -r %s", tag, filepath.Join(programs.Dir(ctx.BPFRoot), tag))
+			st.problem("stale programs of %s pinned, used by no endpoint: rm -r %s", tag, filepath.Join(programs.Dir(ctx.BPFRoot), tag))
 		}
 	}
 	if len(n.Tags) > 1 {
-		problem("programs of %d builds pinned (%s): an upgrade stopped half-way; endpoints on the older ones keep them until DEL and ADD", len(n.Tags), strings.Join(n.Tags, ", "))
+		st.problem("programs of %d builds pinned (%s): an upgrade stopped half-way; endpoints on the older ones keep them until DEL and ADD", len(n.Tags), strings.Join(n.Tags, ", "))
 	}
 	switch {
 	case len(n.Tags) == 0 && st.Endpoints > 0:
-		problem("no programs pinned under %s, yet there are endpoints: the next ADD, or a CNI STATUS, loads them", programs.Dir(ctx.BPFRoot))
+		st.problem("no programs pinned under %s, yet there are endpoints: the next ADD, or a CNI STATUS, loads them", programs.Dir(ctx.BPFRoot))
 	case len(n.Tags) > 0 && !cur:
-		note("the node runs programs of another build than this binary's (%s): the first ADD or CNI STATUS of ebpf-cni %s loads its own and moves every endpoint to them",
+		st.note("the node runs programs of another build than this binary's (%s): the first ADD or CNI STATUS of ebpf-cni %s loads its own and moves every endpoint to them",
 			st.ProgramTag, st.Version)
 	}
-	return st
 }
 
 // statusUnrestored reports what the features keep for live endpoints and
 // is missing (a bpffs loss took it): what ebpf-cni repair restores.
 func statusUnrestored(ctx *Context, problem func(string, ...any)) {
-	nd, err := node.Open(node.Options{BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: node.Unlocked})
-	if err != nil {
-		problem("opening the node: %v", err)
-		return
-	}
-	defer nd.Close()
-	lines, err := repair.Unrestored(nd)
+	lines, err := repair.Unrestored(ctx.Node)
 	for _, l := range lines {
 		problem("endpoint %s: the next CNI STATUS after a bpffs loss restores it, ebpf-cni repair does it now", l)
 	}

@@ -66,7 +66,7 @@ func TestRoutes(t *testing.T) {
 	require.NoError(t, AddRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16"), cidr("10.245.0.0/16")}))
 	require.Empty(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}))
 
-	ts, err := OpenTunnels(bpfRoot, stateDir)
+	ts, err := OpenTunnels(nodeOf(t, bpfRoot, stateDir))
 	require.NoError(t, err)
 	require.NoError(t, ts.Add(cidr("10.244.2.0/24"), net.ParseIP("192.0.2.12")))
 	require.NoError(t, ts.Add(cidr("10.245.0.0/16"), net.ParseIP("2001:db8::13"))) // the same prefix as a range
@@ -85,7 +85,7 @@ func TestRoutes(t *testing.T) {
 
 	require.NoError(t, clearRanges(nodeOf(t, bpfRoot, stateDir)))
 	require.Len(t, MissingRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}), 1)
-	ts, err = OpenTunnels(bpfRoot, stateDir)
+	ts, err = OpenTunnels(nodeOf(t, bpfRoot, stateDir))
 	require.NoError(t, err)
 	defer ts.Close()
 	list, err = ts.List()
@@ -113,7 +113,7 @@ func names(ts []Tunnel) []string {
 func TestTunnelsInsideARange(t *testing.T) {
 	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
 	require.NoError(t, AddRanges(nodeOf(t, bpfRoot, stateDir), []*net.IPNet{cidr("10.244.0.0/16")}))
-	ts, err := OpenTunnels(bpfRoot, stateDir)
+	ts, err := OpenTunnels(nodeOf(t, bpfRoot, stateDir))
 	require.NoError(t, err)
 	defer ts.Close()
 

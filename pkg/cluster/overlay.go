@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -66,7 +65,7 @@ func Overhead() int {
 	return OverheadIPv6
 }
 
-func tunnelDir(bpfRoot string) string { return filepath.Join(bpfRoot, "tunnels", Device) }
+func tunnelDir(n *node.Node) string { return n.PinPath("tunnels", Device) }
 
 // ensureOverlay makes the node's VXLAN device (flow-based: the programs
 // set each packet's tunnel key) with from_tunnel on its ingress, and tells
@@ -86,7 +85,7 @@ func ensureOverlay(n *node.Node, s *Settings, mode attach.Mode) error {
 	if err != nil {
 		return err
 	}
-	lock, err := clusterLock(n.StateDir)
+	lock, err := clusterLock(n)
 	if err != nil {
 		return err
 	}
@@ -107,13 +106,13 @@ func ensureOverlay(n *node.Node, s *Settings, mode attach.Mode) error {
 			prog, err := progs.Prog(h.Name)
 			var a attach.Attachment
 			if err == nil {
-				a, err = attach.Attach(mode, l, h, prog, tunnelDir(n.BPFRoot))
+				a, err = attach.Attach(mode, l, h, prog, tunnelDir(n))
 			}
 			if err != nil {
 				for _, done := range set.Attachments {
 					_ = attach.DetachNow(done, set.IfIndex, hook(done.Hook))
 				}
-				_ = os.RemoveAll(tunnelDir(n.BPFRoot))
+				_ = os.RemoveAll(tunnelDir(n))
 				return fmt.Errorf("attaching %s to %s: %w", h.Name, Device, err)
 			}
 			set.Attachments = append(set.Attachments, a)
@@ -231,7 +230,7 @@ func detachOverlay(n *node.Node) error {
 			errs = append(errs, n.RemoveAttachments(owner, set.Name))
 		}
 	}
-	if err := os.RemoveAll(tunnelDir(n.BPFRoot)); err != nil {
+	if err := os.RemoveAll(tunnelDir(n)); err != nil {
 		errs = append(errs, fmt.Errorf("unpinning links of %s: %w", Device, err))
 	}
 	return errors.Join(errs...)
@@ -239,7 +238,7 @@ func detachOverlay(n *node.Node) error {
 
 // teardownOverlay removes the overlay's programs, device and settings.
 func teardownOverlay(n *node.Node) error {
-	lock, err := clusterLock(n.StateDir)
+	lock, err := clusterLock(n)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/cilium/ebpf"
@@ -21,37 +19,16 @@ import (
 type table struct {
 	m    *ebpf.Map
 	lock *node.Lock
-	own  bool // m is not the node handle's
 }
 
 // clusterLock serialises every writer of cluster_routes, cluster_config and the
 // overlay's device on the node. The node agent may come before any pod:
-// the state directory may not exist yet.
-func clusterLock(stateDir string) (*node.Lock, error) {
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating state dir %s: %w", stateDir, err)
-	}
-	return node.FileLock(filepath.Join(stateDir, "cluster.lock"), true)
-}
+// the state directory may not exist yet (the lock file makes it).
+func clusterLock(n *node.Node) (*node.Lock, error) { return n.Lock("cluster") }
 
-// openTable opens cluster_routes under the cluster lock for callers without
-// a node handle (the node agent, the operator CLI: OpenTunnels).
-func openTable(bpfRoot, stateDir string) (*table, error) {
-	lock, err := clusterLock(stateDir)
-	if err != nil {
-		return nil, err
-	}
-	m, err := maps.OpenPinned(bpfRoot, maps.CniMapClusterRoutes)
-	if err != nil {
-		lock.Unlock()
-		return nil, fmt.Errorf("opening the cluster routes: %w", err)
-	}
-	return &table{m: m[maps.CniMapClusterRoutes], lock: lock, own: true}, nil
-}
-
-// tableOf is the call's node's cluster_routes under the cluster lock.
+// tableOf is the node's cluster_routes under the cluster lock.
 func tableOf(nd *node.Node) (*table, error) {
-	lock, err := clusterLock(nd.StateDir)
+	lock, err := clusterLock(nd)
 	if err != nil {
 		return nil, err
 	}
@@ -64,9 +41,6 @@ func tableOf(nd *node.Node) (*table, error) {
 }
 
 func (t *table) Close() {
-	if t.own {
-		t.m.Close()
-	}
 	t.lock.Unlock()
 }
 
@@ -214,17 +188,18 @@ func (t Tunnel) String() string { return t.PodCIDR.String() + " via " + t.Node.S
 // Writes hold the node's cluster lock until Close.
 type Tunnels struct{ t *table }
 
-// OpenTunnels opens the tunnel endpoints of the node whose state is under
-// bpfRoot and stateDir (the plugin's bpfRoot and stateDir).
-func OpenTunnels(bpfRoot, stateDir string) (*Tunnels, error) {
-	t, err := openTable(bpfRoot, stateDir)
+// OpenTunnels opens the tunnel endpoints of the node (the node agent's
+// handle, the operator CLI's: opened without the node lock, which the
+// plugin's calls hold; the cluster lock is taken here).
+func OpenTunnels(n *node.Node) (*Tunnels, error) {
+	t, err := tableOf(n)
 	if err != nil {
 		return nil, err
 	}
 	return &Tunnels{t}, nil
 }
 
-// Close releases the maps and the lock.
+// Close releases the lock (the node's handle keeps the map).
 func (ts *Tunnels) Close() { ts.t.Close() }
 
 // Add makes podCIDR reachable through the overlay at node (replacing the

@@ -63,10 +63,12 @@ type TunnelEntry struct {
 func runTunnels(ctx *view.Context, adds []Tunnel, dels []*net.IPNet) error {
 	var list []Tunnel
 	if len(adds)+len(dels) > 0 {
-		if err := maps.CheckBPFFS(ctx.BPFRoot); err != nil {
+		if err := ctx.Node.CheckBPFFS(); err != nil {
 			return err
 		}
-		ts, err := OpenTunnels(ctx.BPFRoot, ctx.StateDir)
+		// Written through the CLI's handle: no node lock (the plugin's
+		// calls hold it), the cluster lock as every writer of the map.
+		ts, err := OpenTunnels(ctx.Node)
 		if err != nil {
 			return err
 		}

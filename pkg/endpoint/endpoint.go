@@ -78,7 +78,7 @@ func Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	if err != nil {
 		return feature.Fail(errcode.ProgramLoad, "loading the datapath programs", err)
 	}
-	dir := node.LinkDir(n.BPFRoot, ep.HostIfName)
+	dir := n.LinkDir(ep.HostIfName)
 	undo.Push(func() error { return os.RemoveAll(dir) })
 	for _, h := range Hooks {
 		prog, err := progs.Prog(h.Name)
@@ -124,7 +124,7 @@ func Restore(n *node.Node, ep *feature.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	dir := node.LinkDir(n.BPFRoot, ep.HostIfName)
+	dir := n.LinkDir(ep.HostIfName)
 	for _, h := range Hooks {
 		prog, err := progs.Prog(h.Name)
 		if err != nil {
@@ -192,9 +192,9 @@ func Check(n *node.Node, ep *feature.Endpoint) []string {
 
 func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 	var problems []string
-	tags, err := programs.Installed(n.BPFRoot)
+	tags, err := programs.Installed(n.BPFRoot())
 	if err != nil || len(tags) == 0 {
-		return []string{fmt.Sprintf("no programs pinned under %s", programs.Dir(n.BPFRoot))}
+		return []string{fmt.Sprintf("no programs pinned under %s", programs.Dir(n.BPFRoot()))}
 	}
 	want := map[string]ebpf.ProgramID{}
 	// An endpoint runs this build's programs, or an older build's until
@@ -204,7 +204,7 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 		if t == n.Tag() {
 			p, err = n.PinnedPrograms()
 		} else {
-			p, err = programs.Open(n.BPFRoot, t, n.Objects())
+			p, err = programs.Open(n.BPFRoot(), t, n.Objects())
 		}
 		if err != nil {
 			continue
@@ -306,7 +306,7 @@ func Detach(n *node.Node, ep *feature.Endpoint, deviceGone bool) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.RemoveAll(node.LinkDir(n.BPFRoot, ep.HostIfName)); err != nil {
+	if err := os.RemoveAll(n.LinkDir(ep.HostIfName)); err != nil {
 		errs = append(errs, fmt.Errorf("unpinning links of %s: %w", ep.HostIfName, err))
 	}
 	return errors.Join(errs...)
@@ -340,13 +340,13 @@ func deleteEntries(n *node.Node, ep *feature.Endpoint) error {
 // GC removes what no live endpoint accounts for: pinned links, endpoint
 // map entries, per-device counters.
 func GC(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
-	pins, perr := gcPins(n.BPFRoot, live, dryRun)
+	pins, perr := gcPins(n, live, dryRun)
 	entries, eerr := gcEntries(n, live, dryRun)
 	return append(pins, entries...), errors.Join(perr, eerr)
 }
 
-func gcPins(bpfRoot string, live *feature.Live, dryRun bool) ([]string, error) {
-	dir := filepath.Dir(node.LinkDir(bpfRoot, "x"))
+func gcPins(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) {
+	dir := filepath.Dir(n.LinkDir("x"))
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil

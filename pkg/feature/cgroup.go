@@ -16,15 +16,19 @@ import (
 
 const cgroupOwner = "cgroup"
 
-// CgroupDir is where the cgroup hooks' links are pinned.
-func CgroupDir(bpfRoot string) string { return filepath.Join(bpfRoot, "cgroup") }
+// CgroupPins is the directory under bpfRoot where the cgroup hooks' links
+// are pinned, one file per hook.
+const CgroupPins = "cgroup"
+
+// CgroupDir is where the node's cgroup hooks' links are pinned.
+func CgroupDir(n *node.Node) string { return n.PinPath(CgroupPins) }
 
 // CgroupAttached reports whether every hook of hooks runs this build's
 // program from its pinned link.
 func CgroupAttached(n *node.Node, progs *programs.Set, hooks []attach.Hook) bool {
 	ids := progs.IDsOf(hooks)
 	for _, h := range hooks {
-		id, err := attach.PinnedProgram(filepath.Join(CgroupDir(n.BPFRoot), h.Name))
+		id, err := attach.PinnedProgram(filepath.Join(CgroupDir(n), h.Name))
 		if err != nil || ids[id] != h.Name {
 			return false
 		}
@@ -52,7 +56,7 @@ func AttachCgroup(n *node.Node, set, cgroup string, hooks []attach.Hook) error {
 		if err != nil {
 			return errors.Join(err, DetachCgroup(n, set, hooks))
 		}
-		a, err := attach.AttachCgroup(cgroup, h, prog, CgroupDir(n.BPFRoot))
+		a, err := attach.AttachCgroup(cgroup, h, prog, CgroupDir(n))
 		if err != nil {
 			return errors.Join(err, DetachCgroup(n, set, hooks))
 		}
@@ -64,7 +68,7 @@ func AttachCgroup(n *node.Node, set, cgroup string, hooks []attach.Hook) error {
 // DetachCgroup takes hooks off the cgroup, recorded or not (a build before
 // attachment sets left them unrecorded); idempotent.
 func DetachCgroup(n *node.Node, set string, hooks []attach.Hook) error {
-	if err := attach.DetachPinned(CgroupDir(n.BPFRoot), hooks); err != nil {
+	if err := attach.DetachPinned(CgroupDir(n), hooks); err != nil {
 		return err
 	}
 	return n.RemoveAttachments(cgroupOwner, set)

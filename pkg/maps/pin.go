@@ -81,6 +81,35 @@ func openPin(path string) (*ebpf.Map, error) {
 	return ebpf.NewMapFromFD(fd) // closes fd when it fails
 }
 
+// ErrNotPinned means a map is not pinned (yet): no pod was ever added, or
+// it belongs to a feature an older build did not have.
+var ErrNotPinned = errors.New("map not pinned")
+
+// OpenPinnedReadOnly opens the map name pinned under bpfRoot read-only,
+// checked like OpenPinned's (its layout, not its contents); it never
+// creates one: ErrNotPinned (wrapped) when there is none. For readers that
+// must not change the node (the operator CLI's views).
+func OpenPinnedReadOnly(bpfRoot, name string) (*ebpf.Map, error) {
+	path := filepath.Join(Dir(bpfRoot), name)
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("%s: %w", path, ErrNotPinned)
+	case errors.Is(err, os.ErrPermission):
+		return nil, fmt.Errorf("opening %s: %w (run as root)", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	if l, ok := layouts[name]; ok {
+		if got := (layout{uint32(m.Type()), m.KeySize(), m.ValueSize()}); got != l {
+			m.Close()
+			return nil, fmt.Errorf("%s: %w (%s, key %d, value %d bytes; this build expects %s, %d, %d): use the CLI of the ebpf-cni version that made it",
+				path, ErrIncompatible, m.Type(), got.key, got.value, ebpf.MapType(l.typ), l.key, l.value)
+		}
+	}
+	return m, nil
+}
+
 // ErrIncompatible means a pinned map does not have the layout this binary
 // expects (left by another version of ebpf-cni).
 var ErrIncompatible = errors.New("pinned map has another layout")

@@ -50,9 +50,10 @@ type Options struct {
 	Since  time.Time
 }
 
-// Node is the node as one call sees it. Not safe for concurrent use.
+// Node is the node as one call sees it. Not safe for concurrent use. Its
+// state locations are its own: callers ask it for what lives there.
 type Node struct {
-	BPFRoot, StateDir string
+	bpfRoot, stateDir string
 
 	objects   []programs.Object
 	lock      *Lock
@@ -116,7 +117,7 @@ func (n *Node) Settle() error {
 // Open takes the node lock as o says and moves state an older build left
 // in an older layout.
 func Open(o Options) (*Node, error) {
-	n := &Node{BPFRoot: o.BPFRoot, StateDir: o.StateDir, objects: o.Objects, tag: o.Tag, maps: map[string]*ebpf.Map{}, phases: o.Phases}
+	n := &Node{bpfRoot: o.BPFRoot, stateDir: o.StateDir, objects: o.Objects, tag: o.Tag, maps: map[string]*ebpf.Map{}, phases: o.Phases}
 	if !o.Since.IsZero() {
 		n.phase, n.phaseStart = "open", o.Since
 	}
@@ -148,7 +149,7 @@ func (n *Node) rescue() error {
 	if n.CheckBPFFS() != nil {
 		return nil // no bpffs: the verbs say so
 	}
-	if tags, err := programs.Installed(n.BPFRoot); err != nil || len(tags) > 0 {
+	if tags, err := programs.Installed(n.bpfRoot); err != nil || len(tags) > 0 {
 		return err
 	}
 	ids := attachedPrograms(programs.Hooks(n.objects))
@@ -156,7 +157,7 @@ func (n *Node) rescue() error {
 		return nil
 	}
 	var err error
-	n.Rescued, err = maps.Rescue(n.BPFRoot, ids)
+	n.Rescued, err = maps.Rescue(n.bpfRoot, ids)
 	return err
 }
 
@@ -182,7 +183,7 @@ func (n *Node) CheckBPFFS() error {
 	if n.onBPFFS {
 		return nil
 	}
-	err := maps.CheckBPFFS(n.BPFRoot)
+	err := maps.CheckBPFFS(n.bpfRoot)
 	n.onBPFFS = err == nil
 	return err
 }
@@ -195,7 +196,7 @@ func (n *Node) Map(name string) (*ebpf.Map, error) {
 	if err := n.CheckBPFFS(); err != nil {
 		return nil, err
 	}
-	ms, err := maps.OpenPinnedChecked(n.BPFRoot, name)
+	ms, err := maps.OpenPinnedChecked(n.bpfRoot, name)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +210,7 @@ func (n *Node) PinnedMap(name string) (*ebpf.Map, error) {
 	if m, ok := n.maps[name]; ok {
 		return m, nil
 	}
-	if _, err := os.Stat(filepath.Join(maps.Dir(n.BPFRoot), name)); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(maps.Dir(n.bpfRoot), name)); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	return n.Map(name)
@@ -235,7 +236,7 @@ func (n *Node) PinnedPrograms() (*programs.Set, error) {
 	if n.progs != nil {
 		return n.progs, nil
 	}
-	p, err := programs.Open(n.BPFRoot, n.Tag(), n.objects)
+	p, err := programs.Open(n.bpfRoot, n.Tag(), n.objects)
 	if err != nil {
 		return nil, err
 	}
@@ -252,14 +253,14 @@ func (n *Node) Programs() (*programs.Set, error) {
 		return n.progs, nil
 	}
 	tag := n.Tag()
-	p, err := programs.Open(n.BPFRoot, tag, n.objects)
+	p, err := programs.Open(n.bpfRoot, tag, n.objects)
 	if err == nil || !errors.Is(err, programs.ErrNotFound) {
 		n.progs = p
 		return p, err
 	}
 	switch {
 	case n.lock == nil:
-		l, err := NodeLock(n.StateDir, true)
+		l, err := NodeLock(n.stateDir, true)
 		if err != nil {
 			return nil, err
 		}
@@ -270,7 +271,7 @@ func (n *Node) Programs() (*programs.Set, error) {
 		}
 		defer func() { _ = n.lock.Downgrade() }()
 	}
-	if p, err := programs.Open(n.BPFRoot, tag, n.objects); err == nil || !errors.Is(err, programs.ErrNotFound) {
+	if p, err := programs.Open(n.bpfRoot, tag, n.objects); err == nil || !errors.Is(err, programs.ErrNotFound) {
 		n.progs = p
 		return p, err // another call loaded them while we waited
 	}
@@ -278,11 +279,11 @@ func (n *Node) Programs() (*programs.Set, error) {
 	// remounted under live pods (Open pinned their maps again): every
 	// recorded attachment moves to the programs loaded now, and what lost
 	// its pinned link is attached again.
-	tags, err := programs.Installed(n.BPFRoot)
+	tags, err := programs.Installed(n.bpfRoot)
 	if err != nil {
 		return nil, err
 	}
-	if p, err = programs.Load(n.BPFRoot, tag, n.objects); err != nil {
+	if p, err = programs.Load(n.bpfRoot, tag, n.objects); err != nil {
 		return nil, err
 	}
 	n.fresh = len(tags) == 0
@@ -327,7 +328,7 @@ func (n *Node) Loaded() bool { return n.loaded }
 // a read-modify-write that calls holding the node lock shared must not
 // interleave.
 func (n *Node) Lock(name string) (*Lock, error) {
-	return FileLock(filepath.Join(n.StateDir, name+".lock"), true)
+	return FileLock(filepath.Join(n.stateDir, name+".lock"), true)
 }
 
 // ReleaseIfEmpty runs release once the node has no endpoint left, and
@@ -339,13 +340,13 @@ func (n *Node) Lock(name string) (*Lock, error) {
 // Callers hold no attachment lock (AttachmentLock): the upgrade waits for
 // every other call's shared hold.
 func (n *Node) ReleaseIfEmpty(release func()) bool {
-	if has, err := HasEndpoints(n.StateDir); err != nil || has {
+	if has, err := HasEndpoints(n.stateDir); err != nil || has {
 		return false
 	}
 	if n.Exclusive() != nil {
 		return false
 	}
-	if has, err := HasEndpoints(n.StateDir); err != nil || has {
+	if has, err := HasEndpoints(n.stateDir); err != nil || has {
 		return false
 	}
 	if links, err := veth.HostLinks(); err != nil || len(links) > 0 {
@@ -381,13 +382,13 @@ func (n *Node) Exclusive() error {
 // node lock, which waits for every shared holder, some of which may wait
 // for this lock.
 func (n *Node) AttachmentLock(hostIfName string) (*Lock, error) {
-	return FileLock(attachmentLockPath(n.StateDir, hostIfName), true)
+	return FileLock(attachmentLockPath(n.stateDir, hostIfName), true)
 }
 
 // TryAttachmentLock is AttachmentLock without waiting: nil, nil when a
 // call holds it (that call is working on the attachment).
 func (n *Node) TryAttachmentLock(hostIfName string) (*Lock, error) {
-	return TryFileLock(attachmentLockPath(n.StateDir, hostIfName))
+	return TryFileLock(attachmentLockPath(n.stateDir, hostIfName))
 }
 
 func attachmentLockPath(stateDir, hostIfName string) string {
@@ -399,28 +400,28 @@ func attachmentLockPath(stateDir, hostIfName string) string {
 }
 
 // Records lists every endpoint record of the node.
-func (n *Node) Records() ([]*Record, error) { return Records(n.StateDir) }
+func (n *Node) Records() ([]*Record, error) { return Records(n.stateDir) }
 
 // Record loads the record of a host veth; ErrNotFound if there is none.
-func (n *Node) Record(hostIfName string) (*Record, error) { return ReadRecord(n.StateDir, hostIfName) }
+func (n *Node) Record(hostIfName string) (*Record, error) { return ReadRecord(n.stateDir, hostIfName) }
 
 // WriteRecord stores an endpoint record.
-func (n *Node) WriteRecord(r *Record) error { return WriteRecord(n.StateDir, r) }
+func (n *Node) WriteRecord(r *Record) error { return WriteRecord(n.stateDir, r) }
 
 // RemoveRecord deletes an endpoint record; a missing one is fine.
-func (n *Node) RemoveRecord(hostIfName string) error { return RemoveRecord(n.StateDir, hostIfName) }
+func (n *Node) RemoveRecord(hostIfName string) error { return RemoveRecord(n.stateDir, hostIfName) }
 
 // AttachmentSets lists the attachment sets of owner ("" for all).
 func (n *Node) AttachmentSets(owner string) ([]*AttachmentSet, error) {
-	return AttachmentSets(n.StateDir, owner)
+	return AttachmentSets(n.stateDir, owner)
 }
 
 // SaveAttachments records an attachment set.
-func (n *Node) SaveAttachments(s *AttachmentSet) error { return SaveAttachments(n.StateDir, s) }
+func (n *Node) SaveAttachments(s *AttachmentSet) error { return SaveAttachments(n.stateDir, s) }
 
 // RemoveAttachments deletes an attachment set's record.
 func (n *Node) RemoveAttachments(owner, name string) error {
-	return RemoveAttachments(n.StateDir, owner, name)
+	return RemoveAttachments(n.stateDir, owner, name)
 }
 
 // Phase is one timed step of a call.

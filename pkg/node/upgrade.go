@@ -30,7 +30,7 @@ import (
 // the only programs pinned, and attaches again what lost its pinned link
 // (tcx and cgroup links die with their pins).
 func (n *Node) upgrade(p *programs.Set, force bool) error {
-	tags, err := programs.Installed(n.BPFRoot)
+	tags, err := programs.Installed(n.bpfRoot)
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (n *Node) upgrade(p *programs.Set, force bool) error {
 		}
 		return nil
 	}
-	recs, err := Records(n.StateDir)
+	recs, err := Records(n.stateDir)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (n *Node) upgrade(p *programs.Set, force bool) error {
 			}
 		}
 	}
-	sets, err := AttachmentSets(n.StateDir, "")
+	sets, err := AttachmentSets(n.stateDir, "")
 	if err != nil {
 		return err
 	}
@@ -92,12 +92,12 @@ func (n *Node) upgrade(p *programs.Set, force bool) error {
 	}
 	for _, t := range tags {
 		if t != p.Tag {
-			if err := programs.Remove(n.BPFRoot, t); err != nil {
+			if err := programs.Remove(n.bpfRoot, t); err != nil {
 				return err
 			}
 		}
 	}
-	return maps.UnpinRetired(n.BPFRoot)
+	return maps.UnpinRetired(n.bpfRoot)
 }
 
 // reattach attaches prog at h again where the pinned link of a was lost:
@@ -121,8 +121,8 @@ func reattach(a attach.Attachment, ifindex int, device, cgroup string, h attach.
 // upgradeUnrecorded re-points the pinned links under bpfRoot that done
 // does not hold, by their pin name.
 func (n *Node) upgradeUnrecorded(p *programs.Set, done map[string]bool) error {
-	skip := map[string]bool{programs.Dir(n.BPFRoot): true, maps.Dir(n.BPFRoot): true}
-	return filepath.WalkDir(n.BPFRoot, func(path string, d fs.DirEntry, err error) error {
+	skip := map[string]bool{programs.Dir(n.bpfRoot): true, maps.Dir(n.bpfRoot): true}
+	return filepath.WalkDir(n.bpfRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // removed meanwhile
 		}

@@ -108,7 +108,7 @@ func (c *call) end(err error) {
 	var phases []node.Phase
 	stateDir := ""
 	if c.n != nil {
-		phases, stateDir = c.n.Phases(), c.n.StateDir
+		phases, stateDir = c.n.Phases(), c.n.StateDir()
 	} else {
 		if c.w != nil {
 			phases = c.w.phases

@@ -48,7 +48,7 @@ func Flush(n *node.Node, program string, pods []Pod, walk func() (int, error)) (
 	if len(pods) == 0 {
 		return 0, nil
 	}
-	prog, err := programs.Pinned(n.BPFRoot, n.Tag(), program)
+	prog, err := programs.Pinned(n.BPFRoot(), n.Tag(), program)
 	if err != nil {
 		return walk()
 	}

@@ -194,7 +194,7 @@ func TestFlushWalks(t *testing.T) {
 	walked := 0
 	walk := func() (int, error) { walked++; return 42, nil }
 	pods := []podflush.Pod{{IP: podA4, Tables: 0xf}}
-	require.NoError(t, os.Remove(filepath.Join(programs.Dir(n.BPFRoot), n.Tag(), podflush.NAT)))
+	require.NoError(t, os.Remove(filepath.Join(programs.Dir(n.BPFRoot()), n.Tag(), podflush.NAT)))
 	got, err := podflush.Flush(n, podflush.NAT, pods, walk)
 	require.NoError(t, err)
 	require.Equal(t, 42, got)
@@ -203,7 +203,7 @@ func TestFlushWalks(t *testing.T) {
 
 	// A pin that is no program of the set's, or a program the kernel will
 	// not run so: the walk again.
-	path := filepath.Join(programs.Dir(n.BPFRoot), n.Tag(), podflush.NAT)
+	path := filepath.Join(programs.Dir(n.BPFRoot()), n.Tag(), podflush.NAT)
 	require.NoError(t, nat.Pin(path))
 	got, err = podflush.Flush(n, podflush.NAT, pods, walk)
 	require.NoError(t, err)

@@ -302,7 +302,7 @@ func restore(n *node.Node, ports []HostPort) error {
 		}
 	}
 	if cgroup == "" {
-		if cgroup, err = attach.ResolveCgroup("", n.StateDir); err != nil {
+		if cgroup, err = attach.ResolveCgroup("", n.StateDir()); err != nil {
 			return err
 		}
 	}

@@ -183,7 +183,7 @@ func releaseOrphan(n *node.Node, c *Network, or endpoint.Orphan, network string)
 	if !ebpfipam.ValidNetworkName(network) {
 		return nil, nil
 	}
-	released, err := ebpfipam.ReleaseHeld(n.BPFRoot, n.StateDir, network, or.ContainerID, or.IfName)
+	released, err := ebpfipam.ReleaseHeld(n.BPFRoot(), n.StateDir(), network, or.ContainerID, or.IfName)
 	if err != nil {
 		return released, fmt.Errorf("releasing the addresses of %s/%s in network %s: %w", or.ContainerID, or.IfName, network, err)
 	}

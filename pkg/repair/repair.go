@@ -136,7 +136,7 @@ func Run(n *node.Node, o Options) (*Report, error) {
 	if r.links, err = veth.Candidates(); err != nil {
 		return r.h, err
 	}
-	if r.names, err = node.RecordNames(n.StateDir); err != nil {
+	if r.names, err = n.RecordNames(); err != nil {
 		return r.h, err
 	}
 	for _, name := range r.names {
@@ -151,7 +151,7 @@ func Run(n *node.Node, o Options) (*Report, error) {
 		return r.h, errors.Join(r.errs...)
 	}
 	r.adoptPending()
-	for _, name := range node.Marked(n.StateDir, node.MarkLossy) {
+	for _, name := range n.Marked(node.MarkLossy) {
 		if r.present[name] {
 			r.h.Lost = append(r.h.Lost, name)
 		}
@@ -233,7 +233,7 @@ func (r *run) adoptPending() {
 		return
 	}
 	var pending []string
-	for _, name := range node.Marked(r.n.StateDir, node.MarkPending) {
+	for _, name := range node.Marked(r.n.StateDir(), node.MarkPending) {
 		if r.present[name] && !r.rebuilt[name] {
 			pending = append(pending, name)
 		}
@@ -285,7 +285,7 @@ func Due(n *node.Node) bool {
 	if n.LoadedFresh() {
 		return true
 	}
-	fi, err := os.Stat(filepath.Join(n.StateDir, node.HealStamp))
+	fi, err := os.Stat(filepath.Join(n.StateDir(), node.HealStamp))
 	return err != nil || time.Since(fi.ModTime()) > Period
 }
 
@@ -296,7 +296,7 @@ func Due(n *node.Node) bool {
 // bpffs held.
 func Verb(n *node.Node, net *Network, skip string) (int, error) {
 	h, err := Run(n, Options{Network: net, Skip: skip})
-	_ = os.WriteFile(filepath.Join(n.StateDir, node.HealStamp), nil, 0o600)
+	_ = os.WriteFile(filepath.Join(n.StateDir(), node.HealStamp), nil, 0o600)
 	if len(h.Reclaimed) > 0 {
 		n.ReleaseIfEmpty(func() { _ = Release(n) })
 	}
@@ -476,13 +476,13 @@ func healLink(n *node.Node, l netlink.Link, o Options, h *Report) (bool, error) 
 		return false, err
 	}
 	if lossy {
-		if err := node.SetMark(n.StateDir, node.MarkLossy, name); err != nil {
+		if err := n.SetMark(node.MarkLossy, name); err != nil {
 			return true, err
 		}
 	}
 	if o.Network == nil || !r.InNetwork(o.Network.Name) {
 		// Its network's next call completes it (adopt).
-		return true, node.SetMark(n.StateDir, node.MarkPending, name)
+		return true, n.SetMark(node.MarkPending, name)
 	}
 	return true, adopt(n, r, o.Network)
 }
@@ -503,7 +503,7 @@ func adopt(n *node.Node, r *node.Record, c *Network) error {
 			return fmt.Errorf("keeping the addresses of %s/%s in ebpf-ipam: %w", r.ContainerID, r.IfName, err)
 		}
 	}
-	return node.Unmark(n.StateDir, node.MarkPending, r.HostIfName)
+	return n.Unmark(node.MarkPending, r.HostIfName)
 }
 
 // Rebuild is the record of the live host veth l as the kernel tells it;
@@ -563,7 +563,7 @@ func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 	if owned.Network != "" {
 		r.Network, r.NetID = owned.Network, maps.NetID(owned.Network)
 	}
-	dir := node.LinkDir(n.BPFRoot, a.Name)
+	dir := n.LinkDir(a.Name)
 	for _, hook := range endpointHooks() {
 		if at, ok := attach.Observed(l, hook, dir); ok {
 			r.Attachments = append(r.Attachments, at)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -50,7 +49,7 @@ func Objects() []programs.Object {
 const owner = "uplinks"
 
 // Dir is where the pinned links of an uplink live.
-func Dir(bpfRoot, ifName string) string { return filepath.Join(bpfRoot, "uplinks", ifName) }
+func Dir(n *node.Node, ifName string) string { return n.PinPath("uplinks", ifName) }
 
 // Config is the uplinks key, which masquerade and hostPort share.
 type Config struct {
@@ -208,13 +207,13 @@ func ensure(n *node.Node, u Uplink, mode attach.Mode, progs *programs.Set) error
 		prog, err := progs.Prog(h.Name)
 		var a attach.Attachment
 		if err == nil {
-			a, err = attach.Attach(mode, u.Link, h, prog, Dir(n.BPFRoot, name))
+			a, err = attach.Attach(mode, u.Link, h, prog, Dir(n, name))
 		}
 		if err != nil {
 			for _, done := range set.Attachments {
 				_ = attach.DetachNow(done, set.IfIndex, hook(done.Hook))
 			}
-			_ = os.RemoveAll(Dir(n.BPFRoot, name))
+			_ = os.RemoveAll(Dir(n, name))
 			return fmt.Errorf("attaching %s to uplink %s: %w", h.Name, name, err)
 		}
 		set.Attachments = append(set.Attachments, a)
@@ -272,7 +271,7 @@ func detach(n *node.Node, name string) error {
 			}
 		}
 	}
-	if err := os.RemoveAll(Dir(n.BPFRoot, name)); err != nil {
+	if err := os.RemoveAll(Dir(n, name)); err != nil {
 		errs = append(errs, fmt.Errorf("unpinning links of uplink %s: %w", name, err))
 	}
 	if len(errs) == 0 {
@@ -368,7 +367,7 @@ func detachUnrecorded(n *node.Node, m *ebpf.Map, done map[int]bool) error {
 				errs = append(errs, err)
 			}
 		}
-		return errors.Join(append(errs, os.RemoveAll(Dir(n.BPFRoot, l.Attrs().Name)))...)
+		return errors.Join(append(errs, os.RemoveAll(Dir(n, l.Attrs().Name)))...)
 	})
 }
 
@@ -390,7 +389,7 @@ func unrecorded(n *node.Node, m *ebpf.Map, known map[int]bool, f func(netlink.Li
 		}
 		var seen []attach.Attachment
 		for _, h := range Hooks {
-			if a, ok := attach.Observed(l, h, Dir(n.BPFRoot, l.Attrs().Name)); ok {
+			if a, ok := attach.Observed(l, h, Dir(n, l.Attrs().Name)); ok {
 				seen = append(seen, a)
 			}
 		}

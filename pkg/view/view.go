@@ -10,14 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // Exit codes of the CLI.
@@ -59,11 +58,18 @@ func Name(containerID, ifName string) string {
 
 // Context is what a command runs with.
 type Context struct {
+	// BPFRoot and StateDir are the flags (--bpf-root, --state-dir) Node
+	// was opened from: for messages; what lives there, ask Node.
 	BPFRoot  string
 	StateDir string
-	JSON     bool // -o json
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// Node is the plugin's node as the CLI sees it, opened without the
+	// node lock: views read maps through it (OpenMap: read-only, never
+	// created); a command that changes the node opens its own handle
+	// with the lock it needs.
+	Node   *node.Node
+	JSON   bool // -o json
+	Stdout io.Writer
+	Stderr io.Writer
 	// Endpoints lists the node's endpoints (their records joined with the
 	// endpoint maps), for commands that name them.
 	Endpoints func() ([]EndpointRef, error)
@@ -85,7 +91,7 @@ func Usage(format string, a ...any) error {
 
 // ErrNoMap means a map is not pinned (yet): no pod was ever added, or it
 // belongs to a feature an older build did not have. Commands show it empty.
-var ErrNoMap = errors.New("map not pinned")
+var ErrNoMap = maps.ErrNotPinned
 
 // BPFFSMount finds the directory whose file system holds path (path
 // itself or its nearest existing ancestor) and whether it is bpffs.
@@ -120,46 +126,27 @@ func (ctx *Context) CheckRoot() error {
 	return nil
 }
 
-var (
-	specOnce sync.Once
-	spec     *ebpf.CollectionSpec
-	specErr  error
-)
-
-// OpenMap opens a pinned map read-only and checks its layout against this
-// binary's; ErrNoMap when it is not pinned. It never creates anything.
+// OpenMap opens a pinned map read-only through the node handle, checked
+// as the plugin's calls check it; ErrNoMap when it is not pinned. It never
+// creates anything.
 func (ctx *Context) OpenMap(name string) (*ebpf.Map, error) {
-	return ctx.openMap(name, true)
+	return ctx.Node.ReadMap(name)
 }
 
 // OpenMapWritable is OpenMap for the one command that writes a map it
 // reads: monitor (its lease, the ring buffer's consumer position).
 func (ctx *Context) OpenMapWritable(name string) (*ebpf.Map, error) {
-	return ctx.openMap(name, false)
-}
-
-func (ctx *Context) openMap(name string, readOnly bool) (*ebpf.Map, error) {
-	path := filepath.Join(maps.Dir(ctx.BPFRoot), name)
-	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: readOnly})
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("%s: %w", path, ErrNoMap)
-	case errors.Is(err, os.ErrPermission):
-		return nil, fmt.Errorf("opening %s: %w (run as root)", path, err)
-	case err != nil:
-		return nil, fmt.Errorf("opening %s: %w", path, err)
+	if err := ctx.Node.CheckBPFFS(); err != nil {
+		return nil, err
 	}
-	specOnce.Do(func() { spec, specErr = maps.LoadCni() })
-	if specErr != nil {
-		m.Close()
-		return nil, fmt.Errorf("loading map specs: %w", specErr)
+	m, err := ctx.Node.PinnedMap(name)
+	if err == nil && m == nil {
+		return nil, fmt.Errorf("%s: %w", name, ErrNoMap)
 	}
-	if ms, ok := spec.Maps[name]; ok && (m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize) {
-		m.Close()
-		return nil, fmt.Errorf("%s: %w (key %d, value %d bytes; this build expects %d, %d): use the CLI of the ebpf-cni version that made it",
-			path, maps.ErrIncompatible, m.KeySize(), m.ValueSize(), ms.KeySize, ms.ValueSize)
+	if err != nil {
+		return nil, err
 	}
-	return m, nil
+	return m.Clone() // the caller closes its own; the handle keeps its copy
 }
 
 // OpenMaps opens several maps; missing ones are nil. close releases them.

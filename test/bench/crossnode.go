@@ -12,6 +12,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // The Kubernetes paths: pods across nodes, and masquerade on a node whose
@@ -160,12 +161,16 @@ func (b *bench) crossEBPF(c *nettest.Cluster, path string, overlay bool) (crossP
 		if overlay {
 			p["overlay"] = "vxlan"
 			other := c.Nodes[1-i]
-			ts, err := cluster.OpenTunnels(bpfRoot, stateDir)
+			nd, err := node.Open(node.Options{BPFRoot: bpfRoot, StateDir: stateDir, Lock: node.Unlocked})
 			if err != nil {
 				return crossPair{}, err
 			}
-			err = ts.Add(other.PodCIDR4, other.IP4)
-			ts.Close()
+			ts, err := cluster.OpenTunnels(nd)
+			if err == nil {
+				err = ts.Add(other.PodCIDR4, other.IP4)
+				ts.Close()
+			}
+			nd.Close()
 			if err != nil {
 				return crossPair{}, err
 			}

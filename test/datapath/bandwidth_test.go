@@ -494,7 +494,7 @@ func TestBandwidthLifecycle(t *testing.T) {
 				require.Equal(t, errcode.CheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "netns is not in local_netns")
 				require.NoError(t, nsm.Put(cookie, uint32(idx)))
-				require.NoError(t, attach.DetachPinned(feature.CgroupDir(e.bpfRoot), bandwidth.PacingHooks))
+				require.NoError(t, attach.DetachPinned(filepath.Join(e.bpfRoot, feature.CgroupPins), bandwidth.PacingHooks))
 				err = e.cni.Check(list, p.RT)
 				require.Equal(t, errcode.CheckFailed, cniCode(t, err), "%v", err)
 				require.Contains(t, err.Error(), "pacing hook is not attached")

@@ -67,7 +67,7 @@ func TestHostPortWithoutCgroupMount(t *testing.T) {
 			// The hooks are on the test's cgroup: the same hierarchy, seen
 			// through the private mount from the plugin's cgroup namespace.
 			for _, hook := range []string{"hostport_connect4", "bw_pacing"} {
-				l, err := link.LoadPinnedLink(filepath.Join(feature.CgroupDir(e.bpfRoot), hook), nil)
+				l, err := link.LoadPinnedLink(filepath.Join(filepath.Join(e.bpfRoot, feature.CgroupPins), hook), nil)
 				require.NoError(t, err)
 				info, err := l.Info()
 				l.Close()
@@ -94,7 +94,7 @@ func TestHostPortWithoutCgroupMount(t *testing.T) {
 			require.NoError(t, e.cni.DelPod(list, a))
 			require.NoError(t, e.cni.DelPod(list, b))
 			e.requireClean()
-			_, err = os.Stat(feature.CgroupDir(e.bpfRoot))
+			_, err = os.Stat(filepath.Join(e.bpfRoot, feature.CgroupPins))
 			require.True(t, os.IsNotExist(err), "the socket hooks stay attached without pods")
 		})
 	}

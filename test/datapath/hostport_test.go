@@ -241,7 +241,7 @@ func testHostPort(t *testing.T, cg, version, mode string) {
 
 	require.NoError(t, e.cni.DelPod(list, b))
 	e.requireClean()
-	_, err = os.Stat(feature.CgroupDir(e.bpfRoot))
+	_, err = os.Stat(filepath.Join(e.bpfRoot, feature.CgroupPins))
 	require.True(t, os.IsNotExist(err), "the socket hooks stay attached without pods")
 }
 

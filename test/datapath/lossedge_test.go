@@ -184,7 +184,7 @@ func TestLossPacing(t *testing.T) {
 				}
 			}
 			nsm.Close()
-			require.NoError(t, attach.DetachPinned(feature.CgroupDir(e.bpfRoot), bandwidth.PacingHooks))
+			require.NoError(t, attach.DetachPinned(filepath.Join(e.bpfRoot, feature.CgroupPins), bandwidth.PacingHooks))
 			probs := strings.Join(e.statusProblems(), "\n")
 			require.Contains(t, probs, "its netns is not in local_netns: its TCP is not paced", "status sees the unpaced pod")
 			require.Contains(t, probs, "the pacing hook is not attached", "status sees the hook gone")

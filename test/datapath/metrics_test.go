@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
@@ -46,7 +47,7 @@ func (e *env) startMetrics() *metricsServer {
 		l, err = net.Listen("tcp", "127.0.0.1:0")
 		return err
 	}))
-	srv := &http.Server{Handler: agent.NewMetrics(e.bpfRoot, e.stateDir, nil, nil).Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: agent.NewMetrics(nodetest.Handle(e.t, e.bpfRoot, e.stateDir), nil, nil).Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	e.t.Cleanup(func() { srv.Close() })
 	s := &metricsServer{t: e.t, node: e.node.NS, addr: l.Addr().String()}

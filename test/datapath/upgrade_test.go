@@ -177,7 +177,7 @@ func TestUpgradeFromOlderLayout(t *testing.T) {
 				return nil
 			}))
 			for _, h := range append(append([]attach.Hook{}, portmap.SockHooks...), bandwidth.PacingHooks...) {
-				id, err := attach.PinnedProgram(filepath.Join(feature.CgroupDir(e.bpfRoot), h.Name))
+				id, err := attach.PinnedProgram(filepath.Join(filepath.Join(e.bpfRoot, feature.CgroupPins), h.Name))
 				require.NoError(t, err, h.Name)
 				require.Equal(t, want(h.Name), id, "cgroup hook %s runs the new program", h.Name)
 			}
@@ -188,7 +188,7 @@ func TestUpgradeFromOlderLayout(t *testing.T) {
 			require.Empty(t, e.published(), "DEL found the ports in the old record")
 			require.NoError(t, newer.DelPod(list, c))
 			require.Zero(t, e.uplinkProgramIDs(), "the last DEL takes the programs off the uplink")
-			_, err = os.Stat(feature.CgroupDir(e.bpfRoot))
+			_, err = os.Stat(filepath.Join(e.bpfRoot, feature.CgroupPins))
 			require.ErrorIs(t, err, os.ErrNotExist, "and the cgroup hooks")
 			e.requireClean()
 		})

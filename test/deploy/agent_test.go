@@ -22,6 +22,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/kubetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
@@ -124,7 +125,7 @@ func (s *simNode) startAgent(client kubernetes.Interface) *agent.Agent {
 	case conflist.ModeVXLAN:
 		underlay := 0
 		require.NoError(s.t, s.node.NS.Do(func(ns.NetNS) error { underlay = agent.UnderlayFamily(); return nil }))
-		routes, err = agent.NewVXLAN(s.bpfRoot, s.stateDir, underlay)
+		routes, err = agent.NewVXLAN(nodetest.Handle(s.t, s.bpfRoot, s.stateDir), underlay)
 	}
 	require.NoError(s.t, err)
 	a, err := agent.New(client, routes, agent.Config{NodeName: s.name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

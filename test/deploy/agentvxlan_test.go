@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
@@ -19,7 +20,7 @@ import (
 // tunnelsTo lists this node's tunnel endpoints (the plugin's map, as
 // `ebpf-cni tunnels` shows them) to the ranges of peer.
 func (s *simNode) tunnelsTo(peer *simNode) []string {
-	ts, err := cluster.OpenTunnels(s.bpfRoot, s.stateDir)
+	ts, err := cluster.OpenTunnels(nodetest.Handle(s.t, s.bpfRoot, s.stateDir))
 	require.NoError(s.t, err)
 	defer ts.Close()
 	list, err := ts.List()
@@ -74,7 +75,7 @@ func BenchmarkNodeToTunnel(b *testing.B) {
 	bpfRoot, stateDir := testutil.BPFFS(b), b.TempDir()
 	require.NoError(b, unix.Mount("tmpfs", stateDir, "tmpfs", 0, "size=1m,mode=0700"))
 	b.Cleanup(func() { _ = unix.Unmount(stateDir, unix.MNT_DETACH) })
-	v, err := agent.NewVXLAN(bpfRoot, stateDir, 4)
+	v, err := agent.NewVXLAN(nodetest.Handle(b, bpfRoot, stateDir), 4)
 	require.NoError(b, err)
 	// Read without the cluster lock, which the agent takes.
 	pinned, err := maps.OpenPinned(bpfRoot, maps.CniMapClusterRoutes)

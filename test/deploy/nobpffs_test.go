@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/kubetest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
@@ -143,7 +144,7 @@ func agentWithoutBPFFS(t *testing.T, bin, mode string) {
 		return len(rs)
 	}
 	tunnels := func() int {
-		ts, err := cluster.OpenTunnels(bpfRoot, stateDir)
+		ts, err := cluster.OpenTunnels(nodetest.Handle(t, bpfRoot, stateDir))
 		require.NoError(t, err)
 		defer ts.Close()
 		l, err := ts.List()

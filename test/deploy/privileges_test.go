@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/kubetest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
@@ -189,7 +190,7 @@ func TestManifestPrivileges(t *testing.T) {
 		return len(rs)
 	}
 	tunnels := func() int {
-		ts, err := cluster.OpenTunnels(bpfRoot, stateDir)
+		ts, err := cluster.OpenTunnels(nodetest.Handle(t, bpfRoot, stateDir))
 		require.NoError(t, err)
 		defer ts.Close()
 		l, err := ts.List()

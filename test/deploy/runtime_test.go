@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/kubetest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
@@ -189,7 +190,7 @@ func TestManifestUnderRuntime(t *testing.T) {
 
 	agentVXLAN := startAgent("vxlan")
 	require.Eventually(t, func() bool {
-		ts, err := cluster.OpenTunnels(bpfRoot, host[config.DefaultStateDir])
+		ts, err := cluster.OpenTunnels(nodetest.Handle(t, bpfRoot, host[config.DefaultStateDir]))
 		if err != nil {
 			return false
 		}

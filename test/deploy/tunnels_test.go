@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
@@ -22,14 +23,14 @@ import (
 func TestTunnelsOnlyItsOwn(t *testing.T) {
 	testutil.RequireRoot(t)
 	bpfRoot, stateDir := testutil.BPFFS(t), t.TempDir()
-	v, err := agent.NewVXLAN(bpfRoot, stateDir, 4) // no pod ran: it makes the map
+	v, err := agent.NewVXLAN(nodetest.Handle(t, bpfRoot, stateDir), 4) // no pod ran: it makes the map
 	require.NoError(t, err)
 	nd, err := node.Open(node.Options{BPFRoot: bpfRoot, StateDir: stateDir, Lock: node.Unlocked})
 	require.NoError(t, err)
 	defer nd.Close()
 	require.NoError(t, cluster.AddRanges(nd, []*net.IPNet{ipnet("10.244.0.0/16")}))
 	byHand := func(f func(*cluster.Tunnels) error) {
-		ts, err := cluster.OpenTunnels(bpfRoot, stateDir)
+		ts, err := cluster.OpenTunnels(nodetest.Handle(t, bpfRoot, stateDir))
 		require.NoError(t, err)
 		defer ts.Close()
 		require.NoError(t, f(ts))
@@ -68,7 +69,7 @@ func TestTunnelsOnlyItsOwn(t *testing.T) {
 	require.ElementsMatch(t, []agent.Route{r("10.244.2.0/24", "198.51.100.13"), r("fd00:10:244:2::/64", "192.0.2.12")}, list(v))
 
 	// A restarted agent knows its own.
-	v, err = agent.NewVXLAN(bpfRoot, stateDir, 4)
+	v, err = agent.NewVXLAN(nodetest.Handle(t, bpfRoot, stateDir), 4)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []agent.Route{r("10.244.2.0/24", "198.51.100.13"), r("fd00:10:244:2::/64", "192.0.2.12")}, list(v))
 
@@ -104,14 +105,14 @@ func TestTunnelsPlan(t *testing.T) {
 		InternalIPs: []netip.Addr{netip.MustParseAddr("2001:db8::12"), netip.MustParseAddr("192.0.2.12")},
 		PodCIDRs:    []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:10:244:2::/64")}}
 	for fam, via := range map[int]string{4: "192.0.2.12", 6: "2001:db8::12"} {
-		v, err := agent.NewVXLAN(bpfRoot, stateDir, fam)
+		v, err := agent.NewVXLAN(nodetest.Handle(t, bpfRoot, stateDir), fam)
 		require.NoError(t, err)
 		routes, err := v.Plan(peer)
 		require.NoError(t, err)
 		want := netip.MustParseAddr(via)
 		require.Equal(t, []agent.Route{{Dst: peer.PodCIDRs[0], Via: want}, {Dst: peer.PodCIDRs[1], Via: want}}, routes, "underlay IPv%d", fam)
 	}
-	v, err := agent.NewVXLAN(bpfRoot, stateDir, 4)
+	v, err := agent.NewVXLAN(nodetest.Handle(t, bpfRoot, stateDir), 4)
 	require.NoError(t, err)
 	v6only := peer
 	v6only.InternalIPs = peer.InternalIPs[:1]

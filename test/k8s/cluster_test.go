@@ -12,6 +12,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
@@ -70,7 +71,7 @@ func (n *node) addPod(list *libcni.NetworkConfigList, id string) *nettest.Pod {
 func (n *node) tunnels(fam int, others ...*node) {
 	n.t.Helper()
 	require.NoError(n.t, n.NS.Do(func(ns.NetNS) error {
-		ts, err := cluster.OpenTunnels(n.bpfRoot, n.stateDir)
+		ts, err := cluster.OpenTunnels(nodetest.Handle(n.t, n.bpfRoot, n.stateDir))
 		if err != nil {
 			return err
 		}

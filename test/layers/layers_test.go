@@ -44,10 +44,13 @@ var layers = []struct {
 		"pkg/conntrack", "pkg/clusterranges", "pkg/policy/compile"}, false},
 	{"blocks: a DEL's flush of the NAT and flow tables", []string{"pkg/podflush"}, false},
 	{"blocks: the feature contract", []string{"pkg/feature"}, false},
+	// What an operator CLI command is made of; a command reads the node
+	// through the node handle.
+	{"blocks: the CLI's toolkit", []string{"pkg/view"}, false},
 	{"blocks: the node handle", []string{"pkg/node"}, false},
 	{"blocks: programs", []string{"pkg/programs"}, false},
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
-	{"blocks: leaves", []string{"pkg/view", "pkg/counters", "pkg/events", "pkg/veth", "pkg/errcode",
+	{"blocks: leaves", []string{"pkg/counters", "pkg/events", "pkg/veth", "pkg/errcode",
 		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls", "pkg/policy"}, false},
 	// The one configuration error and the rules of keys two configurations
 	// share (the plugin's, the installer's conflist).
