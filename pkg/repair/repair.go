@@ -233,7 +233,7 @@ func (r *run) adoptPending() {
 		return
 	}
 	var pending []string
-	for _, name := range node.Marked(r.n.StateDir(), node.MarkPending) {
+	for _, name := range r.n.Marked(node.MarkPending) {
 		if r.present[name] && !r.rebuilt[name] {
 			pending = append(pending, name)
 		}
@@ -285,8 +285,8 @@ func Due(n *node.Node) bool {
 	if n.LoadedFresh() {
 		return true
 	}
-	fi, err := os.Stat(filepath.Join(n.StateDir(), node.HealStamp))
-	return err != nil || time.Since(fi.ModTime()) > Period
+	ago, err := n.SinceRepaired()
+	return err != nil || ago > Period
 }
 
 // Verb is Run as a CNI verb runs it: with the call's network, then the
@@ -296,7 +296,7 @@ func Due(n *node.Node) bool {
 // bpffs held.
 func Verb(n *node.Node, net *Network, skip string) (int, error) {
 	h, err := Run(n, Options{Network: net, Skip: skip})
-	_ = os.WriteFile(filepath.Join(n.StateDir(), node.HealStamp), nil, 0o600)
+	_ = n.Repaired()
 	if len(h.Reclaimed) > 0 {
 		n.ReleaseIfEmpty(func() { _ = Release(n) })
 	}
