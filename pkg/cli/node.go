@@ -358,11 +358,20 @@ func endpointRefs(ctx *Context) ([]view.EndpointRef, error) {
 	if err != nil {
 		return nil, err
 	}
+	return n.refs(), nil
+}
+
+// refs name the endpoints of the snapshot, in its order.
+func (n *snapshot) refs() []view.EndpointRef {
 	out := make([]view.EndpointRef, 0, len(n.Endpoints))
 	for _, e := range n.Endpoints {
-		out = append(out, view.EndpointRef{ContainerID: e.ContainerID, IfName: e.IfName, HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex})
+		r := view.EndpointRef{ContainerID: e.ContainerID, IfName: e.IfName, HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex, IPs: e.IPs}
+		if e.Pod != nil {
+			r.PodNamespace, r.PodName, r.PodUID = e.Pod.Namespace, e.Pod.Name, e.Pod.UID
+		}
+		out = append(out, r)
 	}
-	return out, nil
+	return out
 }
 
 // podMAC is the MAC of ifName in the netns at path, "" when it cannot be

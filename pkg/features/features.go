@@ -75,3 +75,15 @@ func Commands() []*view.Command {
 	}
 	return out
 }
+
+// Columns are what the features show of every endpoint in the CLI's
+// endpoints command, in ADD order.
+func Columns() []*view.Columns {
+	var out []*view.Columns
+	for _, f := range All {
+		if c := f.Columns(); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
