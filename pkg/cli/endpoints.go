@@ -35,10 +35,6 @@ the programs attached to the host veth (kernel program ID) and how (tcx or
 tc), OTHER QDISCS: another plugin's qdiscs on the host veth (a chained
 bandwidth plugin's "root tbf" and "ingress"; "(delivering)" when the
 datapath has learned the root qdisc and delivers to the pod through it),
-POLICY: the NetworkPolicy state of ingress and egress (open: no policy
-selects the pod; closed: isolated, waiting for the node agent to write its
-rules; enforced: only what its policies allow, see ebpf-cni policy),
-POLICY DROPS: the packets denied each way,
 ` + table.String() + `and STATE: ok, or "problem" with each problem listed under the table.
 Endpoints come from the records under --state-dir joined with the pinned
 endpoint maps, so an entry either side lacks is shown too.
@@ -47,8 +43,7 @@ JSON: a list of objects with containerID, ifname, pod (namespace, name,
 uid; absent without K8S_POD_*), network, netns, hostVeth,
 hostIfindex, ips, mac, hostMAC, attachments (hook, mode, recordedMode,
 programIDs, programTag), recorded, inMaps, vethPresent, problems, qdiscs,
-viaQdisc, policy (ingress, egress: state open|closed|enforced, generation,
-drops)` + js.String() + "."
+viaQdisc` + js.String() + "."
 }
 
 // endpointJSON is an endpoint as -o json writes it: its own fields, then
@@ -118,16 +113,6 @@ func runEndpoints(ctx *Context) error {
 	if err != nil {
 		return err
 	}
-	pv, closePolicy, err := readPolicy(ctx)
-	if err != nil {
-		return err
-	}
-	defer closePolicy()
-	for _, e := range n.Endpoints {
-		if e.Policy, err = pv.endpointPolicy(uint32(e.HostIfIndex)); err != nil {
-			return err
-		}
-	}
 	cols := features.Columns()
 	cells, err := featureCells(ctx, n, cols)
 	if err != nil {
@@ -143,7 +128,7 @@ func runEndpoints(ctx *Context) error {
 		}
 		return writeJSON(ctx.Stdout, out)
 	}
-	header := []string{"CONTAINER/IFNAME", "POD", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS", "POLICY", "POLICY DROPS"}
+	header := []string{"CONTAINER/IFNAME", "POD", "HOST VETH", "IFINDEX", "IPS", "MAC", "PROGRAMS", "OTHER QDISCS"}
 	for _, c := range cols {
 		header = append(header, c.Header...)
 	}
@@ -157,8 +142,7 @@ func runEndpoints(ctx *Context) error {
 				problems = append(problems, fmt.Sprintf("  %s (%s): %s", e.Name(), orDash(e.HostVeth), p))
 			}
 		}
-		row := append(e.cells(), "in:"+e.Policy.Ingress.State+" eg:"+e.Policy.Egress.State,
-			"in:"+view.HumanCount(e.Policy.Ingress.Drops)+" eg:"+view.HumanCount(e.Policy.Egress.Drops))
+		row := e.cells()
 		for j := range cols {
 			row = append(row, cells[j][i].Text...)
 		}

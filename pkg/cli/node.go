@@ -55,10 +55,6 @@ type Endpoint struct {
 	// ViaQdisc: the datapath has learned that the root qdisc queues
 	// (EP_F_QDISC) and delivers to the pod through it.
 	ViaQdisc bool `json:"viaQdisc"`
-	// Policy is the endpoint's NetworkPolicy state per direction and the
-	// packets denied (policy_endpoints, policy_drops); the endpoints
-	// command fills it in.
-	Policy *EndpointPolicy `json:"policy,omitempty"`
 
 	rec    *node.Record
 	clsact bool // endpoint_devs says its programs are tc filters (EP_F_CLSACT)
