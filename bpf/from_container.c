@@ -58,6 +58,10 @@
 #include "lib/l3.h"
 #include "lib/overlay.h"
 #include "lib/pkt.h"
+/* lib/policy.h's policy_from_pod_decide: besides the pods of this node,
+ * from_container decides the flows to the cluster's pod ranges, whose
+ * addresses no Service translates. */
+#define POLICY_FINAL_DST(p) cluster_lookup((p)->family, (p)->daddr)
 #include "lib/policy.h"
 #include "lib/qdisc.h"
 #include "lib/redirect.h"
@@ -412,49 +416,21 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 }
 
 /* policy_from_pod decides the pod's packet under NetworkPolicy when its
- * destination is final: dst_if (a pod of this node) or the cluster's pod
- * ranges. Anything else may be a Service: the stack translates it first,
- * and it is decided where it leaves the node (lib/policy.h); what the
- * stack delivers to the node itself is not subject to policy. 0: on; else
- * a drop reason.
+ * destination is final (lib/policy.h). 0: on; else a drop reason.
  *
  * A global function: the verifier checks it once, on its own, instead of
  * on every path of from_container that reaches it (inlined, it more than
  * doubled the instructions the verifier walks). */
 __attribute__((noinline)) int policy_from_pod(struct __sk_buff *skb, __u32 dst_if)
 {
-	__u32 src_if = skb->ifindex;
-	struct policy_endpoint *se, *de;
-	struct nat_scratch *s;
-
-	if (!policy_on())
-		return 0;
-	se = policy_ep(src_if);
-	de = policy_ep(dst_if);
-	if (!policy_any(se, de))
-		return 0;
-	s = scratch_get();
-	if (!s)
-		return DROP(REASON_DROP_MALFORMED);
-	__builtin_memset(&s->p, 0, sizeof(s->p));
-	if (nat_parse(skb, &s->p))
-		return 0; /* not IP: the link's own */
-	if (!dst_if && !cluster_lookup(s->p.family, s->p.daddr))
-		return 0;
-	return policy_check_eps(skb, &s->p, src_if, se, dst_if, de, 0);
+	return policy_from_pod_decide(skb, dst_if);
 }
 
 /* policy_pod_egress is policy_from_pod's verdict as a constant the
- * verifier knows (a global function's result is any number). */
+ * verifier knows. */
 static __always_inline int policy_pod_egress(struct __sk_buff *skb, const struct endpoint_info *dst)
 {
-	int rc = policy_from_pod(skb, dst ? dst->ifindex : 0);
-
-	if (rc == DROP(REASON_DROP_POLICY_EGRESS))
-		return DROP(REASON_DROP_POLICY_EGRESS);
-	if (rc == DROP(REASON_DROP_POLICY_INGRESS))
-		return DROP(REASON_DROP_POLICY_INGRESS);
-	return rc ? DROP(REASON_DROP_MALFORMED) : 0;
+	return policy_known(policy_from_pod(skb, dst ? dst->ifindex : 0));
 }
 
 /* translate_and_route: hostPort translation, then the path (the stack when

@@ -57,25 +57,6 @@ static __always_inline void remember_stack_flow(struct __sk_buff *skb, struct en
 		dev->flags |= EP_F_STACK;
 }
 
-/* What the stack delivers to the pod, after any translation of netfilter's:
- * its ingress policy (and the egress policy of the pod of this node that
- * sent it, which from_container left to the stack: a Service) decides it
- * here. The node's own packets (never received on a device: no ingress
- * ifindex) are never subject to policy; a reply netfilter translated back
- * is known to conntrack (lib/policy.h). */
-static __always_inline int policy_from_stack(struct __sk_buff *skb, __u32 ifindex)
-{
-	struct nat_scratch *s = scratch_get();
-	__u32 from = skb->ingress_ifindex;
-
-	if (!s)
-		return 0;
-	__builtin_memset(&s->p, 0, sizeof(s->p));
-	if (nat_parse(skb, &s->p))
-		return 0;
-	return policy_check(skb, &s->p, from, ifindex, POLICY_CT_REPLY | (from ? 0 : POLICY_TRUSTED_SRC));
-}
-
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 {
 	__u32 ifindex = skb->ifindex;
@@ -93,8 +74,10 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 		*why = REASON_VIA_QDISC;
 		return TC_ACT_OK;
 	}
+	/* What the stack delivers to the pod, after any translation of
+	 * netfilter's, is decided here (lib/policy.h). */
 	if (policy_on()) {
-		int rc = policy_from_stack(skb, ifindex);
+		int rc = policy_stack_to_pod(skb, ifindex);
 
 		if (rc)
 			return rc;

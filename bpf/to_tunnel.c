@@ -15,37 +15,10 @@
 #include <bpf/bpf_helpers.h>
 
 #include "include/types.h"
-#include "lib/endpoint.h"
 #include "lib/cluster.h"
 #include "lib/counters.h"
-#include "lib/pkt.h"
 #include "lib/policy.h"
-#include "lib/scratch.h"
 #include "lib/verdict.h"
-
-/* A pod's packet the stack forwards into the overlay (after kube-proxy's
- * translation): its egress policy decides it here (lib/policy.h). */
-static __always_inline int policy_from_stack(struct __sk_buff *skb)
-{
-	struct nat_scratch *s;
-	struct endpoint_info *ep;
-	struct endpoint_key ek = {};
-
-	if (!policy_on())
-		return 0;
-	s = scratch_get();
-	if (!s)
-		return 0;
-	__builtin_memset(&s->p, 0, sizeof(s->p));
-	if (nat_parse(skb, &s->p))
-		return 0;
-	ek.family = s->p.family;
-	__builtin_memcpy(ek.addr, s->p.saddr, 16);
-	ep = bpf_map_lookup_elem(&endpoints, &ek);
-	if (!ep)
-		return 0; /* the node's own, or translated to it */
-	return policy_check(skb, &s->p, ep->ifindex, 0, 0);
-}
 
 static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 {
@@ -60,7 +33,9 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 	if (!bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) ||
 	    !bpf_skb_get_tunnel_key(skb, &key, sizeof(key), BPF_F_TUNINFO_IPV6))
 		return TC_ACT_OK;
-	rc = policy_from_stack(skb);
+	/* A pod's packet the stack forwards into the overlay (after
+	 * kube-proxy's translation): its egress policy decides it here. */
+	rc = policy_stack_from_pod(skb);
 	if (rc)
 		return rc;
 	if (cluster_route_of(skb, &r) < 0)

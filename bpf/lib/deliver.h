@@ -42,16 +42,6 @@ static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_i
 	return endpoint_redirect(skb, eth, ep);
 }
 
-/* policy_into_pod decides s->p (the pod's view of it, after any
- * translation of ours) under the ingress policy of the pod behind ep
- * (lib/policy.h). 0: on; else a drop reason. */
-static __always_inline int policy_into_pod(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_info *ep)
-{
-	if (!policy_on())
-		return 0;
-	return policy_check(skb, &s->p, 0, ep->ifindex, 0);
-}
-
 /* deliver hands s->p (as it is now, after any translation of ours) to the
  * pod behind ep, or to the stack when netfilter translated its flow (the
  * stack translates it back, and to_container decides its policy). */

@@ -43,9 +43,13 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "../include/types.h"
+#include "endpoint.h"
 #include "netfilter_ct.h"
 #include "pkt.h"
 #include "verdict.h"
+#ifndef EBPF_CNI_MAPS_ONLY
+#include "scratch.h" /* a program object's own slot: not in maps.c */
+#endif
 
 #define POLICY_MAX_ENDPOINTS 16384 /* as endpoint_devs */
 #define POLICY_MAX_RULES (1 << 20)
@@ -388,6 +392,111 @@ static __always_inline int policy_check(struct __sk_buff *skb, const struct nat_
 					int flags)
 {
 	return policy_check_eps(skb, p, src_if, policy_ep(src_if), dst_if, policy_ep(dst_if), flags);
+}
+
+/* The programs' calls, one per place a flow is decided (the table of
+ * docs/networkpolicy.md, "Where each direction is decided"). */
+
+/* policy_into_pod decides s->p (the pod's view of it, after any
+ * translation of ours) under the ingress policy of the pod behind ep: a
+ * redirect into the pod from outside (lib/deliver.h). 0: on; else a drop
+ * reason. */
+static __always_inline int policy_into_pod(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_info *ep)
+{
+	if (!policy_on())
+		return 0;
+	return policy_check(skb, &s->p, 0, ep->ifindex, 0);
+}
+
+/* policy_stack_to_pod decides what the stack delivers to the pod behind
+ * host veth ifindex (to_container), after any translation of netfilter's:
+ * its ingress policy, and the egress policy of the pod of this node that
+ * sent it, which from_container left to the stack (a Service). The node's
+ * own packets (received on no device: no ingress ifindex) are never
+ * subject to policy; a reply netfilter translated back is known to
+ * conntrack. Call it when policy_on(). */
+static __always_inline int policy_stack_to_pod(struct __sk_buff *skb, __u32 ifindex)
+{
+	struct nat_scratch *s = scratch_get();
+	__u32 from = skb->ingress_ifindex;
+
+	if (!s)
+		return 0;
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	if (nat_parse(skb, &s->p))
+		return 0;
+	return policy_check(skb, &s->p, from, ifindex, POLICY_CT_REPLY | (from ? 0 : POLICY_TRUSTED_SRC));
+}
+
+/* policy_stack_from_pod decides a pod's packet the stack forwards into
+ * the overlay (to_tunnel), after kube-proxy's translation: its egress
+ * policy. What is not a pod's (the node's own, or translated to it)
+ * passes. */
+static __always_inline int policy_stack_from_pod(struct __sk_buff *skb)
+{
+	struct nat_scratch *s;
+	struct endpoint_info *ep;
+	struct endpoint_key ek = {};
+
+	if (!policy_on())
+		return 0;
+	s = scratch_get();
+	if (!s)
+		return 0;
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	if (nat_parse(skb, &s->p))
+		return 0;
+	ek.family = s->p.family;
+	__builtin_memcpy(ek.addr, s->p.saddr, 16);
+	ep = bpf_map_lookup_elem(&endpoints, &ek);
+	if (!ep)
+		return 0;
+	return policy_check(skb, &s->p, ep->ifindex, 0, 0);
+}
+
+#ifdef POLICY_FINAL_DST
+/* policy_from_pod_decide decides the packet of the pod behind the host
+ * veth it came in on (from_container) when its destination is final:
+ * dst_if (a pod of this node), or one the program defines
+ * POLICY_FINAL_DST(p) true for before it includes this header (the
+ * cluster's pod ranges: another feature's map, which this header does not
+ * include). Anything else may be a Service: the stack translates it first,
+ * and it is decided where it leaves the node; what the stack delivers to
+ * the node itself is not subject to policy. 0: on; else a drop reason. */
+static __always_inline int policy_from_pod_decide(struct __sk_buff *skb, __u32 dst_if)
+{
+	__u32 src_if = skb->ifindex;
+	struct policy_endpoint *se, *de;
+	struct nat_scratch *s;
+
+	if (!policy_on())
+		return 0;
+	se = policy_ep(src_if);
+	de = policy_ep(dst_if);
+	if (!policy_any(se, de))
+		return 0;
+	s = scratch_get();
+	if (!s)
+		return DROP(REASON_DROP_MALFORMED);
+	__builtin_memset(&s->p, 0, sizeof(s->p));
+	if (nat_parse(skb, &s->p))
+		return 0; /* not IP: the link's own */
+	if (!dst_if && !POLICY_FINAL_DST(&s->p))
+		return 0;
+	return policy_check_eps(skb, &s->p, src_if, se, dst_if, de, 0);
+}
+#endif
+
+/* policy_known is rc, a decision (0 or a drop reason) that a global
+ * function returned, as the constant it is: to the verifier a global
+ * function's result is any number. */
+static __always_inline int policy_known(int rc)
+{
+	if (rc == DROP(REASON_DROP_POLICY_EGRESS))
+		return DROP(REASON_DROP_POLICY_EGRESS);
+	if (rc == DROP(REASON_DROP_POLICY_INGRESS))
+		return DROP(REASON_DROP_POLICY_INGRESS);
+	return rc ? DROP(REASON_DROP_MALFORMED) : 0;
 }
 
 #endif /* EBPF_CNI_MAPS_ONLY */

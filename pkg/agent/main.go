@@ -210,7 +210,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	defer nd.Close()
 	if !o.netpol {
 		// Before the capabilities go: BPF may be among them.
-		if err := ClearPolicies(o.bpfRoot); err != nil {
+		if err := ClearPolicies(nd); err != nil {
 			log.Warn("network policies off, but the policies an earlier agent wrote could not be removed: pods of namespaces that had policies may start closed", "err", err)
 		}
 	}
@@ -230,7 +230,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	}
 	var pc *PolicyController
 	if o.netpol {
-		pc = NewPolicyController(client, PolicyConfig{BPFRoot: o.bpfRoot, Logger: log.With("controller", "networkpolicy")})
+		pc = NewPolicyController(client, PolicyConfig{Node: nd, Logger: log.With("controller", "networkpolicy")})
 	}
 	a, err := New(client, routes, Config{NodeName: o.node, Resync: o.resync, HealthAddr: o.health, Policy: pc, Logger: log})
 	if err != nil {

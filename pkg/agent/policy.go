@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -27,14 +25,16 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy/compile"
 )
 
 // PolicyConfig is how the NetworkPolicy controller runs.
 type PolicyConfig struct {
-	// BPFRoot is the plugin's bpfRoot: the policy and endpoint maps.
-	BPFRoot string
+	// Node is the agent's handle on the plugin's node: the policy and
+	// endpoint maps, opened anew (Reopen) at each start.
+	Node *nodestate.Node
 	// Poll is how often endpoint_pods and endpoint_devs are read for
 	// endpoints that came or went (ADD and DEL tell nobody). Default 250 ms.
 	Poll   time.Duration
@@ -70,6 +70,7 @@ type PolicyController struct {
 	log    *slog.Logger
 
 	// Opened by each start, closed when it ends; touched by the worker only.
+	nd   *nodestate.Node // this start's handle: the maps below are its
 	pm   *policy.Maps
 	devs *ebpf.Map // endpoint_devs
 	pods *ebpf.Map // endpoint_pods
@@ -105,8 +106,8 @@ type latencyHist struct {
 // policyLatencyBuckets: from a change to the maps written, 1 ms to 10 s.
 var policyLatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
-// NewPolicyController prepares a controller of the maps under
-// cfg.BPFRoot; Run opens them (creating the policy maps when no plugin call
+// NewPolicyController prepares a controller of the maps of cfg.Node; Run
+// opens them (creating the policy maps when no plugin call
 // has yet) and starts it.
 func NewPolicyController(client kubernetes.Interface, cfg PolicyConfig) *PolicyController {
 	if cfg.Poll <= 0 {
@@ -119,18 +120,28 @@ func NewPolicyController(client kubernetes.Interface, cfg PolicyConfig) *PolicyC
 		hist: latencyHist{counts: make([]uint64, len(policyLatencyBuckets))}}
 }
 
-// open opens the maps under bpfRoot for one start.
+// open opens the node's maps for one start, through a handle of its own
+// (closed with the start): a bpffs remounted since the last start is seen.
 func (c *PolicyController) open() error {
-	pm, err := policy.Open(c.cfg.BPFRoot)
-	if err != nil {
-		return fmt.Errorf("opening the plugin's policy maps (bpfRoot %s): %w", c.cfg.BPFRoot, err)
+	nd := c.cfg.Node.Reopen()
+	if err := nd.CheckBPFFS(); err != nil {
+		return fmt.Errorf("opening the plugin's policy maps (bpfRoot %s): %w", nd.BPFRoot(), err)
 	}
-	ms, err := maps.OpenPinned(c.cfg.BPFRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
+	pm, err := policy.Open(nd)
 	if err != nil {
-		pm.Close()
-		return fmt.Errorf("opening the plugin's endpoint maps (bpfRoot %s): %w", c.cfg.BPFRoot, err)
+		nd.Close()
+		return fmt.Errorf("opening the plugin's policy maps (bpfRoot %s): %w", nd.BPFRoot(), err)
 	}
-	c.pm, c.devs, c.pods = pm, ms[maps.CniMapEndpointDevs], ms[maps.CniMapEndpointPods]
+	devs, err := nd.Map(maps.CniMapEndpointDevs)
+	var pods *ebpf.Map
+	if err == nil {
+		pods, err = nd.Map(maps.CniMapEndpointPods)
+	}
+	if err != nil {
+		nd.Close()
+		return fmt.Errorf("opening the plugin's endpoint maps (bpfRoot %s): %w", nd.BPFRoot(), err)
+	}
+	c.nd, c.pm, c.devs, c.pods = nd, pm, devs, pods
 	return nil
 }
 
@@ -297,9 +308,7 @@ func (c *PolicyController) poll(ctx context.Context, queue workqueue.TypedRateLi
 }
 
 func (c *PolicyController) close() {
-	c.pm.Close()
-	c.devs.Close()
-	c.pods.Close()
+	c.nd.Close() // the maps are the handle's
 	c.pm, c.devs, c.pods = nil, nil, nil
 }
 
@@ -803,15 +812,16 @@ func (c *PolicyController) stats() policyStats {
 // agent that runs without network policies (-network-policy=false): left
 // in place, the facts would keep closing new pods of those namespaces, with
 // nobody to open them. Maps not pinned: nothing to do.
-func ClearPolicies(bpfRoot string) error {
-	if _, err := os.Stat(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPolicyNamespaces)); errors.Is(err, os.ErrNotExist) {
+func ClearPolicies(n *nodestate.Node) error {
+	if !n.HasMap(maps.CniMapPolicyNamespaces) {
 		return nil
 	}
-	pm, err := policy.Open(bpfRoot)
+	nd := n.Reopen()
+	defer nd.Close()
+	pm, err := policy.Open(nd)
 	if err != nil {
 		return err
 	}
-	defer pm.Close()
 	for _, m := range []struct {
 		name string
 		m    *ebpf.Map

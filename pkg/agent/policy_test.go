@@ -54,7 +54,7 @@ func newPolicyNode(t *testing.T, objs ...any) *policyNode {
 // policyNodeAt is the node of the maps under bpfRoot (on a bpffs) and the
 // API of client.
 func policyNodeAt(t *testing.T, bpfRoot string, client *fake.Clientset) *policyNode {
-	pm, err := policy.Open(bpfRoot)
+	pm, err := policy.Open(nodetest.Handle(t, bpfRoot, t.TempDir()))
 	require.NoError(t, err)
 	t.Cleanup(pm.Close)
 	ms, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
@@ -115,7 +115,7 @@ func (n *policyNode) delEndpoint(ifindex uint32) {
 // run starts a controller until stop (or the test's end).
 func (n *policyNode) run() (pc *PolicyController, stop func()) {
 	n.t.Helper()
-	pc = NewPolicyController(n.client, PolicyConfig{BPFRoot: n.bpfRoot, Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	pc = NewPolicyController(n.client, PolicyConfig{Node: nodetest.Handle(n.t, n.bpfRoot, n.t.TempDir()), Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = pc.Run(ctx); close(done) }()
@@ -384,7 +384,7 @@ func TestPolicyControllerMapFull(t *testing.T) {
 	require.NoError(t, m.Pin(filepath.Join(maps.Dir(bpfRoot), maps.CniMapPolicyRules)))
 	m.Close()
 
-	pm, err := policy.Open(bpfRoot)
+	pm, err := policy.Open(nodetest.Handle(t, bpfRoot, t.TempDir()))
 	require.NoError(t, err)
 	t.Cleanup(pm.Close)
 	ms, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
@@ -432,7 +432,7 @@ func TestPolicyControllerWaitsForBPFFS(t *testing.T) {
 	client := fake.NewClientset(node("self", []string{"192.0.2.10"}, "10.244.0.0/24"), node("b", []string{"192.0.2.11"}, "10.244.1.0/24"),
 		testNS("a"), testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"}), allowFrom("a", "web", "server", "client", 80))
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	pc := NewPolicyController(client, PolicyConfig{BPFRoot: bpfRoot, Poll: 20 * time.Millisecond, Logger: discard})
+	pc := NewPolicyController(client, PolicyConfig{Node: nodetest.Handle(t, bpfRoot, t.TempDir()), Poll: 20 * time.Millisecond, Logger: discard})
 	routes := newMem()
 	a, err := New(client, routes, Config{NodeName: "self", Policy: pc, Logger: discard})
 	require.NoError(t, err)
@@ -508,7 +508,7 @@ func TestPolicyMetrics(t *testing.T) {
 // recompile and write. Reports the p50 and p99 of Latencies.
 func BenchmarkPolicyChange(b *testing.B) {
 	bpfRoot := testutil.BPFFS(b)
-	pm, err := policy.Open(bpfRoot)
+	pm, err := policy.Open(nodetest.Handle(b, bpfRoot, b.TempDir()))
 	require.NoError(b, err)
 	defer pm.Close()
 	ms, err := maps.OpenPinned(bpfRoot, maps.CniMapEndpointDevs, maps.CniMapEndpointPods)
@@ -547,7 +547,7 @@ func BenchmarkPolicyChange(b *testing.B) {
 		objs = append(objs, pol(i, int32(1000+i%16)))
 	}
 	client := fake.NewClientset(objs...)
-	pc := NewPolicyController(client, PolicyConfig{BPFRoot: bpfRoot, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	pc := NewPolicyController(client, PolicyConfig{Node: nodetest.Handle(b, bpfRoot, b.TempDir()), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = pc.Run(ctx); close(done) }()
@@ -603,13 +603,13 @@ func TestSlimPod(t *testing.T) {
 // TestClearPolicies: an agent without network policies removes what an
 // earlier one wrote: new pods start open, isolated ones are opened.
 func TestClearPolicies(t *testing.T) {
-	require.NoError(t, ClearPolicies(t.TempDir()), "no maps: nothing to do")
+	require.NoError(t, ClearPolicies(nodetest.Handle(t, t.TempDir(), t.TempDir())), "no maps: nothing to do")
 	n := serverClient(t)
 	_, stop := n.run()
 	stop()
 	require.NotEmpty(t, n.states())
 	require.NotEmpty(t, n.rules())
-	require.NoError(t, ClearPolicies(n.bpfRoot))
+	require.NoError(t, ClearPolicies(nodetest.Handle(t, n.bpfRoot, t.TempDir())))
 	require.Empty(t, n.states())
 	require.Empty(t, n.rules())
 	facts, err := n.pm.NamespaceFacts()

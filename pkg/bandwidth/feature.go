@@ -13,7 +13,7 @@ import (
 )
 
 // Feature is bandwidth: the pod's rate limits, and source pacing.
-type Feature struct{}
+type Feature struct{ feature.Base }
 
 // name keys the feature's state in endpoint records.
 const name = "bandwidth"

@@ -17,15 +17,25 @@ func TestJSONFieldNames(t *testing.T) {
 	ep := &Endpoint{ContainerID: "c", IfName: "eth0", Network: "n", NetNS: "/run/netns/x", HostVeth: "ec0", HostIfIndex: 7,
 		IPs: []string{"10.0.0.2"}, MAC: "0e:00:00:00:00:01", HostMAC: "0e:00:00:00:00:02",
 		Attachments: []Attached{{Hook: "from_container", Mode: "tcx", RecordedMode: "tcx", ProgramIDs: []uint32{42}, ProgramTag: "v1-abc"}},
-		Recorded:    true, InMaps: true, VethPresent: true, Problems: []string{}, Qdiscs: []string{"root tbf"}, ViaQdisc: true,
-		Policy: &EndpointPolicy{Ingress: PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, Egress: PolicyDirection{State: "open"}}}
+		Recorded:    true, InMaps: true, VethPresent: true, Problems: []string{"a <problem> & more"}, Qdiscs: []string{"root tbf"}, ViaQdisc: true}
 	var b bytes.Buffer
-	require.NoError(t, writeJSON(&b, ep))
-	require.JSONEq(t, `{"containerID":"c","ifname":"eth0","network":"n","netns":"/run/netns/x","hostVeth":"ec0","hostIfindex":7,
+	// A feature's columns (view.Columns) add its field after the core's.
+	feat := struct {
+		State string `json:"state"`
+	}{"enforced"}
+	require.NoError(t, writeJSON(&b, []endpointJSON{{Endpoint: ep, features: []featureField{{"policy", feat}}}}))
+	require.JSONEq(t, `[{"containerID":"c","ifname":"eth0","network":"n","netns":"/run/netns/x","hostVeth":"ec0","hostIfindex":7,
 		"ips":["10.0.0.2"],"mac":"0e:00:00:00:00:01","hostMAC":"0e:00:00:00:00:02",
 		"attachments":[{"hook":"from_container","mode":"tcx","recordedMode":"tcx","programIDs":[42],"programTag":"v1-abc"}],
-		"recorded":true,"inMaps":true,"vethPresent":true,"problems":[],"qdiscs":["root tbf"],"viaQdisc":true,
-		"policy":{"ingress":{"state":"enforced","generation":3,"drops":12},"egress":{"state":"open","generation":0,"drops":0}}}`, b.String())
+		"recorded":true,"inMaps":true,"vethPresent":true,"problems":["a <problem> & more"],"qdiscs":["root tbf"],"viaQdisc":true,
+		"policy":{"state":"enforced"}}]`, b.String())
+	require.Contains(t, b.String(), `"viaQdisc": true,
+    "policy": {
+      "state": "enforced"
+    }
+  }
+]`, "the features' fields last, indented as the rest")
+	require.Contains(t, b.String(), `"a <problem> & more"`, "no HTML escaping, as view.WriteJSON")
 
 	c := &countersOutput{
 		Total: ReasonCounters{Reasons: map[string]CounterValue{"redirect": {3, 300}, "drop_spoof_src": {1, 100}}, Dropped: CounterValue{1, 100},

@@ -55,10 +55,6 @@ type Endpoint struct {
 	// ViaQdisc: the datapath has learned that the root qdisc queues
 	// (EP_F_QDISC) and delivers to the pod through it.
 	ViaQdisc bool `json:"viaQdisc"`
-	// Policy is the endpoint's NetworkPolicy state per direction and the
-	// packets denied (policy_endpoints, policy_drops); the endpoints
-	// command fills it in.
-	Policy *EndpointPolicy `json:"policy,omitempty"`
 
 	rec    *node.Record
 	clsact bool // endpoint_devs says its programs are tc filters (EP_F_CLSACT)
@@ -358,11 +354,20 @@ func endpointRefs(ctx *Context) ([]view.EndpointRef, error) {
 	if err != nil {
 		return nil, err
 	}
+	return n.refs(), nil
+}
+
+// refs name the endpoints of the snapshot, in its order.
+func (n *snapshot) refs() []view.EndpointRef {
 	out := make([]view.EndpointRef, 0, len(n.Endpoints))
 	for _, e := range n.Endpoints {
-		out = append(out, view.EndpointRef{ContainerID: e.ContainerID, IfName: e.IfName, HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex})
+		r := view.EndpointRef{ContainerID: e.ContainerID, IfName: e.IfName, HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex, IPs: e.IPs}
+		if e.Pod != nil {
+			r.PodNamespace, r.PodName, r.PodUID = e.Pod.Namespace, e.Pod.Name, e.Pod.UID
+		}
+		out = append(out, r)
 	}
-	return out, nil
+	return out
 }
 
 // podMAC is the MAC of ifName in the netns at path, "" when it cannot be

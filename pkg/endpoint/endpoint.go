@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +24,6 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -397,9 +395,6 @@ func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) 
 			sw.Remove(fmt.Sprintf("%s[%d] (pod %s)", maps.CniMapEndpointPods, i, p), func() error { return em.DeletePod(int(i)) })
 		}
 	}
-	if err := gcPolicy(n, em, live, sw); err != nil {
-		return nil, err
-	}
 	d, err := counters.OpenDevices(n.PinnedMap)
 	if err != nil {
 		return nil, err
@@ -415,43 +410,4 @@ func gcEntries(n *node.Node, live *feature.Live, dryRun bool) ([]string, error) 
 		}
 	}
 	return sw.Result()
-}
-
-// gcPolicy sweeps the NetworkPolicy entries of endpoints that are gone: their
-// states and drop counters, and the rules the agent wrote for them (it
-// removes them itself when it runs; a node whose agent is gone has them
-// swept here).
-func gcPolicy(n *node.Node, em *Maps, live *feature.Live, sw *feature.Sweep) error {
-	states, err := em.Policy.EndpointStates()
-	if err != nil {
-		return err
-	}
-	for i := range states {
-		if !live.IfIndex(int(i)) {
-			sw.Remove(fmt.Sprintf("%s[%d]", maps.CniMapPolicyEndpoints, i), func() error { return em.Policy.DeleteEndpoint(i) })
-		}
-	}
-	rm, err := n.PinnedMap(maps.CniMapPolicyRules)
-	if err != nil || rm == nil {
-		return err
-	}
-	rules, err := (&policy.Maps{RuleMap: rm}).ReadRules()
-	if err != nil {
-		return err
-	}
-	for i, byDir := range rules {
-		if live.IfIndex(int(i)) {
-			continue
-		}
-		for d, entries := range byDir {
-			prefixes := make([]netip.Prefix, len(entries))
-			for j, e := range entries {
-				prefixes[j] = e.Prefix
-			}
-			sw.Remove(fmt.Sprintf("%s[%d %s] (%d entries)", maps.CniMapPolicyRules, i, d, len(entries)), func() error {
-				return (&policy.Maps{RuleMap: rm}).DeleteRules(i, d, prefixes)
-			})
-		}
-	}
-	return nil
 }

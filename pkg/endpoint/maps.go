@@ -11,7 +11,6 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -44,10 +43,6 @@ type Maps struct {
 	Endpoints *ebpf.Map // endpoint_key -> endpoint_info
 	Devs      *ebpf.Map // host ifindex -> endpoint_dev
 	Pods      *ebpf.Map // host ifindex -> endpoint_pod
-	// Policy holds the NetworkPolicy maps an endpoint's life touches: its
-	// first state (policy_endpoints, policy_config, read from
-	// policy_namespaces) and its drop counters; the rules are the agent's.
-	Policy *policy.Maps
 }
 
 // MapsOf are the endpoint maps of the call's node (the node closes them).
@@ -64,13 +59,7 @@ func MapsOf(n *node.Node) (*Maps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening endpoint maps: %w", err)
 	}
-	pm := map[string]*ebpf.Map{}
-	for _, name := range []string{maps.CniMapPolicyEndpoints, maps.CniMapPolicyConfig, maps.CniMapPolicyNamespaces, maps.CniMapPolicyDrops} {
-		if pm[name], err = n.Map(name); err != nil {
-			return nil, fmt.Errorf("opening endpoint maps: %w", err)
-		}
-	}
-	return &Maps{Endpoints: e, Devs: d, Pods: p, Policy: policy.FromMaps(pm, false)}, nil
+	return &Maps{Endpoints: e, Devs: d, Pods: p}, nil
 }
 
 func podValue(p *Pod) maps.CniEndpointPod {
@@ -147,21 +136,6 @@ func (m *Maps) Put(e *Entry) error {
 			}
 		}
 	}
-	// The pod's first NetworkPolicy state before anything can reach it:
-	// closed for the directions its namespace's policies isolate, until
-	// the agent writes its rules (pkg/policy). Written (or a stale one of
-	// the ifindex deleted) for every pod.
-	ns := ""
-	if e.Pod != nil {
-		ns = e.Pod.Namespace
-	}
-	st, err := m.Policy.StartState(ns)
-	if err != nil {
-		return fmt.Errorf("endpoint %s: %w", e.ContainerID, err)
-	}
-	if err := m.Policy.SetEndpoint(uint32(e.HostIfIndex), st); err != nil {
-		return fmt.Errorf("endpoint %s: %w", e.ContainerID, err)
-	}
 	if e.Pod != nil {
 		v := podValue(e.Pod)
 		if err := m.Pods.Put(uint32(e.HostIfIndex), &v); err != nil {
@@ -218,9 +192,6 @@ func (m *Maps) Delete(ifindex int, hostMAC net.HardwareAddr, ips []net.IP) error
 	// host MAC is a new pod's, and so is the identity.
 	if (err == nil && bytes.Equal(d.HostMac[:], hostMAC)) || errors.Is(err, ebpf.ErrKeyNotExist) {
 		if err := m.DeletePod(ifindex); err != nil {
-			errs = append(errs, err)
-		}
-		if err := m.Policy.DeleteEndpoint(uint32(ifindex)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -58,6 +58,9 @@ type Feature interface {
 	Repair(n *node.Node, rp *Repair) ([]string, error)
 	// Commands are the feature's operator CLI commands.
 	Commands() []*view.Command
+	// Columns are what the CLI's endpoints command shows of every
+	// endpoint for the feature (nil: nothing).
+	Columns() *view.Columns
 }
 
 // Repair is what the repair layer (pkg/repair) asks of a feature: to mend
@@ -140,6 +143,7 @@ func (Base) GC(*node.Node, *Live, bool) ([]string, error) { return nil, nil }
 func (Base) Release(*node.Node) error                     { return nil }
 func (Base) Repair(*node.Node, *Repair) ([]string, error) { return nil, nil }
 func (Base) Commands() []*view.Command                    { return nil }
+func (Base) Columns() *view.Columns                       { return nil }
 
 // Undo is the steps an ADD has taken, to reverse them if it fails.
 type Undo struct{ steps []func() error }

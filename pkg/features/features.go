@@ -10,6 +10,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
 	"github.com/ebpf-cni/ebpf-cni/pkg/nat"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/portmap"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
@@ -20,9 +21,10 @@ import (
 // attaches its host veth's programs, pkg/endpoint); DEL takes them down in
 // reverse. The order is what the datapath needs: masquerade's settings and
 // the pod's buckets exist before the endpoint entries whose flags make the
-// programs use them (Before); ports are published once the endpoint
-// exists, and unpublished before its entries go at DEL (After); the pod's
-// flows are flushed once its entries are gone.
+// programs use them, and the pod's first NetworkPolicy state before those
+// entries make it reachable (Before); ports are published once the
+// endpoint exists, and unpublished before its entries go at DEL (After);
+// the pod's flows are flushed once its entries are gone.
 var (
 	// Before are set up before the endpoint, taken down after it.
 	Before = []feature.Feature{
@@ -30,6 +32,7 @@ var (
 		cluster.Feature{},   // the cluster's pod ranges and the VXLAN overlay (clusterCIDRs, overlay)
 		flows.Feature{},     // Services through netfilter (kube-proxy): the flow table
 		bandwidth.Feature{}, // rate limits and source pacing
+		policy.Feature{},    // NetworkPolicy: the pod's first state (closed where its namespace's policies isolate it)
 	}
 	// After are set up once the endpoint exists, taken down before it.
 	After = []feature.Feature{
@@ -72,6 +75,18 @@ func Commands() []*view.Command {
 	var out []*view.Command
 	for _, f := range All {
 		out = append(out, f.Commands()...)
+	}
+	return out
+}
+
+// Columns are what the features show of every endpoint in the CLI's
+// endpoints command, in ADD order.
+func Columns() []*view.Columns {
+	var out []*view.Columns
+	for _, f := range All {
+		if c := f.Columns(); c != nil {
+			out = append(out, c)
+		}
 	}
 	return out
 }

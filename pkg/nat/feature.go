@@ -13,7 +13,7 @@ import (
 )
 
 // Feature is masquerade (ipMasq).
-type Feature struct{}
+type Feature struct{ feature.Base }
 
 var _ feature.Feature = Feature{}
 

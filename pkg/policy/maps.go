@@ -1,12 +1,13 @@
-// Package policy holds the NetworkPolicy maps of a node (bpf/lib/policy.h):
-// what each endpoint may receive and send, as the node agent compiles it
-// and the programs enforce it, and the per-namespace facts ADD reads.
+// Package policy is the NetworkPolicy feature of ebpf-cni: the maps of a
+// node (bpf/lib/policy.h) that say what each endpoint may receive and send,
+// as the node agent compiles them (pkg/policy/compile) and the programs
+// enforce them, the per-namespace facts ADD reads, and the feature that
+// gives a pod its first state (feature.go) and shows them (view.go).
 //
 // The agent is the only writer of rules, names and namespace facts; ADD
 // writes the first state of a pod it starts in a namespace that has
 // policies (closed); DEL and GC remove an endpoint's state and drop
-// counters (its rules are the agent's to remove: an LPM trie cannot be
-// searched by endpoint without a walk of it all).
+// counters, and GC the rules the agent left of endpoints that are gone.
 package policy
 
 import (
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // Direction of a rule, as enum pkt_dir.
@@ -75,14 +77,18 @@ type Maps struct {
 	own          bool
 }
 
-// Open opens (creating and pinning when missing) the policy maps under
-// bpfRoot; Close closes them.
-func Open(bpfRoot string) (*Maps, error) {
-	ms, err := maps.OpenPinned(bpfRoot, Names...)
-	if err != nil {
-		return nil, err
+// Open opens (creating and pinning when missing) the policy maps of the
+// node through its handle, which keeps and closes them.
+func Open(n *node.Node) (*Maps, error) {
+	ms := make(map[string]*ebpf.Map, len(Names))
+	for _, name := range Names {
+		m, err := n.Map(name)
+		if err != nil {
+			return nil, err
+		}
+		ms[name] = m
 	}
-	return FromMaps(ms, true), nil
+	return FromMaps(ms, false), nil
 }
 
 // FromMaps wraps maps opened by name; own: Close closes them.
@@ -92,6 +98,42 @@ func FromMaps(ms map[string]*ebpf.Map, own bool) *Maps {
 		FlowMap: ms[maps.CniMapPolicyFlows], DropMap: ms[maps.CniMapPolicyDrops], NamespaceMap: ms[maps.CniMapPolicyNamespaces],
 		NameMap: ms[maps.CniMapPolicyNames], own: own,
 	}
+}
+
+// ownMaps are the maps an endpoint's life touches: its first state
+// (policy_endpoints, policy_config, read from policy_namespaces) and its
+// drop counters; the rules, flows and names are the agent's and the
+// programs'.
+var ownMaps = []string{maps.CniMapPolicyEndpoints, maps.CniMapPolicyConfig, maps.CniMapPolicyNamespaces, maps.CniMapPolicyDrops}
+
+// MapsOf are the maps of the call's node that an endpoint's life touches,
+// created when missing (ADD); the node opens each once per call and closes
+// them.
+func MapsOf(n *node.Node) (*Maps, error) {
+	ms := map[string]*ebpf.Map{}
+	for _, name := range ownMaps {
+		m, err := n.Map(name)
+		if err != nil {
+			return nil, fmt.Errorf("opening the policy maps: %w", err)
+		}
+		ms[name] = m
+	}
+	return FromMaps(ms, false), nil
+}
+
+// pinnedOf are the node's policy maps of names that are pinned, nil where
+// one is not (a node no ADD of a build with NetworkPolicy ran on): DEL and
+// GC create none.
+func pinnedOf(n *node.Node, names ...string) (*Maps, error) {
+	ms := map[string]*ebpf.Map{}
+	for _, name := range names {
+		m, err := n.PinnedMap(name)
+		if err != nil {
+			return nil, fmt.Errorf("opening the policy maps: %w", err)
+		}
+		ms[name] = m
+	}
+	return FromMaps(ms, false), nil
 }
 
 // Close closes the maps Open opened.
@@ -186,10 +228,16 @@ func (m *Maps) SetEndpoint(ifindex uint32, st EndpointState) error {
 }
 
 // DeleteEndpoint removes the state and drop counters of an endpoint (DEL,
-// GC, or both directions open); a missing entry is fine.
+// GC, or both directions open); a missing entry, or map (not pinned), is
+// fine.
 func (m *Maps) DeleteEndpoint(ifindex uint32) error {
-	if err := m.EndpointMap.Delete(ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("deleting %s[%d]: %w", maps.CniMapPolicyEndpoints, ifindex, err)
+	if m.EndpointMap != nil {
+		if err := m.EndpointMap.Delete(ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting %s[%d]: %w", maps.CniMapPolicyEndpoints, ifindex, err)
+		}
+	}
+	if m.DropMap == nil {
+		return nil
 	}
 	for _, d := range []Direction{Ingress, Egress} {
 		k := maps.CniPolicyDropKey{Ifindex: ifindex, Dir: uint32(d)}
@@ -215,6 +263,21 @@ func (m *Maps) Drops(ifindex uint32, d Direction) (uint64, error) {
 		n += c
 	}
 	return n, nil
+}
+
+// DropEndpoints are the host ifindexes policy_drops counts packets of.
+func (m *Maps) DropEndpoints() (map[uint32]bool, error) {
+	out := map[uint32]bool{}
+	var k maps.CniPolicyDropKey
+	var per []uint64
+	it := m.DropMap.Iterate()
+	for it.Next(&k, &per) {
+		out[k.Ifindex] = true
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating %s: %w", maps.CniMapPolicyDrops, err)
+	}
+	return out, nil
 }
 
 // NamespaceFact is what a namespace's policies isolate.

@@ -43,7 +43,7 @@ const name = "hostPort"
 const legacyKey = "hostPorts"
 
 // Feature is hostPort.
-type Feature struct{}
+type Feature struct{ feature.Base }
 
 var _ feature.Feature = Feature{}
 

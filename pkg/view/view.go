@@ -41,6 +41,12 @@ type Command struct {
 type EndpointRef struct {
 	ContainerID, IfName, HostVeth string
 	HostIfIndex                   int
+	// The pod's Kubernetes identity (endpoint_pods, else the record):
+	// empty when the runtime passed no K8S_POD_* in CNI_ARGS.
+	PodNamespace, PodName, PodUID string
+	// IPs are the endpoint's addresses as the datapath enforces them
+	// (endpoint_devs), else as recorded.
+	IPs []string
 }
 
 // Name is how tables name an endpoint: containerID/ifname (the ID cut to

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/agent"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 )
 
@@ -109,7 +110,12 @@ func (b *bench) policy() error {
 	if err != nil {
 		return err
 	}
-	ctl := agent.NewPolicyController(client, agent.PolicyConfig{BPFRoot: s.bpfRoot})
+	nd, err := node.Open(node.Options{BPFRoot: s.bpfRoot, StateDir: s.stateDir, Lock: node.Unlocked})
+	if err != nil {
+		return err
+	}
+	defer nd.Close()
+	ctl := agent.NewPolicyController(client, agent.PolicyConfig{Node: nd})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ctl.Run(ctx) }()
@@ -117,11 +123,10 @@ func (b *bench) policy() error {
 		cancel()
 		<-done
 	}()
-	pm, err := policy.Open(s.bpfRoot)
+	pm, err := policy.Open(nd)
 	if err != nil {
 		return err
 	}
-	defer pm.Close()
 	if err := waitEnforced(pm, ctl, 30*time.Second); err != nil {
 		return err
 	}

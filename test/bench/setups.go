@@ -46,6 +46,7 @@ type setup struct {
 	list     *libcni.NetworkConfigList
 	features map[string]bool
 	bpfRoot  string // EBPF's
+	stateDir string // EBPF's
 	pods     atomic.Int64
 }
 
@@ -129,8 +130,8 @@ func (b *bench) newSetupWith(name, tag, refDir string) (*setup, error) {
 		raw, err = refList(dir)
 	case EBPF:
 		s.features = features
-		s.bpfRoot = filepath.Join(b.bpfs, tag)
-		raw, err = ebpfList(s.bpfRoot, b.runDir(tag, name, "state"), b.cgroup, features)
+		s.bpfRoot, s.stateDir = filepath.Join(b.bpfs, tag), b.runDir(tag, name, "state")
+		raw, err = ebpfList(s.bpfRoot, s.stateDir, b.cgroup, features)
 		// Without masquerade the world needs a route back to the pods
 		// (with it the route is unused); TestToWorld does the same.
 		if err == nil {

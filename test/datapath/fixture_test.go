@@ -165,9 +165,9 @@ func (e *env) policyStates() map[uint32]policy.EndpointState {
 	e.t.Helper()
 	nd := e.handle()
 	defer nd.Close()
-	em, err := endpoint.MapsOf(nd)
+	pm, err := policy.MapsOf(nd)
 	require.NoError(e.t, err)
-	st, err := em.Policy.EndpointStates()
+	st, err := pm.EndpointStates()
 	require.NoError(e.t, err)
 	return st
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
@@ -21,7 +22,7 @@ import (
 // policyMaps opens the node's NetworkPolicy maps; closed at cleanup.
 func (e *env) policyMaps() *policy.Maps {
 	e.t.Helper()
-	pm, err := policy.Open(e.bpfRoot)
+	pm, err := policy.Open(nodetest.Handle(e.t, e.bpfRoot, e.stateDir))
 	require.NoError(e.t, err)
 	e.t.Cleanup(pm.Close)
 	return pm

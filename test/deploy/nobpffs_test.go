@@ -180,7 +180,7 @@ func agentWithoutBPFFS(t *testing.T, bin, mode string) {
 	// with policies: closed both ways until the agent writes its state.
 	testutil.MountBPFFS(t, mnt)
 	const ifindex = 4242
-	pm, err := policy.Open(bpfRoot)
+	pm, err := policy.Open(nodetest.Handle(t, bpfRoot, stateDir))
 	require.NoError(t, err)
 	defer pm.Close()
 	require.NoError(t, pm.SetEndpoint(ifindex, policy.EndpointState{Ingress: uint8(policy.StateClosed), Egress: uint8(policy.StateClosed)}))

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
@@ -42,7 +43,7 @@ func askQuick(n ns.NetNS, addr string) string {
 // policyOf opens node n's NetworkPolicy maps.
 func (n *node) policyOf() *policy.Maps {
 	n.t.Helper()
-	pm, err := policy.Open(n.bpfRoot)
+	pm, err := policy.Open(nodetest.Handle(n.t, n.bpfRoot, n.stateDir))
 	require.NoError(n.t, err)
 	n.t.Cleanup(pm.Close)
 	return pm

@@ -34,12 +34,6 @@ var ownerLine = regexp.MustCompile(`^/\* owner: (shared|core|feature ([A-Za-z]+)
 // includeLine is a quoted #include: a header of the project.
 var includeLine = regexp.MustCompile(`^\s*#\s*include\s+"([^"]+)"`)
 
-// unregistered are features of the C side that pkg/features does not list
-// yet, with why.
-var unregistered = map[string]string{
-	"policy": "NetworkPolicy (pkg/policy, bpf/lib/policy.h): enforced by the programs, written by the agent",
-}
-
 // owner is what a header's owner line says: "shared", "core" or
 // "feature <name>".
 type owner struct {
@@ -72,9 +66,6 @@ func bpfHeaders(t *testing.T, dir string) (owners map[string]owner, includes map
 	known := map[string]bool{}
 	for _, f := range features.All {
 		known[f.Name()] = true
-	}
-	for name := range unregistered {
-		known[name] = true
 	}
 	paths, err := filepath.Glob(filepath.Join(dir, "*.h"))
 	require.NoError(t, err)

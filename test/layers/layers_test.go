@@ -33,6 +33,13 @@ var layers = []struct {
 	{"mains", []string{"cmd/ebpf-cni", "cmd/ebpf-ipam", "cmd/ebpf-cni-agent"}, false},
 	{"cli", []string{"pkg/cli"}, false},
 	{"verbs", []string{"pkg/plugin", "pkg/agent"}, false},
+	// The compiler of NetworkPolicies into the policy feature's rule
+	// entries: the agent's alone (pure Go, k8s.io/api, kept out of the
+	// plugin binaries). It builds the entries of the feature's maps, so it
+	// sits above the feature (pkg/policy: maps, feature and command in one
+	// package, as every feature keeps its own), not beside it in the
+	// building blocks; nothing below the verbs imports it.
+	{"the agent's NetworkPolicy compiler", []string{"pkg/policy/compile"}, false},
 	// Reconciliation of the kernel and the caches, below the verbs.
 	{"repair", []string{"pkg/repair"}, false},
 	{"registry", []string{"pkg/features"}, false},
@@ -41,7 +48,7 @@ var layers = []struct {
 	{"features", nil, false},
 	// Building blocks, each layer on the ones below it.
 	{"blocks: the core's endpoint step and what features share", []string{"pkg/endpoint", "pkg/uplink",
-		"pkg/conntrack", "pkg/clusterranges", "pkg/policy/compile"}, false},
+		"pkg/conntrack", "pkg/clusterranges"}, false},
 	{"blocks: a DEL's flush of the NAT and flow tables", []string{"pkg/podflush"}, false},
 	{"blocks: the feature contract", []string{"pkg/feature"}, false},
 	// What an operator CLI command is made of; a command reads the node
@@ -51,7 +58,7 @@ var layers = []struct {
 	{"blocks: programs", []string{"pkg/programs"}, false},
 	{"blocks: attachments, IPAM", []string{"pkg/attach", "pkg/ipam"}, false},
 	{"blocks: leaves", []string{"pkg/counters", "pkg/events", "pkg/veth", "pkg/errcode",
-		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls", "pkg/policy"}, false},
+		"pkg/kernel", "pkg/conflist", "pkg/buildinfo", "pkg/cgroup", "pkg/calls"}, false},
 	// The one configuration error and the rules of keys two configurations
 	// share (the plugin's, the installer's conflist).
 	{"configuration", []string{"pkg/config"}, false},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 )
@@ -82,7 +83,7 @@ func newCluster(t *testing.T) *cluster {
 			cl.pods = append(cl.pods, cl.addPod(ns, name))
 		}
 	}
-	m, err := policy.Open(n.BPFRoot)
+	m, err := policy.Open(nodetest.Handle(t, n.BPFRoot, n.StateDir))
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	cl.maps = m

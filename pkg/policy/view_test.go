@@ -1,6 +1,7 @@
-package cli
+package policy_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net"
 	"net/netip"
@@ -12,12 +13,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 )
+
+// The policy command and the endpoints command's policy columns, run as
+// the operator runs them (pkg/cli: the node's endpoints from records and
+// maps, the features' commands and columns from the registry).
 
 // Host ifindexes of the policy tests' endpoints: no device of this netns
 // has them (nothing is attached; the CLI finds no veth).
@@ -40,7 +47,7 @@ type policyNode struct {
 func newPolicyNode(t *testing.T) *policyNode {
 	t.Helper()
 	n := &policyNode{bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir()}
-	pm, err := policy.Open(n.bpfRoot)
+	pm, err := policy.Open(nodetest.Handle(t, n.bpfRoot, n.stateDir))
 	require.NoError(t, err)
 	t.Cleanup(pm.Close)
 	n.pm = pm
@@ -51,7 +58,7 @@ func newPolicyNode(t *testing.T) *policyNode {
 			m.Close()
 		}
 	})
-	em := &endpoint.Maps{Endpoints: ms[maps.CniMapEndpoints], Devs: ms[maps.CniMapEndpointDevs], Pods: ms[maps.CniMapEndpointPods], Policy: pm}
+	em := &endpoint.Maps{Endpoints: ms[maps.CniMapEndpoints], Devs: ms[maps.CniMapEndpointDevs], Pods: ms[maps.CniMapEndpointPods]}
 
 	require.NoError(t, pm.SetNamespace("shop", policy.NamespaceFact{Ingress: true, Egress: true}))
 	require.NoError(t, pm.SetNamespace("team", policy.NamespaceFact{Ingress: true}))
@@ -64,19 +71,44 @@ func newPolicyNode(t *testing.T) *policyNode {
 		{HostIfIndex: ifPlain, ContainerID: "plain", IfName: "eth0", MAC: mac(5), HostMAC: mac(6),
 			IPs: []net.IP{net.ParseIP("10.244.1.7")}, Pod: &endpoint.Pod{Namespace: "other", Name: "app"}},
 	} {
+		// The first state as the feature's ADD writes it, then the entries.
+		st, err := pm.StartState(e.Pod.Namespace)
+		require.NoError(t, err)
+		require.NoError(t, pm.SetEndpoint(uint32(e.HostIfIndex), st))
 		require.NoError(t, em.Put(e))
 	}
 	// web has a record: the CLI knows its host veth by it.
 	require.NoError(t, node.WriteRecord(n.stateDir, &node.Record{ContainerID: "web", IfName: "eth0", HostIfName: "ecpolweb0", HostIfIndex: ifWeb,
 		MAC: mac(1).String(), HostMAC: mac(2).String(), IPs: []string{"10.244.1.5/32"}}))
 
-	// The agent's rules for web: ingress from the pod range on tcp/80
-	// (one policy), from one pod on more ports (two), a range carved out
-	// (except), IPv6 from six policies; egress DNS anywhere.
-	var allowWeb, allowDNS uint32
-	allowWeb, err = pm.SetName("shop", "allow-web")
+	writeWebRules(t, pm)
+	require.NoError(t, pm.SetEndpoint(ifWeb, policy.EndpointState{Ingress: uint8(policy.StateEnforce), Egress: uint8(policy.StateEnforce),
+		IngressGen: 3, EgressGen: 1}))
+	require.NoError(t, pm.SetEndpoint(ifOrphan, policy.EndpointState{Ingress: uint8(policy.StateClosed)}))
+
+	// Drops as the programs count them: per CPU.
+	cpus, err := ebpf.PossibleCPU()
 	require.NoError(t, err)
-	allowDNS, err = pm.SetName("shop", "allow-dns")
+	drops := func(ifindex uint32, d policy.Direction, n uint64) {
+		per := make([]uint64, cpus)
+		per[0] = n - n/2
+		per[cpus-1] += n / 2
+		k := maps.CniPolicyDropKey{Ifindex: ifindex, Dir: uint32(d)}
+		require.NoError(t, pm.DropMap.Put(&k, per))
+	}
+	drops(ifWeb, policy.Ingress, 12)
+	drops(ifDB, policy.Egress, 1500)
+	return n
+}
+
+// writeWebRules writes the agent's rules for web: ingress from the pod
+// range on tcp/80 (one policy), from one pod on more ports (two), a range
+// carved out (except), IPv6 from six policies; egress DNS anywhere.
+func writeWebRules(t *testing.T, pm *policy.Maps) {
+	t.Helper()
+	allowWeb, err := pm.SetName("shop", "allow-web")
+	require.NoError(t, err)
+	allowDNS, err := pm.SetName("shop", "allow-dns")
 	require.NoError(t, err)
 	ports := func(r *policy.Rule, ps ...maps.CniPolicyPort) {
 		r.N_ports = uint8(copy(r.Ports[:], ps))
@@ -104,27 +136,13 @@ func newPolicyNode(t *testing.T) *policyNode {
 		{Prefix: netip.MustParsePrefix("fd00:10:244:2::9/128"), Rule: full},
 	}))
 	require.NoError(t, pm.PutRules(ifWeb, policy.Egress, []policy.Entry{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Rule: dns}}))
-	require.NoError(t, pm.SetEndpoint(ifWeb, policy.EndpointState{Ingress: uint8(policy.StateEnforce), Egress: uint8(policy.StateEnforce),
-		IngressGen: 3, EgressGen: 1}))
-	require.NoError(t, pm.SetEndpoint(ifOrphan, policy.EndpointState{Ingress: uint8(policy.StateClosed)}))
-
-	// Drops as the programs count them: per CPU.
-	cpus, err := ebpf.PossibleCPU()
-	require.NoError(t, err)
-	drops := func(ifindex uint32, d policy.Direction, n uint64) {
-		per := make([]uint64, cpus)
-		per[0] = n - n/2
-		per[cpus-1] += n / 2
-		k := maps.CniPolicyDropKey{Ifindex: ifindex, Dir: uint32(d)}
-		require.NoError(t, pm.DropMap.Put(&k, per))
-	}
-	drops(ifWeb, policy.Ingress, 12)
-	drops(ifDB, policy.Egress, 1500)
-	return n
 }
 
+// run runs the operator CLI on the node.
 func (n *policyNode) run(args ...string) (stdout, stderr string, code int) {
-	return run(append(args, "--bpf-root", n.bpfRoot, "--state-dir", n.stateDir)...)
+	var o, e bytes.Buffer
+	code = cli.Main(append(args, "--bpf-root", n.bpfRoot, "--state-dir", n.stateDir), &o, &e)
+	return o.String(), e.String(), code
 }
 
 // TestPolicyCommand: the node line, then per endpoint and direction its
@@ -133,7 +151,7 @@ func (n *policyNode) run(args ...string) (stdout, stderr string, code int) {
 func TestPolicyCommand(t *testing.T) {
 	n := newPolicyNode(t)
 	out, errOut, code := n.run("policy")
-	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, cli.ExitOK, code, errOut)
 	t.Log("\n" + out)
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	require.Equal(t, "policy lookups: on; endpoints isolated: 3 of 4 (ingress 3, egress 2); namespaces with policies: 2: shop (ingress, egress), team (ingress)", lines[0])
@@ -163,27 +181,27 @@ func TestPolicyCommand(t *testing.T) {
 	require.Equal(t, col, strings.Index(lines[8], "10.244.1.8/32"), "peer column misaligned:\n%s", out)
 
 	out, errOut, code = n.run("policy", "-o", "json")
-	require.Equal(t, ExitOK, code, errOut)
-	var got policyOutput
+	require.Equal(t, cli.ExitOK, code, errOut)
+	var got policy.PolicyOutput
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	require.True(t, got.Node.Lookups)
 	require.Equal(t, 4, got.Node.Endpoints)
-	require.Equal(t, []PolicyNamespace{{"shop", true, true}, {"team", true, false}}, got.Node.Namespaces)
+	require.Equal(t, []policy.PolicyNamespace{{"shop", true, true}, {"team", true, false}}, got.Node.Namespaces)
 	require.Len(t, got.Endpoints, 4)
 	web := got.Endpoints[2]
 	require.Equal(t, "web", web.ContainerID)
 	require.Equal(t, &node.Pod{Namespace: "shop", Name: "web-0"}, web.Pod)
-	require.Equal(t, PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, web.Ingress.PolicyDirection)
-	require.Equal(t, PolicyRule{Peer: "10.244.1.8/32", Ports: []PolicyPort{{"tcp", 80, 80}, {"udp", 53, 55}},
+	require.Equal(t, policy.PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, web.Ingress.PolicyDirection)
+	require.Equal(t, policy.PolicyRule{Peer: "10.244.1.8/32", Ports: []policy.PolicyPort{{"tcp", 80, 80}, {"udp", 53, 55}},
 		Policies: []string{"shop/allow-web", "shop/allow-dns"}}, web.Ingress.Rules[1])
-	require.Equal(t, PolicyRule{Peer: "10.244.2.0/24", Ports: []PolicyPort{}, Policies: []string{}}, web.Ingress.Rules[2])
+	require.Equal(t, policy.PolicyRule{Peer: "10.244.2.0/24", Ports: []policy.PolicyPort{}, Policies: []string{}}, web.Ingress.Rules[2])
 	require.True(t, web.Ingress.Rules[3].AllPorts)
 	require.Equal(t, 2, web.Ingress.Rules[3].MorePolicies)
 	require.False(t, web.Ingress.Rules[3].MaybeMore)
 	require.True(t, web.Ingress.Rules[4].MaybeMore)
 	require.Zero(t, web.Ingress.Rules[4].MorePolicies)
-	require.Equal(t, PolicyDirection{State: "closed", Drops: 1500}, got.Endpoints[0].Egress.PolicyDirection)
-	require.Equal(t, []PolicyRule{}, got.Endpoints[0].Egress.Rules)
+	require.Equal(t, policy.PolicyDirection{State: "closed", Drops: 1500}, got.Endpoints[0].Egress.PolicyDirection)
+	require.Equal(t, []policy.PolicyRule{}, got.Endpoints[0].Egress.Rules)
 	// Field names scripts rely on.
 	require.Regexp(t, regexp.MustCompile(`"rules": \[\s+\{\s+"peer": "0\.0\.0\.0/0",\s+"allPorts": false,\s+"ports": \[\s+\{\s+"protocol": "udp",\s+"first": 53,\s+"last": 53`), out)
 	for _, k := range []string{`"lookups"`, `"isolated"`, `"any"`, `"namespaces"`, `"hostVeth"`, `"hostIfindex"`, `"ips"`, `"state"`, `"generation"`, `"drops"`, `"policies"`, `"morePolicies"`, `"maybeMore"`} {
@@ -197,8 +215,8 @@ func TestPolicyFilter(t *testing.T) {
 	n := newPolicyNode(t)
 	for _, args := range [][]string{{"--pod", "shop/web-0"}, {"--veth", "ecpolweb0"}, {"--pod", "web/eth0"}} {
 		out, errOut, code := n.run(append([]string{"policy", "-o", "json"}, args...)...)
-		require.Equal(t, ExitOK, code, errOut)
-		var got policyOutput
+		require.Equal(t, cli.ExitOK, code, errOut)
+		var got policy.PolicyOutput
 		require.NoError(t, json.Unmarshal([]byte(out), &got))
 		require.Len(t, got.Endpoints, 1, args)
 		require.Equal(t, ifWeb, got.Endpoints[0].HostIfIndex, args)
@@ -206,11 +224,11 @@ func TestPolicyFilter(t *testing.T) {
 		require.Equal(t, 3, got.Node.Isolated.Any)
 	}
 	out, _, code := n.run("policy", "--pod", "other/app")
-	require.Equal(t, ExitOK, code)
+	require.Equal(t, cli.ExitOK, code)
 	require.Len(t, strings.Split(strings.TrimRight(out, "\n"), "\n"), 5, out)
 	for _, o := range []string{"table", "json"} {
 		out, errOut, code := n.run("policy", "--pod", "shop/nope", "-o", o)
-		require.Equal(t, ExitError, code, o)
+		require.Equal(t, cli.ExitError, code, o)
 		require.Empty(t, out, o)
 		require.Contains(t, errOut, "no endpoint on this node matches --pod or --veth", o)
 	}
@@ -228,7 +246,7 @@ func TestPolicyNotPinned(t *testing.T) {
 	require.NoError(t, ms[maps.CniMapEndpointDevs].Put(uint32(ifWeb), &d))
 	ms[maps.CniMapEndpointDevs].Close()
 	out, errOut, code := n.run("policy")
-	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, cli.ExitOK, code, errOut)
 	require.Contains(t, out, "policy lookups: off; endpoints isolated: 0 of 1 (ingress 0, egress 0); namespaces with policies: none\n")
 	require.Regexp(t, `(?m)^old/- +- +- +ingress +open +- +0 +all peers`, out)
 }
@@ -239,7 +257,7 @@ func TestPolicyNotPinned(t *testing.T) {
 func TestEndpointsPolicy(t *testing.T) {
 	n := newPolicyNode(t)
 	out, errOut, code := n.run("endpoints")
-	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, cli.ExitOK, code, errOut)
 	t.Log("\n" + out)
 	lines := strings.Split(out, "\n")
 	require.Regexp(t, `  POLICY +POLICY DROPS +STATE$`, lines[0])
@@ -254,17 +272,20 @@ func TestEndpointsPolicy(t *testing.T) {
 	require.Equal(t, col, strings.Index(lines[1], "in:0 eg:1.5k"), "policy drops column misaligned:\n%s", out)
 
 	out, errOut, code = n.run("endpoints", "-o", "json")
-	require.Equal(t, ExitOK, code, errOut)
-	var eps []*Endpoint
+	require.Equal(t, cli.ExitOK, code, errOut)
+	var eps []struct {
+		ContainerID string                 `json:"containerID"`
+		Policy      *policy.EndpointPolicy `json:"policy"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(out), &eps))
-	got := map[string]*EndpointPolicy{}
+	got := map[string]*policy.EndpointPolicy{}
 	for _, e := range eps {
 		got[e.ContainerID] = e.Policy
 	}
-	require.Equal(t, map[string]*EndpointPolicy{
-		"db":    {Ingress: PolicyDirection{State: "closed"}, Egress: PolicyDirection{State: "closed", Drops: 1500}},
-		"plain": {Ingress: PolicyDirection{State: "open"}, Egress: PolicyDirection{State: "open"}},
-		"web":   {Ingress: PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, Egress: PolicyDirection{State: "enforced", Generation: 1}},
+	require.Equal(t, map[string]*policy.EndpointPolicy{
+		"db":    {Ingress: policy.PolicyDirection{State: "closed"}, Egress: policy.PolicyDirection{State: "closed", Drops: 1500}},
+		"plain": {Ingress: policy.PolicyDirection{State: "open"}, Egress: policy.PolicyDirection{State: "open"}},
+		"web":   {Ingress: policy.PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, Egress: policy.PolicyDirection{State: "enforced", Generation: 1}},
 	}, got)
 
 	bare := &policyNode{bpfRoot: testutil.BPFFS(t), stateDir: t.TempDir()}
@@ -275,6 +296,6 @@ func TestEndpointsPolicy(t *testing.T) {
 	require.NoError(t, ms[maps.CniMapEndpointDevs].Put(uint32(ifWeb), &d))
 	ms[maps.CniMapEndpointDevs].Close()
 	out, errOut, code = bare.run("endpoints")
-	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, cli.ExitOK, code, errOut)
 	require.Regexp(t, `(?m)^old/- .*  in:open eg:open +in:0 eg:0 +problem$`, out)
 }

@@ -1,10 +1,11 @@
-package cli
+package policy
 
 import (
 	"cmp"
 	"errors"
 	"flag"
 	"fmt"
+	xmaps "maps" // the standard library's: "maps" is pkg/maps here
 	"slices"
 	"strings"
 
@@ -12,15 +13,14 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
-	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
-func init() {
-	register(&Command{
-		Name:    "policy",
-		Summary: "NetworkPolicy per endpoint: isolated or not, which peers and ports are allowed by which policy, packets denied",
-		Help: `What the NetworkPolicy maps the node agent writes let each pod receive
+// command is the operator CLI's policy command.
+var command = &view.Command{
+	Name:    "policy",
+	Summary: "NetworkPolicy per endpoint: isolated or not, which peers and ports are allowed by which policy, packets denied",
+	Help: `What the NetworkPolicy maps the node agent writes let each pod receive
 (ingress) and send (egress), as the programs enforce it (docs/networkpolicy.md).
 
 The first line is the node's: policy lookups on or off (off until some pod
@@ -52,27 +52,54 @@ K8S_POD_*), "hostVeth", "hostIfindex", "ips", "ingress" and "egress":
 [{"peer", "allPorts", "ports": [{"protocol", "first", "last"}],
 "policies", "morePolicies", "maybeMore"}]}}]}. "rules" lists what the maps hold
 whatever the state (only an enforced direction uses them).`,
-		Flags: func(fs *flag.FlagSet) func(*Context) error {
-			var o policyOpts
-			fs.StringVar(&o.pod, "pod", "", "only pod `NAMESPACE/NAME` (or containerID/ifname)")
-			fs.StringVar(&o.veth, "veth", "", "only the endpoint of host veth `NAME`")
-			return func(ctx *Context) error { return runPolicy(ctx, o) }
-		},
-	})
+	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
+		var o policyOpts
+		fs.StringVar(&o.pod, "pod", "", "only pod `NAMESPACE/NAME` (or containerID/ifname)")
+		fs.StringVar(&o.veth, "veth", "", "only the endpoint of host veth `NAME`")
+		return func(ctx *view.Context) error { return runPolicy(ctx, o) }
+	},
+}
+
+// columns are POLICY and POLICY DROPS of the endpoints command, and each
+// endpoint's "policy" in its JSON.
+var columns = &view.Columns{
+	Header: []string{"POLICY", "POLICY DROPS"},
+	Help: `POLICY: the NetworkPolicy state of ingress and egress (open: no policy
+selects the pod; closed: isolated, waiting for the node agent to write its
+rules; enforced: only what its policies allow, see ebpf-cni policy),
+POLICY DROPS: the packets denied each way,`,
+	Key:      "policy",
+	JSONHelp: "policy (ingress, egress: state open|closed|enforced, generation, drops)",
+	Read:     readColumns,
+}
+
+// readColumns are the state and the drops of both directions of eps.
+func readColumns(ctx *view.Context, eps []view.EndpointRef) ([]view.Cells, error) {
+	v, closeMaps, err := readPolicy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeMaps()
+	out := make([]view.Cells, len(eps))
+	for i, e := range eps {
+		p, err := v.endpointPolicy(uint32(e.HostIfIndex))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = view.Cells{JSON: p, Text: []string{"in:" + p.Ingress.State + " eg:" + p.Egress.State,
+			"in:" + view.HumanCount(p.Ingress.Drops) + " eg:" + view.HumanCount(p.Egress.Drops)}}
+	}
+	return out, nil
 }
 
 type policyOpts struct{ pod, veth string }
 
 // wants: e passes the filters.
-func (o policyOpts) wants(e *PolicyEndpoint) bool {
+func (o policyOpts) wants(e *view.EndpointRef) bool {
 	if o.veth != "" && e.HostVeth != o.veth {
 		return false
 	}
-	pod := ""
-	if e.Pod != nil {
-		pod = e.Pod.Namespace + "/" + e.Pod.Name
-	}
-	return podIs(o.pod, pod, e.ContainerID, e.IfName)
+	return e.Matches(o.pod)
 }
 
 // PolicyDirection is the state of one direction of an endpoint (the
@@ -150,7 +177,8 @@ type PolicyNode struct {
 	Namespaces []PolicyNamespace `json:"namespaces"`
 }
 
-type policyOutput struct {
+// PolicyOutput is what the policy command shows.
+type PolicyOutput struct {
 	Node      PolicyNode        `json:"node"`
 	Endpoints []*PolicyEndpoint `json:"endpoints"`
 }
@@ -159,18 +187,18 @@ type policyOutput struct {
 // pinned (no pod added since an upgrade to a build with NetworkPolicy, or
 // no agent ever wrote rules) read as empty: everything open.
 type policyView struct {
-	maps   *policy.Maps
-	states map[uint32]policy.EndpointState
-	rules  policy.RuleSet
+	maps   *Maps
+	states map[uint32]EndpointState
+	rules  RuleSet
 }
 
 // readPolicy reads the policy maps (read-only); close releases them.
-func readPolicy(ctx *Context) (v *policyView, close func(), err error) {
-	ms, close, err := ctx.OpenMaps(policy.Names...)
+func readPolicy(ctx *view.Context) (v *policyView, close func(), err error) {
+	ms, close, err := ctx.OpenMaps(Names...)
 	if err != nil {
 		return nil, nil, err
 	}
-	v = &policyView{maps: policy.FromMaps(ms, false), states: map[uint32]policy.EndpointState{}, rules: policy.RuleSet{}}
+	v = &policyView{maps: FromMaps(ms, false), states: map[uint32]EndpointState{}, rules: RuleSet{}}
 	if v.maps.EndpointMap != nil {
 		if v.states, err = v.maps.EndpointStates(); err != nil {
 			close()
@@ -195,14 +223,14 @@ func (v *policyView) lookups() (bool, error) {
 }
 
 // direction is the state of endpoint ifindex in direction d.
-func (v *policyView) direction(ifindex uint32, d policy.Direction) (PolicyDirection, error) {
+func (v *policyView) direction(ifindex uint32, d Direction) (PolicyDirection, error) {
 	st, ok := v.states[ifindex]
-	out := PolicyDirection{State: policy.StateOpen.String()}
+	out := PolicyDirection{State: StateOpen.String()}
 	if ok {
-		if d == policy.Ingress {
-			out.State, out.Generation = policy.State(st.Ingress).String(), st.IngressGen
+		if d == Ingress {
+			out.State, out.Generation = State(st.Ingress).String(), st.IngressGen
 		} else {
-			out.State, out.Generation = policy.State(st.Egress).String(), st.EgressGen
+			out.State, out.Generation = State(st.Egress).String(), st.EgressGen
 		}
 	}
 	if v.maps.DropMap != nil {
@@ -217,11 +245,11 @@ func (v *policyView) direction(ifindex uint32, d policy.Direction) (PolicyDirect
 
 // endpointPolicy is both directions of endpoint ifindex.
 func (v *policyView) endpointPolicy(ifindex uint32) (*EndpointPolicy, error) {
-	in, err := v.direction(ifindex, policy.Ingress)
+	in, err := v.direction(ifindex, Ingress)
 	if err != nil {
 		return nil, err
 	}
-	eg, err := v.direction(ifindex, policy.Egress)
+	eg, err := v.direction(ifindex, Egress)
 	if err != nil {
 		return nil, err
 	}
@@ -251,9 +279,9 @@ func protoName(p uint8) string {
 
 // rulesOf are the rules of endpoint ifindex for d, by peer: IPv4 first,
 // then by address and prefix length.
-func (v *policyView) rulesOf(ifindex uint32, d policy.Direction) []PolicyRule {
+func (v *policyView) rulesOf(ifindex uint32, d Direction) []PolicyRule {
 	entries := slices.Clone(v.rules[ifindex][d])
-	slices.SortFunc(entries, func(a, b policy.Entry) int {
+	slices.SortFunc(entries, func(a, b Entry) int {
 		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
 			return c
 		}
@@ -277,8 +305,65 @@ func (v *policyView) rulesOf(ifindex uint32, d policy.Direction) []PolicyRule {
 	return out
 }
 
-func readPolicyOutput(ctx *Context, o policyOpts) (*policyOutput, error) {
-	n, err := loadNode(ctx)
+// node is the node's summary; its Endpoints are counted by the caller.
+func (v *policyView) node() (PolicyNode, error) {
+	out := PolicyNode{Namespaces: []PolicyNamespace{}}
+	var err error
+	if out.Lookups, err = v.lookups(); err != nil {
+		return out, err
+	}
+	for _, st := range v.states {
+		in, eg := State(st.Ingress) != StateOpen, State(st.Egress) != StateOpen
+		if in {
+			out.Isolated.Ingress++
+		}
+		if eg {
+			out.Isolated.Egress++
+		}
+		if in || eg {
+			out.Isolated.Any++
+		}
+	}
+	if v.maps.NamespaceMap == nil {
+		return out, nil
+	}
+	facts, err := v.maps.NamespaceFacts()
+	if err != nil {
+		return out, err
+	}
+	for _, ns := range slices.Sorted(xmaps.Keys(facts)) {
+		out.Namespaces = append(out.Namespaces, PolicyNamespace{Namespace: ns, Ingress: facts[ns].Ingress, Egress: facts[ns].Egress})
+	}
+	return out, nil
+}
+
+// endpoint is the endpoint e with both its directions and their rules.
+func (v *policyView) endpoint(e *view.EndpointRef) (*PolicyEndpoint, error) {
+	out := &PolicyEndpoint{ContainerID: e.ContainerID, IfName: e.IfName, HostVeth: e.HostVeth, HostIfIndex: e.HostIfIndex, IPs: e.IPs}
+	if e.PodName != "" {
+		out.Pod = &node.Pod{Namespace: e.PodNamespace, Name: e.PodName, UID: e.PodUID}
+	}
+	if out.IPs == nil {
+		out.IPs = []string{}
+	}
+	idx := uint32(e.HostIfIndex)
+	for _, d := range []Direction{Ingress, Egress} {
+		dir, err := v.direction(idx, d)
+		if err != nil {
+			return nil, err
+		}
+		r := PolicyRules{PolicyDirection: dir, Rules: v.rulesOf(idx, d)}
+		if d == Ingress {
+			out.Ingress = r
+		} else {
+			out.Egress = r
+		}
+	}
+	return out, nil
+}
+
+func readPolicyOutput(ctx *view.Context, o policyOpts) (*PolicyOutput, error) {
+	eps, err := ctx.Endpoints()
 	if err != nil {
 		return nil, err
 	}
@@ -287,82 +372,47 @@ func readPolicyOutput(ctx *Context, o policyOpts) (*policyOutput, error) {
 		return nil, err
 	}
 	defer closeMaps()
-	out := &policyOutput{Endpoints: []*PolicyEndpoint{}, Node: PolicyNode{Namespaces: []PolicyNamespace{}}}
-	if out.Node.Lookups, err = v.lookups(); err != nil {
+	out := &PolicyOutput{Endpoints: []*PolicyEndpoint{}}
+	if out.Node, err = v.node(); err != nil {
 		return nil, err
-	}
-	for _, st := range v.states {
-		in, eg := policy.State(st.Ingress) != policy.StateOpen, policy.State(st.Egress) != policy.StateOpen
-		if in {
-			out.Node.Isolated.Ingress++
-		}
-		if eg {
-			out.Node.Isolated.Egress++
-		}
-		if in || eg {
-			out.Node.Isolated.Any++
-		}
-	}
-	if v.maps.NamespaceMap != nil {
-		facts, err := v.maps.NamespaceFacts()
-		if err != nil {
-			return nil, err
-		}
-		for _, ns := range sortedKeys(facts) {
-			out.Node.Namespaces = append(out.Node.Namespaces, PolicyNamespace{Namespace: ns, Ingress: facts[ns].Ingress, Egress: facts[ns].Egress})
-		}
-	}
-	add := func(e *PolicyEndpoint) error {
-		out.Node.Endpoints++
-		if !o.wants(e) {
-			return nil
-		}
-		idx := uint32(e.HostIfIndex)
-		for _, d := range []policy.Direction{policy.Ingress, policy.Egress} {
-			dir, err := v.direction(idx, d)
-			if err != nil {
-				return err
-			}
-			r := PolicyRules{PolicyDirection: dir, Rules: v.rulesOf(idx, d)}
-			if d == policy.Ingress {
-				e.Ingress = r
-			} else {
-				e.Egress = r
-			}
-		}
-		out.Endpoints = append(out.Endpoints, e)
-		return nil
-	}
-	for _, e := range n.Endpoints {
-		if err := add(&PolicyEndpoint{ContainerID: e.ContainerID, IfName: e.IfName, Pod: e.Pod, HostVeth: e.HostVeth,
-			HostIfIndex: e.HostIfIndex, IPs: e.IPs}); err != nil {
-			return nil, err
-		}
 	}
 	// States and rules of an ifindex that is no endpoint: left by a pod
 	// removed without DEL (gc removes them), or written by the agent for a
 	// pod whose ADD has not finished.
+	known := map[uint32]bool{}
+	for _, e := range eps {
+		known[uint32(e.HostIfIndex)] = true
+	}
 	var others []int
 	for idx := range v.states {
-		if n.byIfIndex[int(idx)] == nil {
+		if !known[idx] {
 			others = append(others, int(idx))
 		}
 	}
 	for idx := range v.rules {
-		if n.byIfIndex[int(idx)] == nil && !slices.Contains(others, int(idx)) {
+		if _, state := v.states[idx]; !known[idx] && !state {
 			others = append(others, int(idx))
 		}
 	}
 	slices.Sort(others)
 	for _, idx := range others {
-		if err := add(&PolicyEndpoint{HostIfIndex: idx, IPs: []string{}}); err != nil {
+		eps = append(eps, view.EndpointRef{HostIfIndex: idx})
+	}
+	for _, e := range eps {
+		out.Node.Endpoints++
+		if !o.wants(&e) {
+			continue
+		}
+		pe, err := v.endpoint(&e)
+		if err != nil {
 			return nil, err
 		}
+		out.Endpoints = append(out.Endpoints, pe)
 	}
 	return out, nil
 }
 
-func runPolicy(ctx *Context, o policyOpts) error {
+func runPolicy(ctx *view.Context, o policyOpts) error {
 	out, err := readPolicyOutput(ctx, o)
 	if err != nil {
 		return err
@@ -371,7 +421,7 @@ func runPolicy(ctx *Context, o policyOpts) error {
 		return errors.New("no endpoint on this node matches --pod or --veth (see ebpf-cni endpoints)")
 	}
 	if ctx.JSON {
-		return writeJSON(ctx.Stdout, out)
+		return view.WriteJSON(ctx.Stdout, out)
 	}
 	fmt.Fprintln(ctx.Stdout, out.Node.line())
 	if len(out.Endpoints) == 0 {
@@ -382,7 +432,7 @@ func runPolicy(ctx *Context, o policyOpts) error {
 	t := &view.Table{Header: []string{"POD", "HOST VETH", "IPS", "DIRECTION", "STATE", "GEN", "DROPS", "PEER", "PORTS", "POLICIES"},
 		Right: map[int]bool{5: true, 6: true}}
 	for _, e := range out.Endpoints {
-		pod, veth, ips := "-", orDash(e.HostVeth), orDash(strings.Join(e.IPs, ","))
+		pod, veth, ips := "-", view.OrDash(e.HostVeth), view.OrDash(strings.Join(e.IPs, ","))
 		switch {
 		case e.Pod != nil:
 			pod = e.Pod.String()
@@ -402,10 +452,10 @@ func runPolicy(ctx *Context, o policyOpts) error {
 			}
 			pod, veth, ips = "", "", ""
 			switch d.r.State {
-			case policy.StateOpen.String():
+			case StateOpen.String():
 				t.Row(append(first, "all peers", "all ports", "(no policy selects it)")...)
 				continue
-			case policy.StateClosed.String():
+			case StateClosed.String():
 				t.Row(append(first, "none", "-", "(waiting for the agent to write its rules)")...)
 				continue
 			}
@@ -477,5 +527,5 @@ func (r *PolicyRule) policies() string {
 	case r.MaybeMore:
 		s += " +maybe more"
 	}
-	return orDash(s)
+	return view.OrDash(s)
 }
