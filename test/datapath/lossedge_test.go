@@ -23,13 +23,14 @@ import (
 )
 
 // killPods destroys the pods' network namespaces without a DEL and waits
-// for the kernel to remove their veths.
+// for the kernel to remove their veths (the kernel's own deferred work:
+// slow in an emulated guest, hence the long wait).
 func (e *env) killPods(pods ...*nettest.Pod) {
 	e.t.Helper()
 	for _, p := range pods {
 		nettest.CloseNetNS(p.NS)
 	}
-	require.Eventually(e.t, func() bool { return len(e.hostLinks()) == 0 }, 5*time.Second, 10*time.Millisecond, "the kernel removed the dead pods' veths")
+	require.Eventually(e.t, func() bool { return len(e.hostLinks()) == 0 }, time.Minute, 20*time.Millisecond, "the kernel removed the dead pods' veths")
 }
 
 // talkToWorld opens (and closes) a TCP connection from the pod to the
