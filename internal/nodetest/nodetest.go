@@ -6,6 +6,7 @@ package nodetest
 import (
 	"testing"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
@@ -14,7 +15,7 @@ import (
 // the test.
 func Handle(t testing.TB, bpfRoot, stateDir string) *node.Node {
 	t.Helper()
-	n, err := node.Open(node.Options{BPFRoot: bpfRoot, StateDir: stateDir, Lock: node.Unlocked})
+	n, err := node.Open(node.Options{BPFRoot: bpfRoot, StateDir: stateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: node.Unlocked})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/conflist"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
@@ -203,7 +204,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 	}
 	// The agent's handle on the plugin's node: no lock (the plugin's
 	// calls hold it); each component reopens it for its work.
-	nd, err := nodestate.Open(nodestate.Options{BPFRoot: o.bpfRoot, StateDir: o.stateDir, Lock: nodestate.Unlocked})
+	nd, err := nodestate.Open(nodestate.Options{BPFRoot: o.bpfRoot, StateDir: o.stateDir, Objects: features.Objects(), Tag: features.Tag(), Lock: nodestate.Unlocked})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
+	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
 )
 
 // datapathCollector reads the plugin's pinned maps and records when
@@ -32,6 +33,7 @@ type datapathCollector struct {
 	packets, bytes, epPackets, epBytes *prometheus.Desc
 	entries, capacity                  *prometheus.Desc
 	pinned, current, attached, healed  *prometheus.Desc
+	pending                            *prometheus.Desc
 	scrapeErrors                       *prometheus.Desc
 }
 
@@ -61,6 +63,8 @@ func newDatapathCollector(n *nodestate.Node, log *slog.Logger) *datapathCollecto
 			"programs attached to pods' host veths, by attach mode (tcx or tc), from the endpoint records", "mode"),
 		healed: desc("ebpf_cni_last_heal_timestamp_seconds", prometheus.GaugeValue,
 			"when a plugin call (STATUS, ADD, repair) last compared the node's state with the kernel and repaired what it found (unix seconds)"),
+		pending: desc("ebpf_cni_repair_pending", prometheus.GaugeValue,
+			"what the next plugin repair (a CNI STATUS, an ADD when no STATUS ran for 5 s, ebpf-cni repair) would mend, as a dry run of it finds it now, by kind: rebuild (a live pod's lost record), reclaim (a pod gone without DEL, with or without its record), remove (a pair nobody owns), restore (what a bpffs loss took from a live pod), problem (what it cannot mend); lasting non-zero: no call repairs the node (a runtime that never calls STATUS and starts no pod)", "kind"),
 		scrapeErrors: desc("ebpf_cni_scrape_errors", prometheus.GaugeValue,
 			"sources (maps, records) this scrape could not read; the agent's log says why"),
 	}
@@ -68,7 +72,7 @@ func newDatapathCollector(n *nodestate.Node, log *slog.Logger) *datapathCollecto
 }
 
 func (c *datapathCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.epPackets, c.epBytes, c.entries, c.capacity, c.pinned, c.current, c.attached, c.healed, c.scrapeErrors} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.epPackets, c.epBytes, c.entries, c.capacity, c.pinned, c.current, c.attached, c.healed, c.pending, c.scrapeErrors} {
 		ch <- d
 	}
 }
@@ -83,6 +87,7 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	if ago, err := c.n.SinceRepaired(); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.healed, prometheus.GaugeValue, float64(time.Now().Add(-ago).UnixMilli())/1000)
 	}
+	c.collectPending(s)
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, float64(s.failed))
 }
 
@@ -267,4 +272,28 @@ func (c *datapathCollector) owners(s *scrape) map[uint32]owner {
 		}
 	}
 	return out
+}
+
+// collectPending runs the plugin's repair as a dry run (pkg/repair: it
+// changes nothing, and skips an attachment a plugin call is working on)
+// and counts what it would mend. Without a bpffs there is nothing to
+// count: the policy's and the routes' status say so.
+func (c *datapathCollector) collectPending(s *scrape) {
+	nd := c.n.Reopen()
+	defer nd.Close()
+	if nd.CheckBPFFS() != nil {
+		return
+	}
+	h, err := repair.Run(nd, repair.Options{DryRun: true})
+	if err != nil {
+		s.fail("the repair's dry run", err)
+		return
+	}
+	restore, err := repair.Unrestored(nd)
+	if err != nil {
+		s.fail("the features' state of the endpoints", err)
+	}
+	for kind, n := range map[string]int{"rebuild": len(h.Rebuilt), "reclaim": len(h.Reclaimed), "remove": len(h.Removed), "restore": len(restore), "problem": len(h.Problems)} {
+		s.ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(n), kind)
+	}
 }

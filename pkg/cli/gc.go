@@ -15,7 +15,6 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
-	"github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
@@ -207,7 +206,7 @@ func (g *gcRun) endpoint(e *Endpoint) {
 			return // its record stays, so the addresses stay accounted for
 		}
 	}
-	released, note, err := releaseIPAM(g.ctx, e.rec, g.dryRun)
+	released, note, err := releaseIPAM(g.ctx, g.nd, e.rec, g.dryRun)
 	c.IPAMReleased = append(c.IPAMReleased, released...)
 	if note != "" {
 		g.out.Notes = append(g.out.Notes, fmt.Sprintf("%s: %s", e.Name(), note))
@@ -292,12 +291,12 @@ func gone(e *Endpoint) (bool, string) {
 // ebpf-ipam keeps the network's state under stateDir. Only addresses the
 // attachment still holds in the map are released, so an address already
 // handed to a live pod is never touched.
-func releaseIPAM(ctx *Context, rec *node.Record, dryRun bool) (released []string, note string, err error) {
+func releaseIPAM(ctx *Context, nd *node.Node, rec *node.Record, dryRun bool) (released []string, note string, err error) {
 	netName := rec.Network
 	if netName == "" || netName == "." || netName == ".." || strings.ContainsAny(netName, "/\\") {
 		return nil, "", nil
 	}
-	if _, err := os.Stat(filepath.Join(ctx.StateDir, "ipam", netName, "owners")); err != nil {
+	if _, err := os.Stat(nd.StatePath("ipam", netName, "owners")); err != nil {
 		return nil, fmt.Sprintf("no ebpf-ipam state for network %s under %s: if it uses another IPAM plugin, the CNI GC of the network releases its addresses", netName, ctx.StateDir), nil
 	}
 	if dryRun {
@@ -306,14 +305,11 @@ func releaseIPAM(ctx *Context, rec *node.Record, dryRun bool) (released []string
 		return rec.IPs, "", nil
 	}
 	// The network's bookkeeping goes with its last address, as on DEL.
-	ips, err := ipam.ReleaseHeld(ctx.BPFRoot, ctx.StateDir, netName, rec.ContainerID, rec.IfName)
+	ips, err := repair.ReleaseEbpfIPAM(nd, netName, rec.ContainerID, rec.IfName)
 	for _, ip := range ips {
 		released = append(released, ip.String())
 	}
-	if err != nil {
-		return released, "", fmt.Errorf("releasing the addresses of %s/%s: %w", rec.ContainerID, rec.IfName, err)
-	}
-	return released, "", nil
+	return released, "", err
 }
 
 func printGC(ctx *Context, out *gcOutput) error {

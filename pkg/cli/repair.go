@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
@@ -71,6 +72,44 @@ type repairOutput struct {
 	Notes          []string `json:"notes"`
 }
 
+// repairNetworks runs the repair as each ebpf-cni network's CNI STATUS
+// would (found under --cni-conf-dir: what only a network's configuration
+// tells, its masquerade settings, its IPAM plugin for the addresses of its
+// gone pods), then once more for what no configuration names (ebpf-ipam's
+// addresses by the network's name). What each run found is added up.
+func repairNetworks(ctx *Context, nd *node.Node, ro repairOptions, out *repairOutput) (*repair.Report, []error) {
+	var failed []error
+	confs, notes := networkConfigs(ro.confDir, ctx)
+	runs := make([]repair.Options, 0, len(confs)+1)
+	for _, c := range confs {
+		runs = append(runs, repair.Options{Network: c.Network(), DryRun: ro.dryRun, Restore: true})
+	}
+	runs = append(runs, repair.Options{DryRun: ro.dryRun, Restore: true})
+	all := &repair.Report{}
+	for _, o := range runs {
+		h, err := repair.Run(nd, o)
+		if err != nil && o.Network != nil {
+			err = fmt.Errorf("network %s: %w", o.Network.Name, err)
+		}
+		if err != nil {
+			failed = append(failed, err)
+		}
+		all.Rebuilt = append(all.Rebuilt, h.Rebuilt...)
+		all.Reclaimed = append(all.Reclaimed, h.Reclaimed...)
+		all.Removed = append(all.Removed, h.Removed...)
+		all.Restored = append(all.Restored, h.Restored...)
+		all.Released = append(all.Released, h.Released...)
+		all.Problems = append(all.Problems, h.Problems...)
+		all.Lost = h.Lost // every run reads the same marks
+		if !o.DryRun && len(h.Rebuilt) > 0 && o.Network == nil {
+			out.Notes = append(out.Notes, notes...) // rebuilt records no configuration completed
+		}
+	}
+	slices.Sort(all.Problems)
+	all.Problems = slices.Compact(all.Problems) // every run sees the same
+	return all, failed
+}
+
 type repairOptions struct {
 	dryRun, acceptLoss bool
 	confDir            string
@@ -99,29 +138,11 @@ func runRepair(ctx *Context, ro repairOptions) error {
 		}
 		out.ProgramsLoaded = nd.Loaded()
 	}
-	h, err := repair.Run(nd, repair.Options{DryRun: dryRun, Restore: true})
-	if err != nil {
-		failed = append(failed, err)
-	}
-	// Then as each network's STATUS would: what only a network's
-	// configuration tells (its masquerade settings, its IPAM) completes
-	// the records rebuilt above.
-	confs, notes := networkConfigs(ro.confDir, ctx)
-	if len(h.Rebuilt) > 0 {
-		out.Notes = append(out.Notes, notes...) // they matter only to rebuilt records
-	}
-	for _, c := range confs {
-		hc, err := repair.Run(nd, repair.Options{Network: c.Network(), DryRun: dryRun})
-		if err != nil {
-			failed = append(failed, fmt.Errorf("network %s: %w", c.Name, err))
-		}
-		h.Reclaimed = append(h.Reclaimed, hc.Reclaimed...) // their IPAM released with the network's
-		h.Restored = append(h.Restored, hc.Restored...)
-		h.Lost = hc.Lost
-	}
+	h, failedRuns := repairNetworks(ctx, nd, ro, out)
+	failed = append(failed, failedRuns...)
 	if ro.acceptLoss && !dryRun {
 		for _, name := range h.Lost {
-			if err := node.Unmark(ctx.StateDir, node.MarkLossy, name); err != nil {
+			if err := nd.Unmark(node.MarkLossy, name); err != nil {
 				failed = append(failed, err)
 			}
 		}
@@ -130,18 +151,9 @@ func runRepair(ctx *Context, ro repairOptions) error {
 	for _, name := range h.Lost {
 		h.Problems = append(h.Problems, fmt.Sprintf("host veth %s: its record was rebuilt with neither the stateDir nor the bpffs: published ports and bandwidth limits it had are lost; delete and recreate its pod, or ebpf-cni repair --accept-loss", name))
 	}
-	out.Rebuilt, out.Reclaimed, out.Removed, out.Restored, out.Problems = h.Rebuilt, h.Reclaimed, h.Removed, h.Restored, append(out.Problems, h.Problems...)
-	for _, r := range h.Gone {
-		released, note, err := releaseIPAM(ctx, r, dryRun)
-		out.IPAMReleased = append(out.IPAMReleased, released...)
-		if note != "" {
-			out.Problems = append(out.Problems, fmt.Sprintf("%s/%s: %s", r.ContainerID, r.IfName, note))
-		}
-		if err != nil {
-			failed = append(failed, err)
-		}
-	}
-	if len(h.Gone) > 0 && !dryRun {
+	out.Rebuilt, out.Reclaimed, out.Removed, out.Restored, out.IPAMReleased = h.Rebuilt, h.Reclaimed, h.Removed, h.Restored, h.Released
+	out.Problems = append(out.Problems, h.Problems...)
+	if len(h.Reclaimed) > 0 && !dryRun {
 		nd.ReleaseIfEmpty(func() { failed = append(failed, repair.Release(nd)) })
 	}
 	if ctx.JSON {

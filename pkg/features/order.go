@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 // InOrder runs each for every feature in ADD order (i indexes
@@ -37,6 +38,19 @@ func InReverse(core func() error, each func(f feature.Feature) error) error {
 	errs = append(errs, core())
 	for i := len(Before) - 1; i >= 0; i-- {
 		errs = append(errs, each(Before[i]))
+	}
+	return errors.Join(errs...)
+}
+
+// Release takes every feature's node-wide state away (programs on the
+// node's devices and cgroup, node settings): the node has no endpoint
+// left, and the caller holds the node lock exclusively
+// (node.ReleaseIfEmpty). Best effort: every feature's runs; GC retries
+// what fails.
+func Release(n *node.Node) error {
+	var errs []error
+	for _, f := range All {
+		errs = append(errs, f.Release(n))
 	}
 	return errors.Join(errs...)
 }

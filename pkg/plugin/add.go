@@ -128,10 +128,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 		return cniError(errcode.ProgramLoad, "loading the datapath programs", err)
 	}
 	a := &adding{args: args, c: c, n: n, podNS: podNS, hostName: veth.HostName(args.ContainerID, args.IfName)}
-	if repair.Due(n) {
-		n.Phase("heal")
-		cl.healed, _ = repair.Verb(n, c.Network(), a.hostName) // STATUS reports what it cannot mend; this pod is added anyway
-	}
+	cl.healed, _ = repair.IfDue(n, c.Network(), a.hostName) // STATUS reports what it cannot mend; this pod is added anyway
 	// The same container's calls never interleave: a second ADD waits and
 	// finds the first one's record (or its veth), a DEL waits for the ADD.
 	al, err := n.AttachmentLock(a.hostName)
@@ -151,7 +148,7 @@ func CmdAdd(args *skel.CmdArgs) (err error) {
 			al.Unlock()
 			// The node's last endpoint takes the features' node-wide state
 			// with it; so does a failed first ADD.
-			n.ReleaseIfEmpty(func() { _ = repair.Release(n) })
+			n.ReleaseIfEmpty(func() { _ = features.Release(n) })
 		}
 	}()
 	n.Phase("ipam")

@@ -164,28 +164,43 @@ func keptEndpoints(n *node.Node, present map[string]bool) (map[string]*node.Reco
 	return kept, nil
 }
 
-// releaseOrphan releases what IPAM holds for a reclaimed orphan: through
-// the calling network's IPAM plugin when it is that network's, else
-// through ebpf-ipam's state beside the plugin's (what the operator's gc
-// and repair release too); another IPAM plugin's addresses of another
-// network are left to that network's GC. A container ID cut to fit the map
-// cannot be told to IPAM.
+// releaseOrphan releases what IPAM holds for a reclaimed orphan (release);
+// a container ID cut to fit the map cannot be told to IPAM.
 func releaseOrphan(n *node.Node, c *Network, or endpoint.Orphan, network string) ([]net.IP, error) {
 	if or.ContainerID == "" || strings.HasPrefix(or.ContainerID, "sha256:") || network == "" {
 		return nil, nil
 	}
-	if c != nil && network == maps.Fit(c.Name, maps.CniNetNameLen) {
-		if err := c.Release(or.ContainerID, or.IfName, ""); err != nil {
-			return nil, fmt.Errorf("releasing the addresses of %s/%s: %w", or.ContainerID, or.IfName, err)
+	return release(n, c, network, or.ContainerID, or.IfName, "", or.IPs)
+}
+
+// release releases what IPAM holds for an attachment of network that is
+// gone: through the calling network's IPAM plugin when it is that network
+// (ips: what it held), else through ebpf-ipam's state beside the plugin's
+// (ReleaseEbpfIPAM); another IPAM plugin's addresses of another network
+// are left to that network's own STATUS or GC.
+func release(n *node.Node, c *Network, network, containerID, ifName, netns string, ips []net.IP) ([]net.IP, error) {
+	if c != nil && (network == c.Name || network == maps.Fit(c.Name, maps.CniNetNameLen)) {
+		if err := c.Release(containerID, ifName, netns); err != nil {
+			return nil, fmt.Errorf("releasing the addresses of %s/%s: %w", containerID, ifName, err)
 		}
-		return or.IPs, nil
+		return ips, nil
 	}
+	return ReleaseEbpfIPAM(n, network, containerID, ifName)
+}
+
+// ReleaseEbpfIPAM releases the addresses ebpf-ipam holds for an attachment
+// of network in its state beside the plugin's (n's bpfRoot and stateDir:
+// the default for ebpf-cni's networks), and returns them. Only addresses
+// the attachment still holds in the map go, so one handed to a live pod
+// since is never touched; a network ebpf-ipam keeps nothing of releases
+// nothing. Its records may be lost: ebpf-ipam rebuilds them from its map.
+func ReleaseEbpfIPAM(n *node.Node, network, containerID, ifName string) ([]net.IP, error) {
 	if !ebpfipam.ValidNetworkName(network) {
 		return nil, nil
 	}
-	released, err := ebpfipam.ReleaseHeld(n.BPFRoot(), n.StateDir(), network, or.ContainerID, or.IfName)
+	released, err := ebpfipam.ReleaseHeld(n.BPFRoot(), n.StateDir(), network, containerID, ifName)
 	if err != nil {
-		return released, fmt.Errorf("releasing the addresses of %s/%s in network %s: %w", or.ContainerID, or.IfName, network, err)
+		return released, fmt.Errorf("releasing the addresses of %s/%s in network %s: %w", containerID, ifName, network, err)
 	}
 	return released, nil
 }

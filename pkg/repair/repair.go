@@ -6,7 +6,8 @@
 // collects leftovers; every feature takes part through one method of its
 // contract (feature.Feature.Repair). A CNI STATUS, GC and ADD (when no
 // STATUS ran for Period), the operator's repair and gc call it; so does
-// DEL's teardown of one endpoint (Teardown).
+// DEL's teardown of one endpoint (Teardown); the node agent runs it dry
+// for its metrics.
 package repair
 
 import (
@@ -64,9 +65,9 @@ type Report struct {
 	// their file nor the maps (node.MarkLossy): STATUS fails until their
 	// pods are deleted or the operator accepts the loss.
 	Lost []string `json:"lost"`
-	// Gone are the records of the reclaimed attachments (the operator's
-	// repair releases their ebpf-ipam addresses).
-	Gone []*node.Record `json:"-"`
+	// Released are the addresses IPAM let go for the reclaimed
+	// attachments (a dry run: those they hold).
+	Released []string `json:"released"`
 }
 
 // Options say what Run may do.
@@ -127,7 +128,7 @@ func (c *Network) Pods() []feature.Pod {
 // pod is gone. It runs in the node's network namespace; the caller holds
 // the node lock (shared or exclusive) or none.
 func Run(n *node.Node, o Options) (*Report, error) {
-	r := &run{n: n, o: o, h: &Report{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Restored: []string{}, Problems: []string{}, Lost: []string{}},
+	r := &run{n: n, o: o, h: &Report{Rebuilt: []string{}, Reclaimed: []string{}, Removed: []string{}, Restored: []string{}, Released: []string{}, Problems: []string{}, Lost: []string{}},
 		recorded: map[string]bool{}, present: map[string]bool{}, rebuilt: map[string]bool{}}
 	// Names first: a node in order costs a read of /proc's device list and
 	// one directory listing (STATUS runs every 5 s); links and records are
@@ -278,6 +279,17 @@ func (r *run) restore() {
 // runtime that does not call STATUS: containerd before 2.0, CRI-O,
 // podman).
 var Period = 5 * time.Second
+
+// IfDue is Verb when it is due (Due): what an ADD runs, so that a node
+// whose runtime never calls STATUS (containerd before 2.0, CRI-O, podman)
+// mends itself too.
+func IfDue(n *node.Node, net *Network, skip string) (int, error) {
+	if !Due(n) {
+		return 0, nil
+	}
+	n.Phase("heal")
+	return Verb(n, net, skip)
+}
 
 // Due reports whether a verb should repair the node: no call did for
 // Period, or this one loaded the programs where none were pinned.
@@ -638,23 +650,23 @@ func reclaim(n *node.Node, name string, o Options, h *Report) error {
 		h.Problems = append(h.Problems, fmt.Sprintf("%s: host veth not in this network namespace, but the pod's %s is alive in %s: run in the node's network namespace", what, r.IfName, r.NetNS))
 		return nil
 	}
-	ipam := o.Network != nil && r.InNetwork(o.Network.Name)
-	line := what + ": pod gone without DEL; reclaimed"
-	if ipam {
-		line += " with its addresses"
-	}
-	h.Reclaimed = append(h.Reclaimed, line)
-	h.Gone = append(h.Gone, r)
+	h.Reclaimed = append(h.Reclaimed, what+": pod gone without DEL; reclaimed")
 	if o.DryRun {
+		h.Released = append(h.Released, r.IPs...)
 		return nil
 	}
 	if err := Teardown(n, r.HostIfName); err != nil {
 		return err
 	}
-	if !ipam {
-		return nil // another network's: its own STATUS or ADD, or ebpf-cni gc, releases its addresses
+	network := r.Network
+	if o.Network != nil && r.InNetwork(o.Network.Name) {
+		network = o.Network.Name // a rebuilt record names its network by key only
 	}
-	return o.Network.Release(r.ContainerID, r.IfName, r.NetNS)
+	released, err := release(n, o.Network, network, r.ContainerID, r.IfName, r.NetNS, r.Addrs())
+	for _, ip := range released {
+		h.Released = append(h.Released, ip.String())
+	}
+	return err
 }
 
 // podAlive reports whether the pod's interface still lives in the netns

@@ -80,16 +80,12 @@ func Teardown(n *node.Node, hostName string) error {
 	return errors.Join(errs...)
 }
 
-// Release takes every feature's node-wide state away: the node has no
-// endpoint left (the caller holds the node lock exclusively:
-// node.ReleaseIfEmpty). Best effort: GC retries what fails.
+// Release takes the node's state away once it has no endpoint left (the
+// caller holds the node lock exclusively: node.ReleaseIfEmpty): every
+// feature's node-wide state (features.Release), and the unreachable routes
+// of pod ranges a lost record left. Best effort: GC retries what fails.
 func Release(n *node.Node) error {
-	var errs []error
-	for _, f := range features.All {
-		errs = append(errs, f.Release(n))
-	}
-	errs = append(errs, removeAllRanges())
-	return errors.Join(errs...)
+	return errors.Join(features.Release(n), removeAllRanges())
 }
 
 // ReleaseRanges removes the unreachable routes of ranges in which no pod
