@@ -21,19 +21,13 @@ type Held struct {
 // It is what the operator CLI compares with the node's endpoints to find
 // addresses held for containers that are gone.
 func ListHeld(stateDir string) ([]Held, error) {
-	nets, err := os.ReadDir(filepath.Join(stateDir, "ipam"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	nets, err := networkDirs(stateDir)
 	if err != nil {
 		return nil, err
 	}
 	var out []Held
 	for _, n := range nets {
-		if !n.IsDir() || !ValidNetworkName(n.Name()) {
-			continue
-		}
-		dir := filepath.Join(stateDir, "ipam", n.Name(), "owners")
+		dir := filepath.Join(stateDir, "ipam", n, "owners")
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			continue // forgotten meanwhile, or never had one
@@ -46,7 +40,7 @@ func ListHeld(stateDir string) ([]Held, error) {
 			if err != nil || a == nil {
 				continue // removed or half-written meanwhile
 			}
-			out = append(out, Held{Network: n.Name(), Attachment: a})
+			out = append(out, Held{Network: n, Attachment: a})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -117,4 +111,23 @@ func CountHeld(stateDir, network string) int {
 		}
 	}
 	return n
+}
+
+// networkDirs names the networks ebpf-ipam keeps a directory of under
+// stateDir (none when it kept nothing yet).
+func networkDirs(stateDir string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(stateDir, "ipam"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && ValidNetworkName(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
 }

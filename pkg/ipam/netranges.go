@@ -134,25 +134,22 @@ func sharedRange(c *Config, self string) (*config.Error, error) {
 
 // recordedRanges reads the ranges every network but self records.
 func recordedRanges(stateDir, self string) ([]span, error) {
-	ents, err := os.ReadDir(filepath.Join(stateDir, "ipam"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	nets, err := networkDirs(stateDir)
 	if err != nil {
 		return nil, err
 	}
 	var out []span
-	for _, e := range ents {
-		if !e.IsDir() || e.Name() == self || !ValidNetworkName(e.Name()) {
+	for _, network := range nets {
+		if network == self {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(stateDir, "ipam", e.Name(), rangesFile))
+		b, err := os.ReadFile(filepath.Join(stateDir, "ipam", network, rangesFile))
 		if err != nil {
 			continue // none recorded, or forgotten meanwhile
 		}
 		for _, l := range strings.Split(string(b), "\n") {
 			if r := parseRangeLine(l); r != nil {
-				out = append(out, span{r: r, network: e.Name()})
+				out = append(out, span{r: r, network: network})
 			}
 		}
 	}

@@ -110,11 +110,7 @@ func agentWithoutBPFFS(t *testing.T, bin, mode string) {
 	cmd := exec.Command(bin, "run", "-kubeconfig", kubeconfig(t, api), "-node", a.name, "-mode", mode,
 		"-bpf-root", bpfRoot, "-state-dir", stateDir, "-health-addr", health, "-metrics-addr", metrics)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, node.NS.Do(func(ns.NetNS) error { return cmd.Start() }))
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	exited := startIn(t, node.NS, cmd, logs)
 	// running fails the wait it is called in when the agent has exited.
 	running := func(c *assert.CollectT) bool {
 		select {

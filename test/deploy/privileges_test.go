@@ -177,11 +177,7 @@ func TestManifestPrivileges(t *testing.T) {
 			"-metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, flags...)...)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(containerEnv(m, run, "node-a"), agent.EnvMode+"="+mode)
-		cmd.Stdout, cmd.Stderr = logs, logs
-		require.NoError(t, node.NS.Do(func(ns.NetNS) error { return cmd.Start() }))
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+		startIn(t, node.NS, cmd, logs)
 		return logs, cmd.Process.Pid
 	}
 	ours := func() int {
@@ -301,4 +297,16 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// startIn starts cmd in network namespace n, its output into logs, and
+// kills it at cleanup; the channel closes when it exits.
+func startIn(t *testing.T, n ns.NetNS, cmd *exec.Cmd, logs *syncBuffer) <-chan struct{} {
+	t.Helper()
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, n.Do(func(ns.NetNS) error { return cmd.Start() }))
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	return exited
 }

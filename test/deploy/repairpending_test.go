@@ -46,11 +46,7 @@ func TestAgentReportsPendingRepair(t *testing.T) {
 	cmd := exec.Command(bin, "run", "-kubeconfig", kubeconfig(t, api), "-node", self.name, "-mode", "direct",
 		"-bpf-root", n.BPFRoot, "-state-dir", n.StateDir, "-health-addr", health, "-metrics-addr", metrics)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, n.NS.Do(func(ns.NetNS) error { return cmd.Start() }))
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	exited := startIn(t, n.NS, cmd, logs)
 	pending := func(c *assert.CollectT, kind string) string {
 		select {
 		case <-exited:
