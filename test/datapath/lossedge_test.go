@@ -20,6 +20,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 // killPods destroys the pods' network namespaces without a DEL and waits
@@ -30,7 +31,16 @@ func (e *env) killPods(pods ...*nettest.Pod) {
 	for _, p := range pods {
 		nettest.CloseNetNS(p.NS)
 	}
-	require.Eventually(e.t, func() bool { return len(e.hostLinks()) == 0 }, time.Minute, 20*time.Millisecond, "the kernel removed the dead pods' veths")
+	require.Eventually(e.t, func() bool {
+		for _, l := range e.hostLinks() {
+			for _, p := range pods {
+				if l.Attrs().Name == veth.HostName(p.RT.ContainerID, p.RT.IfName) {
+					return false
+				}
+			}
+		}
+		return true
+	}, time.Minute, 20*time.Millisecond, "the kernel removed the dead pods' veths")
 }
 
 // talkToWorld opens (and closes) a TCP connection from the pod to the
@@ -44,61 +54,91 @@ func talkToWorld(t *testing.T, p *nettest.Pod, srv *worldServer) {
 	}
 }
 
-// TestLossNoPodLeft: every pod of the node is gone without a DEL and the
-// stateDir is lost with them, so no record and no veth is left to tell
-// the pods' map entries and addresses from live ones. The next CNI
-// STATUS, or the operator's repair or gc, in the node's network
-// namespace, reclaims every entry and address of the dead pods, and
-// status is clean afterwards.
+// TestLossNoPodLeft: pods of the node go without a DEL and the stateDir
+// is lost with them, so no record and no veth is left to tell their map
+// entries and addresses from live ones: with no pod left, or with one (its
+// record lost too). The next CNI STATUS, or the operator's repair or gc,
+// in the node's network namespace, reclaims every entry and address of the
+// dead pods and keeps the live pod's, and status is clean afterwards.
 func TestLossNoPodLeft(t *testing.T) {
 	cg := testutil.Cgroup(t)
 	for _, mode := range testutil.AttachModes {
-		for _, by := range []string{"STATUS", "repair", "gc"} {
-			t.Run(mode+"/"+by, func(t *testing.T) {
-				testutil.RequireMode(t, mode)
-				e := newEnv(t)
-				list := e.hostPortList("", mode, cg, map[string]any{"ipMasq": true})
-				srv := newWorldServer(t, e.node.World)
-				a, err := e.cni.AddPod(list, "gone-a", portMappingsCaps([]map[string]any{mapping(8080, 80, "tcp")}))
-				require.NoError(t, err)
-				b, err := e.cni.AddPod(list, "gone-b", nil)
-				require.NoError(t, err)
-				talkToWorld(t, b, srv)
-				e.wipeState()
-				e.killPods(a, b)
-				out, code := e.cliRun("status")
-				require.Equal(t, cli.ExitProblems, code, "status sees the dead pods' entries: %s", out)
-
-				switch by {
-				case "STATUS":
-					require.NoError(t, e.cni.Status(list))
-				case "repair":
-					dir := t.TempDir()
-					require.NoError(t, os.WriteFile(filepath.Join(dir, "10-test.conflist"), list.Bytes, 0o600))
-					out, code := e.cliRun("repair", "--cni-conf-dir", dir)
-					require.Equal(t, 0, code, out)
-				case "gc":
-					out, code := e.cliRun("gc")
-					require.Equal(t, 0, code, out)
-				}
-				a4, d4 := e.endpointEntries()
-				require.Zero(t, a4, "%s: endpoint address entries of the dead pods left", by)
-				require.Zero(t, d4, "%s: endpoint device entries of the dead pods left", by)
-				require.Empty(t, e.podEntries(), "%s: endpoint_pods entries left", by)
-				require.Empty(t, e.ipamHeld(), "%s: addresses of the dead pods left in ebpf-ipam", by)
-				require.Empty(t, e.published(), "%s: published ports left", by)
-				require.Zero(t, e.natEntries(), "%s: NAT flows of the dead pods left", by)
-				out, code = e.cliRun("status")
-				require.Equal(t, cli.ExitOK, code, "%s: status after: %s", by, out)
-				e.requireClean()
-				require.Zero(t, e.uplinkProgramIDs(), "%s: programs left on the uplink", by)
-
-				// The node takes new pods.
-				c := e.addPodWith(list, "after")
-				mustConnect(t, []*nettest.Pod{c, e.addPod(list, "after-2")})
-			})
+		for _, left := range []int{0, 1} {
+			for _, by := range []string{"STATUS", "repair", "gc"} {
+				t.Run(fmt.Sprintf("%s/%d-left/%s", mode, left, by), func(t *testing.T) {
+					testutil.RequireMode(t, mode)
+					lossNoPodLeft(t, cg, mode, by, left == 1)
+				})
+			}
 		}
 	}
+}
+
+func lossNoPodLeft(t *testing.T, cg, mode, by string, keep bool) {
+	e := newEnv(t)
+	list := e.hostPortList("", mode, cg, map[string]any{"ipMasq": true})
+	srv := newWorldServer(t, e.node.World)
+	var live *nettest.Pod
+	if keep {
+		live = e.addPodWith(list, "live")
+	}
+	a, err := e.cni.AddPod(list, "gone-a", portMappingsCaps([]map[string]any{mapping(8080, 80, "tcp")}))
+	require.NoError(t, err)
+	b, err := e.cni.AddPod(list, "gone-b", nil)
+	require.NoError(t, err)
+	talkToWorld(t, b, srv)
+	e.wipeState()
+	e.killPods(a, b)
+	out, code := e.cliRun("status")
+	require.Equal(t, cli.ExitProblems, code, "status sees the dead pods' entries: %s", out)
+
+	switch by {
+	case "STATUS":
+		require.NoError(t, e.cni.Status(list))
+	case "repair":
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "10-test.conflist"), list.Bytes, 0o600))
+		out, code := e.cliRun("repair", "--cni-conf-dir", dir)
+		require.Equal(t, 0, code, out)
+	case "gc":
+		out, code := e.cliRun("gc")
+		require.Equal(t, 0, code, out)
+	}
+	wantAddrs, wantDevs := 0, 0
+	if keep {
+		wantAddrs, wantDevs = 2, 1
+	}
+	a4, d4 := e.endpointEntries()
+	require.Equal(t, wantAddrs, a4, "%s: endpoint address entries: the live pod's only", by)
+	require.Equal(t, wantDevs, d4, "%s: endpoint device entries: the live pod's only", by)
+	held := e.ipamHeld()
+	for ip, cid := range held {
+		require.Equal(t, "live", cid, "%s: %s of a dead pod left in ebpf-ipam", by, ip)
+	}
+	require.Len(t, held, wantAddrs, "%s: the live pod's addresses stay held", by)
+	require.Empty(t, e.published(), "%s: published ports left", by)
+	for _, f := range e.flows() {
+		require.True(t, keep && (f.Pod.Equal(live.IP(4)) || f.Pod.Equal(live.IP(6))), "%s: NAT flow of a dead pod left: %+v", by, f)
+	}
+	if keep {
+		talkToWorld(t, live, srv)
+		require.NoError(t, e.cni.Status(list), "STATUS mends the live pod's lost record")
+	} else {
+		require.Zero(t, e.uplinkProgramIDs(), "%s: programs left on the uplink", by)
+	}
+	out, code = e.cliRun("status")
+	require.Equal(t, cli.ExitOK, code, "%s: status after: %s", by, out)
+	if !keep {
+		e.requireClean()
+	}
+
+	// The node takes new pods.
+	c := e.addPodWith(list, "after")
+	pods := []*nettest.Pod{c, e.addPod(list, "after-2")}
+	if keep {
+		pods = append(pods, live)
+	}
+	mustConnect(t, pods)
 }
 
 // TestLossRebootKeepsUplink: every pod is gone without a DEL, then the
