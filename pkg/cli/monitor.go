@@ -135,6 +135,44 @@ type MonitorStart struct {
 }
 
 func runMonitor(ctx *Context, o *monitorOpts) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	if err := ctx.CheckRoot(); err != nil {
+		return err
+	}
+	s, closeMaps, err := openStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeMaps()
+	defer s.Close()
+	m := &monitoring{ctx: ctx, o: o, s: s, r: &resolver{ctx: ctx}}
+	if o.kernel {
+		defer m.traceKernelDrops()()
+	}
+	m.r.refresh()
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(stop)
+	if err := s.Start(events.Options{Rate: o.rate, Burst: o.burst, Flows: o.flows, FlowSample: uint32(o.sample)}); err != nil {
+		return err
+	}
+	start := MonitorStart{Type: "start", Time: time.Now(), Rate: o.rate, Burst: o.burst, Flows: o.flows, FlowSample: o.sample, KernelDrops: m.r.tracer != nil}
+	if ctx.JSON {
+		if err := writeJSONLine(ctx, start); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(ctx.Stdout, "# monitoring: at most %d events/s per CPU (burst %d), flows %v (1 in %d), kernel drops %v; Ctrl-C to stop\n",
+			o.rate, o.burst, o.flows, o.sample, m.r.tracer != nil)
+	}
+	return m.loop(stop)
+}
+
+// check validates the options and fills in their defaults.
+func (o *monitorOpts) check() error {
 	switch o.typ {
 	case "", "drop":
 	case "flow":
@@ -148,138 +186,146 @@ func runMonitor(ctx *Context, o *monitorOpts) error {
 	if o.burst == 0 {
 		o.burst = max(o.rate/10, 1)
 	}
-	if err := ctx.CheckRoot(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// openStream opens the node's event stream (its maps writable: the
+// lease, the ring's consumer position); closeMaps releases the maps.
+func openStream(ctx *Context) (s *events.Stream, closeMaps func(), err error) {
 	ms := map[string]*ebpf.Map{}
-	defer func() {
+	closeMaps = func() {
 		for _, m := range ms {
 			m.Close()
 		}
-	}()
+	}
 	for _, name := range events.Maps {
 		m, err := ctx.OpenMapWritable(name)
 		if errors.Is(err, view.ErrNoMap) {
-			return fmt.Errorf("%w: the programs of this node predate the event stream; they load it with the next ADD after an upgrade", err)
+			err = fmt.Errorf("%w: the programs of this node predate the event stream; they load it with the next ADD after an upgrade", err)
 		}
 		if err != nil {
-			return err
+			closeMaps()
+			return nil, nil, err
 		}
 		ms[name] = m
 	}
-	s, err := events.Open(ms[maps.CniMapEvents], ms[maps.CniMapEventsConfig], ms[maps.CniMapEventsStats], maps.Dir(ctx.BPFRoot))
+	s, err = events.Open(ms[maps.CniMapEvents], ms[maps.CniMapEventsConfig], ms[maps.CniMapEventsStats], maps.Dir(ctx.Node.BPFRoot()))
 	if errors.Is(err, events.ErrBusy) {
-		return fmt.Errorf("%w: another ebpf-cni monitor reads this node's events (a ring buffer has one reader: two would each see a part); stop it, or read its output", err)
+		err = fmt.Errorf("%w: another ebpf-cni monitor reads this node's events (a ring buffer has one reader: two would each see a part); stop it, or read its output", err)
 	}
+	if err != nil {
+		closeMaps()
+		return nil, nil, err
+	}
+	return s, closeMaps, nil
+}
+
+// monitoring is one run of monitor: the stream, the names it resolves,
+// how many events it printed.
+type monitoring struct {
+	ctx         *Context
+	o           *monitorOpts
+	s           *events.Stream
+	r           *resolver
+	kernelNames map[uint32]string
+	n           uint64
+}
+
+// traceKernelDrops attaches the kernel drops' tracer, or says on stderr
+// why there is none; it returns what detaches it.
+func (m *monitoring) traceKernelDrops() func() {
+	tracer, err := m.s.TraceKernelDrops()
+	if err == nil {
+		m.kernelNames, err = events.KernelReasons()
+	}
+	if err != nil {
+		fmt.Fprintf(m.ctx.Stderr, "ebpf-cni monitor: no kernel drops: %v\n", err)
+		if tracer != nil {
+			tracer.Close()
+		}
+		return func() {}
+	}
+	m.r.tracer = tracer
+	return func() { tracer.Close() }
+}
+
+// printStats prints the stream's counts so far (final: at the end).
+func (m *monitoring) printStats(final bool) error {
+	st, err := m.s.Stats()
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	return writeMonitorStats(m.ctx, monitorStats(st, m.n, final))
+}
 
-	r := &resolver{ctx: ctx}
-	var tracer *events.Tracer
-	var kernelNames map[uint32]string
-	if o.kernel {
-		if tracer, err = s.TraceKernelDrops(); err == nil {
-			kernelNames, err = events.KernelReasons()
-		}
-		if err != nil {
-			fmt.Fprintf(ctx.Stderr, "ebpf-cni monitor: no kernel drops: %v\n", err)
-			if tracer != nil {
-				tracer.Close()
-				tracer = nil
-			}
-		} else {
-			defer tracer.Close()
-			r.tracer = tracer
-		}
+// emit prints one event the options want.
+func (m *monitoring) emit(ev *maps.CniEvent) error {
+	me := m.r.event(m.s, ev, m.kernelNames)
+	if !m.o.wants(me) {
+		return nil
 	}
-	r.refresh()
+	m.n++
+	if m.ctx.JSON {
+		return writeJSONLine(m.ctx, me)
+	}
+	_, err := fmt.Fprintln(m.ctx.Stdout, me.line())
+	return err
+}
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(stop)
-
-	if err := s.Start(events.Options{Rate: o.rate, Burst: o.burst, Flows: o.flows, FlowSample: uint32(o.sample)}); err != nil {
-		return err
-	}
-	start := MonitorStart{Type: "start", Time: time.Now(), Rate: o.rate, Burst: o.burst, Flows: o.flows, FlowSample: o.sample, KernelDrops: tracer != nil}
-	if ctx.JSON {
-		if err := writeJSONLine(ctx, start); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintf(ctx.Stdout, "# monitoring: at most %d events/s per CPU (burst %d), flows %v (1 in %d), kernel drops %v; Ctrl-C to stop\n",
-			o.rate, o.burst, o.flows, o.sample, tracer != nil)
-	}
-
-	var n uint64
-	printStats := func(final bool) error {
-		st, err := s.Stats()
-		if err != nil {
-			return err
-		}
-		return writeMonitorStats(ctx, monitorStats(st, n, final))
-	}
-	emit := func(ev *maps.CniEvent) error {
-		me := r.event(s, ev, kernelNames)
-		if !o.wants(me) {
-			return nil
-		}
-		n++
-		if ctx.JSON {
-			return writeJSONLine(ctx, me)
-		}
-		_, err := fmt.Fprintln(ctx.Stdout, me.line())
-		return err
-	}
+// loop prints events until stop: the lease renewed each second, the
+// counts every --stats.
+func (m *monitoring) loop(stop <-chan os.Signal) error {
 	renew := time.Now().Add(time.Second)
-	nextStats := time.Now().Add(o.stats)
+	nextStats := time.Now().Add(m.o.stats)
 	for {
 		select {
 		case <-stop:
-			// Off first, then what the ring still holds: the final
-			// counts then cover every event the lease let through.
-			if err := s.Off(); err != nil {
-				return err
-			}
-			for {
-				ev, err := s.Read(time.Now())
-				if err != nil {
-					break
-				}
-				if err := emit(&ev); err != nil {
-					return err
-				}
-			}
-			return printStats(true)
+			return m.drain()
 		default:
 		}
 		now := time.Now()
 		if !now.Before(renew) {
-			if err := s.Renew(); err != nil {
+			if err := m.s.Renew(); err != nil {
 				return err
 			}
-			r.tick()
+			m.r.tick()
 			renew = now.Add(time.Second)
 		}
-		if o.stats > 0 && !now.Before(nextStats) {
-			if err := printStats(false); err != nil {
+		if m.o.stats > 0 && !now.Before(nextStats) {
+			if err := m.printStats(false); err != nil {
 				return err
 			}
-			nextStats = now.Add(o.stats)
+			nextStats = now.Add(m.o.stats)
 		}
-		ev, err := s.Read(renew)
+		ev, err := m.s.Read(renew)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if err := emit(&ev); err != nil {
+		if err := m.emit(&ev); err != nil {
 			return err
 		}
 	}
+}
+
+// drain ends the run: the stream off first, then what the ring still
+// holds, so that the final counts cover every event the lease let through.
+func (m *monitoring) drain() error {
+	if err := m.s.Off(); err != nil {
+		return err
+	}
+	for {
+		ev, err := m.s.Read(time.Now())
+		if err != nil {
+			break
+		}
+		if err := m.emit(&ev); err != nil {
+			return err
+		}
+	}
+	return m.printStats(true)
 }
 
 func (o *monitorOpts) wants(e *MonitorEvent) bool {

@@ -88,54 +88,18 @@ func loadNode(ctx *Context) (*snapshot, error) {
 	if err := ctx.CheckRoot(); err != nil {
 		return nil, err
 	}
-	recs, err := node.Records(ctx.StateDir)
+	recs, err := ctx.Node.Records()
 	if err != nil {
 		return nil, fmt.Errorf("reading endpoint records (--state-dir): %w", err)
 	}
-	devs := map[int]maps.CniEndpointDev{}
-	m, err := ctx.OpenMap(maps.CniMapEndpointDevs)
-	if err != nil && !errors.Is(err, errNoMap) {
-		return nil, err
-	}
-	if m != nil {
-		var k uint32
-		var d maps.CniEndpointDev
-		it := m.Iterate()
-		for it.Next(&k, &d) {
-			devs[int(k)] = d
-		}
-		err := it.Err()
-		m.Close()
-		if err != nil {
-			return nil, fmt.Errorf("iterating %s: %w", maps.CniMapEndpointDevs, err)
-		}
-	}
-	pods := map[uint32]endpoint.Pod{}
-	if m, err := ctx.OpenMap(maps.CniMapEndpointPods); err == nil {
-		pods, err = endpoint.ReadPods(m)
-		m.Close()
-		if err != nil {
-			return nil, err
-		}
-	} else if !errors.Is(err, errNoMap) {
+	devs, pods, err := readEndpointMaps(ctx)
+	if err != nil {
 		return nil, err
 	}
 	n := &snapshot{byIfIndex: map[int]*Endpoint{}, programs: map[ebpf.ProgramID][2]string{}}
-	if n.Tags, err = programs.Installed(ctx.BPFRoot); err != nil {
+	if err := n.readPrograms(ctx); err != nil {
 		return nil, err
 	}
-	sort.Strings(n.Tags)
-	for _, tag := range n.Tags {
-		p, err := programs.Open(ctx.BPFRoot, tag, features.Objects())
-		if err != nil {
-			continue // being unpinned by an upgrade, or half pinned: status reports the tag
-		}
-		for id, hook := range p.IDs() {
-			n.programs[id] = [2]string{tag, hook}
-		}
-		p.Close()
-	}
-
 	for _, r := range recs {
 		e := &Endpoint{ContainerID: r.ContainerID, IfName: r.IfName, Network: r.Network, NetNS: r.NetNS,
 			HostVeth: r.HostIfName, HostIfIndex: r.HostIfIndex, MAC: r.MAC, HostMAC: r.HostMAC, Recorded: true, rec: r}
@@ -186,6 +150,55 @@ func loadNode(ctx *Context) (*snapshot, error) {
 	return n, nil
 }
 
+// readEndpointMaps reads endpoint_devs and endpoint_pods, by host ifindex;
+// a map not pinned yet is empty.
+func readEndpointMaps(ctx *Context) (map[int]maps.CniEndpointDev, map[uint32]endpoint.Pod, error) {
+	devs := map[int]maps.CniEndpointDev{}
+	m, err := ctx.OpenMap(maps.CniMapEndpointDevs)
+	if err != nil && !errors.Is(err, errNoMap) {
+		return nil, nil, err
+	}
+	if m != nil {
+		err := maps.Walk(m, func(k *uint32, d *maps.CniEndpointDev) { devs[int(*k)] = *d })
+		m.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading %s: %w", maps.CniMapEndpointDevs, err)
+		}
+	}
+	pods := map[uint32]endpoint.Pod{}
+	if m, err := ctx.OpenMap(maps.CniMapEndpointPods); err == nil {
+		pods, err = endpoint.ReadPods(m)
+		m.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+	} else if !errors.Is(err, errNoMap) {
+		return nil, nil, err
+	}
+	return devs, pods, nil
+}
+
+// readPrograms reads the program sets pinned on the node, and the kernel
+// IDs of their programs.
+func (n *snapshot) readPrograms(ctx *Context) error {
+	var err error
+	if n.Tags, err = programs.Installed(ctx.Node.BPFRoot()); err != nil {
+		return err
+	}
+	sort.Strings(n.Tags)
+	for _, tag := range n.Tags {
+		p, err := programs.Open(ctx.Node.BPFRoot(), tag, features.Objects())
+		if err != nil {
+			continue // being unpinned by an upgrade, or half pinned: status reports the tag
+		}
+		for id, hook := range p.IDs() {
+			n.programs[id] = [2]string{tag, hook}
+		}
+		p.Close()
+	}
+	return nil
+}
+
 func (n *snapshot) add(e *Endpoint) {
 	n.Endpoints = append(n.Endpoints, e)
 	n.byIfIndex[e.HostIfIndex] = e
@@ -226,37 +239,7 @@ func (n *snapshot) inspect(e *Endpoint, ctx *Context) {
 		}
 	}
 	for _, h := range endpointHooks() {
-		a := Attached{Hook: h.Name, RecordedMode: string(recorded[h.Name].Mode), ProgramIDs: []uint32{}}
-		if l == nil {
-			a.Mode = a.RecordedMode
-		} else {
-			tcx, tc, err := attachedByMode(l, h)
-			if err != nil {
-				e.Problems = append(e.Problems, fmt.Sprintf("%s: %v", h.Name, err))
-			}
-			switch {
-			case len(tcx) > 0:
-				a.Mode = string(attach.ModeTCX)
-			case len(tc) > 0:
-				a.Mode = string(attach.ModeTC)
-			}
-			for _, id := range append(tcx, tc...) {
-				a.ProgramIDs = append(a.ProgramIDs, uint32(id))
-				if p, ok := n.programs[id]; ok && p[1] == h.Name {
-					a.ProgramTag = p[0]
-				} else {
-					e.Problems = append(e.Problems, fmt.Sprintf("%s runs program %d, which is not one of the pinned programs (%s): DEL and ADD the pod again",
-						h.Name, id, strings.Join(n.Tags, ", ")))
-				}
-			}
-			if len(a.ProgramIDs) == 0 {
-				e.Problems = append(e.Problems, fmt.Sprintf("nothing attached at %s: the pod's packets bypass ebpf-cni; DEL and ADD the pod again", h.Name))
-			}
-			if a.RecordedMode != "" && a.Mode != "" && a.Mode != a.RecordedMode {
-				e.Problems = append(e.Problems, fmt.Sprintf("%s is attached with %s but recorded as %s", h.Name, a.Mode, a.RecordedMode))
-			}
-		}
-		e.Attachments = append(e.Attachments, a)
+		e.Attachments = append(e.Attachments, n.attached(e, l, h, recorded[h.Name]))
 	}
 	e.Qdiscs = []string{}
 	if l != nil {
@@ -294,6 +277,42 @@ func (n *snapshot) inspect(e *Endpoint, ctx *Context) {
 	if e.IPs == nil {
 		e.IPs = []string{}
 	}
+}
+
+// attached is what runs at hook h of the endpoint's host veth l (nil: not
+// here: what its record says), and what is wrong with it.
+func (n *snapshot) attached(e *Endpoint, l netlink.Link, h attach.Hook, recorded attach.Attachment) Attached {
+	a := Attached{Hook: h.Name, RecordedMode: string(recorded.Mode), ProgramIDs: []uint32{}}
+	if l == nil {
+		a.Mode = a.RecordedMode
+		return a
+	}
+	tcx, tc, err := attachedByMode(l, h)
+	if err != nil {
+		e.Problems = append(e.Problems, fmt.Sprintf("%s: %v", h.Name, err))
+	}
+	switch {
+	case len(tcx) > 0:
+		a.Mode = string(attach.ModeTCX)
+	case len(tc) > 0:
+		a.Mode = string(attach.ModeTC)
+	}
+	for _, id := range append(tcx, tc...) {
+		a.ProgramIDs = append(a.ProgramIDs, uint32(id))
+		if p, ok := n.programs[id]; ok && p[1] == h.Name {
+			a.ProgramTag = p[0]
+		} else {
+			e.Problems = append(e.Problems, fmt.Sprintf("%s runs program %d, which is not one of the pinned programs (%s): DEL and ADD the pod again",
+				h.Name, id, strings.Join(n.Tags, ", ")))
+		}
+	}
+	if len(a.ProgramIDs) == 0 {
+		e.Problems = append(e.Problems, fmt.Sprintf("nothing attached at %s: the pod's packets bypass ebpf-cni; DEL and ADD the pod again", h.Name))
+	}
+	if a.RecordedMode != "" && a.Mode != "" && a.Mode != a.RecordedMode {
+		e.Problems = append(e.Problems, fmt.Sprintf("%s is attached with %s but recorded as %s", h.Name, a.Mode, a.RecordedMode))
+	}
+	return a
 }
 
 // otherQdisc names q ("root tbf", "ingress") unless it is the default
