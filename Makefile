@@ -29,7 +29,7 @@ endif
 # the runtime a kubelet's containerd uses).
 DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman runc
 
-.PHONY: help deps generate check-generated build plugins test install uninstall image manifest clean bench
+.PHONY: help deps tools generate check-generated build plugins test install uninstall image manifest clean bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,9 +44,28 @@ define apt-install
 	fi
 endef
 
-deps: ## install the Debian packages and Go modules the project needs (idempotent)
+deps: ## install the Debian packages, Go modules and tools (bin/tools) the project needs (idempotent)
 	$(call apt-install,$(DEB_PKGS))
 	@$(GO) mod download
+	@$(MAKE) --no-print-directory tools
+
+# Tools the tests run, built from their Go modules into bin/tools: helm for
+# the chart's tests (test/deploy). Not in go.mod: helm's Kubernetes modules
+# would pull ours (k8s.io/*) to its versions. Built from an empty directory,
+# outside this module: the first build takes about 100 s on 2 cores (its
+# modules downloaded), and is skipped when the binary says it is that version.
+TOOLS := $(CURDIR)/$(BIN)/tools
+HELM_VERSION := v3.22.0
+
+tools: ## build helm $(HELM_VERSION) into bin/tools (skipped when there; make deps runs it)
+	@if $(GO) version -m $(TOOLS)/helm 2>/dev/null | grep -qE '^\s+mod\s+helm\.sh/helm/v3\s+$(HELM_VERSION)\s'; then \
+		echo "tools: helm $(HELM_VERSION) present"; \
+	else \
+		echo "tools: building helm $(HELM_VERSION) into $(TOOLS)"; \
+		tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && cd $$tmp && \
+		GOBIN=$(TOOLS) GOFLAGS="-mod=mod -buildvcs=false" $(GO) install \
+			-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
+	fi
 
 generate: ## compile bpf/*.c with bpf2go into pkg/ (reproducible; commit the output)
 	$(GO) generate ./pkg/...
