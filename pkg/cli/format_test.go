@@ -80,3 +80,15 @@ func TestReasonCountersListEveryReason(t *testing.T) {
 	require.Equal(t, "drop: denied by ingress policy", counters.ReasonNames[maps.CniPktReasonREASON_DROP_POLICY_INGRESS])
 	require.Equal(t, "drop: denied by egress policy", counters.ReasonNames[maps.CniPktReasonREASON_DROP_POLICY_EGRESS])
 }
+
+// TestTagVersion: status shows the version a program tag was built from,
+// dots and all (the tag's own name cannot have them: bpffs).
+func TestTagVersion(t *testing.T) {
+	for tag, want := range map[string]string{
+		"v0%2e1%2e0-58-g733ccab-75abc4033a78": "v0.1.0-58-g733ccab",
+		"e2e-rollout-75abc4033a78":            "e2e-rollout",
+		"dev-75abc4033a78":                    "dev",
+	} {
+		require.Equal(t, want, tagVersion(tag), tag)
+	}
+}

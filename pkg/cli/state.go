@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
 
@@ -20,9 +21,9 @@ func orDash(s string) string { return view.OrDash(s) }
 // ("<version>-<digest>").
 func tagVersion(tag string) string {
 	if i := strings.LastIndexByte(tag, '-'); i > 0 {
-		return tag[:i]
+		tag = tag[:i]
 	}
-	return tag
+	return maps.FromPinName(tag)
 }
 
 // sortedKeys lists a map's keys in order.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -17,6 +18,25 @@ var ErrNotBPFFS = errors.New("not on a bpf filesystem")
 
 // Dir is where the maps are pinned under a bpfRoot.
 func Dir(bpfRoot string) string { return filepath.Join(bpfRoot, "maps") }
+
+// PinName is s made a name bpffs takes: bpffs refuses every name with a
+// '.' in it (reserved, the kernel's bpf_lookup: EPERM), which a release
+// version (v0.2.0) or a VLAN device (eth0.100) has. A '.' becomes "%2e",
+// a '%' "%25", so that two names never meet; FromPinName undoes it.
+func PinName(s string) string {
+	if !strings.ContainsAny(s, ".%") {
+		return s
+	}
+	return strings.NewReplacer("%", "%25", ".", "%2e").Replace(s)
+}
+
+// FromPinName is the name PinName made name from.
+func FromPinName(name string) string {
+	if !strings.Contains(name, "%") {
+		return name
+	}
+	return strings.NewReplacer("%2e", ".", "%25", "%").Replace(name)
+}
 
 // CheckBPFFS verifies that path, or the nearest ancestor that exists, lies on
 // bpffs. It creates nothing, so a failed check leaves nothing behind.

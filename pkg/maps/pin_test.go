@@ -103,3 +103,22 @@ func TestIDMatchesInfo(t *testing.T) {
 	require.EqualValues(t, want, got)
 	require.NotZero(t, got)
 }
+
+// TestPinName: a name with dots (a release version, a VLAN device) becomes
+// one bpffs takes, and back; two names never meet.
+func TestPinName(t *testing.T) {
+	bpfRoot := testutil.BPFFS(t)
+	require.NoError(t, os.MkdirAll(bpfRoot, 0o700))
+	err := os.Mkdir(filepath.Join(bpfRoot, "v0.1.0"), 0o700)
+	require.ErrorIs(t, err, os.ErrPermission, "bpffs refuses a name with a dot")
+	seen := map[string]string{}
+	for _, s := range []string{"v0.1.0-5-gabc1234", "eth0.100", "eth0%2e100", "eth0_100", "plain", "%", "a.%b"} {
+		p := PinName(s)
+		require.NotContains(t, p, ".", s)
+		require.NoError(t, os.Mkdir(filepath.Join(bpfRoot, p), 0o700), "bpffs takes %q", p)
+		require.Equal(t, s, FromPinName(p))
+		require.NotContains(t, seen, p, "%q and %q meet", s, seen[p])
+		seen[p] = s
+	}
+	require.Equal(t, "plain", PinName("plain"))
+}

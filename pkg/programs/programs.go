@@ -84,17 +84,18 @@ func TagOf(digest string) string {
 }
 
 // safeTag is s with every character but A-Z, a-z, 0-9, '.', '_' and '-'
-// replaced by '_': a directory name under bpfRoot. A loop, not a regexp:
+// replaced by '_', and made a name bpffs takes (maps.PinName: a release
+// version's dots): a directory name under bpfRoot. A loop, not a regexp:
 // every call names its tag, and compiling one cost a fresh process
 // 10-20 µs.
 func safeTag(s string) string {
-	return strings.Map(func(r rune) rune {
+	return maps.PinName(strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
 			return r
 		}
 		return '_'
-	}, s)
+	}, s))
 }
 
 // Set is the pinned programs of one tag, each opened when first asked for

@@ -49,7 +49,7 @@ func Objects() []programs.Object {
 const owner = "uplinks"
 
 // Dir is where the pinned links of an uplink live.
-func Dir(n *node.Node, ifName string) string { return n.PinPath("uplinks", ifName) }
+func Dir(n *node.Node, ifName string) string { return n.PinPath("uplinks", maps.PinName(ifName)) }
 
 // Config is the uplinks key, which masquerade and hostPort share.
 type Config struct {
