@@ -24,12 +24,12 @@ endif
 endif
 
 # Debian packages the build, tests, demo and benchmarks need (ca-certificates:
-# go mod download over TLS, a minimal Debian 12 has none; podman: make image
-# and its test; runc: the test that starts the DaemonSet's containers, with
-# the runtime a kubelet's containerd uses).
+# go mod download over TLS, a minimal Debian 12 has none; podman: the tests
+# that load make image's archive and start the DaemonSet's containers; runc:
+# the runtime they start them with, the one a kubelet's containerd uses).
 DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman runc
 
-.PHONY: help deps tools generate check-generated build plugins test install uninstall image manifest clean bench
+.PHONY: help deps tools generate check-generated build plugins test install uninstall image image-archive manifest clean bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -104,14 +104,29 @@ install: plugins ## plugins into $(DESTDIR)$(CNI_BIN_DIR), a conflist for POD_CI
 uninstall: ## remove exactly what make install wrote (same DESTDIR and CNI_BIN_DIR); as root
 	@DESTDIR='$(DESTDIR)' CNI_BIN_DIR='$(CNI_BIN_DIR)' bash deploy/install.sh uninstall
 
-# The DaemonSet's image, tagged with the build version.
+# The DaemonSet's image, tagged with the build version, and the OCI archive
+# make image writes it into (docs/deploy.md, Releases).
 IMAGE ?= localhost/ebpf-cni:$(VERSION)
+IMAGE_ARCHIVE ?= $(BIN)/ebpf-cni-$(VERSION).oci.tar
 
-image: build ## container image $(IMAGE) of the static binaries (FROM scratch; offline, with Debian's podman)
-	@command -v podman >/dev/null || { echo "make image: podman is missing (make deps installs it)" >&2; exit 2; }
-	podman build --pull=never --network=none -f deploy/Containerfile \
-		--label org.opencontainers.image.title=ebpf-cni --label org.opencontainers.image.version=$(VERSION) \
-		-t $(IMAGE) $(BIN)
+# write-image writes the binaries in $(BIN) as the image $(IMAGE), in the
+# DaemonSet's layout (the agent at /, the plugins in /opt/ebpf-cni/bin:
+# agent.DefaultSrcDir), into the OCI archive $(IMAGE_ARCHIVE), with
+# internal/ociimage: no registry, no container engine.
+define write-image
+	$(GO) run ./internal/ociimage -o '$(IMAGE_ARCHIVE)' -name '$(IMAGE)' -arch "$$($(GO) env GOARCH)" \
+		-entrypoint /ebpf-cni-agent -cmd run \
+		-label org.opencontainers.image.title=ebpf-cni -label 'org.opencontainers.image.version=$(VERSION)' \
+		ebpf-cni-agent='$(BIN)/ebpf-cni-agent' opt/ebpf-cni/bin/ebpf-cni='$(BIN)/ebpf-cni' \
+		opt/ebpf-cni/bin/ebpf-ipam='$(BIN)/ebpf-ipam' opt/ebpf-cni/bin/loopback='$(BIN)/loopback'
+	@echo "make image: $(IMAGE) in $(IMAGE_ARCHIVE) (ctr -n k8s.io images import, podman load -i)"
+endef
+
+image: build ## the DaemonSet's image $(IMAGE) of the static binaries as an OCI archive, $(IMAGE_ARCHIVE) (offline; no registry, no podman)
+	$(write-image)
+
+image-archive: ## the same archive of the binaries already in $(BIN), without building (e.g. an earlier release's make build, with its VERSION=)
+	$(write-image)
 
 manifest: ## print deploy/kubernetes/ebpf-cni.yaml with the image set to $(IMAGE) (kubectl apply -f -)
 	@sed 's|image: localhost/ebpf-cni:latest|image: $(IMAGE)|' deploy/kubernetes/ebpf-cni.yaml

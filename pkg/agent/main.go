@@ -39,7 +39,8 @@ Usage:
   ebpf-cni-agent install [flags]  put the plugins into the node's CNI directory and
                                   write its conflist from the Node's spec.podCIDRs
                                   (the DaemonSet's init container)
-  ebpf-cni-agent version
+  ebpf-cni-agent version          this build's version (also --version, -version):
+                                  git describe of the tree it was built from
 
 Flags default to environment variables, which the DaemonSet sets from the
 Node (NODE_NAME) and the ebpf-cni ConfigMap (EBPF_CNI_*).
@@ -127,7 +128,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(ctx, args[1:], stderr, log)
 	case "install":
 		err = installCmd(ctx, args[1:], stderr, log)
-	case "version":
+	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "ebpf-cni-agent %s\n", buildinfo.Version)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)

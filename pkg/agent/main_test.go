@@ -5,12 +5,24 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 )
 
 func runMain(args ...string) (string, string, int) {
 	var o, e bytes.Buffer
 	code := Main(args, &o, &e)
 	return o.String(), e.String(), code
+}
+
+// TestVersion: version, --version and -version print the build's version,
+// the same as ebpf-cni's (docs/deploy.md, Releases).
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version", "-version"} {
+		out, errOut, code := runMain(arg)
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, "ebpf-cni-agent "+buildinfo.Version+"\n", out, arg)
+	}
 }
 
 // TestMainErrors: every bad setting is refused before the agent talks to

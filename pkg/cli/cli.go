@@ -103,6 +103,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	name := args[0]
 	switch name {
+	case "--version", "-version": // what every other tool answers to
+		name, args = "version", append([]string{"version"}, args[1:]...)
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
 			if c, ok := commands[args[1]]; ok {

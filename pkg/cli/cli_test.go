@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 )
 
 func run(args ...string) (stdout, stderr string, code int) {
@@ -53,6 +56,22 @@ func TestVersionJSON(t *testing.T) {
 	out, _, code := run("version", "-o", "json")
 	require.Equal(t, ExitOK, code)
 	require.Regexp(t, `^\{\n  "version": ".+",\n  "programTag": ".+-[0-9a-f]{12}",\n  "go": ".+",\n  "platform": ".+"\n\}\n$`, out)
+}
+
+// TestVersion: the version command, and --version and -version like it,
+// print the build's version and the program tag made of it
+// ("<version>-<digest>": docs/deploy.md, Releases).
+func TestVersion(t *testing.T) {
+	require.True(t, strings.HasPrefix(features.Tag(), buildinfo.Version+"-"), features.Tag())
+	want := "ebpf-cni " + buildinfo.Version + "\nprograms tag " + features.Tag() + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		out, errOut, code := run(args...)
+		require.Equal(t, ExitOK, code, errOut)
+		require.True(t, strings.HasPrefix(out, want), "%v: %q", args, out)
+	}
+	out, _, code := run("--version", "-o", "json")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, `"version": "`+buildinfo.Version+`"`)
 }
 
 func TestConflist(t *testing.T) {

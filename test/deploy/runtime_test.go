@@ -29,9 +29,10 @@ import (
 )
 
 // makeImage runs make image with no network at all (its own network
-// namespace) into a tag of the test's, removed at the end; it returns the
-// image and the directory of the binaries it holds.
-func makeImage(t *testing.T) (image, bin string) {
+// namespace) with a version of the test's, and loads the archive it writes
+// into podman (removed at the end); it returns the image, the directory of
+// the binaries it holds and the archive.
+func makeImage(t *testing.T) (image, bin, archive string) {
 	t.Helper()
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Fatal("podman is missing (make deps installs it)")
@@ -39,11 +40,14 @@ func makeImage(t *testing.T) (image, bin string) {
 	version := fmt.Sprintf("test-%d", time.Now().UnixNano())
 	image = "localhost/ebpf-cni:" + version
 	bin = t.TempDir()
+	archive = filepath.Join(bin, "ebpf-cni-"+version+".oci.tar")
 	cmd := exec.Command("unshare", "--net", "--", "make", "--no-print-directory", "-C", testutil.ModuleRoot(), "image", "BIN="+bin, "VERSION="+version)
 	out, err := cmd.CombinedOutput()
-	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "-f", image).Run() })
 	require.NoError(t, err, "%s", out)
-	return image, bin
+	require.Contains(t, string(out), "make image: "+image+" in "+archive+" ")
+	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "-f", image).Run() })
+	require.Contains(t, podman(t, "load", "-i", archive), "Loaded image: "+image)
+	return image, bin, archive
 }
 
 // podRun is the podman command line that starts container c of the
@@ -112,7 +116,7 @@ func TestManifestUnderRuntime(t *testing.T) {
 	}
 	m := loadManifest(t)
 	install, run := m.containers()
-	image, _ := makeImage(t)
+	image, _, _ := makeImage(t)
 
 	a := &simNode{name: "node-a", ip4: net.ParseIP("192.0.2.21"), ip6: net.ParseIP("2001:db8:ffff::21"),
 		podCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}}

@@ -112,29 +112,20 @@ if [ "${1:-}" != node ]; then
 	trap 'exit 143' TERM
 
 	log "building ebpf-cni, e2ebox and the images"
-	make -s build BIN="$T/bin" >/dev/null
-	CGO_ENABLED=0 go build -o "$T/bin/e2ebox" ./test/e2e/e2ebox
-	mkdir -p "$T/images"
-	box=$T/bin/e2ebox
-	$box image -o "$T/images/pause.tar" -name "$PAUSE_IMAGE" -entrypoint /e2ebox,pause e2ebox="$box"
-	$box image -o "$T/images/e2ebox.tar" -name "$TEST_IMAGE" -entrypoint /e2ebox,serve e2ebox="$box"
+	# The project's image as make image writes it, and the same source as
+	# another version: the rollout check's new image.
+	make -s image BIN="$T/bin" IMAGE="$IMAGE" IMAGE_ARCHIVE="$T/images/ebpf-cni.tar" >/dev/null
+	make -s image BIN="$T/bin2" VERSION=e2e-rollout IMAGE="$IMAGE2" IMAGE_ARCHIVE="$T/images/ebpf-cni-rollout.tar" >/dev/null
+	CGO_ENABLED=0 go build -o "$T/bin/" ./test/e2e/e2ebox ./internal/ociimage
+	box=$T/bin/e2ebox ociimage=$T/bin/ociimage
+	$ociimage -o "$T/images/pause.tar" -name "$PAUSE_IMAGE" -entrypoint /e2ebox,pause e2ebox="$box"
+	$ociimage -o "$T/images/e2ebox.tar" -name "$TEST_IMAGE" -entrypoint /e2ebox,serve e2ebox="$box"
 	if [ -n "${dirs[2]:-}" ]; then
 		# agnhost under the name the netpol suite asks for (build.sh
 		# read it from k8s.io/kubernetes's test/utils/image/manifest.go).
-		$box image -o "$T/images/agnhost.tar" -name "$(cat "${dirs[2]}/agnhost.image")" \
+		$ociimage -o "$T/images/agnhost.tar" -name "$(cat "${dirs[2]}/agnhost.image")" \
 			-entrypoint /agnhost agnhost="${dirs[2]}/agnhost"
 	fi
-	# deploy/Containerfile's layout.
-	$box image -o "$T/images/ebpf-cni.tar" -name "$IMAGE" -entrypoint /ebpf-cni-agent,run \
-		ebpf-cni-agent="$T/bin/ebpf-cni-agent" \
-		opt/ebpf-cni/bin/ebpf-cni="$T/bin/ebpf-cni" opt/ebpf-cni/bin/ebpf-ipam="$T/bin/ebpf-ipam" \
-		opt/ebpf-cni/bin/loopback="$T/bin/loopback"
-	# The same source as another version: the rollout check's new image.
-	make -s build BIN="$T/bin2" VERSION=e2e-rollout >/dev/null
-	$box image -o "$T/images/ebpf-cni-rollout.tar" -name "$IMAGE2" -entrypoint /ebpf-cni-agent,run \
-		ebpf-cni-agent="$T/bin2/ebpf-cni-agent" \
-		opt/ebpf-cni/bin/ebpf-cni="$T/bin2/ebpf-cni" opt/ebpf-cni/bin/ebpf-ipam="$T/bin2/ebpf-ipam" \
-		opt/ebpf-cni/bin/loopback="$T/bin2/loopback"
 	make -s manifest IMAGE="$IMAGE" >"$T/ebpf-cni.yaml"
 
 	# The cgroup every process of the cluster runs in (kubelet's cgroupRoot).

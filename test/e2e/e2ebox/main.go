@@ -1,6 +1,6 @@
-// Command e2ebox is the one static binary behind make e2e's images and
+// Command e2ebox is the one static binary behind make e2e's test images and
 // clients (test/e2e/run.sh): no registry is reachable there, and Debian's
-// busybox-static wget segfaults.
+// busybox-static wget segfaults. internal/ociimage writes the images.
 //
 //	e2ebox pause                        the pod sandbox's process: waits for SIGTERM
 //	e2ebox serve [-tcp :8080] [-udp :8081]  answers every TCP connection and UDP datagram with the hostname and the sender's address
@@ -10,25 +10,15 @@
 //	e2ebox sink [-tcp :9000]    receives TCP streams; when one ends, answers with
 //	    the Mbit/s it received in each full second
 //	e2ebox blast [-duration 5s] HOST:PORT   sends to a sink as fast as it can, prints its answer
-//	e2ebox image -o OUT.tar -name REF -entrypoint A,B [DEST=SRC ...]
-//	    writes an OCI image archive (one uncompressed layer of the files
-//	    SRC at DEST) that `ctr images import` takes
 package main
 
 import (
-	"archive/tar"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/signal"
-	"path"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2ebox pause|serve|get|image ...")
+		fmt.Fprintln(os.Stderr, "usage: e2ebox pause|serve|get|udpwait|sink|blast ...")
 		os.Exit(2)
 	}
 	var err error
@@ -57,8 +47,6 @@ func main() {
 		err = sink(os.Args[2:])
 	case "blast":
 		err = blast(os.Args[2:])
-	case "image":
-		err = image(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -246,122 +234,4 @@ func blast(args []string) error {
 	}
 	fmt.Print(string(answer))
 	return nil
-}
-
-func image(args []string) error {
-	fs := flag.NewFlagSet("image", flag.ExitOnError)
-	out := fs.String("o", "", "output archive")
-	name := fs.String("name", "", "image reference, e.g. localhost/pause:e2e")
-	entry := fs.String("entrypoint", "", "comma-separated entrypoint")
-	fs.Parse(args)
-	if *out == "" || *name == "" {
-		return fmt.Errorf("image: -o and -name are required")
-	}
-	files := map[string]string{}
-	for _, a := range fs.Args() {
-		dest, src, ok := strings.Cut(a, "=")
-		if !ok {
-			return fmt.Errorf("image: %q is not DEST=SRC", a)
-		}
-		files[path.Clean("/"+dest)] = src
-	}
-	layer, err := layerTar(files)
-	if err != nil {
-		return err
-	}
-	layerDigest := digest(layer)
-	cfg, _ := json.Marshal(map[string]any{
-		"architecture": "amd64",
-		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": strings.Split(*entry, ",")},
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
-	})
-	manifest, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"config":        desc("application/vnd.oci.image.config.v1+json", cfg),
-		"layers":        []any{desc("application/vnd.oci.image.layer.v1.tar", layer)},
-	})
-	tag := (*name)[strings.LastIndex(*name, ":")+1:]
-	md := desc("application/vnd.oci.image.manifest.v1+json", manifest)
-	md["platform"] = map[string]string{"architecture": "amd64", "os": "linux"}
-	md["annotations"] = map[string]string{
-		"io.containerd.image.name":          *name,
-		"org.opencontainers.image.ref.name": tag,
-	}
-	index, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests":     []any{md},
-	})
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(name string, data []byte) {
-		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg})
-		tw.Write(data)
-	}
-	add("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
-	add("index.json", index)
-	for _, b := range [][]byte{cfg, manifest, layer} {
-		add("blobs/sha256/"+strings.TrimPrefix(digest(b), "sha256:"), b)
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return os.WriteFile(*out, buf.Bytes(), 0o644)
-}
-
-// layerTar is the layer: every file with its parent directories, in a
-// fixed order, mode 0755.
-func layerTar(files map[string]string) ([]byte, error) {
-	var names []string
-	dirs := map[string]bool{}
-	for dest := range files {
-		names = append(names, dest)
-		for d := path.Dir(dest); d != "/"; d = path.Dir(d) {
-			dirs[d] = true
-		}
-	}
-	for d := range dirs {
-		names = append(names, d+"/")
-	}
-	sort.Strings(names)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, n := range names {
-		if strings.HasSuffix(n, "/") {
-			if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		f, err := os.Open(files[n])
-		if err != nil {
-			return nil, err
-		}
-		data, err := io.ReadAll(f)
-		f.Close()
-		if err != nil {
-			return nil, err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-func digest(b []byte) string {
-	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
-}
-
-func desc(mediaType string, b []byte) map[string]any {
-	return map[string]any{"mediaType": mediaType, "digest": digest(b), "size": len(b)}
 }
