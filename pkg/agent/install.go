@@ -62,7 +62,8 @@ type InstallConfig struct {
 
 // Install copies the plugins, waits until the Node has spec.podCIDRs, runs
 // the plugin's STATUS (WarmUp), and then writes the conflist for them
-// (replacing the one it wrote before: the DaemonSet owns that file). A node
+// (replacing the one it wrote before, the plugins another installer
+// chained after ebpf-cni's kept: the DaemonSet owns that file). A node
 // without a conflist is one the runtime reports as not ready
 // (NetworkPluginNotReady), so kubelet schedules no pod there until this is
 // done; when STATUS fails, the conflist of an earlier run is removed.
@@ -108,6 +109,13 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 			return cfg.withdraw(err)
 		}
 		cfg.Logger.Info("plugin ready (STATUS)", "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	// Plugins another installer chained after ebpf-cni's (istio-cni
+	// appends itself to the node's primary conflist) stay chained.
+	if old, err := os.ReadFile(filepath.Join(cfg.CNIConfDir, cfg.ConfFile)); err == nil {
+		if data, err = conflist.KeepChained(data, old); err != nil {
+			return err
+		}
 	}
 	path, err := conflist.Write(cfg.CNIConfDir, cfg.ConfFile, data, true)
 	if err != nil {

@@ -290,6 +290,39 @@ func Build(o Options) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// KeepChained is the conflist built (Build's output) with the plugins
+// another installer chained after ebpf-cni's in old, the conflist it
+// replaces (istio-cni appends itself to the node's primary conflist):
+// they stay, after ebpf-cni's, as they were. A conflist whose first plugin
+// is not ebpf-cni's, or that does not parse, gives nothing to keep.
+func KeepChained(built, old []byte) ([]byte, error) {
+	var prev struct {
+		Plugins []json.RawMessage `json:"plugins"`
+	}
+	if json.Unmarshal(old, &prev) != nil || len(prev.Plugins) < 2 {
+		return built, nil
+	}
+	var first struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(prev.Plugins[0], &first) != nil || first.Type != "ebpf-cni" {
+		return built, nil
+	}
+	list := struct {
+		confList
+		Plugins []json.RawMessage `json:"plugins"`
+	}{}
+	if err := json.Unmarshal(built, &list); err != nil {
+		return nil, fmt.Errorf("reading the conflist built: %w", err)
+	}
+	list.Plugins = append(list.Plugins, prev.Plugins[1:]...)
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding the conflist: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
 // CNIVersions is the cniVersions list of a conflist whose cniVersion is v:
 // v, and NewestVersion when v is older. A runtime whose libcni knows
 // cniVersions (v1.2 and newer) uses the highest entry it supports, one

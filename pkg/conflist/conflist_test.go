@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/cluster"
 	"github.com/ebpf-cni/ebpf-cni/pkg/clusterranges"
@@ -330,5 +331,34 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("Direct"); err == nil {
 		t.Error("ParseMode is case-sensitive, as the plugin's keys are")
+	}
+}
+
+// TestKeepChained: the plugins another installer chained after ebpf-cni's
+// (istio-cni's way) stay, as they were, after the new ebpf-cni entry;
+// nothing is kept of a conflist that is not ebpf-cni's, or not one at all.
+func TestKeepChained(t *testing.T) {
+	built, err := Build(Options{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}})
+	require.NoError(t, err)
+	old := []byte(`{"cniVersion":"1.0.0","name":"ebpf-cni","plugins":[{"type":"ebpf-cni","ipam":{"type":"ebpf-ipam"}},{"type":"istio-cni","log_level":"info","kubernetes":{"kubeconfig":"/etc/cni/net.d/ZZZ-istio-cni-kubeconfig"}}]}`)
+	got, err := KeepChained(built, old)
+	require.NoError(t, err)
+	var l struct {
+		CNIVersion string                       `json:"cniVersion"`
+		Plugins    []map[string]json.RawMessage `json:"plugins"`
+	}
+	require.NoError(t, json.Unmarshal(got, &l))
+	require.Len(t, l.Plugins, 2)
+	require.JSONEq(t, `"ebpf-cni"`, string(l.Plugins[0]["type"]))
+	require.JSONEq(t, `{"type":"ebpf-ipam","ranges":[[{"subnet":"10.244.1.0/24"}]]}`, string(l.Plugins[0]["ipam"]), "ebpf-cni's entry is the new one")
+	require.JSONEq(t, `{"kubeconfig":"/etc/cni/net.d/ZZZ-istio-cni-kubeconfig"}`, string(l.Plugins[1]["kubernetes"]), "the chained plugin as it was")
+	require.Equal(t, DefaultVersion, l.CNIVersion)
+	again, err := KeepChained(built, got)
+	require.NoError(t, err)
+	require.Equal(t, got, again, "kept once, not twice")
+	for _, other := range []string{`{"plugins":[{"type":"bridge"},{"type":"portmap"}]}`, `not json`, `{"plugins":[{"type":"ebpf-cni"}]}`} {
+		same, err := KeepChained(built, []byte(other))
+		require.NoError(t, err)
+		require.Equal(t, built, same, other)
 	}
 }

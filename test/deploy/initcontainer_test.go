@@ -94,17 +94,68 @@ func TestInstallFromNode(t *testing.T) {
 	addPodFrom(t, list, bin, "10.244.5.0/24", "fd00:10:244:5::/64")
 
 	// Run again (a restarted DaemonSet pod): same files, nothing else. A
-	// loopback the node has (its distribution's) is never replaced.
+	// loopback the node has (its distribution's) is never replaced, nor
+	// another plugin's conflist, named before or after ebpf-cni's; what
+	// another installer chained after ebpf-cni in its conflist (istio-cni's
+	// way) stays chained.
 	theirs := filepath.Join(bin, agent.Loopback)
 	require.NoError(t, os.WriteFile(theirs, []byte("the node's loopback"), 0o755))
+	foreign := map[string][]byte{
+		"05-multus.conf":           []byte(`{"cniVersion":"1.0.0","name":"multus","type":"multus"}` + "\n"),
+		"99-other.conflist":        []byte(`{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge"}]}` + "\n"),
+		"ZZZ-istio-cni.kubeconfig": []byte("apiVersion: v1\n"),
+	}
+	for name, b := range foreign {
+		require.NoError(t, os.WriteFile(filepath.Join(conf, name), b, 0o600))
+	}
+	path := filepath.Join(conf, conflist.DefaultFile)
+	chained := appendPlugin(t, path, `{"type":"istio-cni","log_level":"info"}`)
 	require.NoError(t, agent.Install(context.Background(), client, cfg))
 	entries, _ = os.ReadDir(conf)
-	require.Len(t, entries, 1)
+	require.Len(t, entries, 1+len(foreign))
+	for name, b := range foreign {
+		got, err := os.ReadFile(filepath.Join(conf, name))
+		require.NoError(t, err)
+		require.Equal(t, b, got, "%s changed", name)
+	}
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, chained, after, "the chained plugin stays, after ebpf-cni's")
+	var types struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	require.NoError(t, json.Unmarshal(after, &types))
+	require.Len(t, types.Plugins, 2)
+	require.Equal(t, "ebpf-cni", types.Plugins[0].Type)
+	require.Equal(t, "istio-cni", types.Plugins[1].Type)
 	entries, _ = os.ReadDir(bin)
 	require.Len(t, entries, 3)
 	got, err := os.ReadFile(theirs)
 	require.NoError(t, err)
 	require.Equal(t, "the node's loopback", string(got))
+}
+
+// appendPlugin chains plugin (JSON) after the plugins of the conflist at
+// path, as another installer would, and returns the file's content.
+func appendPlugin(t *testing.T, path, plugin string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var l map[string]any
+	require.NoError(t, json.Unmarshal(b, &l))
+	var p any
+	require.NoError(t, json.Unmarshal([]byte(plugin), &p))
+	l["plugins"] = append(l["plugins"].([]any), p)
+	out, err := json.MarshalIndent(l, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, out, 0o644))
+	// What ebpf-cni's install writes of it (the same configuration):
+	// its own entry, then the chained one, in its order and indentation.
+	built, err := conflist.KeepChained(b, out)
+	require.NoError(t, err)
+	return built
 }
 
 // TestInstallStatusFails: the init container writes the conflist only
