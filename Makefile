@@ -160,7 +160,7 @@ test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in
 # The e2e test: a real two-node Kubernetes cluster (etcd from Debian;
 # Kubernetes and containerd 2.x built from their Go modules, cached by
 # version in E2E_CACHE), each node in a network and mount namespace of its own, with
-# ebpf-cni installed through its DaemonSet. Outside CI: the first build
+# ebpf-cni installed through its Helm chart. Outside CI: the first build
 # takes ~30 min on a loaded 2-core machine. docs/development.md.
 E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux python3
 E2E_CACHE ?= /var/cache/ebpf-cni-e2e
@@ -169,10 +169,13 @@ E2E_PROXY_MODES ?= iptables nftables
 # built once into E2E_CACHE); E2E_NETPOL=only: those without the other checks;
 # E2E_NETPOL_FOCUS: a ginkgo focus regexp within them; E2E_NETPOL_PROCS:
 # specs at a time.
+# E2E_FROM: the release the cluster starts on, upgraded from and downgraded
+# back to (a tag or commit; empty: start on this tree).
+E2E_FROM ?= v0.1.0
 E2E_NETPOL ?=
 E2E_NETPOL_FOCUS ?=
 E2E_NETPOL_PROCS ?= 2
 .PHONY: e2e
-e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its DaemonSet, the checks (E2E_NETPOL=1: and the upstream NetworkPolicy e2e tests); as root; see docs/development.md
+e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its Helm chart (from E2E_FROM, upgraded), the checks (E2E_NETPOL=1: and the upstream NetworkPolicy e2e tests); as root; see docs/development.md
 	$(call apt-install,$(E2E_DEB_PKGS))
-	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" test/e2e/run.sh
+	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_FROM="$(E2E_FROM)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" test/e2e/run.sh

@@ -20,6 +20,9 @@
 #   E2E_CACHE   cache of the built binaries (/var/cache/ebpf-cni-e2e; test/e2e/build.sh)
 #   E2E_PROXY_MODES  kube-proxy modes to run the Service checks in ("iptables nftables")
 #   E2E_KEEP=1  on failure, wait for Enter before tearing down (to look around)
+#   E2E_FROM    the release the cluster starts on and is upgraded from to this
+#               tree, then downgraded back to (v0.1.0; a tag or commit; empty:
+#               start on this tree, no upgrade or downgrade check)
 #   E2E_NETPOL=1  then run the upstream NetworkPolicy e2e tests (test/e2e/netpol)
 #                 against the cluster; E2E_NETPOL=only: those and none of the other checks;
 #                 E2E_NETPOL_FOCUS narrows them (a ginkgo focus regexp); E2E_NETPOL_PROCS
@@ -46,6 +49,11 @@ NODE2=e2e-node2
 NODE2_TAINT=e2e.ebpf-cni.io/second
 IMAGE=localhost/ebpf-cni:e2e
 IMAGE2=localhost/ebpf-cni:e2e-rollout
+# The previous release: the cluster starts on it (E2E_FROM; docs/deploy.md,
+# Releases). v0.1.0 is built with its commit as its version: its programs'
+# pin names cannot hold the dots of "v0.1.0" (CHANGELOG.md).
+E2E_FROM=${E2E_FROM-v0.1.0}
+PREV_IMAGE=localhost/ebpf-cni:e2e-previous
 TEST_IMAGE=localhost/e2ebox:e2e
 PAUSE_IMAGE=localhost/pause:e2e
 
@@ -126,7 +134,28 @@ if [ "${1:-}" != node ]; then
 		$ociimage -o "$T/images/agnhost.tar" -name "$(cat "${dirs[2]}/agnhost.image")" \
 			-entrypoint /agnhost agnhost="${dirs[2]}/agnhost"
 	fi
-	make -s manifest IMAGE="$IMAGE" >"$T/ebpf-cni.yaml"
+	if [ -n "$E2E_FROM" ] && [ "${E2E_NETPOL:-}" != only ]; then
+		# The previous release's binaries, built once from its tree (git
+		# archive: the tag, or for v0.1.0 its commit where a clone has no
+		# tags) and cached by commit; its image written as make image does.
+		prev=$(git rev-parse --verify -q "$E2E_FROM^{commit}" || { [ "$E2E_FROM" = v0.1.0 ] && git rev-parse --verify -q "edc7ee1^{commit}"; }) ||
+			die "E2E_FROM=$E2E_FROM: no such tag or commit here"
+		PREV_VERSION=${prev:0:7}
+		prev_bin="${E2E_CACHE:-/var/cache/ebpf-cni-e2e}/release-$PREV_VERSION"
+		if [ ! -x "$prev_bin/ebpf-cni-agent" ]; then
+			log "building the previous release $E2E_FROM ($PREV_VERSION) into $prev_bin"
+			mkdir -p "$T/src-previous"
+			git archive "$prev" | tar -x -C "$T/src-previous"
+			make -s -C "$T/src-previous" build BIN="$prev_bin.tmp" VERSION="$PREV_VERSION" >/dev/null
+			rm -rf "$prev_bin" "$T/src-previous" && mv "$prev_bin.tmp" "$prev_bin"
+		fi
+		make -s image-archive BIN="$prev_bin" VERSION="$PREV_VERSION" IMAGE="$PREV_IMAGE" IMAGE_ARCHIVE="$T/images/ebpf-cni-previous.tar" >/dev/null
+		export PREV_VERSION
+	else
+		E2E_FROM=""
+	fi
+	make -s tools >/dev/null
+	export HELM=$root/bin/tools/helm E2E_FROM
 
 	# The cgroup every process of the cluster runs in (kubelet's cgroupRoot).
 	# The second node's kubelet has a cgroupRoot of its own below it.
@@ -328,6 +357,70 @@ on() { # node command...: runs the command on node 1 (here) or 2
 	if [ "$n" = 2 ]; then in2 "$@"; else "$@"; fi
 }
 
+# ---- other plugins' files, on the nodes before ebpf-cni ----
+# Both nodes: podman's default conflist (sorts after ebpf-cni's: never
+# used) and a plugin binary, e2e-record (e2ebox as a CNI plugin). The
+# second node also has a Multus-like meta plugin's conflist that sorts
+# before ebpf-cni's and runs ebpf-cni's conflist as its delegate: containerd
+# takes the first file, so every pod of the second node and every STATUS
+# of its runtime go through it. Install, the rollouts and uninstall must
+# leave these byte for byte. After the init container's install, "another
+# installer" appends e2e-record to ebpf-cni's own conflist, as istio-cni
+# appends itself.
+RECORD_LOG=/var/lib/cni/e2e-record.log
+DELEGATE_LOG=/var/lib/cni/e2e-delegate.log
+CONFLIST=/etc/cni/net.d/10-ebpf-cni.conflist
+foreign_files() { # node: the other plugins' files on it
+	echo /opt/cni/bin/e2e-record /etc/cni/net.d/87-podman-bridge.conflist
+	if [ "$1" = 2 ]; then echo /etc/cni/net.d/00-e2e-delegate.conflist; fi
+}
+place_foreign() { # node
+	on "$1" install -m 0755 "$T/bin/e2ebox" /opt/cni/bin/e2e-record
+	on "$1" tee /etc/cni/net.d/87-podman-bridge.conflist >/dev/null <<'EOF'
+{
+  "cniVersion": "0.4.0",
+  "name": "podman",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni-podman0",
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "routes": [{ "dst": "0.0.0.0/0" }],
+        "ranges": [[{ "subnet": "10.88.0.0/16", "gateway": "10.88.0.1" }]]
+      }
+    },
+    { "type": "portmap", "capabilities": { "portMappings": true } },
+    { "type": "firewall" },
+    { "type": "tuning" }
+  ]
+}
+EOF
+	if [ "$1" = 2 ]; then
+		on 2 tee /etc/cni/net.d/00-e2e-delegate.conflist >/dev/null <<EOF
+{
+  "cniVersion": "1.1.0",
+  "name": "e2e-delegate",
+  "plugins": [
+    {
+      "type": "e2e-record",
+      "log": "$DELEGATE_LOG",
+      "delegate": "$CONFLIST",
+      "capabilities": { "portMappings": true, "bandwidth": true, "ips": true }
+    }
+  ]
+}
+EOF
+	fi
+	on "$1" sha256sum $(foreign_files "$1") >"$T/foreign$1.sha256"
+}
+foreign_same() { on "$1" sha256sum --check --quiet "$T/foreign$1.sha256"; }
+place_foreign 1
+place_foreign 2
+
 # ---- containerd 2.x, one per node ($T/containerd for the first, $T/containerd2) ----
 containerd_config() { # dir
 	mkdir -p "$1"
@@ -363,6 +456,7 @@ CTR2=(ctr --address "$T/containerd2/containerd.sock" -n k8s.io)
 wait_for 60 "containerd is up" "${CTR[@]}" version
 wait_for 60 "the second node's containerd is up" "${CTR2[@]}" version
 images="pause e2ebox ebpf-cni ebpf-cni-rollout"
+[ -n "$E2E_FROM" ] && images="$images ebpf-cni-previous"
 [ -n "$E2E_NETPOL_DIR" ] && images="$images agnhost"
 for img in $images; do
 	for c in CTR CTR2; do
@@ -449,30 +543,71 @@ for nn in $NODE $NODE2; do
 	summary+=("$nn NotReady without a network plugin: $notready_ok/1")
 	[ $notready_ok = 1 ] || failed=$((failed + 1))
 done
-sed -e "s|clusterCIDRs: \".*\"|clusterCIDRs: \"$CLUSTER_CIDRS\"|" -e "s|serviceCIDRs: \".*\"|serviceCIDRs: \"$SERVICE_CIDRS\"|" \
-	"$T/ebpf-cni.yaml" | kubectl apply -f - >/dev/null
+# ---- ebpf-cni through its Helm chart (deploy/helm/ebpf-cni) ----
+# The cluster's ranges as values; the image: the previous release's first
+# (E2E_FROM: the upgrade and downgrade checks), else this tree's. Helm's
+# own files stay in $T.
+export HELM_CACHE_HOME=$T/helm/cache HELM_CONFIG_HOME=$T/helm/config HELM_DATA_HOME=$T/helm/data
+cat >"$T/values.yaml" <<EOF
+config:
+  clusterCIDRs: "$CLUSTER_CIDRS"
+  serviceCIDRs: "$SERVICE_CIDRS"
+EOF
+helm_deploy() { # install|upgrade image: the chart with these values and that image
+	"$HELM" "$1" ebpf-cni "$root/deploy/helm/ebpf-cni" --namespace kube-system -f "$T/values.yaml" \
+		--set image.repository="${2%:*}" --set image.tag="${2##*:}"
+}
+THIS_VERSION=$("$T/bin/ebpf-cni" version | awk 'NR == 1 {print $2}')
+if [ -n "$E2E_FROM" ]; then START_IMAGE=$PREV_IMAGE START_VERSION=$PREV_VERSION; else START_IMAGE=$IMAGE START_VERSION=$THIS_VERSION; fi
+helm_deploy install "$START_IMAGE" >"$T/logs/helm.log" 2>&1 || die "helm install: $(tail -3 "$T/logs/helm.log")"
 t0=$SECONDS
 for nn in $NODE $NODE2; do
 	wait_for 180 "$nn Ready after the DaemonSet" is_ready $nn
-	summary+=("$nn Ready through the DaemonSet: 1/1 ($((SECONDS - t0)) s)")
+	summary+=("$nn Ready through the DaemonSet (helm install, $START_IMAGE): 1/1 ($((SECONDS - t0)) s)")
 done
 wait_for 120 "ebpf-cni DaemonSet pods Ready" kubectl -n kube-system rollout status ds/ebpf-cni --timeout=5s
 for n in 1 2; do
 	on $n test -x /opt/cni/bin/ebpf-cni && on $n test -x /opt/cni/bin/loopback || die "the init container did not install the plugins on node $n"
 done
-log "conflist: $(tr -d ' \n' </etc/cni/net.d/10-ebpf-cni.conflist | cut -c1-200)"
+log "conflist: $(tr -d ' \n' <$CONFLIST | cut -c1-200)"
+
+# Another installer (istio-cni's way) appends its plugin to ebpf-cni's
+# conflist; the rollouts of this tree keep it there.
+append_recorder() { # node
+	on "$1" python3 - "$CONFLIST" "$RECORD_LOG" <<'PY'
+import json, os, sys
+path, log = sys.argv[1], sys.argv[2]
+l = json.load(open(path))
+if not any(p.get("type") == "e2e-record" for p in l["plugins"]):
+    l["plugins"].append({"type": "e2e-record", "log": log})
+    with open(path + ".tmp", "w") as f:
+        json.dump(l, f, indent=2)
+    os.rename(path + ".tmp", path)
+PY
+}
+chained_recorder() { # node: ebpf-cni's conflist runs ebpf-cni first and e2e-record after it
+	on "$1" python3 -c 'import json, sys
+t = [p.get("type") for p in json.load(open(sys.argv[1]))["plugins"]]
+print(t)
+sys.exit(0 if t[0] == "ebpf-cni" and "e2e-record" in t[1:] else 1)' "$CONFLIST"
+}
+append_recorder 1
+append_recorder 2
 
 # ---- check: NotReady while STATUS fails (no bpffs), Ready again once repaired ----
 is_not_ready() { test "$(node_ready)" = False; }
-mount -t tmpfs e2e-no-bpffs /sys/fs/bpf
-t0=$SECONDS
-wait_for 90 "node NotReady while the node has no bpffs" is_not_ready
-log "condition: $(node_cond)"
-summary+=("node NotReady while CNI STATUS fails (no bpffs): 1/1 ($((SECONDS - t0)) s)")
-umount /sys/fs/bpf
-t0=$SECONDS
-wait_for 90 "node Ready again with the bpffs back" is_ready
-summary+=("node Ready again once STATUS passes: 1/1 ($((SECONDS - t0)) s)")
+no_bpffs_check() {
+	local t0
+	mount -t tmpfs e2e-no-bpffs /sys/fs/bpf
+	t0=$SECONDS
+	wait_for 90 "node NotReady while the node has no bpffs" is_not_ready
+	log "condition: $(node_cond)"
+	summary+=("node NotReady while CNI STATUS fails (no bpffs): 1/1 ($((SECONDS - t0)) s)")
+	umount /sys/fs/bpf
+	t0=$SECONDS
+	wait_for 90 "node Ready again with the bpffs back" is_ready
+	summary+=("node Ready again once STATUS passes: 1/1 ($((SECONDS - t0)) s)")
+}
 
 # ---- the upstream NetworkPolicy e2e tests (E2E_NETPOL=1) ----
 # k8s.io/kubernetes's test/e2e/network/netpol at the cluster's version
@@ -628,6 +763,100 @@ wait_for 180 "pods Running" kubectl wait --for=condition=Ready pod --all --timeo
 mapfile -t cidrs < <(kubectl get node $NODE -o jsonpath='{range .spec.podCIDRs[*]}{@}{"\n"}{end}')
 mapfile -t cidrs2 < <(kubectl get node $NODE2 -o jsonpath='{range .spec.podCIDRs[*]}{@}{"\n"}{end}')
 log "podCIDRs: $NODE ${cidrs[*]}, $NODE2 ${cidrs2[*]}"
+mapfile -t echo_ips < <(kubectl get pod -l app=echo -o jsonpath='{range .items[*]}{range .status.podIPs[*]}{.ip}{"\n"}{end}{end}')
+mapfile -t echo2_ips < <(kubectl get pod echo2 -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}')
+mapfile -t cluster_ips < <(kubectl get svc echo -o jsonpath='{range .spec.clusterIPs[*]}{@}{"\n"}{end}')
+mapfile -t cluster2_ips < <(kubectl get svc echo2 -o jsonpath='{range .spec.clusterIPs[*]}{@}{"\n"}{end}')
+hostport() { case $1 in *:*) echo "[$1]:$2" ;; *) echo "$1:$2" ;; esac; }
+pod_get() { kubectl exec client -- /e2ebox get "$@"; }
+pod2_get() { kubectl exec client2 -- /e2ebox get "$@"; }
+node_name() { if [ "$1" = 2 ]; then echo $NODE2; else echo $NODE; fi; }
+pod_state() { kubectl get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.podIP}{" "}{.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort; }
+# The node's endpoints as the installed plugin's CLI lists them (the
+# release the node runs).
+endpoint_list() { on "${1:-1}" /opt/cni/bin/ebpf-cni endpoints -o json | python3 -c 'import json,sys; print(sorted((e["containerID"], e["hostIfindex"], tuple(e["ips"])) for e in json.load(sys.stdin) or []))'; }
+
+# traffic_start NAME: the client pod sends a request to the echo ClusterIP
+# every 0.2 s until traffic_stop NAME, which prints "answered sent".
+traffic_start() {
+	rm -f "$T/traffic-$1.stop"
+	(
+		ok=0 n=0
+		while [ ! -e "$T/traffic-$1.stop" ]; do
+			n=$((n + 1))
+			pod_get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1))
+			sleep 0.2
+		done
+		echo "$ok $n" >"$T/traffic-$1"
+	) &
+	traffic_pid=$!
+}
+traffic_stop() { touch "$T/traffic-$1.stop"; wait "$traffic_pid" || true; cat "$T/traffic-$1"; }
+# In place: the build's STATUS loaded its programs and moved every endpoint
+# to them; nothing of the build before stays pinned.
+upgraded_in_place() { # node version
+	on "$1" /opt/cni/bin/ebpf-cni status -o json >"$T/status-rollout-$1.json" || true
+	python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+sets = st["programs"]
+eps = st["endpoints"]
+ok = len(sets) == 1 and sets[0]["version"] == sys.argv[2] and eps > 0 and \
+    any(p["hook"] == "from_container" and p["endpoints"] == eps for p in sets[0]["programs"])
+if not ok:
+    print("programs pinned:", [(s["version"], [(p["hook"], p["endpoints"]) for p in s["programs"]]) for s in sets], "endpoints:", eps)
+sys.exit(0 if ok else 1)' "$T/status-rollout-$1.json" "$2"
+}
+rolled_to() { # image: the DaemonSet rolled out, its one pod on each node running the image
+	kubectl -n kube-system rollout status ds/ebpf-cni --timeout=5s >/dev/null || return 1
+	local imgs
+	imgs=$(kubectl -n kube-system get pods -l app.kubernetes.io/name=ebpf-cni -o jsonpath='{range .items[*]}{.spec.nodeName}={.spec.containers[0].image}{" "}{end}')
+	[ "$(wc -w <<<"$imgs")" = 2 ] && [[ " $imgs " == *" $NODE=$1 "* ]] && [[ " $imgs " == *" $NODE2=$1 "* ]]
+}
+# roll WHAT IMAGE VERSION command...: the command (helm upgrade or
+# rollback) rolls the DaemonSet to IMAGE (the plugins' VERSION) with the
+# workloads running: the client's requests to the echo ClusterIP go on the
+# whole time; no pod restarts or changes address; each node keeps its
+# endpoints, all moved in place to VERSION's programs, and its status is
+# clean (the installed CLI's); the other plugins' files stay as they were.
+roll() {
+	local what=$1 image=$2 version=$3 n nn t0=$SECONDS before_pods before_eps1 before_eps2 ok total
+	shift 3
+	before_pods=$(pod_state) before_eps1=$(endpoint_list 1) before_eps2=$(endpoint_list 2)
+	log "$what: $*"
+	traffic_start "$what"
+	if ! "$@" >>"$T/logs/helm.log" 2>&1; then
+		traffic_stop "$what" >/dev/null
+		die "$what: $* failed: $(tail -3 "$T/logs/helm.log")"
+	fi
+	wait_for 240 "$what: the DaemonSet rolled out to $image" rolled_to "$image"
+	read -r ok total < <(traffic_stop "$what")
+	summary+=("$what: rolled out to $image in $((SECONDS - t0)) s")
+	check "$what: ClusterIP from a pod during the rollout ($ok/$total)" 1 test "$ok" = "$total" -a "$total" -gt 0
+	for n in 1 2; do
+		nn=$(node_name $n)
+		check "$what: /opt/cni/bin/ebpf-cni is $version on $nn" 1 grep -qx "ebpf-cni $version" <(on $n /opt/cni/bin/ebpf-cni version)
+		check "$what: ebpf-cni status clean on $nn" 1 on $n /opt/cni/bin/ebpf-cni status
+		check "$what: every endpoint of $nn runs $version's programs (moved in place)" 1 upgraded_in_place $n "$version"
+		check "$what: the other plugins' files on $nn unchanged" 1 foreign_same $n
+	done
+	check "$what: no pod restarted or changed address" 1 test "$(pod_state)" = "$before_pods"
+	check "$what: the same endpoints on $NODE" 1 test "$(endpoint_list 1)" = "$before_eps1"
+	check "$what: the same endpoints on $NODE2" 1 test "$(endpoint_list 2)" = "$before_eps2"
+	check "$what: pod to pod after it" 5 pod_get "$(hostport "${echo_ips[0]}" 8080)"
+	check "$what: pod to pod across the nodes after it" 5 pod_get "$(hostport "${echo2_ips[0]}" 8080)"
+}
+
+# ---- check: the upgrade from the previous release (E2E_FROM) ----
+# The workloads started on it; the chart upgraded to this tree's image.
+if [ -n "$E2E_FROM" ]; then
+	check "on $E2E_FROM ($PREV_VERSION): ClusterIP from a pod" 5 pod_get "$(hostport "${cluster_ips[0]}" 80)"
+	roll "upgrade from $E2E_FROM" "$IMAGE" "$THIS_VERSION" helm_deploy upgrade "$IMAGE"
+	for n in 1 2; do
+		check "upgrade from $E2E_FROM: e2e-record (another installer's) still chained after ebpf-cni on $(node_name $n)" 1 chained_recorder $n
+	done
+fi
+no_bpffs_check
 
 # ---- check: dual-stack pod addresses from the Node's podCIDRs ----
 in_cidrs() { # pod ranges...: both of the pod's addresses are in the node's ranges, one per family
@@ -675,9 +904,6 @@ check "metrics: the agent on $NODE serves /metrics" 1 agent_metrics 1
 check "metrics: the agent on $NODE2 serves /metrics" 1 agent_metrics 2
 
 # ---- check: pod to pod, both families ----
-mapfile -t echo_ips < <(kubectl get pod -l app=echo -o jsonpath='{range .items[*]}{range .status.podIPs[*]}{.ip}{"\n"}{end}{end}')
-hostport() { case $1 in *:*) echo "[$1]:$2" ;; *) echo "$1:$2" ;; esac; }
-pod_get() { kubectl exec client -- /e2ebox get "$@"; }
 for ip in "${echo_ips[@]}"; do
 	check "pod to pod TCP $ip" 3 pod_get "$(hostport "$ip" 8080)"
 	check "pod to pod UDP $ip" 3 pod_get -udp "$(hostport "$ip" 8081)"
@@ -686,10 +912,8 @@ done
 # ---- check: pod to pod across the nodes, both ways, both families ----
 # The pods' own addresses on the wire (clusterCIDRs: no masquerade): each
 # echo answers with the address it saw the request from.
-mapfile -t echo2_ips < <(kubectl get pod echo2 -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}')
 mapfile -t client_ips < <(kubectl get pod client -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}')
 mapfile -t client2_ips < <(kubectl get pod client2 -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}')
-pod2_get() { kubectl exec client2 -- /e2ebox get "$@"; }
 from_addr() { # want get-command...: the answer names the client address want
 	local want=$1
 	shift
@@ -707,8 +931,6 @@ for ip in "${echo_ips[@]}"; do
 done
 
 # ---- Services, in each kube-proxy mode ----
-mapfile -t cluster_ips < <(kubectl get svc echo -o jsonpath='{range .spec.clusterIPs[*]}{@}{"\n"}{end}')
-mapfile -t cluster2_ips < <(kubectl get svc echo2 -o jsonpath='{range .spec.clusterIPs[*]}{@}{"\n"}{end}')
 nodeport=$(kubectl get svc echo -o jsonpath='{.spec.ports[?(@.name=="tcp")].nodePort}')
 # distinct_backends: 20 connections reach both endpoints.
 both_endpoints() { # get-command...
@@ -769,10 +991,87 @@ EOF
 	[ $ok = 1 ]
 }
 world_get() { world "$T/bin/e2ebox" get "$@"; }
+# ---- nodes without iptables: the nftables pass and every check after it ----
+# kube-proxy's iptables rules are removed (kube-proxy --cleanup, while the
+# binary is there); then every iptables, ip6tables, xtables, arptables and
+# ebtables binary is hidden in both nodes' mount namespaces (RHEL 10's
+# nodes have none): /usr/sbin (Debian's /sbin links to it) becomes a tmpfs
+# of links to the rest of it.
+hide_iptables() { # node
+	local real="$T/usr-sbin$1"
+	mkdir -p "$real"
+	on "$1" mount --bind /usr/sbin "$real"
+	on "$1" mount -t tmpfs -o mode=0755 e2e-no-iptables /usr/sbin
+	on "$1" bash -c 'for f in "$1"/*; do
+		b=${f##*/}
+		case $b in iptables* | ip6tables* | xtables* | arptables* | ebtables*) continue ;; esac
+		ln -s "$f" "/usr/sbin/$b"
+	done' _ "$real"
+}
+no_iptables() { # node: no such binary on the node's PATH, no rule of kube-proxy's iptables mode
+	on "$1" bash -c 'for b in iptables ip6tables iptables-nft ip6tables-nft iptables-legacy ip6tables-legacy \
+		iptables-save ip6tables-save iptables-restore ip6tables-restore xtables-nft-multi xtables-legacy-multi; do
+		if command -v "$b"; then exit 1; fi
+	done; ! ls /usr/sbin /sbin | grep -E "^(ip6?tables|xtables)"' &&
+		! on "$1" nft list ruleset | grep -q KUBE-SERVICES
+}
+
+# ---- check: NetworkPolicy, in each kube-proxy mode ----
+# A policy that admits to echo2 (on the second node) only pods labelled
+# access=true: the client (first node, unlabelled) is refused at echo2's
+# addresses and through its ClusterIP, then admitted once labelled; each
+# change is given 60 s to land (the agent compiles it into the maps).
+refused() { ! pod_get -timeout 1s "$1" >/dev/null 2>&1; }
+admitted() { pod_get -timeout 2s "$1" >/dev/null 2>&1; }
+settle() { # seconds command...: polls until the command succeeds; fails if it never did
+	local end=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		[ $SECONDS -ge $end ] && return 1
+		sleep 1
+	done
+}
+netpol_check() { # mode
+	local m=$1 ip targets=()
+	for ip in "${echo2_ips[@]}"; do targets+=("$(hostport "$ip" 8080)"); done
+	for ip in "${cluster2_ips[@]}"; do targets+=("$(hostport "$ip" 80)"); done
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: echo2-access}
+spec:
+  podSelector: {matchLabels: {app: echo2}}
+  policyTypes: [Ingress]
+  ingress: [{from: [{podSelector: {matchLabels: {access: "true"}}}]}]
+EOF
+	settle 60 refused "${targets[0]}" || true
+	for ip in "${targets[@]}"; do
+		check "[$m] NetworkPolicy: echo2 refuses a pod it does not admit, at $ip" 3 refused "$ip"
+	done
+	kubectl label pod client access=true >/dev/null
+	settle 60 admitted "${targets[0]}" || true
+	for ip in "${targets[@]}"; do
+		check "[$m] NetworkPolicy: echo2 admits the pod once labelled, at $ip" 3 admitted "$ip"
+	done
+	kubectl delete networkpolicy echo2-access >/dev/null
+	kubectl label pod client access- >/dev/null
+	settle 60 admitted "${targets[0]}" || true
+	check "[$m] NetworkPolicy: gone with the policy" 1 admitted "${targets[0]}"
+}
+
 for mode in ${E2E_PROXY_MODES:-iptables nftables}; do
 	if [ "$mode" != iptables ]; then
 		kill "${kp_pid[1]}" "${kp_pid[2]}"
 		wait "${kp_pid[1]}" "${kp_pid[2]}" 2>/dev/null || true
+		if [ "$mode" = nftables ]; then
+			for n in 1 2; do
+				on $n kube-proxy --cleanup --config="$T/kube-proxy$n-iptables.yaml" >>"$T/logs/kube-proxy-cleanup.log" 2>&1 || true
+				hide_iptables $n
+			done
+			for n in 1 2; do
+				check "[nftables] $(node_name $n) has no iptables or ip6tables binary, and no iptables rule of kube-proxy's" 1 no_iptables $n
+			done
+		fi
 		kube_proxy "$mode"
 		sleep 5
 	fi
@@ -804,6 +1103,7 @@ for mode in ${E2E_PROXY_MODES:-iptables nftables}; do
 	done
 	check "[$mode] across nodes: NodePort $NODE2_IP4:$nodeport (endpoints on $NODE) from the world" 5 world_get "$NODE2_IP4:$nodeport"
 	check "[$mode] across nodes: NodePort [$NODE2_IP6]:$nodeport (endpoints on $NODE) from the world" 5 world_get "[$NODE2_IP6]:$nodeport"
+	netpol_check "$mode"
 done
 
 # ---- check: bandwidth annotations, measured at the receiver per second ----
@@ -849,8 +1149,6 @@ kubectl delete pod bw-src bw-sink bw-sink-in --grace-period=1 >/dev/null
 # The pods keep their sandboxes, addresses and endpoints; traffic through
 # the ClusterIP from the node goes on the whole time (one request each
 # 0.2 s) and after, from a pod too.
-pod_state() { kubectl get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.podIP}{" "}{.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort; }
-endpoint_list() { on "${1:-1}" ebpf-cni endpoints -o json | python3 -c 'import json,sys; print(sorted((e["containerID"], e["hostIfindex"], tuple(e["ips"])) for e in json.load(sys.stdin) or []))'; }
 before_pods=$(pod_state) before_eps=$(endpoint_list)
 ( ok=0 n=0; end=$((SECONDS + 40)); while [ $SECONDS -lt $end ]; do n=$((n + 1)); e2ebox get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1)); sleep 0.2; done; echo "$ok $n" >"$T/restart-traffic" ) &
 traffic=$!
@@ -871,48 +1169,66 @@ check "restarts: the same endpoints ($(ebpf-cni endpoints -o json | python3 -c '
 check "restarts: ClusterIP TCP from a pod" 10 pod_get "$(hostport "${cluster_ips[0]}" 80)"
 
 # ---- check: a DaemonSet rollout to a new image with pods running ----
-# The image of the same source built as another version: the init
-# container puts the new plugin binaries in place, traffic goes on, the
-# pods keep their endpoints.
-before_eps=$(endpoint_list) before_eps2=$(endpoint_list 2)
-( ok=0 n=0; end=$((SECONDS + 40)); while [ $SECONDS -lt $end ]; do n=$((n + 1)); pod_get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1)); sleep 0.2; done; echo "$ok $n" >"$T/rollout-traffic" ) &
-traffic=$!
-kubectl -n kube-system set image ds/ebpf-cni install="$IMAGE2" agent="$IMAGE2" >/dev/null
-wait_for 120 "DaemonSet rolled out to $IMAGE2" kubectl -n kube-system rollout status ds/ebpf-cni --timeout=5s
-wait "$traffic" || true
-read -r t_ok t_n <"$T/rollout-traffic"
-check "rollout: ClusterIP from a pod during the rollout ($t_ok/$t_n)" 1 test "$t_ok" = "$t_n"
-agent_images=$(kubectl -n kube-system get pods -l app.kubernetes.io/name=ebpf-cni -o jsonpath='{range .items[*]}{.spec.nodeName}={.spec.containers[0].image}{" "}{end}')
-agents_run() { # image: one agent on each node, each running it
-	local words=($agent_images)
-	[ ${#words[@]} = 2 ] && [[ " $agent_images " == *" $NODE=$1 "* ]] && [[ " $agent_images " == *" $NODE2=$1 "* ]]
-}
-check "rollout: the agent runs $IMAGE2 on both nodes ($agent_images)" 1 agents_run "$IMAGE2"
-# In place: the new build's STATUS loaded its programs and moved every
-# endpoint to them; nothing of the old build stays pinned.
-upgraded_in_place() { # node
-	on "$1" ebpf-cni status -o json >"$T/status-rollout-$1.json" || true
-	python3 -c '
+# The image of the same source built as another version (helm upgrade):
+# the init container puts the new plugin binaries in place and rewrites
+# the conflist, keeping the plugin another installer chained after
+# ebpf-cni's; a pod started after it is still passed through that plugin,
+# with ebpf-cni's result (the second node's through the Multus-like
+# delegate too).
+roll "rollout to $IMAGE2" "$IMAGE2" e2e-rollout helm_deploy upgrade "$IMAGE2"
+# recorded NODE LOG POD: the log of an e2e-record on the node has the
+# pod's ADD, with the pod's addresses in the result it was given (chained:
+# ebpf-cni's) or returned (the delegate).
+recorded() {
+	local ips
+	ips=$(kubectl get pod "$3" -o jsonpath='{range .status.podIPs[*]}{.ip}{" "}{end}')
+	on "$1" cat "$2" | python3 -c '
 import json, sys
-st = json.load(open(sys.argv[1]))
-sets = st["programs"]
-eps = st["endpoints"]
-ok = len(sets) == 1 and sets[0]["version"] == "e2e-rollout" and eps > 0 and \
-    any(p["hook"] == "from_container" and p["endpoints"] == eps for p in sets[0]["programs"])
-if not ok:
-    print("programs pinned:", [(s["version"], [(p["hook"], p["endpoints"]) for p in s["programs"]]) for s in sets], "endpoints:", eps)
-sys.exit(0 if ok else 1)' "$T/status-rollout-$1.json"
+want = set(sys.argv[1].split())
+for line in sys.stdin:
+    r = json.loads(line)
+    if r.get("command") == "ADD" and want and want <= set(r.get("ips") or []):
+        sys.exit(0)
+print("no ADD with", sorted(want))
+sys.exit(1)' "$ips"
 }
 for n in 1 2; do
-	if [ $n = 1 ]; then nn=$NODE; else nn=$NODE2; fi
-	check "rollout: /opt/cni/bin/ebpf-cni is the new version on $nn" 1 grep -q "ebpf-cni e2e-rollout" <(on $n /opt/cni/bin/ebpf-cni version)
-	check "rollout: ebpf-cni status clean on $nn" 1 on $n ebpf-cni status
-	check "rollout: every endpoint of $nn runs the new build's programs (upgraded in place)" 1 upgraded_in_place $n
+	nn=$(node_name $n)
+	check "rollout: e2e-record (another installer's) still chained after ebpf-cni on $nn" 1 chained_recorder $n
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: chained$n}
+spec:
+  nodeName: $nn
+  tolerations: [{key: $NODE2_TAINT, operator: Exists}]
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never}]
+EOF
 done
-check "rollout: the same endpoints on $NODE" 1 test "$(endpoint_list)" = "$before_eps"
-check "rollout: the same endpoints on $NODE2" 1 test "$(endpoint_list 2)" = "$before_eps2"
-check "rollout: pod to pod after it" 5 pod_get "$(hostport "${echo_ips[0]}" 8080)"
-check "rollout: pod to pod across the nodes after it" 5 pod_get "$(hostport "${echo2_ips[0]}" 8080)"
+kubectl wait --for=condition=Ready pod/chained1 pod/chained2 --timeout=60s >/dev/null || true
+check "rollout: the chained plugin got ebpf-cni's result for a new pod on $NODE" 1 recorded 1 "$RECORD_LOG" chained1
+check "rollout: the chained plugin got ebpf-cni's result for a new pod on $NODE2" 1 recorded 2 "$RECORD_LOG" chained2
+check "rollout: the delegating meta plugin on $NODE2 returned ebpf-cni's result" 1 recorded 2 "$DELEGATE_LOG" chained2
+kubectl delete pod chained1 chained2 --grace-period=1 >/dev/null
+
+# ---- check: the downgrade to the previous release, and up again ----
+# helm rollback to the first revision (E2E_FROM's image), then to the
+# third (this tree's rollout image): the same checks each way.
+if [ -n "$E2E_FROM" ]; then
+	roll "downgrade to $E2E_FROM" "$PREV_IMAGE" "$PREV_VERSION" "$HELM" rollback ebpf-cni 1 --namespace kube-system
+	# The previous release's install writes the whole conflist: a plugin
+	# another installer appended goes (CHANGELOG.md); that installer (as
+	# istio-cni's, which watches the file) puts it back.
+	for n in 1 2; do
+		if chained_recorder $n >/dev/null; then kept=kept; else kept="dropped (re-appended)"; fi
+		summary+=("downgrade to $E2E_FROM: the plugin chained after ebpf-cni's on $(node_name $n): $kept")
+		append_recorder $n
+	done
+	roll "upgrade again from $E2E_FROM" "$IMAGE2" e2e-rollout "$HELM" rollback ebpf-cni 3 --namespace kube-system
+	for n in 1 2; do
+		check "upgrade again from $E2E_FROM: e2e-record still chained after ebpf-cni on $(node_name $n)" 1 chained_recorder $n
+	done
+fi
 
 # ---- check: delete everything, nothing left ----
 kubectl delete svc echo echo2 >/dev/null
@@ -959,9 +1275,89 @@ check "without loopback: ebpf-cni endpoints empty after" 1 no_endpoints
 check "without loopback: ebpf-cni ipam empty after" 1 no_addresses
 mv "$T/loopback.saved" /opt/cni/bin/loopback
 
+# ---- check: a chained plugin without its binary ----
+# Another installer chains a plugin whose binary is not on the node (a
+# 2026 report on containerd 2.2): every ADD fails after ebpf-cni's, and the
+# teardown stops at that plugin's failing DEL, so ebpf-cni's DEL never
+# comes (containerd never calls GC). For a minute the pod is stuck in
+# sandbox retries, never holding more than one attempt's addresses (the
+# next STATUS reclaims a gone sandbox's); then the conflist is fixed: the
+# pod runs, and one STATUS period later the addresses held are its own,
+# one attempt's; once it is deleted none are held and gc finds nothing.
+set_missing() { # add|remove: a plugin without a binary at the end of ebpf-cni's conflist (the first node)
+	python3 - "$CONFLIST" "$1" <<'PY'
+import json, os, sys
+path, op = sys.argv[1], sys.argv[2]
+l = json.load(open(path))
+l["plugins"] = [p for p in l["plugins"] if p.get("type") != "e2e-missing"]
+if op == "add":
+    l["plugins"].append({"type": "e2e-missing"})
+with open(path + ".tmp", "w") as f:
+    json.dump(l, f, indent=2)
+os.rename(path + ".tmp", path)
+PY
+}
+held_by() { # pod: the addresses held are exactly the pod's
+	test "$(ebpf-cni ipam -o json | python3 -c 'import json,sys; print(" ".join(sorted(a["address"] for x in json.load(sys.stdin) or [] for a in x.get("allocations") or [])))')" = \
+		"$(kubectl get pod "$1" -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}' | sort | xargs)"
+}
+pod_ready() { test "$(kubectl get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True; }
+set_missing add
+test_pod brokenchain
+max_held=0 samples=""
+for i in $(seq 60); do
+	h=$(held)
+	samples="$samples $h"
+	[ "$h" -gt $max_held ] && max_held=$h
+	sleep 1
+done
+status=$(kubectl get pod brokenchain -o jsonpath='{.status.phase}')
+failures=$(kubectl get events --field-selector involvedObject.name=brokenchain,reason=FailedCreatePodSandBox -o jsonpath='{range .items[*]}{.count}{"\n"}{end}' | awk '{n += $1} END {print n + 0}')
+log "broken chain: pod $status, $failures failed sandboxes, addresses held each second:$samples"
+check "broken chain: the pod stuck in sandbox retries for a minute ($failures failed)" 1 test "$status" != Running -a "$failures" -ge 2
+check "broken chain: never more than one attempt's addresses held (max $max_held)" 1 test "$max_held" -le 2
+set_missing remove
+check "broken chain fixed: the pod runs" 1 settle 180 pod_ready brokenchain
+sleep 6 # one STATUS period of containerd (5 s)
+check "broken chain fixed: one STATUS period later, the addresses held are the pod's ($(held))" 1 held_by brokenchain
+kubectl delete pod brokenchain --grace-period=1 >/dev/null
+wait_for 60 "the fixed pod gone" no_pods
+sleep 6
+check "broken chain, the pod deleted: ebpf-cni ipam empty" 1 no_addresses
+check "broken chain, the pod deleted: ebpf-cni endpoints empty" 1 no_endpoints
+check "broken chain, the pod deleted: ebpf-cni gc --dry-run finds nothing" 1 gc_nothing
 
 [ -n "$E2E_NETPOL_DIR" ] && netpol_e2e
+uninstall_check
 finish
+}
+
+# ---- check: uninstall removes what ebpf-cni wrote, and only that ----
+# helm uninstall, then the uninstall DaemonSet (docs/deploy.md, Removing):
+# each node is left with the other plugins' files, byte for byte, and
+# nothing of ebpf-cni's: no plugin, conflist or record, no route of its
+# agent, no bpfRoot or stateDir.
+only_foreign() { # node: the CNI directories hold the other plugins' files only
+	test "$(on "$1" find /opt/cni/bin /etc/cni/net.d -mindepth 1 | sort | xargs)" = "$(foreign_files "$1" | xargs -n1 | sort | xargs)"
+}
+nothing_of_ebpf_cni() { # node
+	test -z "$(on "$1" ip -4 route show proto 236)$(on "$1" ip -6 route show proto 236)" &&
+		on "$1" test ! -e /sys/fs/bpf/ebpf-cni -a ! -e /run/ebpf-cni
+}
+uninstall_check() {
+	local n nn
+	kubectl delete pod --all --wait=true --timeout=60s >/dev/null 2>&1 || true
+	"$HELM" uninstall ebpf-cni --namespace kube-system --wait >>"$T/logs/helm.log" 2>&1 || die "helm uninstall: $(tail -3 "$T/logs/helm.log")"
+	make -s -C "$root" uninstall-manifest IMAGE="$IMAGE2" | kubectl apply -f - >/dev/null
+	wait_for 120 "the uninstall DaemonSet done on both nodes" kubectl -n kube-system rollout status ds/ebpf-cni-uninstall --timeout=5s
+	kubectl -n kube-system logs ds/ebpf-cni-uninstall -c uninstall >>"$T/logs/uninstall.log" 2>&1 || true
+	for n in 1 2; do
+		nn=$(node_name $n)
+		check "uninstall: the other plugins' files on $nn unchanged" 1 foreign_same $n
+		check "uninstall: nothing but them left in $nn's CNI directories ($(on $n find /opt/cni/bin /etc/cni/net.d -mindepth 1 | xargs))" 1 only_foreign $n
+		check "uninstall: no route, bpfRoot or stateDir of ebpf-cni's left on $nn" 1 nothing_of_ebpf_cni $n
+	done
+	make -s -C "$root" uninstall-manifest IMAGE="$IMAGE2" | kubectl delete -f - >/dev/null
 }
 
 finish() { # the summary; fails if a check failed
