@@ -266,13 +266,13 @@ func TestAppendRecordConcurrent(t *testing.T) {
 		require.NoError(t, err)
 	}
 	lines := readLog(t, log)
-	require.Len(t, lines, writers*each)
+	require.Equal(t, writers*each, len(lines), "lines in the log")
 	seen := map[string]bool{}
 	for _, l := range lines {
 		seen[l.str(t, "containerID")] = true
-		require.JSONEq(t, string(big), string(l["prevResult"]))
+		require.True(t, bytes.Equal(big, l["prevResult"]), "prevResult of %s changed", l.str(t, "containerID"))
 	}
-	require.Len(t, seen, writers*each)
+	require.Equal(t, writers*each, len(seen), "calls in the log")
 }
 
 // recorderBinary builds e2ebox (static, as make e2e does) as e2e-record
@@ -369,7 +369,7 @@ func readLog(t *testing.T, path string) []logLine {
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
 		var l logLine
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), "log line %q", sc.Text())
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), "log line %d: %.200q", len(out)+1, sc.Text())
 		out = append(out, l)
 	}
 	require.NoError(t, sc.Err())
