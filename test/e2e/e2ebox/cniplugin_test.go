@@ -278,14 +278,7 @@ func TestAppendRecordConcurrent(t *testing.T) {
 // recorderBinary builds e2ebox (static, as make e2e does) as e2e-record
 // into a directory of the test.
 func recorderBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "e2e-record")
-	cmd := exec.Command("go", "build", "-o", bin, "./test/e2e/e2ebox")
-	cmd.Dir = testutil.ModuleRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	return testutil.Binary(t, "./test/e2e/e2ebox", "e2e-record")
 }
 
 // recordEnv is a simulated node whose CNI_PATH has e2e-record after
