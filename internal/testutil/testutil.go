@@ -139,6 +139,21 @@ func PluginDir(t testing.TB) string {
 	return buildDir
 }
 
+// Binary builds the package pkg of this module ("./cmd/ebpf-cni-agent")
+// static, as make build does, into a directory of the test, named name,
+// and returns its path.
+func Binary(t testing.TB, pkg, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build of %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
 // UpstreamLoopback is the package of the upstream loopback plugin.
 const UpstreamLoopback = "github.com/containernetworking/plugins/plugins/main/loopback"
 

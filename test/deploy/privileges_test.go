@@ -35,14 +35,7 @@ import (
 // agentBinary builds ebpf-cni-agent (static, as make build does) into a
 // directory of the test.
 func agentBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ebpf-cni-agent")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/ebpf-cni-agent")
-	cmd.Dir = testutil.ModuleRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	return testutil.Binary(t, "./cmd/ebpf-cni-agent", "ebpf-cni-agent")
 }
 
 // kubeconfig writes a kubeconfig for the test API server.

@@ -10,6 +10,8 @@
 //	e2ebox sink [-tcp :9000]    receives TCP streams; when one ends, answers with
 //	    the Mbit/s it received in each full second
 //	e2ebox blast [-duration 5s] HOST:PORT   sends to a sink as fast as it can, prints its answer
+//	CNI_COMMAND=... e2ebox       no arguments: the CNI plugin e2e-record, which logs
+//	    every call, chained after ebpf-cni or delegating to its conflist (cniplugin.go)
 package main
 
 import (
@@ -28,7 +30,13 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2ebox pause|serve|get|udpwait|sink|blast ...")
+		// A runtime execs a plugin so; a person gets the usage.
+		if os.Getenv("CNI_COMMAND") != "" {
+			cniPlugin()
+			return
+		}
+		fmt.Fprintln(os.Stderr, "usage: e2ebox pause|serve|get|udpwait|sink|blast ...\n"+
+			"   or: CNI_COMMAND=... e2ebox (no arguments): the CNI plugin e2e-record (a copy named e2e-record in CNI_PATH)")
 		os.Exit(2)
 	}
 	var err error
