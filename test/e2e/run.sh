@@ -409,7 +409,7 @@ EOF
       "type": "e2e-record",
       "log": "$DELEGATE_LOG",
       "delegate": "$CONFLIST",
-      "capabilities": { "portMappings": true, "bandwidth": true, "ips": true }
+      "capabilities": { "bandwidth": true, "ips": true, "mac": true, "portMappings": true }
     }
   ]
 }
@@ -1176,21 +1176,22 @@ check "restarts: ClusterIP TCP from a pod" 10 pod_get "$(hostport "${cluster_ips
 # with ebpf-cni's result (the second node's through the Multus-like
 # delegate too).
 roll "rollout to $IMAGE2" "$IMAGE2" e2e-rollout helm_deploy upgrade "$IMAGE2"
-# recorded NODE LOG POD: the log of an e2e-record on the node has the
-# pod's ADD, with the pod's addresses in the result it was given (chained:
-# ebpf-cni's) or returned (the delegate).
+# recorded NODE LOG FIELD POD: the log of an e2e-record on the node has
+# the pod's ADD, with the pod's addresses in FIELD: ips, the prevResult it
+# was given (chained: ebpf-cni's), or resultIPs, the result it returned
+# (the delegate's, whose first plugin is ebpf-cni).
 recorded() {
 	local ips
-	ips=$(kubectl get pod "$3" -o jsonpath='{range .status.podIPs[*]}{.ip}{" "}{end}')
+	ips=$(kubectl get pod "$4" -o jsonpath='{range .status.podIPs[*]}{.ip}{" "}{end}')
 	on "$1" cat "$2" | python3 -c '
 import json, sys
-want = set(sys.argv[1].split())
+field, want = sys.argv[1], set(sys.argv[2].split())
 for line in sys.stdin:
     r = json.loads(line)
-    if r.get("command") == "ADD" and want and want <= set(r.get("ips") or []):
+    if r.get("command") == "ADD" and want and want <= {a.split("/")[0] for a in r.get(field) or []}:
         sys.exit(0)
-print("no ADD with", sorted(want))
-sys.exit(1)' "$ips"
+print("no ADD with", sorted(want), "in", field)
+sys.exit(1)' "$3" "$ips"
 }
 for n in 1 2; do
 	nn=$(node_name $n)
@@ -1206,9 +1207,9 @@ spec:
 EOF
 done
 kubectl wait --for=condition=Ready pod/chained1 pod/chained2 --timeout=60s >/dev/null || true
-check "rollout: the chained plugin got ebpf-cni's result for a new pod on $NODE" 1 recorded 1 "$RECORD_LOG" chained1
-check "rollout: the chained plugin got ebpf-cni's result for a new pod on $NODE2" 1 recorded 2 "$RECORD_LOG" chained2
-check "rollout: the delegating meta plugin on $NODE2 returned ebpf-cni's result" 1 recorded 2 "$DELEGATE_LOG" chained2
+check "rollout: the chained plugin got ebpf-cni's result for a new pod on $NODE" 1 recorded 1 "$RECORD_LOG" ips chained1
+check "rollout: the chained plugin got ebpf-cni's result for a new pod on $NODE2" 1 recorded 2 "$RECORD_LOG" ips chained2
+check "rollout: the delegating meta plugin on $NODE2 returned ebpf-cni's result" 1 recorded 2 "$DELEGATE_LOG" resultIPs chained2
 kubectl delete pod chained1 chained2 --grace-period=1 >/dev/null
 
 # ---- check: the downgrade to the previous release, and up again ----

@@ -69,8 +69,11 @@ type record struct {
 	// IPs are the prevResult's addresses (CIDR), PrevResult the
 	// prevResult as the runtime passed it: whenever the call has one
 	// (ADD and CHECK of a chained recorder; DEL from 0.4.0).
-	IPs              []string             `json:"ips,omitempty"`
-	PrevResult       json.RawMessage      `json:"prevResult,omitempty"`
+	IPs        []string        `json:"ips,omitempty"`
+	PrevResult json.RawMessage `json:"prevResult,omitempty"`
+	// ResultIPs are the addresses of the result a delegator's ADD
+	// returns (its delegate conflist's).
+	ResultIPs        []string             `json:"resultIPs,omitempty"`
 	Delegate         string               `json:"delegate,omitempty"`         // a delegator's conflist
 	ValidAttachments []types.GCAttachment `json:"validAttachments,omitempty"` // GC's
 	Error            string               `json:"error,omitempty"`            // what the call answered, when it failed
@@ -106,6 +109,8 @@ func recordCall(command string, args *skel.CmdArgs) error {
 	}
 	if err != nil {
 		rec.Error = err.Error()
+	} else if res != nil && conf.Delegate != "" {
+		rec.ResultIPs, _ = resultIPs(res)
 	}
 	if werr := appendRecord(conf.Log, rec); werr != nil {
 		return types.NewError(types.ErrIOFailure, "e2e-record: writing the log (key \"log\"): "+werr.Error(), rec.Error)

@@ -207,6 +207,7 @@ func TestDelegator(t *testing.T) {
 			}
 			require.Equal(t, "del-a", lines[0].str(t, "containerID"))
 			require.Equal(t, a.NS.Path(), lines[0].str(t, "netns"))
+			require.ElementsMatch(t, podCIDRs(a), lines[0].strings(t, "resultIPs"), "ADD's result, the delegate's")
 			require.ElementsMatch(t, podCIDRs(a), lines[2].strings(t, "ips"), "CHECK's prevResult")
 		})
 	}
