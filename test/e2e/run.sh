@@ -358,25 +358,42 @@ on() { # node command...: runs the command on node 1 (here) or 2
 }
 
 # ---- other plugins' files, on the nodes before ebpf-cni ----
-# Both nodes: podman's default conflist (sorts after ebpf-cni's: never
-# used) and a plugin binary, e2e-record (e2ebox as a CNI plugin). The
-# second node also has a Multus-like meta plugin's conflist that sorts
-# before ebpf-cni's and runs ebpf-cni's conflist as its delegate: containerd
-# takes the first file, so every pod of the second node and every STATUS
-# of its runtime go through it. Install, the rollouts and uninstall must
-# leave these byte for byte. After the init container's install, "another
+# Both nodes have a plugin binary of another project, e2e-record (e2ebox as
+# a CNI plugin), and a conflist that sorts after ebpf-cni's. The first
+# node's (1.1.0) names a plugin this node does not have: a runtime that
+# takes it fails STATUS, so the node is NotReady until ebpf-cni's conflist
+# sorts before it. The second node's is podman's default, and that node
+# also has a Multus-like meta plugin's conflist that sorts before
+# ebpf-cni's and runs ebpf-cni's conflist as its delegate: containerd takes
+# the first file, so every pod of the second node and every STATUS of its
+# runtime go through it. Install, the rollouts and uninstall must leave
+# these byte for byte. After the init container's install, "another
 # installer" appends e2e-record to ebpf-cni's own conflist, as istio-cni
 # appends itself.
 RECORD_LOG=/var/lib/cni/e2e-record.log
 DELEGATE_LOG=/var/lib/cni/e2e-delegate.log
 CONFLIST=/etc/cni/net.d/10-ebpf-cni.conflist
 foreign_files() { # node: the other plugins' files on it
-	echo /opt/cni/bin/e2e-record /etc/cni/net.d/87-podman-bridge.conflist
-	if [ "$1" = 2 ]; then echo /etc/cni/net.d/00-e2e-delegate.conflist; fi
+	if [ "$1" = 2 ]; then
+		echo /opt/cni/bin/e2e-record /etc/cni/net.d/00-e2e-delegate.conflist /etc/cni/net.d/87-podman-bridge.conflist
+	else
+		echo /opt/cni/bin/e2e-record /etc/cni/net.d/99-e2e-other.conflist
+	fi
 }
 place_foreign() { # node
 	on "$1" install -m 0755 "$T/bin/e2ebox" /opt/cni/bin/e2e-record
-	on "$1" tee /etc/cni/net.d/87-podman-bridge.conflist >/dev/null <<'EOF'
+	if [ "$1" = 1 ]; then
+		tee /etc/cni/net.d/99-e2e-other.conflist >/dev/null <<'EOF'
+{
+  "cniVersion": "1.1.0",
+  "name": "e2e-other",
+  "plugins": [{ "type": "e2e-absent" }]
+}
+EOF
+		sha256sum $(foreign_files 1) >"$T/foreign1.sha256"
+		return
+	fi
+	on 2 tee /etc/cni/net.d/87-podman-bridge.conflist >/dev/null <<'EOF'
 {
   "cniVersion": "0.4.0",
   "name": "podman",
@@ -399,8 +416,7 @@ place_foreign() { # node
   ]
 }
 EOF
-	if [ "$1" = 2 ]; then
-		on 2 tee /etc/cni/net.d/00-e2e-delegate.conflist >/dev/null <<EOF
+	on 2 tee /etc/cni/net.d/00-e2e-delegate.conflist >/dev/null <<EOF
 {
   "cniVersion": "1.1.0",
   "name": "e2e-delegate",
@@ -414,8 +430,7 @@ EOF
   ]
 }
 EOF
-	fi
-	on "$1" sha256sum $(foreign_files "$1") >"$T/foreign$1.sha256"
+	on 2 sha256sum $(foreign_files 2) >"$T/foreign2.sha256"
 }
 foreign_same() { on "$1" sha256sum --check --quiet "$T/foreign$1.sha256"; }
 place_foreign 1
@@ -776,22 +791,27 @@ pod_state() { kubectl get pods -o jsonpath='{range .items[*]}{.metadata.name}{" 
 # release the node runs).
 endpoint_list() { on "${1:-1}" /opt/cni/bin/ebpf-cni endpoints -o json | python3 -c 'import json,sys; print(sorted((e["containerID"], e["hostIfindex"], tuple(e["ips"])) for e in json.load(sys.stdin) or []))'; }
 
-# traffic_start NAME: the client pod sends a request to the echo ClusterIP
-# every 0.2 s until traffic_stop NAME, which prints "answered sent".
+# traffic_start: the client pod sends a request to the echo ClusterIP
+# every 0.2 s until traffic_stop, which sets traffic_ok and traffic_sent
+# (answered, sent). One at a time.
 traffic_start() {
-	rm -f "$T/traffic-$1.stop"
+	rm -f "$T/traffic.stop" "$T/traffic"
 	(
 		ok=0 n=0
-		while [ ! -e "$T/traffic-$1.stop" ]; do
+		while [ ! -e "$T/traffic.stop" ]; do
 			n=$((n + 1))
 			pod_get -timeout 1s "$(hostport "${cluster_ips[0]}" 80)" >/dev/null 2>&1 && ok=$((ok + 1))
 			sleep 0.2
 		done
-		echo "$ok $n" >"$T/traffic-$1"
+		echo "$ok $n" >"$T/traffic"
 	) &
 	traffic_pid=$!
 }
-traffic_stop() { touch "$T/traffic-$1.stop"; wait "$traffic_pid" || true; cat "$T/traffic-$1"; }
+traffic_stop() { # (not in a subshell: it waits for traffic_start's)
+	touch "$T/traffic.stop"
+	wait "$traffic_pid" || true
+	read -r traffic_ok traffic_sent <"$T/traffic"
+}
 # In place: the build's STATUS loaded its programs and moved every endpoint
 # to them; nothing of the build before stays pinned.
 upgraded_in_place() { # node version
@@ -820,19 +840,19 @@ rolled_to() { # image: the DaemonSet rolled out, its one pod on each node runnin
 # endpoints, all moved in place to VERSION's programs, and its status is
 # clean (the installed CLI's); the other plugins' files stay as they were.
 roll() {
-	local what=$1 image=$2 version=$3 n nn t0=$SECONDS before_pods before_eps1 before_eps2 ok total
+	local what=$1 image=$2 version=$3 n nn t0=$SECONDS before_pods before_eps1 before_eps2
 	shift 3
 	before_pods=$(pod_state) before_eps1=$(endpoint_list 1) before_eps2=$(endpoint_list 2)
 	log "$what: $*"
-	traffic_start "$what"
+	traffic_start
 	if ! "$@" >>"$T/logs/helm.log" 2>&1; then
-		traffic_stop "$what" >/dev/null
+		traffic_stop
 		die "$what: $* failed: $(tail -3 "$T/logs/helm.log")"
 	fi
 	wait_for 240 "$what: the DaemonSet rolled out to $image" rolled_to "$image"
-	read -r ok total < <(traffic_stop "$what")
+	traffic_stop
 	summary+=("$what: rolled out to $image in $((SECONDS - t0)) s")
-	check "$what: ClusterIP from a pod during the rollout ($ok/$total)" 1 test "$ok" = "$total" -a "$total" -gt 0
+	check "$what: ClusterIP from a pod during the rollout ($traffic_ok/$traffic_sent)" 1 test "$traffic_ok" = "$traffic_sent" -a "$traffic_sent" -gt 0
 	for n in 1 2; do
 		nn=$(node_name $n)
 		check "$what: /opt/cni/bin/ebpf-cni is $version on $nn" 1 grep -qx "ebpf-cni $version" <(on $n /opt/cni/bin/ebpf-cni version)
