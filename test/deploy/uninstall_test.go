@@ -107,6 +107,27 @@ func (u *uninstallNode) runInstall() {
 	require.NoError(u.t, u.in(func() error { return agent.Install(context.Background(), u.client, u.install) }), "%s", u.logs)
 }
 
+// addPod attaches pod uninstall-a with a hostPort through the installed
+// conflist (its socket hooks on a cgroup of the test's), as a runtime
+// would: the uplink's programs and the cgroup's socket hooks run then.
+func (u *uninstallNode) addPod() (*nettest.CNI, *libcni.NetworkConfigList, *nettest.Pod) {
+	t := u.t
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(u.conf, conflist.DefaultFile))
+	require.NoError(t, err)
+	var l map[string]any
+	require.NoError(t, json.Unmarshal(b, &l))
+	l["plugins"].([]any)[0].(map[string]any)["socketCgroupPath"] = testutil.Cgroup(t)
+	b, err = json.Marshal(l)
+	require.NoError(t, err)
+	list, err := libcni.ConfListFromBytes(b)
+	require.NoError(t, err)
+	c := nettest.NewCNI(u.node, []string{u.bin}, t.TempDir())
+	pod := testutil.AddPodArgs(t, c, list, "uninstall-a", map[string]any{
+		"portMappings": []map[string]any{{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}}}, nil)
+	return c, list, pod
+}
+
 // uninstall runs the uninstall init container's work in the node's
 // namespace; its log is in u.logs.
 func (u *uninstallNode) uninstall(force bool) error {
@@ -282,24 +303,13 @@ func TestUninstallFromNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			u := newUninstallNode(t, tc.mode, tc.loopback)
 			u.runInstall()
-			cg := testutil.Cgroup(t)
-			b, err := os.ReadFile(filepath.Join(u.conf, conflist.DefaultFile))
-			require.NoError(t, err)
-			var l map[string]any
-			require.NoError(t, json.Unmarshal(b, &l))
-			l["plugins"].([]any)[0].(map[string]any)["socketCgroupPath"] = cg
-			b, err = json.Marshal(l)
-			require.NoError(t, err)
-			list, err := libcni.ConfListFromBytes(b)
-			require.NoError(t, err)
-			c := nettest.NewCNI(u.node, []string{u.bin}, t.TempDir())
-			pod := testutil.AddPodArgs(t, c, list, "uninstall-a", map[string]any{
-				"portMappings": []map[string]any{{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}}}, nil)
+			c, list, pod := u.addPod()
 
 			r := func(dst, via string) agent.Route {
 				return agent.Route{Dst: netip.MustParsePrefix(dst), Via: netip.MustParseAddr(via)}
 			}
 			var routes agent.NodeRoutes
+			var err error
 			if tc.mode == conflist.ModeDirect {
 				routes, err = agent.NewDirect(u.h, agent.DefaultRouteProtocol)
 			} else {
