@@ -55,7 +55,7 @@ func (n *Node) closeOpened() {
 }
 
 // emptyDir removes what dir holds and then dir, unless it is a mount
-// point (EBUSY); it returns how many files (not directories) went.
+// point; it returns how many files (not directories) went.
 func emptyDir(dir string) (int, error) {
 	files := 0
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
@@ -74,7 +74,9 @@ func emptyDir(dir string) (int, error) {
 			errs = append(errs, fmt.Errorf("removing %s: %w", filepath.Join(dir, e.Name()), err))
 		}
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, unix.EBUSY) && len(errs) == 0 {
+	// A mount point stays: EBUSY, or EROFS where it lies on a container's
+	// read-only root.
+	if err := os.Remove(dir); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EROFS) && len(errs) == 0 {
 		errs = append(errs, fmt.Errorf("removing %s: %w", dir, err))
 	}
 	return files, errors.Join(errs...)
