@@ -162,6 +162,8 @@ const versionFlag = "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version="
 // the linker flags among a binary's build settings, and every release's
 // build stamps its version with versionFlag, also into loopback, which has
 // no such variable. No other build of loopback names ebpf-cni's package.
+// (A build with -trimpath records no linker flags: the Makefile must not
+// add it, or this stops telling.)
 func builtByEbpfCNI(path string) bool {
 	bi, err := gobuildinfo.ReadFile(path)
 	if err != nil || bi.Path != loopbackPackage {

@@ -249,6 +249,7 @@ func TestManifestUnderRuntime(t *testing.T) {
 	require.NoError(t, err, "the pause container: podman %s\n%s", strings.Join(argv, " "), out)
 	require.Eventually(t, func() bool { return strings.Contains(logs(name), "pausing until SIGTERM") }, 30*time.Second, 50*time.Millisecond, "%s", logs(name))
 	require.Equal(t, "65534", strings.TrimSpace(podman(t, "inspect", "--format", "{{.Config.User}}", name)))
+	require.Equal(t, "true", podman(t, "inspect", "--format", "{{.State.Running}}", name), "pause returned:\n%s", logs(name))
 	podman(t, "stop", "-t", "10", name) // SIGTERM
 	require.Equal(t, "0", strings.TrimSpace(podman(t, "inspect", "--format", "{{.State.ExitCode}}", name)), "pause ends on SIGTERM, successfully")
 }

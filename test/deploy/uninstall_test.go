@@ -341,6 +341,9 @@ func TestUninstallFromNode(t *testing.T) {
 				require.Contains(t, u.logs.String(), "--force: taking the network of pods on ebpf-cni away")
 				require.Contains(t, u.logs.String(), "endpoint "+veth.HostName("uninstall-a", "eth0"))
 				require.Contains(t, u.logs.String(), "removed the agent's tunnel endpoint")
+				for _, set := range []string{"cgroup on hostport", "uplinks on uplink", "tunnels on " + cluster.Device} {
+					require.Contains(t, u.logs.String(), "programs of "+set)
+				}
 				require.Contains(t, u.logs.String(), "removed the overlay device")
 			} else {
 				require.NoError(t, c.DelPod(list, pod)) // the node's last DEL takes the uplink's and cgroup's programs away
@@ -424,7 +427,8 @@ func TestUninstallLoopback(t *testing.T) {
 		{name: "none on the node", ours: true},
 		{name: "the image's, unrecorded", node: image, ours: true},
 		{name: "an earlier release's build", node: buildLoopback(t, "-ldflags", "-s -w -X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version=v0.1.0"), ours: true},
-		{name: "another build", node: buildLoopback(t, "-trimpath", "-ldflags", "-s -w")},
+		// As containernetworking/plugins' release script builds it.
+		{name: "another build", node: buildLoopback(t, "-ldflags", "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=v1.9.1")},
 		{name: "not a program", node: []byte("the node's loopback")},
 		{name: "ours, replaced since", replaced: true},
 	} {
@@ -456,6 +460,44 @@ func TestUninstallLoopback(t *testing.T) {
 			if tc.replaced {
 				require.Contains(t, u.logs.String(), "kept a binary ebpf-cni wrote once: it has changed since")
 			}
+		})
+	}
+}
+
+// TestUninstallConflist: the conflist install wrote goes while its first
+// plugin is ebpf-cni's, with the plugins another installer chained after
+// it (istio-cni's way); one someone has made another plugin's since, or
+// replaced with what is no plugin list, is theirs and stays, byte for
+// byte, and the log says why.
+func TestUninstallConflist(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace []byte // the conflist's content after install; nil: kept as install wrote it, istio-cni chained
+		log     string
+	}{
+		{name: "ebpf-cni's, a plugin chained", log: `msg="removed the conflist"`},
+		{name: "another plugin's now", replace: []byte(`{"cniVersion":"1.0.0","name":"ebpf-cni","plugins":[{"type":"bridge"},{"type":"ebpf-cni"}]}` + "\n"),
+			log: `msg="kept the conflist: its first plugin is not ebpf-cni's any more (someone replaced the file)"`},
+		{name: "no plugin list", replace: []byte(`{"cniVersion":"1.0.0","name":"x","type":"bridge"}` + "\n"),
+			log: `msg="kept the conflist: it is no plugin list (not what ebpf-cni wrote there)"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newUninstallNode(t, conflist.ModeDirect, nil)
+			u.install.WarmUp = false
+			u.runInstall()
+			path := filepath.Join(u.conf, conflist.DefaultFile)
+			if tc.replace == nil {
+				appendPlugin(t, path, `{"type":"istio-cni"}`)
+			} else {
+				u.foreign[path] = tc.replace
+				require.NoError(t, os.WriteFile(path, tc.replace, 0o644))
+			}
+			require.NoError(t, u.uninstall(false), "%s", u.logs)
+			require.Contains(t, u.logs.String(), tc.log)
+			if tc.replace == nil {
+				require.Contains(t, u.logs.String(), `chained=istio-cni`)
+			}
+			u.requireOnlyForeign()
 		})
 	}
 }
