@@ -55,9 +55,12 @@ type UninstallConfig struct {
 var sharedDirs = []string{"/", "/sys", "/sys/fs", "/sys/fs/bpf", "/run", "/var/run", "/tmp", "/var", "/var/lib", "/etc", "/opt", "/usr", "/home", "/root"}
 
 func (cfg *UninstallConfig) check() error {
-	for _, d := range []struct{ what, path string }{
-		{"the CNI bin dir", cfg.CNIBinDir}, {"the CNI conf dir", cfg.CNIConfDir},
-		{"bpfRoot", cfg.BPFRoot}, {"bpfRoot", cfg.NodeBPFRoot}, {"stateDir", cfg.StateDir},
+	for _, d := range []struct {
+		what, path string
+		emptied    bool // uninstall removes all it holds
+	}{
+		{"the CNI bin dir", cfg.CNIBinDir, false}, {"the CNI conf dir", cfg.CNIConfDir, false},
+		{"bpfRoot", cfg.BPFRoot, true}, {"bpfRoot", cfg.NodeBPFRoot, true}, {"stateDir", cfg.StateDir, true},
 	} {
 		if d.path == "" {
 			return fmt.Errorf("no %s given", d.what)
@@ -65,7 +68,7 @@ func (cfg *UninstallConfig) check() error {
 		if !filepath.IsAbs(d.path) {
 			return fmt.Errorf("%s %s: want an absolute path", d.what, d.path)
 		}
-		if d.what != "the CNI bin dir" && d.what != "the CNI conf dir" && slices.Contains(sharedDirs, filepath.Clean(d.path)) {
+		if d.emptied && slices.Contains(sharedDirs, filepath.Clean(d.path)) {
 			return fmt.Errorf("%s %s: not a directory of ebpf-cni's own, refusing to empty it", d.what, d.path)
 		}
 	}
@@ -147,13 +150,12 @@ func Uninstall(cfg UninstallConfig) error {
 		return fmt.Errorf("removing ebpf-cni's state from the node: %w", errors.Join(u.errs...))
 	}
 	u.binaries(rec)
-	if len(rec) > 0 {
-		path := filepath.Join(cfg.CNIBinDir, InstallRecord)
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			u.errs = append(u.errs, fmt.Errorf("removing the install record: %w", err))
-		} else if err == nil {
-			u.removed("removed the install record", "path", path)
-		}
+	path := filepath.Join(cfg.CNIBinDir, InstallRecord)
+	switch err := os.Remove(path); {
+	case err == nil:
+		u.removed("removed the install record", "path", path)
+	case !errors.Is(err, fs.ErrNotExist):
+		u.errs = append(u.errs, fmt.Errorf("removing the install record: %w", err))
 	}
 	if u.count == 0 {
 		u.log.Info("nothing to remove: ebpf-cni has nothing left on this node")
@@ -172,6 +174,16 @@ type uninstaller struct {
 }
 
 func (u *uninstaller) failed() bool { return errors.Join(u.errs...) != nil }
+
+// read is the file at path; false when it is not there, or could not be
+// read (the error kept).
+func (u *uninstaller) read(path string) ([]byte, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		u.errs = append(u.errs, fmt.Errorf("reading %s: %w", path, err))
+	}
+	return b, err == nil
+}
 
 func (u *uninstaller) removed(msg string, args ...any) {
 	u.count++
@@ -222,12 +234,8 @@ func (u *uninstaller) refuseLive() error {
 // ebpf-cni's; the plugins chained after it (istio-cni's) go with it.
 func (u *uninstaller) conflist(name string) {
 	path := filepath.Join(u.cfg.CNIConfDir, name)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	if err != nil {
-		u.errs = append(u.errs, fmt.Errorf("reading %s: %w", path, err))
+	b, ok := u.read(path)
+	if !ok {
 		return
 	}
 	var l struct {
@@ -338,12 +346,8 @@ func (u *uninstaller) binaries(rec installRecord) {
 		}
 		seen = append(seen, e.Name)
 		path := filepath.Join(u.cfg.CNIBinDir, e.Name)
-		data, err := os.ReadFile(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			u.errs = append(u.errs, fmt.Errorf("reading %s: %w", path, err))
+		data, ok := u.read(path)
+		if !ok {
 			continue
 		}
 		if sums := rec.sums(e.Name); len(sums) > 0 && !slices.Contains(sums, sha256Of(data)) {
