@@ -29,10 +29,10 @@ endif
 # the runtime they start them with, the one a kubelet's containerd uses).
 DEB_PKGS := ca-certificates clang-16 llvm-16 libbpf-dev bpftool iproute2 iperf3 sockperf iputils-ping iptables containernetworking-plugins podman runc
 
-.PHONY: help deps tools generate check-generated build plugins test install uninstall image image-archive manifest clean bench
+.PHONY: help deps tools generate check-generated build plugins test install uninstall image image-archive manifest uninstall-manifest clean bench
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # apt-install installs the Debian packages of $(1) that are missing.
 define apt-install
@@ -130,6 +130,9 @@ image-archive: ## the same archive of the binaries already in $(BIN), without bu
 
 manifest: ## print deploy/kubernetes/ebpf-cni.yaml with the image set to $(IMAGE) (kubectl apply -f -)
 	@sed 's|image: localhost/ebpf-cni:latest|image: $(IMAGE)|' deploy/kubernetes/ebpf-cni.yaml
+
+uninstall-manifest: ## print deploy/kubernetes/ebpf-cni-uninstall.yaml with the image set to $(IMAGE): takes ebpf-cni off every node once its DaemonSet is deleted (docs/deploy.md, Removing)
+	@sed 's|image: localhost/ebpf-cni:latest|image: $(IMAGE)|' deploy/kubernetes/ebpf-cni-uninstall.yaml
 
 clean: ## remove build output
 	rm -rf $(BIN)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -60,7 +61,8 @@ type InstallConfig struct {
 	Logger    *slog.Logger
 }
 
-// Install copies the plugins, waits until the Node has spec.podCIDRs, runs
+// Install records what it writes (InstallRecord, for Uninstall), copies
+// the plugins, waits until the Node has spec.podCIDRs, runs
 // the plugin's STATUS (WarmUp), and then writes the conflist for them
 // (replacing the one it wrote before, the plugins another installer
 // chained after ebpf-cni's kept: the DaemonSet owns that file). A node
@@ -80,6 +82,27 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 	if err := cfg.check(); err != nil {
 		return err
 	}
+	// The record first, with what this run writes: a run killed between
+	// a write and its record would leave a file no uninstall removes.
+	// Reinstalling (a restarted pod, a rollout) adds to it.
+	rec, err := readRecord(cfg.CNIBinDir)
+	if err != nil {
+		return err
+	}
+	for _, b := range Plugins {
+		rec.add(recordEntry{Dir: recordBin, Name: b})
+	}
+	lo, err := cfg.planLoopback()
+	if err != nil {
+		return err
+	}
+	if lo.ours != "" {
+		rec.add(recordEntry{Dir: recordBin, Name: Loopback, SHA256: lo.ours})
+	}
+	rec.add(recordEntry{Dir: recordConf, Name: cfg.ConfFile})
+	if err := rec.save(cfg.CNIBinDir); err != nil {
+		return err
+	}
 	for _, b := range Plugins {
 		changed, err := copyFile(filepath.Join(cfg.SrcDir, b), filepath.Join(cfg.CNIBinDir, b), 0o755)
 		if err != nil {
@@ -87,7 +110,7 @@ func Install(ctx context.Context, client kubernetes.Interface, cfg InstallConfig
 		}
 		cfg.Logger.Info("plugin installed", "path", filepath.Join(cfg.CNIBinDir, b), "changed", changed)
 	}
-	if err := cfg.installLoopback(); err != nil {
+	if err := cfg.installLoopback(lo); err != nil {
 		return err
 	}
 	cidrs, err := waitForPodCIDRs(ctx, client, cfg)
@@ -144,21 +167,58 @@ func (cfg *InstallConfig) withdraw(err error) error {
 	}
 }
 
+// loopbackPlan is what Install does with loopback.
+type loopbackPlan struct {
+	install bool   // copy the image's: the node has none
+	ours    string // SHA-256 of the loopback to record as ebpf-cni's; "" for none
+	why     string // what the log says
+}
+
+// planLoopback decides, before anything is written, whether the image's
+// loopback goes onto the node and whether the node's loopback is
+// ebpf-cni's. The node's own loopback (its distribution's) is never
+// replaced and never recorded: uninstall must leave it. One that is
+// ebpf-cni's is recorded although this run did not write it: an earlier
+// release (v0.1.0) put it there and kept no record. It is ebpf-cni's when
+// it is byte for byte the image's, or when ebpf-cni's Makefile built it
+// (builtByEbpfCNI): each release stamps its version into the build, so
+// v0.1.0's loopback is not byte for byte a later image's.
+func (cfg *InstallConfig) planLoopback() (loopbackPlan, error) {
+	dst, src := filepath.Join(cfg.CNIBinDir, Loopback), filepath.Join(cfg.SrcDir, Loopback)
+	image, ierr := os.ReadFile(src)
+	if ierr != nil && !errors.Is(ierr, fs.ErrNotExist) {
+		return loopbackPlan{}, fmt.Errorf("reading %s: %w", src, ierr)
+	}
+	node, err := os.ReadFile(dst)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && ierr != nil:
+		return loopbackPlan{}, nil // said loudly by installLoopback
+	case errors.Is(err, fs.ErrNotExist):
+		return loopbackPlan{install: true, ours: sha256Of(image)}, nil
+	case err != nil:
+		return loopbackPlan{}, fmt.Errorf("reading %s: %w", dst, err)
+	case ierr == nil && bytes.Equal(node, image):
+		return loopbackPlan{ours: sha256Of(node), why: "ebpf-cni's: the image's"}, nil
+	case builtByEbpfCNI(dst):
+		return loopbackPlan{ours: sha256Of(node), why: "ebpf-cni's: built by an ebpf-cni release"}, nil
+	}
+	return loopbackPlan{why: "the node's own"}, nil
+}
+
 // installLoopback puts the image's loopback into the node's bin dir when
 // the node has none, and says loudly when neither has one.
-func (cfg *InstallConfig) installLoopback() error {
+func (cfg *InstallConfig) installLoopback(lo loopbackPlan) error {
 	dst := filepath.Join(cfg.CNIBinDir, Loopback)
-	if _, err := os.Stat(dst); err == nil {
-		cfg.Logger.Info("kept the node's loopback plugin", "path", dst)
+	if !lo.install {
+		if lo.why == "" {
+			cfg.Logger.Error("the node has no loopback plugin and there is none to install: the runtime fails every pod after ebpf-cni's ADD and never calls its DEL (addresses leak); install containernetworking-plugins' loopback into the CNI bin dir",
+				"path", dst)
+			return nil
+		}
+		cfg.Logger.Info("kept the loopback plugin there", "path", dst, "whose", lo.why)
 		return nil
 	}
-	src := filepath.Join(cfg.SrcDir, Loopback)
-	if _, err := os.Stat(src); err != nil {
-		cfg.Logger.Error("the node has no loopback plugin and there is none to install: the runtime fails every pod after ebpf-cni's ADD and never calls its DEL (addresses leak); install containernetworking-plugins' loopback into the CNI bin dir",
-			"path", dst)
-		return nil
-	}
-	if _, err := copyFile(src, dst, 0o755); err != nil {
+	if _, err := copyFile(filepath.Join(cfg.SrcDir, Loopback), dst, 0o755); err != nil {
 		return err
 	}
 	cfg.Logger.Info("plugin installed (the node had no loopback)", "path", dst)

@@ -39,6 +39,16 @@ Usage:
   ebpf-cni-agent install [flags]  put the plugins into the node's CNI directory and
                                   write its conflist from the Node's spec.podCIDRs
                                   (the DaemonSet's init container)
+  ebpf-cni-agent uninstall [flags]
+                                  take ebpf-cni off the node: refuse while pods are
+                                  on it (or the agent runs) unless -force; remove the
+                                  conflist, the agent's routes and tunnel endpoints,
+                                  every endpoint and the plugin's node-wide state, its
+                                  pins and state dir, then the binaries install
+                                  recorded; nothing else (the uninstall DaemonSet's
+                                  init container, deploy/kubernetes/ebpf-cni-uninstall.yaml)
+  ebpf-cni-agent pause            do nothing until SIGTERM (the uninstall DaemonSet's
+                                  container: the rollout is done when every node is)
   ebpf-cni-agent version          this build's version (also --version, -version):
                                   git describe of the tree it was built from
 
@@ -128,6 +138,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(ctx, args[1:], stderr, log)
 	case "install":
 		err = installCmd(ctx, args[1:], stderr, log)
+	case "uninstall":
+		err = uninstallCmd(args[1:], stderr, log)
+	case "pause":
+		err = pauseCmd(ctx, args[1:], stderr, log)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "ebpf-cni-agent %s\n", buildinfo.Version)
 	case "-h", "-help", "--help", "help":
@@ -443,4 +457,42 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 		return err
 	}
 	return Install(ctx, client, cfg)
+}
+
+func uninstallCmd(args []string, stderr io.Writer, log *slog.Logger) error {
+	fs := flag.NewFlagSet("ebpf-cni-agent uninstall", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := UninstallConfig{Logger: log}
+	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", DefaultCNIBinDir, "the node's CNI plugin `DIR` as mounted here (install's record is there)")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", DefaultCNIConfDir, "the node's CNI configuration `DIR` as mounted here")
+	fs.StringVar(&cfg.NodeBPFRoot, "bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` on the node")
+	fs.StringVar(&cfg.BPFRoot, "bpf-root-mount", "", "where the plugin's bpfRoot is mounted here (`DIR`; default: -bpf-root)")
+	fs.StringVar(&cfg.StateDir, "state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR`")
+	fs.IntVar(&cfg.RouteProtocol, "route-protocol", DefaultRouteProtocol, "route protocol `N` of the agent's routes")
+	fs.StringVar(&cfg.AgentHealthAddr, "health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` where the node's agent answers /readyz: refused while it does (EBPF_CNI_HEALTH_ADDR); empty: not asked")
+	fs.BoolVar(&cfg.Force, "force", false, "go on while pods are on ebpf-cni (they lose their network) or the agent answers")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if cfg.BPFRoot == "" {
+		cfg.BPFRoot = cfg.NodeBPFRoot
+	}
+	if err := cfg.check(); err != nil {
+		return &usageError{err}
+	}
+	return Uninstall(cfg)
+}
+
+// pauseCmd blocks until the agent is told to stop: the uninstall
+// DaemonSet's container, which only has to be running once its init
+// container has done the work (the image has no shell to sleep in).
+func pauseCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logger) error {
+	fs := flag.NewFlagSet("ebpf-cni-agent pause", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log.Info("pausing until SIGTERM")
+	<-ctx.Done()
+	return nil
 }

@@ -2,6 +2,10 @@ package agent
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -112,4 +116,30 @@ func TestMainErrors(t *testing.T) {
 	_, errOut, code = runMain("install", "-kubeconfig", "/nonexistent")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "no node name: set NODE_NAME")
+}
+
+// TestUninstallFlags: uninstall refuses, changing nothing, a bpfRoot or
+// stateDir that is not a directory of ebpf-cni's own (a slip that would
+// empty the whole bpffs or /run) and a route protocol of the kernel's;
+// pause takes no argument and returns once told to stop.
+func TestUninstallFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"-state-dir /run":           "stateDir /run: not a directory of ebpf-cni's own, refusing to empty it",
+		"-state-dir /var/run/":      "stateDir /var/run/: not a directory of ebpf-cni's own",
+		"-bpf-root /sys/fs/bpf":     "bpfRoot /sys/fs/bpf: not a directory of ebpf-cni's own",
+		"-bpf-root-mount /":         "bpfRoot /: not a directory of ebpf-cni's own",
+		"-state-dir run/ebpf-cni":   "stateDir run/ebpf-cni: want an absolute path",
+		"-route-protocol 4":         "route protocol 4: want 5..255",
+		"-cni-bin-dir /tmp/x extra": `unexpected argument "extra"`,
+	} {
+		_, errOut, code := runMain(append([]string{"uninstall"}, strings.Fields(args)...)...)
+		require.Equal(t, 2, code, "%s: %s", args, errOut)
+		require.Contains(t, errOut, want, args)
+	}
+	_, errOut, code := runMain("pause", "now")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unexpected argument "now"`)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, pauseCmd(ctx, nil, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil))))
 }

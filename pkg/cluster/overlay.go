@@ -315,7 +315,9 @@ func overlayProblems(n *node.Node, s *Settings) []string {
 // endpoints stay: they are the node agent's, and the next pod needs them.
 func release(n *node.Node) error {
 	errs := []error{teardownOverlay(n)}
-	if n.CheckBPFFS() == nil {
+	// A node without the map has no range to clear: opening it would
+	// make it (an uninstall run twice would find a pin it made itself).
+	if n.CheckBPFFS() == nil && n.HasMap(maps.CniMapClusterRoutes) {
 		errs = append(errs, clearRanges(n))
 	}
 	return errors.Join(errs...)

@@ -167,12 +167,7 @@ func (n *Node) Close() {
 		return
 	}
 	_ = n.Settle() // best effort: the verbs settle (and report) first
-	for _, m := range n.maps {
-		m.Close()
-	}
-	n.maps = nil
-	n.progs.Close()
-	n.progs = nil
+	n.closeOpened()
 	n.lock.Unlock()
 }
 

@@ -167,6 +167,7 @@ func TestHelmLint(t *testing.T) {
 	for _, set := range [][]string{
 		nil,
 		{"config.mode=vxlan", "config.vxlanPort=8472", "metrics.serviceMonitor.enabled=true", "image.digest=sha256:0123"},
+		{"uninstall=true"},
 	} {
 		args := []string{"lint", "--strict", chartDir, "--namespace", "kube-system"}
 		for _, s := range set {
@@ -395,6 +396,40 @@ func TestHelmChartOptions(t *testing.T) {
 				require.NotEqual(t, manifest[k], objs[k], "%s: unchanged by %v", k, tc.set)
 			}
 		})
+	}
+}
+
+// TestHelmChartUninstall: uninstall=true renders, instead of every object
+// of ebpf-cni, deploy/kubernetes/ebpf-cni-uninstall.yaml, object for
+// object; with other paths, health port, image and scheduling it takes
+// them as the DaemonSet it replaces did: the same volumes, the uninstall
+// told the node's bpfRoot, the stateDir at its path and where the agent
+// answers.
+func TestHelmChartUninstall(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testutil.ModuleRoot(), uninstallManifest))
+	require.NoError(t, err)
+	want, got := objects(t, string(b)), render(t, "uninstall=true")
+	require.ElementsMatch(t, keys(want), keys(got), "the objects of the uninstall manifest and of the chart")
+	for k, o := range want {
+		for _, d := range diff(k, o, got[k]) {
+			t.Errorf("the chart's uninstall differs from %s: %s", uninstallManifest, d)
+		}
+	}
+
+	set := []string{"hostPaths.cniBinDir=/home/kubernetes/bin", "hostPaths.cniConfDir=/etc/cni/conf.d", "hostPaths.bpfRoot=/sys/fs/bpf/cni",
+		"hostPaths.stateDir=/var/run/cni-state", "health.port=9000", "image.tag=v1.2.3", "nodeSelector.kubernetes\\.io/os=linux"}
+	installed := chartDaemonSet(t, render(t, set...)).Spec.Template.Spec
+	objs := render(t, append(set, "uninstall=true")...)
+	require.Len(t, objs, 1)
+	spec := typed[appsv1.DaemonSet](t, objs["DaemonSet/ebpf-cni-uninstall"]).Spec.Template.Spec
+	require.Equal(t, installed.Volumes, spec.Volumes)
+	require.Equal(t, installed.NodeSelector, spec.NodeSelector)
+	un := spec.InitContainers[0]
+	require.Equal(t, []string{"/ebpf-cni-agent", "uninstall", "-bpf-root-mount", agent.BPFRootMount, "-bpf-root", "/sys/fs/bpf/cni",
+		"-state-dir", "/var/run/cni-state", "-health-addr", "127.0.0.1:9000"}, un.Command)
+	require.Equal(t, hostPathOf(t, installed, installed.InitContainers[0]), hostPathOf(t, spec, un))
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		require.Equal(t, installed.InitContainers[0].Image, c.Image, c.Name)
 	}
 }
 

@@ -2,7 +2,9 @@ package deploy_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -26,7 +28,8 @@ import (
 // ready) while the Node has no spec.podCIDRs, then writes the conflist for
 // them and runs the plugin's STATUS, which loads the programs. The conflist
 // it wrote gives a pod an address from the Node's range on a simulated node.
-// A ConfigMap asking for vxlan without the cluster's ranges fails at once
+// It records what it wrote (agent.InstallRecord), and a second run keeps
+// the record, adding nothing for a loopback that is the node's. A ConfigMap asking for vxlan without the cluster's ranges fails at once
 // and writes nothing.
 func TestInstallFromNode(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -77,6 +80,14 @@ func TestInstallFromNode(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got, b)
 	}
+	// The record of what it wrote, for uninstall: loopback with the
+	// content it put there.
+	image, err := os.ReadFile(filepath.Join(cfg.SrcDir, agent.Loopback))
+	require.NoError(t, err)
+	record, err := os.ReadFile(filepath.Join(bin, agent.InstallRecord))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("# ebpf-cni-agent install: the files it wrote on this node; ebpf-cni-agent uninstall removes them\n"+
+		"bin ebpf-cni\nbin ebpf-ipam\nbin loopback sha256=%x\nconf %s\n", sha256.Sum256(image), conflist.DefaultFile), string(record))
 	programs, err := os.ReadDir(filepath.Join(bpfRoot, "programs"))
 	require.NoError(t, err, "STATUS loaded no programs")
 	require.NotEmpty(t, programs)
@@ -131,10 +142,13 @@ func TestInstallFromNode(t *testing.T) {
 	require.Equal(t, "ebpf-cni", types.Plugins[0].Type)
 	require.Equal(t, "istio-cni", types.Plugins[1].Type)
 	entries, _ = os.ReadDir(bin)
-	require.Len(t, entries, 3)
+	require.Len(t, entries, 4)
 	got, err := os.ReadFile(theirs)
 	require.NoError(t, err)
 	require.Equal(t, "the node's loopback", string(got))
+	again, err := os.ReadFile(filepath.Join(bin, agent.InstallRecord))
+	require.NoError(t, err)
+	require.Equal(t, string(record), string(again), "the node's loopback is not recorded; what the record had stays")
 }
 
 // appendPlugin chains plugin (JSON) after the plugins of the conflist at

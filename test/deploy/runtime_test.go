@@ -73,6 +73,9 @@ func podRun(t *testing.T, m *manifest, c corev1.Container, image, netnsPath stri
 	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
 		args = append(args, "--read-only")
 	}
+	if sc.RunAsUser != nil {
+		args = append(args, "--user", fmt.Sprint(*sc.RunAsUser))
+	}
 	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
 		args = append(args, "--security-opt", "no-new-privileges")
 	}
@@ -108,7 +111,10 @@ func podRun(t *testing.T, m *manifest, c corev1.Container, image, netnsPath stri
 // other node and reports ready on the node's loopback, and in mode vxlan
 // writes the tunnel endpoints into the plugin's pinned map through the same
 // mount. (A mount under /sys, as the manifest had, fails at the start:
-// "mkdir .../sys/fs/bpf/ebpf-cni: no such file or directory".)
+// "mkdir .../sys/fs/bpf/ebpf-cni: no such file or directory".) Then the
+// uninstall DaemonSet's containers: the init container refuses while the
+// agent answers, and removes everything once it is gone, leaving the
+// mounts empty; the other pauses, as nobody, until SIGTERM.
 func TestManifestUnderRuntime(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("runc"); err != nil {
@@ -202,6 +208,50 @@ func TestManifestUnderRuntime(t *testing.T) {
 		l, err := ts.List()
 		return err == nil && len(l) == 2
 	}, 60*time.Second, 50*time.Millisecond, "the agent's tunnel endpoints to node-b, in the plugin's bpfRoot:\n%s", logs(agentVXLAN))
+
+	// The uninstall DaemonSet's containers, from its manifest, on the same
+	// host paths: while the agent answers, the init container refuses and
+	// changes nothing; once it is gone, it removes what the install and
+	// the agents wrote (the direct agent's routes stayed when it stopped)
+	// through the same mounts: the mount points stay, empty. The other
+	// container pauses, as nobody, until it is stopped.
+	uds := loadUninstallManifest(t)
+	um := &manifest{ds: uds, config: m.config}
+	un, pause := uds.Spec.Template.Spec.InitContainers[0], uds.Spec.Template.Spec.Containers[0]
+	uninstall := func() (string, error) {
+		argv := podRun(t, um, un, image, node.NS.Path(), host, kc, "--rm")
+		out, err := exec.Command("podman", argv...).CombinedOutput()
+		return string(out), err
+	}
+	out2, err := uninstall()
+	require.Error(t, err, "uninstall while the agent runs:\n%s", out2)
+	require.Contains(t, out2, "the agent of node node-a answers on 127.0.0.1:9965")
+	_, err = os.Stat(filepath.Join(host["/etc/cni/net.d"], conflist.DefaultFile))
+	require.NoError(t, err, "a refused uninstall removed the conflist")
+	stop(agentVXLAN)
+	out2, err = uninstall()
+	require.NoError(t, err, "the uninstall container:\n%s", out2)
+	for _, want := range []string{"removed the agent's route", "removed the agent's tunnel endpoint", "removed the pins under bpfRoot", "removed the install record"} {
+		require.Contains(t, out2, want)
+	}
+	for _, dir := range host {
+		left, err := os.ReadDir(dir)
+		require.NoError(t, err, "%s: a mount point stays", dir)
+		require.Empty(t, left, "%s", dir)
+	}
+	rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: agent.DefaultRouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+	require.NoError(t, err)
+	require.Empty(t, rs)
+	name := "ebpf-cni-test-pause-" + fmt.Sprint(time.Now().UnixNano())
+	argv = podRun(t, um, pause, image, node.NS.Path(), host, kc, "-d", "--name", name)
+	out, err = exec.Command("podman", argv...).CombinedOutput()
+	t.Cleanup(func() { _ = exec.Command("podman", "rm", "-f", "-t", "0", name).Run() })
+	require.NoError(t, err, "the pause container: podman %s\n%s", strings.Join(argv, " "), out)
+	require.Eventually(t, func() bool { return strings.Contains(logs(name), "pausing until SIGTERM") }, 30*time.Second, 50*time.Millisecond, "%s", logs(name))
+	require.Equal(t, "65534", strings.TrimSpace(podman(t, "inspect", "--format", "{{.Config.User}}", name)))
+	require.Equal(t, "true", podman(t, "inspect", "--format", "{{.State.Running}}", name), "pause returned:\n%s", logs(name))
+	podman(t, "stop", "-t", "10", name) // SIGTERM
+	require.Equal(t, "0", strings.TrimSpace(podman(t, "inspect", "--format", "{{.State.ExitCode}}", name)), "pause ends on SIGTERM, successfully")
 }
 
 // readyz is the agent's readiness probe, as kubelet sends it on the node.
