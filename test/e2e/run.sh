@@ -292,14 +292,17 @@ wait_for() { # seconds what command...: polls until the command succeeds
 
 # check NAME COUNT command...: runs the command COUNT times, reports the successes.
 check() {
-	local name=$1 n=$2 ok=0
+	local name=$1 n=$2 ok=0 out first=""
 	shift 2
 	for ((i = 0; i < n; i++)); do
-		if "$@" >>"$T/logs/checks.log" 2>&1; then ok=$((ok + 1)); fi
+		if out=$("$@" 2>&1); then ok=$((ok + 1)); else
+			[ -n "$first" ] || first="attempt $((i + 1)): $(printf '%s' "$out" | tail -1)"
+		fi
+		printf '%s\n' "$out" >>"$T/logs/checks.log"
 	done
 	summary+=("$name: $ok/$n")
 	if [ $ok = "$n" ]; then log "ok   $name: $ok/$n"; else
-		log "FAIL $name: $ok/$n (last: $("$@" 2>&1 | tail -1))"
+		log "FAIL $name: $ok/$n (first failed $first; once more now: $("$@" 2>&1 | tail -1))"
 		failed=$((failed + 1))
 	fi
 }
@@ -1300,19 +1303,34 @@ mv "$T/loopback.saved" /opt/cni/bin/loopback
 # Another installer chains a plugin whose binary is not on the node (a
 # 2026 report on containerd 2.2): every ADD fails after ebpf-cni's, and the
 # teardown stops at that plugin's failing DEL, so ebpf-cni's DEL never
-# comes (containerd never calls GC). For a minute the pod is stuck in
-# sandbox retries, never holding more than one attempt's addresses (the
-# next STATUS reclaims a gone sandbox's); then the conflist is fixed: the
-# pod runs, and one STATUS period later the addresses held are its own,
-# one attempt's; once it is deleted none are held and gc finds nothing.
-set_missing() { # add|remove: a plugin without a binary at the end of ebpf-cni's conflist (the first node)
-	python3 - "$CONFLIST" "$1" <<'PY'
+# comes (containerd never calls GC). Two forms of the conflist:
+# - as ebpf-cni writes it (cniVersions up to 1.1.0): containerd calls CNI
+#   STATUS, which fails on the missing plugin, so the node turns NotReady
+#   and kubelet stops making sandboxes after the first (which may come
+#   before the node is seen NotReady, or not at all); ebpf-cni's STATUS,
+#   run before the missing plugin's, reclaims a failed attempt's
+#   addresses;
+# - limited to 1.0.0, as the report's (no STATUS: the node stays Ready):
+#   kubelet retries the sandbox for the whole minute, and each ADD of
+#   ebpf-cni's reclaims the attempt before it (its repair), so no more than
+#   one attempt's addresses are held at a time.
+# Then the conflist is fixed: the pod runs, and one STATUS period later the
+# addresses held are its own; once it is deleted none are held and gc
+# finds nothing.
+set_missing() { # on [version]: a plugin without a binary at the end of ebpf-cni's conflist (the first node), the list limited to that CNI version; off: the conflist as it was
+	if [ "$1" = off ]; then
+		cp "$T/conflist.saved" "$CONFLIST.tmp" && mv "$CONFLIST.tmp" "$CONFLIST"
+		return
+	fi
+	cp "$CONFLIST" "$T/conflist.saved"
+	python3 - "$CONFLIST" "${2:-}" <<'PY'
 import json, os, sys
-path, op = sys.argv[1], sys.argv[2]
+path, version = sys.argv[1], sys.argv[2]
 l = json.load(open(path))
-l["plugins"] = [p for p in l["plugins"] if p.get("type") != "e2e-missing"]
-if op == "add":
-    l["plugins"].append({"type": "e2e-missing"})
+l["plugins"].append({"type": "e2e-missing"})
+if version:
+    l["cniVersion"] = version
+    l.pop("cniVersions", None)
 with open(path + ".tmp", "w") as f:
     json.dump(l, f, indent=2)
 os.rename(path + ".tmp", path)
@@ -1323,33 +1341,39 @@ held_by() { # pod: the addresses held are exactly the pod's
 		"$(kubectl get pod "$1" -o jsonpath='{range .status.podIPs[*]}{.ip}{"\n"}{end}' | sort | xargs)"
 }
 pod_ready() { test "$(kubectl get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True; }
-set_missing add
-test_pod brokenchain
-max_held=0 samples=""
-for i in $(seq 60); do
-	h=$(held)
-	samples="$samples $h"
-	[ "$h" -gt $max_held ] && max_held=$h
-	sleep 1
-done
-status=$(kubectl get pod brokenchain -o jsonpath='{.status.phase}')
-failures=$(kubectl get events --field-selector involvedObject.name=brokenchain,reason=FailedCreatePodSandBox -o jsonpath='{range .items[*]}{.count}{"\n"}{end}' | awk '{n += $1} END {print n + 0}')
-# containerd keeps a sandbox whose network teardown failed, and kubelet
-# tries to stop it (FailedKillPod) before it makes another: the events say
-# which.
-log "broken chain: pod $status, its warnings: $(kubectl get events --field-selector involvedObject.name=brokenchain,type=Warning -o jsonpath='{range .items[*]}{.reason}{" x"}{.count}{"; "}{end}'); addresses held each second:$samples"
-check "broken chain: the pod stuck for a minute, its sandbox failing ($failures failed)" 1 test "$status" != Running -a "$failures" -ge 1
-check "broken chain: never more than one attempt's addresses held (max $max_held)" 1 test "$max_held" -le 2
-set_missing remove
-check "broken chain fixed: the pod runs" 1 settle 180 pod_ready brokenchain
-sleep 6 # one STATUS period of containerd (5 s)
-check "broken chain fixed: one STATUS period later, the addresses held are the pod's ($(held))" 1 held_by brokenchain
-kubectl delete pod brokenchain --grace-period=1 >/dev/null
-wait_for 60 "the fixed pod gone" no_pods
-sleep 6
-check "broken chain, the pod deleted: ebpf-cni ipam empty" 1 no_addresses
-check "broken chain, the pod deleted: ebpf-cni endpoints empty" 1 no_endpoints
-check "broken chain, the pod deleted: ebpf-cni gc --dry-run finds nothing" 1 gc_nothing
+broken_chain() { # pod form version min-failed: the check with the conflist limited to version ("": as written)
+	local pod=$1 form=$2 version=$3 min_failed=$4 h max_held=0 samples="" status failures
+	set_missing on "$version"
+	test_pod "$pod"
+	for i in $(seq 60); do
+		h=$(held)
+		samples="$samples $h"
+		[ "$h" -gt $max_held ] && max_held=$h
+		sleep 1
+	done
+	status=$(kubectl get pod "$pod" -o jsonpath='{.status.phase}')
+	failures=$(kubectl get events --field-selector "involvedObject.name=$pod,reason=FailedCreatePodSandBox" -o jsonpath='{range .items[*]}{.count}{"\n"}{end}' | awk '{n += $1} END {print n + 0}')
+	log "broken chain ($form): pod $status, its warnings: $(kubectl get events --field-selector "involvedObject.name=$pod,type=Warning" -o jsonpath='{range .items[*]}{.reason}{" x"}{.count}{"; "}{end}') node $(node_ready); addresses held each second:$samples"
+	check "broken chain ($form): the pod stuck for a minute, at least $min_failed failed sandboxes ($failures)" 1 test "$status" != Running -a "$failures" -ge "$min_failed"
+	if [ -z "$version" ]; then
+		check "broken chain ($form): the node NotReady, its STATUS failing on the missing plugin" 1 test "$(node_ready)" = False
+	else
+		check "broken chain ($form): the node Ready all along, and ebpf-cni's ADD ran (an attempt's addresses seen held)" 1 test "$(node_ready)" = True -a "$max_held" -ge 1
+	fi
+	check "broken chain ($form): never more than one attempt's addresses held (max $max_held)" 1 test "$max_held" -le 2
+	set_missing off
+	check "broken chain ($form) fixed: the pod runs" 1 settle 180 pod_ready "$pod"
+	sleep 6 # one STATUS period of containerd (5 s)
+	check "broken chain ($form) fixed: one STATUS period later, the addresses held are the pod's ($(held))" 1 held_by "$pod"
+	kubectl delete pod "$pod" --grace-period=1 >/dev/null
+	wait_for 60 "the fixed pod gone" no_pods
+	sleep 6
+	check "broken chain ($form), the pod deleted: ebpf-cni ipam empty" 1 no_addresses
+	check "broken chain ($form), the pod deleted: ebpf-cni endpoints empty" 1 no_endpoints
+	check "broken chain ($form), the pod deleted: ebpf-cni gc --dry-run finds nothing" 1 gc_nothing
+}
+broken_chain brokenchain "STATUS: the node NotReady" "" 1
+broken_chain brokenchain10 "CNI 1.0.0: no STATUS" 1.0.0 2
 
 [ -n "$E2E_NETPOL_DIR" ] && netpol_e2e
 uninstall_check
