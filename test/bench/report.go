@@ -17,10 +17,15 @@ type report struct {
 	Versions [][2]string
 	Runs     int
 	Dur      time.Duration
-	Elapsed  time.Duration
-	Failed   []string
-	Plots    []string
-	Date     time.Time
+	// CRRRounds of CRRDur each; 0 for a run from before CRR had rounds of
+	// its own (and whose ratios were not paired).
+	CRRRounds int
+	CRRDur    time.Duration
+	CNIRounds int
+	Elapsed   time.Duration
+	Failed    []string
+	Plots     []string
+	Date      time.Time
 }
 
 // fmtNum prints a figure with three significant digits, thousands grouped.

@@ -381,3 +381,25 @@ func TestRowsPaired(t *testing.T) {
 		require.Contains(t, string(out), k)
 	}
 }
+
+// TestCRRDone: the CRR rounds are spread evenly between the rounds of RR
+// and TCP, and all of them run, whichever there are more of.
+func TestCRRDone(t *testing.T) {
+	for _, tc := range []struct {
+		runs, crr int
+		want      []int
+	}{
+		{5, 20, []int{4, 8, 12, 16, 20}},
+		{3, 6, []int{2, 4, 6}},
+		{3, 8, []int{2, 5, 8}},
+		{5, 2, []int{0, 0, 1, 1, 2}},
+		{1, 2, []int{2}},
+	} {
+		c := config{runs: tc.runs, crrRounds: tc.crr}
+		var got []int
+		for run := range tc.runs {
+			got = append(got, c.crrDone(run))
+		}
+		require.Equal(t, tc.want, got, "%d runs, %d CRR rounds", tc.runs, tc.crr)
+	}
+}
