@@ -417,10 +417,9 @@ func (b *bench) serve(cs []clientServer, iperf bool) error {
 
 // traffic runs RR, CRR and (with tcp) iperf3 for every pair of cs, in
 // rounds (the pairs in roundOrder): cfg.runs rounds of RR and TCP of
-// cfg.dur, and cfg.crrRounds shorter rounds of CRR spread between them. A
-// CRR ratio varies from round to round about as much as an RR one, and
-// the issue's targets need it to ±3%: many short rounds reach that in the
-// time a few long ones took.
+// cfg.dur, and cfg.crrRounds shorter rounds of CRR spread between them:
+// issue 58's CRR targets need its ratios to ±3%, which 20 rounds of 0.75 s
+// reached in the time 5 of 3 s took (docs/performance.md).
 func (b *bench) traffic(path string, cs []clientServer, tcp bool) error {
 	if b.cfg.hold {
 		b.holdForProfiling(path, cs)
