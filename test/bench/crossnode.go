@@ -39,7 +39,7 @@ type crossPair struct{ client, server *pod }
 // crossNode measures one cross-node path: the setups' pod pairs, then RR,
 // CRR and TCP as on every traffic path.
 func (b *bench) crossNode(path string, overlay bool) error {
-	b.logf("%s: %d runs, a pod on node A to a pod on node B", path, b.cfg.runs)
+	b.logf("%s: %d rounds of RR and TCP, %d of CRR, a pod on node A to a pod on node B", path, b.cfg.runs, b.cfg.crrRounds)
 	ss := b.pick(path, "", p2pMetrics, true)
 	var cs []clientServer
 	for _, s := range ss {
@@ -221,7 +221,7 @@ func (b *bench) crossRAW(c *nettest.Cluster) (crossPair, error) {
 // iptables mode does; RAW is masquerade's routed namespace.
 func (b *bench) masqueradeServices() error {
 	path := "masquerade-services"
-	b.logf("%s: %d runs, %d kube-proxy Services installed", path, b.cfg.runs, benchServices)
+	b.logf("%s: %d rounds of RR and TCP, %d of CRR, %d kube-proxy Services installed", path, b.cfg.runs, b.cfg.crrRounds, benchServices)
 	ss := b.pick(path, "masq", p2pMetrics, true)
 	var cs []clientServer
 	for _, s := range ss {

@@ -37,8 +37,10 @@ type config struct {
 	out          string
 	features     []string // EBPF features on
 	paths        []string // paths to run, in order
-	runs         int      // repetitions of every traffic figure
+	runs         int      // rounds of every RR and TCP figure (and of the figures without rounds of their own)
 	dur          time.Duration
+	crrRounds    int // rounds of every CRR figure: shorter, more of them
+	crrDur       time.Duration
 	cniPairs     int // ADD+DEL pairs per round and concurrency
 	cniRounds    int
 	resident     int // pods each setup keeps attached during the churn
@@ -55,19 +57,32 @@ type config struct {
 
 var allPaths = []string{"cni", "cni-upstream", "pod-to-pod", "monitor", "policy", "masquerade", "hostport", "bandwidth", "cross-node", "cross-node-vxlan", "masquerade-services"}
 
-// profile returns the settings of a named profile: full takes about 33
-// minutes on 2 vCPUs (33m18s measured with every path, 2026-11-28), quick
-// about 7 with the same rows, smoke is quick with tiny counts for make test.
+// crrDone is how many CRR rounds are done by the end of round run of RR
+// and TCP: they are spread evenly between them.
+func (c config) crrDone(run int) int {
+	return (run + 1) * c.crrRounds / c.runs
+}
+
+// profile returns the settings of a named profile: full takes about 34
+// minutes on 2 vCPUs (33m18s and 34m1s measured with every path,
+// 2026-11-28 and 29, before CRR had rounds of its own: its 20 rounds of
+// 0.75 s take the time 5 of 3 s took), quick about 7 with the same rows,
+// smoke is quick with tiny counts for make test. CRR gets many short
+// rounds because its ratios should tell 3% apart: 20 of 0.75 s gave 95%
+// intervals of ±1.6-3.2% on a loaded machine (docs/performance.md).
 func profile(name string) (config, error) {
 	c := config{profile: name, paths: allPaths, resident: 1, hostportN: []int{10, 1000, 5000, 10000},
 		bwRates: []int{10, 100, 1000}, features: ebpfFeatures}
 	switch name {
 	case "full":
 		c.runs, c.dur, c.cniPairs, c.cniRounds, c.hostportReps, c.bwRuns, c.bwSecs = 5, 3*time.Second, 60, 3, 7, 3, 5
+		c.crrRounds, c.crrDur = 20, 750*time.Millisecond
 	case "quick":
 		c.runs, c.dur, c.cniPairs, c.cniRounds, c.hostportReps, c.bwRuns, c.bwSecs = 3, time.Second, 20, 3, 3, 1, 3
+		c.crrRounds, c.crrDur = 6, 750*time.Millisecond
 	case "smoke":
 		c.runs, c.dur, c.cniPairs, c.cniRounds, c.hostportReps, c.bwRuns, c.bwSecs = 1, 300*time.Millisecond, 2, 1, 1, 1, 1
+		c.crrRounds, c.crrDur = 2, 300*time.Millisecond
 		c.hostportN, c.bwRates = []int{10, 20}, []int{100}
 	default:
 		return c, fmt.Errorf("unknown profile %q (full, quick, smoke)", name)
@@ -83,7 +98,9 @@ func main() {
 	out := flag.String("out", "test/bench/results", "directory for latest.json, REPORT.md and the plots")
 	features := flag.String("ebpf-features", strings.Join(ebpfFeatures, ","), "EBPF features on: masq,hostport,bandwidth (those ebpf-cni implements)")
 	paths := flag.String("paths", strings.Join(allPaths, ","), "paths to measure")
-	runs := flag.Int("runs", 0, "override the profile's repetitions")
+	runs := flag.Int("runs", 0, "override the profile's rounds of RR and TCP (and of the figures without rounds of their own)")
+	crrRounds := flag.Int("crr-rounds", 0, "override the profile's rounds of CRR")
+	crrDur := flag.Duration("crr-dur", 0, "override the length of a CRR round")
 	hostportN := flag.String("hostport-n", "", "override the profile's mapping counts (comma-separated)")
 	note := flag.String("note", "", "a note for the top of REPORT.md, e.g. what else ran on the machine")
 	resident := flag.Int("resident", 1, "pods each setup keeps attached while the cni paths churn (a node in service has tens to a hundred)")
@@ -116,6 +133,12 @@ func main() {
 	}
 	if *runs > 0 {
 		cfg.runs = *runs
+	}
+	if *crrRounds > 0 {
+		cfg.crrRounds = *crrRounds
+	}
+	if *crrDur > 0 {
+		cfg.crrDur = *crrDur
 	}
 	if *resident < 0 {
 		fail(fmt.Errorf("-resident: %d is not a count", *resident))
@@ -263,7 +286,8 @@ func (b *bench) write() error {
 	now := time.Now().UTC()
 	features, failed := append([]string{}, b.cfg.features...), append([]string{}, b.failed...) // [] rather than null
 	meta := machineMeta{Profile: b.cfg.profile, Date: now.Format(time.RFC3339), ElapsedS: int(math.Round(b.elapsed.Seconds())),
-		Features: features, Runs: b.cfg.runs, RunSeconds: b.cfg.dur.Seconds(), Failed: failed, Note: b.cfg.note, Versions: b.versions}
+		Features: features, Runs: b.cfg.runs, RunSeconds: b.cfg.dur.Seconds(), CRRRounds: b.cfg.crrRounds, CRRSeconds: b.cfg.crrDur.Seconds(),
+		CNIRounds: b.cfg.cniRounds, Failed: failed, Note: b.cfg.note, Versions: b.versions}
 	if err := writeJSON(filepath.Join(b.cfg.out, "machine.json"), meta.flat()); err != nil {
 		return err
 	}

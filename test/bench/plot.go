@@ -133,7 +133,8 @@ func sweepPlot(path, title, ylabel, note string, ss []series) error {
 }
 
 // advantagePlot draws, for every row with REF and EBPF figures, how many
-// times better EBPF is than REF (and RAW, the limit), on a log axis.
+// times better EBPF is than REF (and RAW, the limit), on a log axis: the
+// pooled ratios where the rounds gave them, else the medians'.
 func advantagePlot(path string, rows []Row) (bool, error) {
 	type bar struct {
 		label    string
@@ -146,10 +147,10 @@ func advantagePlot(path string, rows []Row) (bool, error) {
 			continue
 		}
 		b := bar{label: r.Path + "  " + r.Metric, adv: *a}
-		rr := r
-		rr.EBPF = r.Raw
-		if ra := advantage(rr); ra != nil && *ra > 0 {
-			b.raw = *ra
+		// RAW against REF is EBPF's advantage over REF less its
+		// advantage over RAW: both pooled where the rounds gave them.
+		if ar := advantageOf(r, ebpfRaw, r.Raw); ar != nil && *ar > 0 {
+			b.raw = *a / *ar
 		}
 		bars = append(bars, b)
 	}

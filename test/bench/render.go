@@ -22,13 +22,17 @@ type machineMeta struct {
 	Features   []string
 	Runs       int
 	RunSeconds float64
+	CRRRounds  int     // 0 in a machine.json from before CRR had rounds of its own
+	CRRSeconds float64 // the length of a CRR round
+	CNIRounds  int
 	Failed     []string
 	Note       string
 	Versions   [][2]string
 }
 
 // metaKeys are machine.json's own keys; every other key is a version.
-var metaKeys = []string{"profile", "date", "elapsed_s", "ebpf_features", "runs", "run_seconds", "failed", "note", "versions"}
+var metaKeys = []string{"profile", "date", "elapsed_s", "ebpf_features", "runs", "run_seconds", "crr_rounds", "crr_run_seconds", "cni_rounds",
+	"failed", "note", "versions"}
 
 // versionOrder is the order machineInfo (and the bench) list the versions
 // in, for a machine.json written before "versions" kept it.
@@ -38,6 +42,9 @@ var versionOrder = []string{"cpu", "cpus", "memory", "kernel", "iptables", "iper
 func (m machineMeta) flat() map[string]any {
 	out := map[string]any{"profile": m.Profile, "date": m.Date, "elapsed_s": m.ElapsedS, "ebpf_features": m.Features,
 		"runs": m.Runs, "run_seconds": m.RunSeconds, "failed": m.Failed, "versions": m.Versions}
+	if m.CRRRounds > 0 {
+		out["crr_rounds"], out["crr_run_seconds"], out["cni_rounds"] = m.CRRRounds, m.CRRSeconds, m.CNIRounds
+	}
 	if m.Note != "" {
 		out["note"] = m.Note
 	}
@@ -58,7 +65,8 @@ func readMeta(path string) (machineMeta, error) {
 		return m, fmt.Errorf("decoding %s: %w", path, err)
 	}
 	fields := map[string]any{"profile": &m.Profile, "date": &m.Date, "elapsed_s": &m.ElapsedS, "ebpf_features": &m.Features,
-		"runs": &m.Runs, "run_seconds": &m.RunSeconds, "failed": &m.Failed, "note": &m.Note, "versions": &m.Versions}
+		"runs": &m.Runs, "run_seconds": &m.RunSeconds, "crr_rounds": &m.CRRRounds, "crr_run_seconds": &m.CRRSeconds, "cni_rounds": &m.CNIRounds,
+		"failed": &m.Failed, "note": &m.Note, "versions": &m.Versions}
 	for k, dst := range fields {
 		if v, ok := raw[k]; ok {
 			if err := json.Unmarshal(v, dst); err != nil {
@@ -96,7 +104,8 @@ func readMeta(path string) (machineMeta, error) {
 func (m machineMeta) report(rows []Row) report {
 	date, _ := time.Parse(time.RFC3339, m.Date)
 	return report{Rows: rows, Profile: m.Profile, Note: m.Note, Features: m.Features, Versions: m.Versions, Runs: m.Runs,
-		Dur: time.Duration(m.RunSeconds * float64(time.Second)), Elapsed: time.Duration(m.ElapsedS) * time.Second,
+		Dur: time.Duration(m.RunSeconds * float64(time.Second)), CRRRounds: m.CRRRounds,
+		CRRDur: time.Duration(m.CRRSeconds * float64(time.Second)), CNIRounds: m.CNIRounds, Elapsed: time.Duration(m.ElapsedS) * time.Second,
 		Failed: m.Failed, Date: date}
 }
 

@@ -17,10 +17,15 @@ type report struct {
 	Versions [][2]string
 	Runs     int
 	Dur      time.Duration
-	Elapsed  time.Duration
-	Failed   []string
-	Plots    []string
-	Date     time.Time
+	// CRRRounds of CRRDur each; 0 for a run from before CRR had rounds of
+	// its own (and whose ratios were not paired).
+	CRRRounds int
+	CRRDur    time.Duration
+	CNIRounds int
+	Elapsed   time.Duration
+	Failed    []string
+	Plots     []string
+	Date      time.Time
 }
 
 // fmtNum prints a figure with three significant digits, thousands grouped.
@@ -82,7 +87,45 @@ func noiseCell(r Row) string {
 	return strings.Join(parts, " / ")
 }
 
-var verdictCell = map[string]string{"better": "✅ better", "worse": "❌ worse", "noise": "≈ within noise", "": ""}
+var verdictCell = map[string]string{isBetter: "✅ better", isWorse: "❌ worse", cannotTell: "≈ cannot tell", "noise": "≈ within noise", "": ""}
+
+// pairedCell is a ratio judged by rounds, "1.02x (0.99–1.05)": the pooled
+// ratio and its 95% interval; without an interval (one round) the pooled
+// ratio alone, and without pairs the ratio of the medians num/den.
+func pairedCell(p *Paired, num, den *float64) string {
+	switch {
+	case p == nil:
+		return ratioCell(ratio(num, den))
+	case p.CILow == nil:
+		return fmt.Sprintf("%.2fx", p.Ratio)
+	default:
+		return fmt.Sprintf("%.2fx (%.2f–%.2f)", p.Ratio, *p.CILow, *p.CIHigh)
+	}
+}
+
+// roundsCell is how many rounds gave the row's ratios.
+func roundsCell(r Row) string {
+	for _, k := range []string{ebpfRef, ebpfRaw} {
+		if p := r.Paired[k]; p != nil {
+			return fmt.Sprint(p.Rounds)
+		}
+	}
+	return "–"
+}
+
+// rawVerdictCell is EBPF against RAW, the limit: plain words, since being
+// below the limit is no fault.
+func rawVerdictCell(r Row) string {
+	if p := r.Paired[ebpfRaw]; p != nil {
+		return p.Verdict
+	}
+	return ""
+}
+
+// anyPaired says whether the rows come from a run that paired its rounds.
+func anyPaired(rows []Row) bool {
+	return slices.ContainsFunc(rows, func(r Row) bool { return len(r.Paired) > 0 })
+}
 
 // paths lists the rows' paths in their order.
 func paths(rows []Row) []string {
@@ -99,8 +142,13 @@ func (rp report) markdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# ebpf-cni benchmark report\n\n")
-	w("Profile **%s** (%d runs of %s per traffic figure, medians), %s, took %s. ", rp.Profile, rp.Runs, rp.Dur,
-		rp.Date.Format("2006-01-02 15:04 UTC"), rp.Elapsed.Round(time.Second))
+	if rp.CRRRounds > 0 {
+		w("Profile **%s** (REF, EBPF and RAW back to back in every round, in an order that rotates from round to round: %d rounds of %s per RR and TCP figure, %d of %s per CRR figure, %d of the cni paths' churn; medians per setup, ratios pooled over the rounds), %s, took %s. ",
+			rp.Profile, rp.Runs, rp.Dur, rp.CRRRounds, rp.CRRDur, rp.CNIRounds, rp.Date.Format("2006-01-02 15:04 UTC"), rp.Elapsed.Round(time.Second))
+	} else {
+		w("Profile **%s** (%d runs of %s per traffic figure, medians), %s, took %s. ", rp.Profile, rp.Runs, rp.Dur,
+			rp.Date.Format("2006-01-02 15:04 UTC"), rp.Elapsed.Round(time.Second))
+	}
 	w("Figures drift on shared machines: compare the columns of this run, not absolute values across runs.\n\n")
 	if rp.Note != "" {
 		w("> %s\n\n", rp.Note)
@@ -112,7 +160,7 @@ func (rp report) markdown() string {
 		}
 		w("\n")
 	}
-	w("%s", legend(rp.Features))
+	w("%s", legend(rp.Features, anyPaired(rp.Rows)))
 	if slices.Contains(rp.Plots, "ratios.png") {
 		w("![EBPF vs REF on every row](ratios.png)\n\n")
 	}
@@ -133,23 +181,35 @@ func (rp report) markdown() string {
 	for _, kv := range rp.Versions {
 		w("| %s | %s |\n", kv[0], strings.ReplaceAll(kv[1], "|", "\\|"))
 	}
-	w("\nReproduce: `sudo make bench` (full, about 35 minutes on 2 vCPUs, ebpf-ipam's own bench included) or `sudo BENCH=quick make bench` (about 7 minutes, same rows, fewer runs). ")
+	w("\nReproduce: `sudo make bench` (full, about 35 minutes on 2 vCPUs, ebpf-ipam's own bench included) or `sudo BENCH=quick make bench` (about 7 minutes, same rows, fewer rounds). ")
 	w("EBPF features are switched on in `ebpfFeatures` of test/bench/setups.go or with `-ebpf-features masq,hostport,bandwidth`.\n")
 	return b.String()
 }
 
 // legend says what REF, EBPF (with features on) and RAW are and how to read
-// a path's table.
-func legend(features []string) string {
+// a path's table, whose ratios are paired by rounds or (a run from before
+// that) ratios of medians.
+func legend(features []string, paired bool) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("| setup | what it is |\n| --- | --- |\n")
 	w("| REF | Debian's `bridge` (isGateway, ipMasq) + `host-local` + `portmap` + `bandwidth`, iptables |\n")
 	w("| EBPF | `ebpf-cni` + `ebpf-ipam`, default attach mode, stateDir on a tmpfs (its default /run/ebpf-cni is one on a node; REF's host-local keeps its default, on disk); features on: %s |\n", featureList(features))
 	w("| RAW | the limit: two namespaces joined by one veth; for paths through the node, a namespace routed by the node with no NAT and no rules; for `cni`, the same veth, address and route made in-process with netlink |\n\n")
-	w("How to read a table: **EBPF/REF** and **EBPF/RAW** are plain ratios of the figures (for a metric where lower is better, below 1x means EBPF is better); ")
-	w("**gap closed** is (EBPF−REF)/(RAW−REF): 100%% means EBPF reaches the raw limit, 0%% no better than REF, negative worse than REF; ")
-	w("**noise** is (max−min)/median of the runs of REF / EBPF / RAW; a difference smaller than the noise (or under 10%% between two single runs) is called *within noise*.\n\n")
+	if !paired {
+		w("How to read a table: **EBPF/REF** and **EBPF/RAW** are plain ratios of the figures (for a metric where lower is better, below 1x means EBPF is better); ")
+		w("**gap closed** is (EBPF−REF)/(RAW−REF): 100%% means EBPF reaches the raw limit, 0%% no better than REF, negative worse than REF; ")
+		w("**noise** is (max−min)/median of the runs of REF / EBPF / RAW; a difference smaller than the noise (or under 10%% between two single runs) is called *within noise*.\n\n")
+		return b.String()
+	}
+	w("How to read a table: REF, EBPF and RAW are the medians of each setup's rounds. ")
+	w("**EBPF/REF** and **EBPF/RAW** are judged by pairs: every round runs the setups back to back, in an order that rotates from round to round, and takes the ratio within the round; ")
+	w("the cell is the geometric mean of the rounds' ratios with its 95%% confidence interval in brackets (Student's t over their logarithms), over **rounds** rounds ")
+	w("(for a metric where lower is better, below 1x means EBPF is better). ")
+	w("**EBPF vs REF** and **EBPF vs RAW** say *better* or *worse* only when the whole interval lies on that side of 1x, and *cannot tell* when it straddles 1x or comes from a single round. ")
+	w("A ratio without brackets from more than one round is of the medians: the setups were not measured in the same rounds (hostPort's RAW beyond the first N). ")
+	w("**gap closed** is (EBPF−REF)/(RAW−REF) of the medians: 100%% means EBPF reaches the raw limit, 0%% no better than REF, negative worse than REF; ")
+	w("**noise** is (max−min)/median of the rounds of REF / EBPF / RAW, the spread that pairing takes out of the ratios.\n\n")
 	return b.String()
 }
 
@@ -167,17 +227,17 @@ func (rp report) pathSection(p string) string {
 		w("%s\n", phaseTable(rp.Rows))
 		return b.String()
 	}
-	w("| metric | unit | better | REF | EBPF | RAW | EBPF/REF | EBPF/RAW | gap closed | noise | EBPF vs REF |\n")
-	w("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
+	w("| metric | unit | better | REF | EBPF | RAW | EBPF/REF | EBPF/RAW | gap closed | noise | rounds | EBPF vs REF | EBPF vs RAW |\n")
+	w("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |\n")
 	nulls := map[string][]string{} // "SETUP: reason" -> metrics
 	var order []string
 	for _, r := range rp.Rows {
 		if r.Path != p {
 			continue
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Metric, r.Unit, r.Better,
-			cell(r.Ref), cell(r.EBPF), cell(r.Raw), ratioCell(ratio(r.EBPF, r.Ref)), ratioCell(ratio(r.EBPF, r.Raw)),
-			gapCell(gapClosed(r.Ref, r.EBPF, r.Raw)), noiseCell(r), verdictCell[verdict(r)])
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Metric, r.Unit, r.Better,
+			cell(r.Ref), cell(r.EBPF), cell(r.Raw), pairedCell(r.Paired[ebpfRef], r.EBPF, r.Ref), pairedCell(r.Paired[ebpfRaw], r.EBPF, r.Raw),
+			gapCell(gapClosed(r.Ref, r.EBPF, r.Raw)), noiseCell(r), roundsCell(r), verdictCell[verdict(r)], rawVerdictCell(r))
 		for _, s := range setups {
 			if why, ok := r.Null[s]; ok {
 				k := setupName[s] + ": " + why
@@ -195,6 +255,7 @@ func (rp report) pathSection(p string) string {
 		w("\n")
 	}
 	w("\n")
+	w("%s", concurrencySection(rp.Rows, p))
 	if p == monitorPath {
 		w("%s", monitorComparison(rp.Rows))
 	}
@@ -224,16 +285,16 @@ var pathDoc = map[string]string{
 func (rp report) closingNote() string {
 	var b strings.Builder
 	type group struct {
-		worse, noise []Row
+		worse, unsure, noise []Row
 	}
 	groups := map[string]*group{}
 	var order []string
 	for _, r := range rp.Rows {
 		v := verdict(r)
-		if v != "worse" && v != "noise" {
+		if v != isWorse && v != cannotTell && v != "noise" {
 			continue
 		}
-		if a := advantage(r); v == "noise" && (a == nil || *a >= 1) {
+		if a := advantage(r); v != isWorse && (a == nil || *a >= 1) {
 			continue
 		}
 		c := causeOf(r)
@@ -243,15 +304,21 @@ func (rp report) closingNote() string {
 			groups[c] = g
 			order = append(order, c)
 		}
-		if v == "worse" {
+		switch v {
+		case isWorse:
 			g.worse = append(g.worse, r)
-		} else {
+		case cannotTell:
+			g.unsure = append(g.unsure, r)
+		default:
 			g.noise = append(g.noise, r)
 		}
 	}
-	if len(order) == 0 {
+	switch {
+	case len(order) == 0:
 		b.WriteString("EBPF is not worse than REF on any row measured for both.\n")
-	} else {
+	case anyPaired(rp.Rows):
+		b.WriteString("Every row where EBPF's figure is worse than REF's, grouped by cause. **Worse** rows have the whole 95% interval of EBPF/REF on the worse side of 1x; *cannot tell* rows are nominally worse, but their interval includes 1x (or comes from one round).\n\n")
+	default:
 		b.WriteString("Every row where EBPF's figure is worse than REF's, grouped by cause. **Worse** rows are beyond the runs' noise; *within noise* rows are nominally worse by less than the runs' own spread.\n\n")
 	}
 	// Causes with a row worse beyond noise come first.
@@ -263,6 +330,9 @@ func (rp report) closingNote() string {
 		fmt.Fprintf(&b, "### %s\n\n", cs.title)
 		if len(g.worse) > 0 {
 			fmt.Fprintf(&b, "**Worse:** %s.\n\n", rowList(g.worse))
+		}
+		if len(g.unsure) > 0 {
+			fmt.Fprintf(&b, "*Cannot tell:* %s.\n\n", rowList(g.unsure))
 		}
 		if len(g.noise) > 0 {
 			fmt.Fprintf(&b, "*Within noise:* %s.\n\n", rowList(g.noise))
@@ -282,11 +352,14 @@ func (rp report) closingNote() string {
 	return b.String()
 }
 
-// rowList names rows with their figures: "`path metric` EBPF x vs REF y unit (r)".
+// rowList names rows with their figures: "`path metric` EBPF x vs REF y
+// unit (r)", r the pooled ratio and its interval where the rounds gave
+// them, else the ratio of the medians.
 func rowList(rows []Row) string {
 	var parts []string
 	for _, r := range rows {
-		parts = append(parts, fmt.Sprintf("`%s %s` %s vs %s %s (%.2fx)", r.Path, r.Metric, cell(r.EBPF), cell(r.Ref), r.Unit, *ratio(r.EBPF, r.Ref)))
+		parts = append(parts, fmt.Sprintf("`%s %s` %s vs %s %s (%s)", r.Path, r.Metric, cell(r.EBPF), cell(r.Ref), r.Unit,
+			pairedCell(r.Paired[ebpfRef], r.EBPF, r.Ref)))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -328,8 +401,11 @@ var causes = map[string]cause{
 		"at 1 Gbit/s a paced flow needs most of a vCPU for its pacing timer and iperf3; a single quick run on the 2-vCPU VM shares it with the node's softirqs (the full profile, 3 runs of 5 s: 951-965 Mbit/s every second, within 5%).",
 		"none in the datapath; compare the full profile."},
 	"spread": {"Run-to-run spread of the machine",
-		"on this 2-vCPU VM the difference is smaller than the run-to-run spread of the machine; it does not repeat across runs.",
-		"rerun the full profile on an idle machine before acting; if it persists, compare bpf_*_ns_pkt with the latency gap."},
+		"on this 2-vCPU VM the difference is smaller than the run could tell apart: the 95% interval of the rounds' ratios includes 1x (in a run from before rounds were paired: the runs' spread exceeded the difference).",
+		"more rounds (`-runs`, `-crr-rounds`) or an idle machine narrow the interval; if it stays nominally worse, compare bpf_*_ns_pkt with the gap."},
+	"datapath": {"EBPF's datapath costs more than REF's on this path",
+		"the whole 95% interval of the rounds' ratios lies on the worse side: REF and EBPF ran back to back in every round, so the machine's drift does not explain it. Where the time goes: the programs' run time per packet (the path's bpf_*_ns_pkt rows) against the gap.",
+		"profile the path (`-hold`, docs/performance.md) and shorten what its programs do per packet or per new flow."},
 	"unknown": {"Not explained yet",
 		"no explanation recorded yet: investigate before relying on these rows.",
 		"unknown."},
@@ -355,6 +431,8 @@ func causeOf(r Row) string {
 		return "policed"
 	case r.Path == "bandwidth" && strings.Contains(m, "1000mbit") && !strings.Contains(m, "sat_rtt"):
 		return "pace1g"
+	case (strings.HasPrefix(m, "rr") || strings.HasPrefix(m, "crr") || strings.HasPrefix(m, "tcp")) && verdict(r) == isWorse:
+		return "datapath"
 	case strings.HasPrefix(m, "rr") || strings.HasPrefix(m, "crr") || strings.HasPrefix(m, "tcp"):
 		return "spread"
 	}
@@ -364,10 +442,71 @@ func causeOf(r Row) string {
 // summary is the terminal version: one line per row.
 func (rp report) summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-14s %-24s %12s %12s %12s %9s %8s  %s\n", "path", "metric", "REF", "EBPF", "RAW", "EBPF/REF", "gap", "")
+	fmt.Fprintf(&b, "\n%-14s %-24s %12s %12s %12s %20s %8s  %s\n", "path", "metric", "REF", "EBPF", "RAW", "EBPF/REF (95%)", "gap", "")
 	for _, r := range rp.Rows {
-		fmt.Fprintf(&b, "%-14s %-24s %12s %12s %12s %9s %8s  %s\n", r.Path, r.Metric+" ("+r.Unit+")", cell(r.Ref), cell(r.EBPF), cell(r.Raw),
-			ratioCell(ratio(r.EBPF, r.Ref)), gapCell(gapClosed(r.Ref, r.EBPF, r.Raw)), verdict(r))
+		fmt.Fprintf(&b, "%-14s %-24s %12s %12s %12s %20s %8s  %s\n", r.Path, r.Metric+" ("+r.Unit+")", cell(r.Ref), cell(r.EBPF), cell(r.Raw),
+			pairedCell(r.Paired[ebpfRef], r.EBPF, r.Ref), gapCell(gapClosed(r.Ref, r.EBPF, r.Raw)), verdict(r))
 	}
 	return b.String()
+}
+
+// concurrencyAim is how many times the pairs per second of one at a time
+// EBPF should reach with 8 in parallel (shared/BENCHMARK.md, issue 58).
+const concurrencyAim = 1.6
+
+// concurrencySection judges concurrency on path by throughput: each
+// setup's figure at concurrency 8 over its own at 1 in the same round
+// (the rows of concurrencyOf), pooled over the rounds, and EBPF's against
+// concurrencyAim. Latency at 8 against 1 says how calls queue, not what
+// running them in parallel gains.
+func concurrencySection(rows []Row, path string) string {
+	var b strings.Builder
+	for _, r := range rows {
+		c1, ok := concurrencyOf[r.Metric]
+		if r.Path != path || !ok {
+			continue
+		}
+		i := slices.IndexFunc(rows, func(x Row) bool { return x.Path == path && x.Metric == c1 })
+		if i < 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "Concurrency, judged by throughput: `%s` over `%s`, each setup's %s with 8 calls in parallel over one at a time in the same round, pooled over the rounds (a ratio without interval is of the medians). EBPF's aim is %.1fx.\n\n",
+			r.Metric, c1, r.Unit, concurrencyAim)
+		b.WriteString("| setup | 8 in parallel / 1 at a time | rounds | vs 1x | EBPF's aim |\n| --- | ---: | ---: | --- | --- |\n")
+		for _, s := range setups {
+			p := r.Paired[concKey(s)]
+			cellText := pairedCell(p, r.value(s), rows[i].value(s))
+			if cellText == "–" {
+				continue
+			}
+			rounds, vs, aim := "–", "", ""
+			if p != nil {
+				rounds, vs = fmt.Sprint(p.Rounds), p.Verdict
+			}
+			if s == EBPF {
+				aim = aimCell(p)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", setupName[s], cellText, rounds, vs, aim)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// aimCell judges a concurrency ratio's interval against concurrencyAim.
+func aimCell(p *Paired) string {
+	switch {
+	case p == nil: // a run from before rounds were paired
+		return ""
+	case p.CILow == nil:
+		return cannotTell
+	}
+	switch judge(*p.CILow, *p.CIHigh, concurrencyAim, "higher") {
+	case isBetter:
+		return fmt.Sprintf("✅ met (interval above %.1fx)", concurrencyAim)
+	case isWorse:
+		return fmt.Sprintf("❌ missed (interval below %.1fx)", concurrencyAim)
+	default:
+		return cannotTell
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -102,4 +103,70 @@ func TestMonitorComparison(t *testing.T) {
 	require.Contains(t, out, "**Worse beyond noise with the stream on:** crr_cps.")
 	require.Contains(t, out, "*Undecided:* bpf_x_ns_pkt")
 	require.Empty(t, monitorComparison(rows[:0]), "nothing to say without the path")
+}
+
+func paired(ratio, lo, hi float64, rounds int, verdict string) *Paired {
+	return &Paired{Ratio: ratio, CILow: f(lo), CIHigh: f(hi), Rounds: rounds, Verdict: verdict}
+}
+
+// TestReportPaired: a run with paired rounds shows each ratio as pooled
+// with its interval, says better, worse or cannot tell from the interval
+// and not from the medians, lists the rows it cannot tell apart, and
+// judges concurrency by throughput against the aim.
+func TestReportPaired(t *testing.T) {
+	rows := []Row{
+		// The medians favour EBPF; the rounds' ratios do not.
+		{Path: "masquerade", Metric: "crr_cps", Unit: "conn/s", Better: "higher", Ref: f(5000), EBPF: f(5100), Raw: f(6000),
+			Paired: map[string]*Paired{ebpfRef: paired(0.95, 0.92, 0.98, 20, isWorse), ebpfRaw: paired(0.83, 0.80, 0.86, 20, isWorse)}},
+		{Path: "masquerade", Metric: "rr_tps", Unit: "tx/s", Better: "higher", Ref: f(20000), EBPF: f(19800), Raw: f(20500),
+			Paired: map[string]*Paired{ebpfRef: paired(0.99, 0.90, 1.08, 5, cannotTell), ebpfRaw: paired(0.97, 0.93, 1.01, 5, cannotTell)}},
+		// The medians favour EBPF, the pooled ratio is nominally worse.
+		{Path: "masquerade", Metric: "tcp_gbps", Unit: "Gbit/s", Better: "higher", Ref: f(11.5), EBPF: f(12), Raw: f(13),
+			Paired: map[string]*Paired{ebpfRef: paired(0.98, 0.94, 1.02, 5, cannotTell), ebpfRaw: paired(0.93, 0.90, 0.96, 5, isWorse)}},
+		{Path: "masquerade", Metric: "cpu_us_per_conn", Unit: "µs", Better: "lower", Ref: f(180), EBPF: f(170), Raw: f(150),
+			Paired: map[string]*Paired{ebpfRef: paired(0.94, 0.91, 0.97, 20, isBetter)}},
+		{Path: "cni", Metric: "pods_per_s", Unit: "ADD+DEL/s", Better: "higher", Ref: f(4), EBPF: f(18), Raw: f(44),
+			Paired: map[string]*Paired{ebpfRef: paired(4.5, 4.2, 4.8, 3, isBetter)}},
+		{Path: "cni", Metric: "pods_per_s_c8", Unit: "ADD+DEL/s", Better: "higher", Ref: f(4.7), EBPF: f(32), Raw: f(170),
+			Paired: map[string]*Paired{ebpfRef: paired(6.8, 6.5, 7.1, 3, isBetter),
+				concKey(REF): paired(1.18, 0.97, 1.43, 3, cannotTell), concKey(EBPF): paired(1.80, 1.65, 1.96, 3, isBetter)}},
+	}
+	rp := report{Rows: rows, Profile: "full", Runs: 5, Dur: 3 * time.Second, CRRRounds: 20, CRRDur: 750 * time.Millisecond, CNIRounds: 3}
+	md := rp.markdown()
+	t.Log(md)
+	for _, want := range []string{
+		"5 rounds of 3s per RR and TCP figure, 20 of 750ms per CRR figure, 3 of the cni paths' churn",
+		"every round runs the setups back to back, in an order that rotates",
+		"| crr_cps | conn/s | higher | 5,000 | 5,100 | 6,000 | 0.95x (0.92–0.98) | 0.83x (0.80–0.86) | 10% | 1 run / 1 run / 1 run | 20 | ❌ worse | worse |",
+		"| rr_tps | tx/s | higher | 20,000 | 19,800 | 20,500 | 0.99x (0.90–1.08) | 0.97x (0.93–1.01) |",
+		"| 5 | ≈ cannot tell | cannot tell |",
+		"| cpu_us_per_conn | µs | lower | 180 | 170 | 150 | 0.94x (0.91–0.97) | 1.13x |", // no pairs with RAW: the medians
+		"| 20 | ✅ better |  |",
+		"**Worse:** `masquerade crr_cps` 5,100 vs 5,000 conn/s (0.95x (0.92–0.98)).",
+		"*Cannot tell:* `masquerade rr_tps` 19,800 vs 20,000 tx/s (0.99x (0.90–1.08)); `masquerade tcp_gbps` 12.0 vs 11.5 Gbit/s (0.98x (0.94–1.02)).",
+		"Concurrency, judged by throughput: `pods_per_s_c8` over `pods_per_s`",
+		"| REF | 1.18x (0.97–1.43) | 3 | cannot tell |  |",
+		"| EBPF | 1.80x (1.65–1.96) | 3 | better | ✅ met (interval above 1.6x) |",
+		"| RAW | 3.86x | – |  |  |", // no rounds: the medians, 170/44
+	} {
+		require.Contains(t, md, want)
+	}
+	require.NotContains(t, md, "`masquerade cpu_us_per_conn`", "a row better by its interval is not a loss")
+	require.Equal(t, "datapath", causeOf(rows[0]), "worse by the interval is not the machine's spread")
+	require.Equal(t, "spread", causeOf(rows[1]))
+	require.Equal(t, "spread", causeOf(rows[2]))
+	require.Equal(t, 1, strings.Count(md, "Concurrency, judged by throughput"), "on the path that has the rows")
+	require.Contains(t, rp.summary(), "0.95x (0.92–0.98)")
+
+	for _, tc := range []struct {
+		p    *Paired
+		want string
+	}{
+		{paired(1.5, 1.3, 1.7, 3, isBetter), cannotTell},
+		{paired(1.4, 1.3, 1.5, 3, isBetter), "❌ missed (interval below 1.6x)"},
+		{&Paired{Ratio: 1.8, Rounds: 1, Verdict: cannotTell}, cannotTell},
+		{nil, ""},
+	} {
+		require.Equal(t, tc.want, aimCell(tc.p), "%+v", tc.p)
+	}
 }

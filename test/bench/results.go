@@ -9,7 +9,7 @@ import (
 
 // Row is one line of latest.json: a metric on a path, the median over runs
 // for each setup (null where the setup does not apply or was not measured),
-// and how noisy the runs were.
+// how noisy the runs were, and the ratios judged by rounds.
 type Row struct {
 	Path   string   `json:"path"`
 	Metric string   `json:"metric"`
@@ -24,7 +24,27 @@ type Row struct {
 	Spread map[string]*float64 `json:"spread_pct,omitempty"`
 	// Null says why a setup has no figure, by setup.
 	Null map[string]string `json:"null_reason,omitempty"`
+	// Paired are the ratios judged by rounds (pairRatio), by ratio:
+	// "ebpf/ref" and "ebpf/raw"; on a concurrency row (concurrencyOf) also
+	// "<setup>:c8/c1", the setup's figure over its figure at concurrency 1
+	// in the same round. Absent where no round measured both sides, and in
+	// a latest.json written before rounds were paired.
+	Paired map[string]*Paired `json:"paired,omitempty"`
 }
+
+// Keys of Row.Paired.
+const (
+	ebpfRef = EBPF + "/" + REF
+	ebpfRaw = EBPF + "/" + RAW
+)
+
+// concKey is the key of Row.Paired for setup's ratio of concurrency 8 to 1.
+func concKey(setup string) string { return setup + ":c8/c1" }
+
+// concurrencyOf maps a row judged against the same setup's figure at
+// concurrency 1 to that row's metric: pairs per second, a throughput, tell
+// what running in parallel gains; the latencies at 8 against 1 do not.
+var concurrencyOf = map[string]string{"pods_per_s_c8": "pods_per_s"}
 
 func (r *Row) value(setup string) *float64 {
 	switch setup {
@@ -57,12 +77,12 @@ type Results struct {
 	mu      sync.Mutex
 	order   []string // path\x00metric
 	defs    map[string]metricDef
-	samples map[string]map[string][]float64
+	samples map[string]map[string][]sample
 	null    map[string]map[string]string
 }
 
 func newResults() *Results {
-	return &Results{defs: map[string]metricDef{}, samples: map[string]map[string][]float64{},
+	return &Results{defs: map[string]metricDef{}, samples: map[string]map[string][]sample{},
 		null: map[string]map[string]string{}}
 }
 
@@ -79,17 +99,24 @@ func (rs *Results) declare(path, metric, unit, better string) {
 	}
 	rs.order = append(rs.order, k)
 	rs.defs[k] = metricDef{unit, better}
-	rs.samples[k] = map[string][]float64{}
+	rs.samples[k] = map[string][]sample{}
 	rs.null[k] = map[string]string{}
 }
 
-// add records one run's figure.
+// add records one run's figure, taken apart from the other setups' (it
+// pairs with none of them).
 func (rs *Results) add(path, metric, unit, better, setup string, v float64) {
+	rs.addRound(path, metric, unit, better, setup, -1, v)
+}
+
+// addRound records the figure of setup in round (from 0) of a row whose
+// setups run back to back in each round: one figure per setup and round.
+func (rs *Results) addRound(path, metric, unit, better, setup string, round int, v float64) {
 	rs.declare(path, metric, unit, better)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	k := key(path, metric)
-	rs.samples[k][setup] = append(rs.samples[k][setup], v)
+	rs.samples[k][setup] = append(rs.samples[k][setup], sample{round, v})
 }
 
 // skip says why setup has no figure for a row.
@@ -100,17 +127,16 @@ func (rs *Results) skip(path, metric, unit, better, setup, why string) {
 	rs.null[key(path, metric)][setup] = why
 }
 
-// samplesOf returns a copy of the samples of one cell.
-func (rs *Results) samplesOf(path, metric, setup string) []float64 {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if m := rs.samples[key(path, metric)]; m != nil {
-		return append([]float64(nil), m[setup]...)
+// values are the figures of samples.
+func values(ss []sample) []float64 {
+	out := make([]float64, len(ss))
+	for i, s := range ss {
+		out[i] = s.v
 	}
-	return nil
+	return out
 }
 
-// Rows turns the samples into medians.
+// Rows turns the samples into medians and the ratios judged by rounds.
 func (rs *Results) Rows() []Row {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -127,7 +153,7 @@ func (rs *Results) Rows() []Row {
 		r := Row{Path: path, Metric: metric, Unit: d.unit, Better: d.better,
 			Runs: map[string]int{}, Spread: map[string]*float64{}, Null: map[string]string{}}
 		for _, s := range setups {
-			xs := rs.samples[k][s]
+			xs := values(rs.samples[k][s])
 			if len(xs) == 0 {
 				why := rs.null[k][s]
 				if why == "" {
@@ -144,9 +170,36 @@ func (rs *Results) Rows() []Row {
 				r.Spread[s] = &v
 			}
 		}
+		r.Paired = map[string]*Paired{}
+		for name, den := range map[string]string{ebpfRef: REF, ebpfRaw: RAW} {
+			if p := pairRatio(rs.samples[k][EBPF], rs.samples[k][den], d.better); p != nil {
+				r.Paired[name] = p.rounded()
+			}
+		}
+		if c1, ok := concurrencyOf[metric]; ok {
+			for _, s := range setups {
+				if p := pairRatio(rs.samples[k][s], rs.samples[key(path, c1)][s], d.better); p != nil {
+					r.Paired[concKey(s)] = p.rounded()
+				}
+			}
+		}
+		if len(r.Paired) == 0 {
+			r.Paired = nil
+		}
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// rounded is p with four significant digits, as the medians.
+func (p *Paired) rounded() *Paired {
+	q := *p
+	q.Ratio = round(p.Ratio)
+	if p.CILow != nil {
+		lo, hi := round(*p.CILow), round(*p.CIHigh)
+		q.CILow, q.CIHigh = &lo, &hi
+	}
+	return &q
 }
 
 // round keeps four significant digits, enough for figures this noisy.

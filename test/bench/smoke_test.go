@@ -60,6 +60,18 @@ func TestSmoke(t *testing.T) {
 		require.NotNil(t, r.EBPF, "%v EBPF", pm)
 		require.NotNil(t, r.Raw, "%v RAW", pm)
 	}
+	// Every round ran the setups back to back: the ratios are paired, CRR
+	// over its own rounds; hostPort's RAW pairs only at the first N.
+	crr := get("pod-to-pod", "crr_cps")
+	require.NotNil(t, crr.Paired[ebpfRef], "pod-to-pod crr_cps EBPF/REF paired")
+	require.Equal(t, cfg.crrRounds, crr.Paired[ebpfRef].Rounds)
+	require.Equal(t, cfg.crrRounds, crr.Paired[ebpfRaw].Rounds)
+	require.NotNil(t, crr.Paired[ebpfRef].CILow, "two rounds give an interval")
+	require.Equal(t, cfg.runs, get("masquerade", "rr_tps").Paired[ebpfRaw].Rounds)
+	require.NotNil(t, get("cni", "pods_per_s_c8").Paired[concKey(EBPF)], "concurrency judged by throughput")
+	require.NotNil(t, get("hostport-10", "crr_cps").Paired[ebpfRaw])
+	require.NotContains(t, get("hostport-20", "crr_cps").Paired, ebpfRaw, "RAW measured at the first N only")
+	require.NotNil(t, get("hostport-20", "crr_cps").Paired[ebpfRef])
 	for _, st := range streamStates {
 		for _, m := range []string{"rr_tps_", "crr_cps_", "bpf_rr_from_container_ns_pkt_"} {
 			require.NotNil(t, get(monitorPath, m+st).EBPF, "monitor %s%s", m, st)

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -146,5 +149,257 @@ func TestReport(t *testing.T) {
 func TestFmtNum(t *testing.T) {
 	for v, want := range map[float64]string{12345.6: "12,346", 123.4: "123", 12.34: "12.3", 1.234: "1.23", 0.01234: "0.0123", 0: "0", -2500: "-2,500"} {
 		require.Equal(t, want, fmtNum(v), "%v", v)
+	}
+}
+
+// tCDF0 is P(0 < T < q) for Student's t with df degrees of freedom, by
+// Simpson's rule over its density: an independent check of the table.
+func tCDF0(df int, q float64) float64 {
+	v := float64(df)
+	lg1, _ := math.Lgamma((v + 1) / 2)
+	lg2, _ := math.Lgamma(v / 2)
+	c := math.Exp(lg1-lg2) / math.Sqrt(v*math.Pi)
+	pdf := func(t float64) float64 { return c * math.Pow(1+t*t/v, -(v+1)/2) }
+	const n = 4000 // even
+	h := q / n
+	sum := pdf(0) + pdf(q)
+	for i := 1; i < n; i++ {
+		w := 2.0
+		if i%2 == 1 {
+			w = 4
+		}
+		sum += w * pdf(float64(i)*h)
+	}
+	return sum * h / 3
+}
+
+// TestTQuantile975: the quantile is where 2.5% of Student's t lies beyond
+// (found by bisection over the density), to the table's four decimals,
+// for the table's degrees of freedom and the expansion's beyond it.
+func TestTQuantile975(t *testing.T) {
+	for _, df := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+		21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 35, 40, 60, 120, 1000} {
+		lo, hi := 0.0, 20.0
+		for range 40 {
+			if mid := (lo + hi) / 2; tCDF0(df, mid) < 0.475 {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		require.InDelta(t, lo, tQuantile975(df), 6e-5, "df %d", df)
+	}
+	for df := 2; df <= 200; df++ {
+		require.Less(t, tQuantile975(df), tQuantile975(df-1), "the quantile shrinks with df (%d)", df)
+	}
+	require.InDelta(t, 1.96, tQuantile975(100000), 1e-4, "the normal's at infinity")
+	require.True(t, math.IsNaN(tQuantile975(0)), "no interval from one round")
+}
+
+func TestJudge(t *testing.T) {
+	for _, tc := range []struct {
+		lo, hi    float64
+		direction string
+		want      string
+	}{
+		{1.02, 1.10, "higher", isBetter},
+		{0.90, 0.99, "higher", isWorse},
+		{0.98, 1.03, "higher", cannotTell},
+		{1.00, 1.05, "higher", cannotTell}, // touching 1 is not above it
+		{0.90, 0.99, "lower", isBetter},    // lower is better: below 1x wins
+		{1.02, 1.10, "lower", isWorse},
+		{0.98, 1.03, "lower", cannotTell},
+		{0.95, 1.00, "lower", cannotTell},
+	} {
+		require.Equal(t, tc.want, judge(tc.lo, tc.hi, 1, tc.direction), "%v–%v %s", tc.lo, tc.hi, tc.direction)
+	}
+	require.Equal(t, isWorse, judge(1.3, 1.5, 1.6, "higher"), "against another mark than 1x")
+	require.Equal(t, isBetter, judge(1.7, 1.9, 1.6, "higher"))
+}
+
+func rounds(vs ...float64) []sample {
+	out := make([]sample, len(vs))
+	for i, v := range vs {
+		out[i] = sample{i, v}
+	}
+	return out
+}
+
+func TestPairRatio(t *testing.T) {
+	// The machine halves and doubles its speed between rounds, EBPF stays
+	// 10% ahead within each: the pooled ratio is 1.1 with no doubt,
+	// though the medians' spread is far larger.
+	p := pairRatio(rounds(110, 220, 55, 110), rounds(100, 200, 50, 100), "higher")
+	require.InDelta(t, 1.1, p.Ratio, 1e-9)
+	require.InDelta(t, 1.1, *p.CILow, 1e-9)
+	require.InDelta(t, 1.1, *p.CIHigh, 1e-9)
+	require.Equal(t, 4, p.Rounds)
+	require.Equal(t, isBetter, p.Verdict)
+	require.Equal(t, isWorse, pairRatio(rounds(110, 220, 55, 110), rounds(100, 200, 50, 100), "lower").Verdict, "a latency 10% higher")
+
+	// Two rounds, ratios e^0.1 and e^-0.1: geometric mean 1, standard
+	// error 0.1 (sd 0.1·√2 over √2), half-width t(1)·0.1 in logs.
+	e := math.Exp(0.1)
+	p = pairRatio(rounds(e, 1/e), rounds(1, 1), "higher")
+	require.InDelta(t, 1.0, p.Ratio, 1e-12)
+	require.InDelta(t, math.Exp(-12.7062*0.1), *p.CILow, 1e-9)
+	require.InDelta(t, math.Exp(12.7062*0.1), *p.CIHigh, 1e-9)
+	require.Equal(t, cannotTell, p.Verdict)
+
+	// The geometric mean, not the ratio of means or of medians.
+	p = pairRatio(rounds(2, 8), rounds(1, 1), "higher")
+	require.InDelta(t, 4.0, p.Ratio, 1e-12)
+
+	// Pairs by round, whatever order the figures came in; a figure of no
+	// round, a round one side lacks and a zero pair with nothing.
+	num := []sample{{2, 30}, {0, 10}, {1, 20}, {-1, 1000}, {3, 0}}
+	den := []sample{{1, 10}, {2, 15}, {0, 5}, {3, 7}, {4, 9}, {-1, 1}}
+	p = pairRatio(num, den, "higher")
+	require.Equal(t, 3, p.Rounds)
+	require.InDelta(t, 2.0, p.Ratio, 1e-12)
+	require.InDelta(t, 2.0, *p.CILow, 1e-12)
+
+	one := pairRatio(rounds(5), rounds(4), "higher")
+	require.InDelta(t, 1.25, one.Ratio, 1e-12)
+	require.Nil(t, one.CILow, "no interval from one round")
+	require.Equal(t, cannotTell, one.Verdict, "one round cannot tell")
+	require.Nil(t, pairRatio([]sample{{-1, 5}}, []sample{{-1, 4}}, "higher"), "figures of no round do not pair")
+	require.Nil(t, pairRatio(rounds(5), nil, "higher"))
+}
+
+// TestPairRatioInterval: over many simulated runs, the 95% interval of
+// rounds with noise holds the true ratio about 95% of the time (a wrong t
+// or standard error moves this far off).
+func TestPairRatioInterval(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const trials, n, truth = 4000, 5, 1.05
+	held := 0
+	for range trials {
+		var num, den []sample
+		for r := range n {
+			drift := math.Exp(rng.NormFloat64() * 0.3) // the machine's speed this round
+			num = append(num, sample{r, truth * drift * math.Exp(rng.NormFloat64()*0.03)})
+			den = append(den, sample{r, drift * math.Exp(rng.NormFloat64()*0.03)})
+		}
+		p := pairRatio(num, den, "higher")
+		if *p.CILow <= truth && truth <= *p.CIHigh {
+			held++
+		}
+	}
+	require.InDelta(t, 0.95, float64(held)/trials, 0.015)
+}
+
+func TestRoundOrder(t *testing.T) {
+	for n := 1; n <= 4; n++ {
+		place := map[[2]int]int{}  // {setup, place} -> rounds
+		before := map[[2]int]int{} // {a, b} -> rounds a ran before b
+		for round := range 2 * n {
+			o := roundOrder(n, round)
+			require.Len(t, o, n)
+			require.Equal(t, round%n, o[0], "n %d: round %d starts at setup round mod n", n, round)
+			seen := map[int]bool{}
+			for i, s := range o {
+				require.False(t, seen[s], "n %d round %d: %v repeats a setup", n, round, o)
+				seen[s] = true
+				place[[2]int{s, i}]++
+				for _, later := range o[i+1:] {
+					before[[2]int{s, later}]++
+				}
+			}
+		}
+		for a := range n {
+			for i := range n {
+				require.Equal(t, 2, place[[2]int{a, i}], "n %d: setup %d in place %d", n, a, i)
+			}
+			for b := range n {
+				if a != b {
+					require.Equal(t, n, before[[2]int{a, b}], "n %d: %d before %d in half the rounds", n, a, b)
+				}
+			}
+		}
+	}
+	require.Equal(t, []string{"ebpf", "raw", "ref"}, inRoundOrder(setups, 1))
+	require.Equal(t, []string{"ref", "raw", "ebpf"}, inRoundOrder(setups, 3), "the second cycle goes down the list")
+}
+
+// TestRowsPaired: the rows keep the medians and gain the ratios of the
+// rounds: EBPF over REF and RAW where they shared rounds, none over a RAW
+// measured apart, and a setup's throughput at concurrency 8 over its own
+// at 1 in the same round; latest.json carries them.
+func TestRowsPaired(t *testing.T) {
+	rs := newResults()
+	for round, v := range [][3]float64{{100, 120, 150}, {50, 61, 74}, {200, 236, 310}} { // REF, EBPF, RAW
+		for i, s := range setups {
+			rs.addRound("p", "crr_cps", "conn/s", "higher", s, round, v[i])
+			rs.addRound("cni", "pods_per_s", "ADD+DEL/s", "higher", s, round, v[i]/10)
+			rs.addRound("cni", "pods_per_s_c8", "ADD+DEL/s", "higher", s, round, v[i]/10*float64(2+round%2))
+		}
+		rs.addRound("h", "crr_cps", "conn/s", "higher", REF, round, v[0])
+		rs.addRound("h", "crr_cps", "conn/s", "higher", EBPF, round, v[1])
+		rs.add("h", "crr_cps", "conn/s", "higher", RAW, v[2]) // measured at another N
+	}
+	rows := rs.Rows()
+	get := func(path, metric string) Row {
+		i := slices.IndexFunc(rows, func(r Row) bool { return r.Path == path && r.Metric == metric })
+		require.GreaterOrEqual(t, i, 0, "%s %s", path, metric)
+		return rows[i]
+	}
+	r := get("p", "crr_cps")
+	require.Equal(t, 120.0, *r.EBPF, "the median stays")
+	ref := r.Paired[ebpfRef]
+	require.NotNil(t, ref)
+	require.Equal(t, 3, ref.Rounds)
+	require.InDelta(t, math.Cbrt(1.2*1.22*1.18), ref.Ratio, 1e-3)
+	require.Equal(t, isBetter, ref.Verdict)
+	require.NotNil(t, r.Paired[ebpfRaw])
+	require.Equal(t, isWorse, r.Paired[ebpfRaw].Verdict)
+	require.NotContains(t, r.Paired, concKey(EBPF), "only a concurrency row has c8/c1")
+
+	h := get("h", "crr_cps")
+	require.NotNil(t, h.Paired[ebpfRef])
+	require.NotContains(t, h.Paired, ebpfRaw, "a RAW measured apart pairs with nothing")
+
+	c8 := get("cni", "pods_per_s_c8")
+	for _, s := range setups {
+		p := c8.Paired[concKey(s)]
+		require.NotNil(t, p, s)
+		require.InDelta(t, math.Cbrt(2*3*2), p.Ratio, 1e-3, s)
+		require.Equal(t, 3, p.Rounds)
+	}
+	require.NotContains(t, get("cni", "pods_per_s").Paired, concKey(EBPF))
+
+	out, err := json.Marshal(rows)
+	require.NoError(t, err)
+	var back []Row
+	require.NoError(t, json.Unmarshal(out, &back))
+	require.Len(t, back, len(rows))
+	for i := range rows {
+		require.Equal(t, rows[i].Paired, back[i].Paired, "latest.json keeps the paired ratios of %s", rows[i].Metric)
+	}
+	require.Contains(t, string(out), `"paired":{"ebpf/raw":{"ratio":`)
+	for _, k := range []string{`"ci_low":`, `"ci_high":`, `"rounds":3`, `"verdict":"better"`, `"ebpf:c8/c1":`} {
+		require.Contains(t, string(out), k)
+	}
+}
+
+// TestCRRDone: the CRR rounds are spread evenly between the rounds of RR
+// and TCP, and all of them run, whichever there are more of.
+func TestCRRDone(t *testing.T) {
+	for _, tc := range []struct {
+		runs, crr int
+		want      []int
+	}{
+		{5, 20, []int{4, 8, 12, 16, 20}},
+		{3, 6, []int{2, 4, 6}},
+		{3, 8, []int{2, 5, 8}},
+		{5, 2, []int{0, 0, 1, 1, 2}},
+		{1, 2, []int{2}},
+	} {
+		c := config{runs: tc.runs, crrRounds: tc.crr}
+		var got []int
+		for run := range tc.runs {
+			got = append(got, c.crrDone(run))
+		}
+		require.Equal(t, tc.want, got, "%d runs, %d CRR rounds", tc.runs, tc.crr)
 	}
 }
