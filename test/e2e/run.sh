@@ -507,6 +507,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 localStorageCapacityIsolation: false
+maxPods: 250
 ${4:-}
 EOF
 }
@@ -1253,6 +1254,76 @@ if [ -n "$E2E_FROM" ]; then
 		check "upgrade again from $E2E_FROM: e2e-record still chained after ebpf-cni on $(node_name $n)" 1 chained_recorder $n
 	done
 fi
+
+# ---- check: a burst of 100 pods on one node, twice ----
+# A Deployment of 100 pods created at once on the first node (the second
+# is tainted), then again with the node's ebpf-cni pod deleted in the
+# middle of the burst (the DaemonSet makes it again: its init container
+# installs and runs STATUS while ADDs run). Every pod Running, no failed
+# sandbox, no failed ADD; the plugin's own ADD time per pod (p50/p99 from
+# its calls log, the record the agent's metrics read) and pods per second
+# from the Deployment's creation to the last pod Ready.
+burst_ready() { test "$(kubectl get deploy burst -o jsonpath='{.status.readyReplicas}')" = 100; }
+burst_scheduled() { test "$(kubectl get pods -l app=burst --field-selector "spec.nodeName=$NODE" -o name | wc -l)" -ge "$1"; }
+burst_gone() { test -z "$(kubectl get pods -l app=burst -o name)"; }
+burst_adds() { # since-ms: ADD records of the first node's plugin since then: count failed p50 p99
+	cat /run/ebpf-cni/calls.log.1 /run/ebpf-cni/calls.log 2>/dev/null | python3 -c '
+import json, sys
+since = int(sys.argv[1])
+ms, failed = [], 0
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("verb") != "ADD" or r.get("t", 0) < since:
+        continue
+    if r.get("code"):
+        failed += 1
+    ms.append(r["ms"])
+ms.sort()
+q = lambda p: ms[min(len(ms) - 1, int(p * len(ms)))] if ms else 0
+print(len(ms), failed, "%.1f" % q(0.5), "%.1f" % q(0.99))
+' "$1"
+}
+burst() { # form [restart]: a burst of 100 pods; restart: the node's ebpf-cni pod deleted when half are scheduled
+	local form=$1 t0 t0ms elapsed n failed p50 p99 sandboxes agent
+	t0ms=$(($(date +%s%N) / 1000000)) t0=$(date +%s.%N)
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: burst}
+spec:
+  replicas: 100
+  selector: {matchLabels: {app: burst}}
+  template:
+    metadata: {labels: {app: burst}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never}]
+EOF
+	if [ -n "${2:-}" ]; then
+		wait_for 120 "half the burst scheduled" burst_scheduled 50
+		agent=$(kubectl -n kube-system get pods -l app.kubernetes.io/name=ebpf-cni --field-selector "spec.nodeName=$NODE" -o name)
+		log "burst ($form): deleting $agent with $(kubectl get pods -l app=burst --field-selector status.phase=Running -o name | wc -l) of the burst running"
+		kubectl -n kube-system delete "$agent" --wait=false >/dev/null
+	fi
+	wait_for 400 "the burst of 100 pods Ready ($form)" burst_ready
+	elapsed=$(python3 -c "import time; print('%.1f' % (time.time() - $t0))")
+	read -r n failed p50 p99 <<<"$(burst_adds "$t0ms")"
+	sandboxes=$(kubectl get events --field-selector reason=FailedCreatePodSandBox -o jsonpath='{range .items[*]}{.involvedObject.name}{" "}{.count}{"\n"}{end}' | awk '/^burst-/ {n += $2} END {print n + 0}')
+	log "burst ($form): 100 pods Ready in $elapsed s ($(python3 -c "print('%.1f' % (100 / $elapsed))") pods/s), the plugin's ADD p50 $p50 ms p99 $p99 ms over $n ADDs, $failed failed; $sandboxes failed sandboxes"
+	summary+=("burst ($form): 100 pods Ready in $elapsed s, the plugin's ADD p50 $p50 ms p99 $p99 ms")
+	check "burst ($form): every pod Running" 1 test "$(kubectl get pods -l app=burst --field-selector status.phase=Running -o name | wc -l)" = 100
+	check "burst ($form): no failed sandbox ($sandboxes)" 1 test "$sandboxes" = 0
+	check "burst ($form): 100 ADDs of the plugin, none failed ($n, $failed failed)" 1 test "$n" -ge 100 -a "$failed" = 0
+	[ -z "${2:-}" ] || check "burst ($form): the node's ebpf-cni pod back and ready" 1 settle 120 kubectl -n kube-system rollout status ds/ebpf-cni --timeout=5s
+	check "burst ($form): pod to pod after it" 5 pod_get "$(hostport "${echo_ips[0]}" 8080)"
+	kubectl delete deploy burst --wait=false >/dev/null
+	wait_for 240 "the burst's pods gone" burst_gone
+}
+burst "as created"
+burst "the agent's pod deleted in the middle" restart
 
 # ---- check: delete everything, nothing left ----
 kubectl delete svc echo echo2 >/dev/null
