@@ -1266,11 +1266,11 @@ fi
 burst_ready() { test "$(kubectl get deploy burst -o jsonpath='{.status.readyReplicas}')" = 100; }
 burst_scheduled() { test "$(kubectl get pods -l app=burst --field-selector "spec.nodeName=$NODE" -o name | wc -l)" -ge "$1"; }
 burst_gone() { test -z "$(kubectl get pods -l app=burst -o name)"; }
-burst_adds() { # since-ms: ADD records of the first node's plugin since then: count failed p50 p99
+burst_adds() { # since-ms: ADD records of the first node's plugin since then: count failed p50 p99, then the phases of the largest p50
 	cat /run/ebpf-cni/calls.log.1 /run/ebpf-cni/calls.log 2>/dev/null | python3 -c '
 import json, sys
 since = int(sys.argv[1])
-ms, failed = [], 0
+ms, failed, phases = [], 0, {}
 for line in sys.stdin:
     try:
         r = json.loads(line)
@@ -1281,13 +1281,18 @@ for line in sys.stdin:
     if r.get("code"):
         failed += 1
     ms.append(r["ms"])
-ms.sort()
-q = lambda p: ms[min(len(ms) - 1, int(p * len(ms)))] if ms else 0
-print(len(ms), failed, "%.1f" % q(0.5), "%.1f" % q(0.99))
+    for k, v in (r.get("phases") or {}).items():
+        phases.setdefault(k, []).append(v)
+def q(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else 0
+print(len(ms), failed, "%.1f" % q(ms, 0.5), "%.1f" % q(ms, 0.99))
+top = sorted(phases, key=lambda k: -q(phases[k], 0.5))[:4]
+print(", ".join("%s %.1f" % (k, q(phases[k], 0.5)) for k in top) or "none")
 ' "$1"
 }
 burst() { # form [restart]: a burst of 100 pods; restart: the node's ebpf-cni pod deleted when half are scheduled
-	local form=$1 t0 t0ms elapsed n failed p50 p99 sandboxes agent
+	local form=$1 t0 t0ms elapsed n failed p50 p99 phases sandboxes agent
 	t0ms=$(($(date +%s%N) / 1000000)) t0=$(date +%s.%N)
 	kubectl apply -f - >/dev/null <<EOF
 apiVersion: apps/v1
@@ -1310,9 +1315,9 @@ EOF
 	fi
 	wait_for 400 "the burst of 100 pods Ready ($form)" burst_ready
 	elapsed=$(python3 -c "import time; print('%.1f' % (time.time() - $t0))")
-	read -r n failed p50 p99 <<<"$(burst_adds "$t0ms")"
+	{ read -r n failed p50 p99; read -r phases; } <<<"$(burst_adds "$t0ms")"
 	sandboxes=$(kubectl get events --field-selector reason=FailedCreatePodSandBox -o jsonpath='{range .items[*]}{.involvedObject.name}{" "}{.count}{"\n"}{end}' | awk '/^burst-/ {n += $2} END {print n + 0}')
-	log "burst ($form): 100 pods Ready in $elapsed s ($(python3 -c "print('%.1f' % (100 / $elapsed))") pods/s), the plugin's ADD p50 $p50 ms p99 $p99 ms over $n ADDs, $failed failed; $sandboxes failed sandboxes"
+	log "burst ($form): 100 pods Ready in $elapsed s ($(python3 -c "print('%.1f' % (100 / $elapsed))") pods/s), the plugin's ADD p50 $p50 ms p99 $p99 ms over $n ADDs, $failed failed (phases' p50 in ms: $phases); $sandboxes failed sandboxes"
 	summary+=("burst ($form): 100 pods Ready in $elapsed s, the plugin's ADD p50 $p50 ms p99 $p99 ms")
 	check "burst ($form): every pod Running" 1 test "$(kubectl get pods -l app=burst --field-selector status.phase=Running -o name | wc -l)" = 100
 	check "burst ($form): no failed sandbox ($sandboxes)" 1 test "$sandboxes" = 0
