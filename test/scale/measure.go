@@ -443,7 +443,7 @@ func (h *harness) nodeRoutes(ctx context.Context) error {
 			t0 = time.Now()
 		} else {
 			i := h.cfg.agents + (c - half)
-			nd, cidr = h.nodeObject(i), podCIDR(1024+c-half)
+			nd, cidr = h.nodeObject(i), podCIDR(1536+c-half)
 			nd.Spec.PodCIDR, nd.Spec.PodCIDRs = cidr.String(), []string{cidr.String()}
 			t0 = time.Now()
 			if err := h.client.CoreV1().Nodes().Delete(ctx, nd.Name, metav1.DeleteOptions{}); err != nil {

@@ -51,7 +51,8 @@ func podName(k int) string  { return fmt.Sprintf("pod-%05d", k) }
 func polName(p int) string  { return fmt.Sprintf("np-%02d", p) }
 
 // podCIDR is node i's range: the i-th /24 of 10.128.0.0/13 (2,048 of them;
-// renumbered ranges take the upper half).
+// nodes added take the ranges after the model's, re-registered ones the
+// last quarter).
 func podCIDR(i int) netip.Prefix {
 	b := podBase.As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 + uint32(i)<<8
