@@ -328,6 +328,68 @@ func TestPolicyControllerChanges(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("policy %#x", web), n.pm.NameOf(web), "the name is gone")
 }
 
+// TestPolicyControllerScope: the controller reads the pods of the
+// namespaces its endpoints' policies can select, and follows what changes
+// that set: a namespace labelled into a namespace selector brings its pods
+// in, and their changes from then on; a policy that selects another
+// namespace's pods brings those in; a policy of a namespace without local
+// pods changes that namespace's fact only.
+func TestPolicyControllerScope(t *testing.T) {
+	team := func(ns string, labels map[string]string) *corev1.Namespace {
+		n := testNS(ns)
+		n.Labels = labels
+		return n
+	}
+	port := intstr.FromInt32(80)
+	fromTeam := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "team"}, Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: &port}},
+		}},
+	}}
+	n := newPolicyNode(t, testNS("a"), testNS("b"), testNS("c"),
+		testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"}),
+		testPod("b", "client", "10.0.2.1", map[string]string{"app": "client"}),
+		testPod("c", "client", "10.0.3.1", map[string]string{"app": "client"}),
+		fromTeam)
+	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
+	n.run()
+	id := policy.ID("a", "team")
+	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 1}}, n.states())
+	require.Empty(t, n.rules(), "no namespace has team=x")
+
+	n.apply(team("b", map[string]string{"team": "x"}))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.2.1/32", withSources(tcp(80), id))}}}, n.rules())
+	})
+	n.apply(testPod("b", "client", "10.0.2.9", map[string]string{"app": "client"}))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.2.9/32", withSources(tcp(80), id))}}}, n.rules())
+	})
+
+	// c's pods come in with a policy whose peers select them.
+	n.apply(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "c"}, Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "c"}}}}}},
+	}})
+	all := policy.Rule{Flags: uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS)}
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.2.9/32", withSources(tcp(80), id)),
+			entry("10.0.3.1/32", withSources(all, policy.ID("a", "c")))}}}, n.rules())
+	})
+
+	// A policy of c, where this node has no pod: c's fact, no rule.
+	n.apply(denyEgress("c", "out", "client", "x", 1))
+	n.eventually(func(c *assert.CollectT) {
+		f, err := n.pm.Namespace("c")
+		assert.NoError(c, err)
+		assert.Equal(c, policy.NamespaceFact{Egress: true}, f)
+	})
+	require.Len(t, n.rules()[ifServer][policy.Ingress], 2)
+}
+
 // TestPolicyControllerNamespaces: every namespace's fact follows its
 // policies' types; a pod of this node the API server does not know yet
 // stays closed where its namespace's policies isolate, and is opened or
