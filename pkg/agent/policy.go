@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -78,6 +79,7 @@ type PolicyController struct {
 
 	// Touched by the worker only.
 	compiler compile.Compiler
+	podObjs  podObjects                                                   // the compiler's pods, made from the records
 	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
@@ -298,7 +300,7 @@ func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)
 		ns := namespaceOf(obj)
 		changed(c.scope.Load().policyMatters(ns), ns, false)
 	}
-	podChanged := func(obj any) {
+	podEvent := func(obj any) {
 		if c.scope.Load().podMatters(namespaceOf(obj)) {
 			changed(true, "", false)
 		}
@@ -321,14 +323,14 @@ func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)
 		relevant func(old, cur any) bool
 	}{
 		"network policies": {pols.Informer(), policyChanged, func(old, cur any) bool { return !reflect.DeepEqual(specOf(old), specOf(cur)) }},
-		"pods":             {pods.Informer(), podChanged, func(old, cur any) bool { return !reflect.DeepEqual(podFacts(old), podFacts(cur)) }},
+		"pods":             {pods.Informer(), podEvent, podChanged},
 		"namespaces":       {nss.Informer(), nsChanged, func(old, cur any) bool { return !reflect.DeepEqual(nsLabels(old), nsLabels(cur)) }},
 	} {
 		if _, err := h.inf.AddEventHandler(handler(h.on, h.relevant)); err != nil {
 			return nil, policyListers{}, nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	return factory, policyListers{pols.Lister(), pods.Lister(), nss.Lister()},
+	return factory, policyListers{pols.Lister(), podIndex{pods.Informer().GetIndexer()}, nss.Lister()},
 		[]cache.InformerSynced{pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced}, nil
 }
 
@@ -371,35 +373,20 @@ func (c *PolicyController) close() {
 
 type policyListers struct {
 	pols listersnetworkingv1.NetworkPolicyLister
-	pods listerscorev1.PodLister
+	pods podIndex // of podRecords: no lister reads them
 	nss  listerscorev1.NamespaceLister
 }
 
 // slim keeps the informers' caches small (the agent caches every pod of
-// the cluster): of a pod, what the compiler reads (podFacts); of anything,
-// no managedFields.
+// the cluster): of a pod, its record (podRecord: what the compiler reads);
+// of anything, no managed fields and no annotations.
 func slim(obj any) (any, error) {
 	if o, ok := obj.(*corev1.Pod); ok {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
-			ResourceVersion: o.ResourceVersion, Labels: o.Labels, DeletionTimestamp: o.DeletionTimestamp}}
-		p.Spec.HostNetwork = o.Spec.HostNetwork
-		p.Spec.NodeName = o.Spec.NodeName
-		for _, c := range o.Spec.Containers {
-			if len(c.Ports) > 0 {
-				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
-			}
-		}
-		for _, c := range o.Spec.InitContainers {
-			if len(c.Ports) > 0 {
-				p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports})
-			}
-		}
-		p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = o.Status.Phase, o.Status.PodIP, o.Status.PodIPs
-		return p, nil
+		return recordOf(o), nil
 	}
 	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		// Neither the managed fields nor the annotations are read (kubectl
-		// apply's last-applied-configuration doubles a policy's size).
+		// Neither is read (kubectl apply's last-applied-configuration
+		// doubles a policy's size).
 		m.GetObjectMeta().SetManagedFields(nil)
 		m.GetObjectMeta().SetAnnotations(nil)
 	}
@@ -412,7 +399,7 @@ func namespaceOf(obj any) string {
 		ns, _, _ := cache.SplitMetaNamespaceKey(t.Key)
 		return ns
 	}
-	if m, ok := obj.(metav1.Object); ok {
+	if m, err := meta.Accessor(obj); err == nil {
 		return m.GetNamespace()
 	}
 	return ""
@@ -425,31 +412,11 @@ func specOf(obj any) any {
 	return obj
 }
 
-// podFacts is what the compiler reads of a pod: an update that changes
-// none of it (a condition, an annotation) is no change.
-func podFacts(obj any) any {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj
-	}
-	type facts struct {
-		UID        string
-		Labels     map[string]string
-		IPs        []corev1.PodIP
-		IP         string
-		Phase      corev1.PodPhase
-		Host       bool
-		Containers [][]corev1.ContainerPort
-	}
-	f := facts{UID: string(p.UID), Labels: p.Labels, IPs: p.Status.PodIPs, IP: p.Status.PodIP, Phase: p.Status.Phase, Host: p.Spec.HostNetwork}
-	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
-		for _, ct := range cs {
-			if len(ct.Ports) > 0 {
-				f.Containers = append(f.Containers, ct.Ports)
-			}
-		}
-	}
-	return f
+// podChanged: an update changes something the compiler reads of a pod.
+func podChanged(old, cur any) bool {
+	o, ok1 := old.(*podRecord)
+	c, ok2 := cur.(*podRecord)
+	return !ok1 || !ok2 || !o.sameFacts(c)
 }
 
 func nsLabels(obj any) any {
@@ -674,28 +641,28 @@ func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEn
 	}
 	peers, all := compile.PeerNamespaces(cl.Policies, cl.Namespaces)
 	c.scope.Store(&policyScope{local: local, pods: peers, allPods: all})
+	var rs []*podRecord
 	if all {
-		if cl.Pods, err = l.pods.List(labels.Everything()); err != nil {
-			return nil, err
-		}
+		rs = l.pods.all()
 	} else {
 		for ns := range local {
 			if !peers[ns] {
-				pods, err := l.pods.Pods(ns).List(labels.Everything())
+				of, err := l.pods.of(ns)
 				if err != nil {
 					return nil, err
 				}
-				cl.Pods = append(cl.Pods, pods...)
+				rs = append(rs, of...)
 			}
 		}
 		for ns := range peers { // published: read only from here on
-			pods, err := l.pods.Pods(ns).List(labels.Everything())
+			of, err := l.pods.of(ns)
 			if err != nil {
 				return nil, err
 			}
-			cl.Pods = append(cl.Pods, pods...)
+			rs = append(rs, of...)
 		}
 	}
+	cl.Pods = c.podObjs.pods(rs)
 	return c.compiler.Compile(cl, eps), nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
@@ -632,34 +633,48 @@ func BenchmarkPolicyChange(b *testing.B) {
 	}
 }
 
-// TestSlimPod: the informer's copy of a pod keeps what the compiler reads
-// and nothing else.
-func TestSlimPod(t *testing.T) {
-	p := testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"})
+// TestPodRecord: the informer keeps of a pod its record: what the
+// compiler reads and nothing else; an update of anything else is no
+// change.
+func TestPodRecord(t *testing.T) {
+	p := testPod("a", "server", "10.0.1.1", map[string]string{"app": "server", "tier": "web"})
 	p.Annotations = map[string]string{"big": "value"}
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	p.Spec.HostNetwork = true
 	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "x", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}, {Name: "d", Image: "y"}}
-	p.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}}}}
+	p.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolUDP}}}}
 	p.Spec.Volumes = []corev1.Volume{{Name: "v"}}
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}}
 	p.Status.PodIP = "10.0.1.1"
 	s, err := slim(p)
 	require.NoError(t, err)
-	sp := s.(*corev1.Pod)
-	require.Equal(t, podFacts(p), podFacts(sp))
-	require.Nil(t, sp.Annotations)
-	require.Nil(t, sp.ManagedFields)
-	require.Nil(t, sp.Spec.Volumes)
-	require.Nil(t, sp.Status.Conditions)
-	require.Len(t, sp.Spec.Containers, 1)
-	require.Empty(t, sp.Spec.Containers[0].Image)
+	r := s.(*podRecord)
+	key, err := cache.MetaNamespaceKeyFunc(r)
+	require.NoError(t, err)
+	require.Equal(t, "a/server", key)
+	back := r.pod()
+	require.Equal(t, metav1.ObjectMeta{Namespace: "a", Name: "server", UID: p.UID, Labels: p.Labels}, back.ObjectMeta)
+	require.True(t, back.Spec.HostNetwork)
+	require.Equal(t, corev1.PodRunning, back.Status.Phase)
+	require.Equal(t, p.Status.PodIPs, back.Status.PodIPs)
+	require.Equal(t, []corev1.Container{{Name: "ports", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}, {Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolUDP}}}}, back.Spec.Containers)
+	require.Nil(t, back.Spec.InitContainers)
+	require.Nil(t, back.Status.Conditions)
+
+	p2 := p.DeepCopy()
+	p2.ResourceVersion, p2.Annotations = "2", map[string]string{"other": "x"}
+	p2.Status.Conditions = nil
+	require.False(t, podChanged(r, recordOf(p2)), "an annotation and a condition")
+	p2.Labels = map[string]string{"app": "server", "tier": "db"}
+	require.True(t, podChanged(r, recordOf(p2)), "a label")
 
 	ns := testNS("a")
 	ns.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
+	ns.Annotations = map[string]string{"x": "y"}
 	s, err = slim(ns)
 	require.NoError(t, err)
 	require.Nil(t, s.(*corev1.Namespace).ManagedFields)
+	require.Nil(t, s.(*corev1.Namespace).Annotations)
 }
 
 // TestClearPolicies: an agent without network policies removes what an
