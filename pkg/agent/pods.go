@@ -1,15 +1,21 @@
 package agent
 
 import (
+	"bytes"
+	"fmt"
 	"slices"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy/compile"
 )
 
 // podRecord is what the agent keeps of a pod of the cluster in its
@@ -160,4 +166,107 @@ func (po *podObjects) pods(rs []*podRecord) []*corev1.Pod {
 	}
 	po.last = next
 	return out
+}
+
+// policyRecord is what the agent keeps of a NetworkPolicy of the cluster:
+// its namespace's fact, and its spec as protobuf, decoded only when a pod
+// of its namespace is on this node (policyObjects). Every agent keeps
+// every policy: a decoded one takes about 2 KB, a record a few hundred
+// bytes.
+type policyRecord struct {
+	namespace unique.Handle[string]
+	name, uid string
+	rv        string
+	fact      policy.NamespaceFact
+	spec      []byte
+}
+
+var (
+	_ runtime.Object            = (*policyRecord)(nil)
+	_ metav1.ObjectMetaAccessor = (*policyRecord)(nil)
+)
+
+// policyRecordOf makes the record of p.
+func policyRecordOf(p *networkingv1.NetworkPolicy) (*policyRecord, error) {
+	spec, err := p.Spec.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("network policy %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return &policyRecord{namespace: unique.Make(p.Namespace), name: p.Name, uid: string(p.UID), rv: p.ResourceVersion,
+		fact: compile.FactOf(p), spec: spec}, nil
+}
+
+// policy decodes the record.
+func (r *policyRecord) policy() (*networkingv1.NetworkPolicy, error) {
+	p := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: r.namespace.Value(), Name: r.name, UID: types.UID(r.uid), ResourceVersion: r.rv}}
+	if err := p.Spec.Unmarshal(r.spec); err != nil {
+		return nil, fmt.Errorf("network policy %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return p, nil
+}
+
+// sameSpec: an update that changes the spec (the protobuf encoding is
+// deterministic: map keys sorted).
+func (r *policyRecord) sameSpec(o *policyRecord) bool { return bytes.Equal(r.spec, o.spec) }
+
+// GetObjectKind: a record has no kind.
+func (r *policyRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the record.
+func (r *policyRecord) DeepCopyObject() runtime.Object {
+	c := *r
+	c.spec = slices.Clone(r.spec)
+	return &c
+}
+
+// GetObjectMeta is what the informer's cache keys and indexes it by.
+func (r *policyRecord) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: r.namespace.Value(), Name: r.name, UID: types.UID(r.uid), ResourceVersion: r.rv}
+}
+
+// policyIndex is the policies' informer cache: records by namespace.
+type policyIndex struct{ cache.Indexer }
+
+func policyRecords(objs []any) []*policyRecord {
+	out := make([]*policyRecord, 0, len(objs))
+	for _, o := range objs {
+		if r, ok := o.(*policyRecord); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// all is every record.
+func (x policyIndex) all() []*policyRecord { return policyRecords(x.List()) }
+
+// of is the records of namespace ns.
+func (x policyIndex) of(ns string) ([]*policyRecord, error) {
+	objs, err := x.ByIndex(cache.NamespaceIndex, ns)
+	return policyRecords(objs), err
+}
+
+// policyObjects decodes records for the compiler, keeping the object made
+// for a record the last time (the compiler keeps a policy's parsed form
+// while it is the same object).
+type policyObjects struct {
+	last map[*policyRecord]*networkingv1.NetworkPolicy
+}
+
+func (po *policyObjects) policies(rs []*policyRecord) ([]*networkingv1.NetworkPolicy, error) {
+	next := make(map[*policyRecord]*networkingv1.NetworkPolicy, len(rs))
+	out := make([]*networkingv1.NetworkPolicy, 0, len(rs))
+	for _, r := range rs {
+		p := po.last[r]
+		if p == nil {
+			var err error
+			if p, err = r.policy(); err != nil {
+				return nil, err
+			}
+		}
+		next[r] = p
+		out = append(out, p)
+	}
+	po.last = next
+	return out, nil
 }

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
-	listersnetworkingv1 "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -80,6 +79,7 @@ type PolicyController struct {
 	// Touched by the worker only.
 	compiler compile.Compiler
 	podObjs  podObjects                                                   // the compiler's pods, made from the records
+	polObjs  policyObjects                                                // and its policies, decoded from theirs
 	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
@@ -322,7 +322,7 @@ func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)
 		on       func(any)
 		relevant func(old, cur any) bool
 	}{
-		"network policies": {pols.Informer(), policyChanged, func(old, cur any) bool { return !reflect.DeepEqual(specOf(old), specOf(cur)) }},
+		"network policies": {pols.Informer(), policyChanged, specChanged},
 		"pods":             {pods.Informer(), podEvent, podChanged},
 		"namespaces":       {nss.Informer(), nsChanged, func(old, cur any) bool { return !reflect.DeepEqual(nsLabels(old), nsLabels(cur)) }},
 	} {
@@ -330,7 +330,7 @@ func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)
 			return nil, policyListers{}, nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	return factory, policyListers{pols.Lister(), podIndex{pods.Informer().GetIndexer()}, nss.Lister()},
+	return factory, policyListers{policyIndex{pols.Informer().GetIndexer()}, podIndex{pods.Informer().GetIndexer()}, nss.Lister()},
 		[]cache.InformerSynced{pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced}, nil
 }
 
@@ -372,17 +372,21 @@ func (c *PolicyController) close() {
 }
 
 type policyListers struct {
-	pols listersnetworkingv1.NetworkPolicyLister
-	pods podIndex // of podRecords: no lister reads them
+	pols policyIndex // of policyRecords and podRecords: no lister reads them
+	pods podIndex
 	nss  listerscorev1.NamespaceLister
 }
 
-// slim keeps the informers' caches small (the agent caches every pod of
-// the cluster): of a pod, its record (podRecord: what the compiler reads);
-// of anything, no managed fields and no annotations.
+// slim keeps the informers' caches small (the agent caches every pod and
+// every policy of the cluster): of a pod, its record (podRecord: what the
+// compiler reads); of a policy, its record (policyRecord: its spec
+// encoded); of anything else, no managed fields and no annotations.
 func slim(obj any) (any, error) {
-	if o, ok := obj.(*corev1.Pod); ok {
+	switch o := obj.(type) {
+	case *corev1.Pod:
 		return recordOf(o), nil
+	case *networkingv1.NetworkPolicy:
+		return policyRecordOf(o)
 	}
 	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		// Neither is read (kubectl apply's last-applied-configuration
@@ -405,11 +409,11 @@ func namespaceOf(obj any) string {
 	return ""
 }
 
-func specOf(obj any) any {
-	if p, ok := obj.(*networkingv1.NetworkPolicy); ok {
-		return p.Spec
-	}
-	return obj
+// specChanged: an update changes a policy's spec.
+func specChanged(old, cur any) bool {
+	o, ok1 := old.(*policyRecord)
+	c, ok2 := cur.(*policyRecord)
+	return !ok1 || !ok2 || !o.sameSpec(c)
 }
 
 // podChanged: an update changes something the compiler reads of a pod.
@@ -579,27 +583,23 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 // up to date: of every namespace (all), or of those in dirty.
 func (c *PolicyController) namespaceFacts(l policyListers, all bool, dirty map[string]bool) error {
 	if all || c.want == nil {
-		pols, err := l.pols.List(labels.Everything())
-		if err != nil {
-			return err
-		}
 		want := map[string]policy.NamespaceFact{}
-		for _, p := range pols {
-			f, g := want[p.Namespace], compile.FactOf(p)
-			want[p.Namespace] = policy.NamespaceFact{Ingress: f.Ingress || g.Ingress, Egress: f.Egress || g.Egress}
+		for _, p := range l.pols.all() {
+			ns := p.namespace.Value()
+			f := want[ns]
+			want[ns] = policy.NamespaceFact{Ingress: f.Ingress || p.fact.Ingress, Egress: f.Egress || p.fact.Egress}
 		}
 		c.want = want
 		return nil
 	}
 	for ns := range dirty {
-		pols, err := l.pols.NetworkPolicies(ns).List(labels.Everything())
+		pols, err := l.pols.of(ns)
 		if err != nil {
 			return err
 		}
 		var f policy.NamespaceFact
 		for _, p := range pols {
-			g := compile.FactOf(p)
-			f = policy.NamespaceFact{Ingress: f.Ingress || g.Ingress, Egress: f.Egress || g.Egress}
+			f = policy.NamespaceFact{Ingress: f.Ingress || p.fact.Ingress, Egress: f.Egress || p.fact.Egress}
 		}
 		if f == (policy.NamespaceFact{}) {
 			delete(c.want, ns)
@@ -628,14 +628,18 @@ func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEn
 	}
 	c.scope.Store(sc)
 	var cl compile.Cluster
+	var prs []*policyRecord
 	for ns := range local {
-		pols, err := l.pols.NetworkPolicies(ns).List(labels.Everything())
+		of, err := l.pols.of(ns)
 		if err != nil {
 			return nil, err
 		}
-		cl.Policies = append(cl.Policies, pols...)
+		prs = append(prs, of...)
 	}
 	var err error
+	if cl.Policies, err = c.polObjs.policies(prs); err != nil {
+		return nil, err
+	}
 	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
 		return nil, err
 	}

@@ -635,7 +635,7 @@ func BenchmarkPolicyChange(b *testing.B) {
 
 // TestPodRecord: the informer keeps of a pod its record: what the
 // compiler reads and nothing else; an update of anything else is no
-// change.
+// change. Of a policy, its fact and its spec.
 func TestPodRecord(t *testing.T) {
 	p := testPod("a", "server", "10.0.1.1", map[string]string{"app": "server", "tier": "web"})
 	p.Annotations = map[string]string{"big": "value"}
@@ -667,6 +667,26 @@ func TestPodRecord(t *testing.T) {
 	require.False(t, podChanged(r, recordOf(p2)), "an annotation and a condition")
 	p2.Labels = map[string]string{"app": "server", "tier": "db"}
 	require.True(t, podChanged(r, recordOf(p2)), "a label")
+
+	np := denyEgress("a", "out", "server", "client", 53)
+	np.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+	s, err = slim(np)
+	require.NoError(t, err)
+	pr := s.(*policyRecord)
+	require.Equal(t, policy.NamespaceFact{Egress: true}, pr.fact)
+	decoded, err := pr.policy()
+	require.NoError(t, err)
+	require.Equal(t, np.Spec, decoded.Spec)
+	require.Equal(t, "out", decoded.Name)
+	np2 := np.DeepCopy()
+	np2.ResourceVersion = "9"
+	r2, err := policyRecordOf(np2)
+	require.NoError(t, err)
+	require.False(t, specChanged(pr, r2), "the same spec")
+	np2.Spec.Egress[0].Ports = nil
+	r2, err = policyRecordOf(np2)
+	require.NoError(t, err)
+	require.True(t, specChanged(pr, r2), "a port less")
 
 	ns := testNS("a")
 	ns.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
