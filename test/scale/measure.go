@@ -43,16 +43,20 @@ func (h *harness) measure(ctx context.Context) error {
 	if err := h.addPolicies(ctx); err != nil {
 		return err
 	}
-	if err := h.policyApply(ctx); err != nil {
-		return err
+	// From here a phase that fails is reported and the next one runs.
+	for _, phase := range []struct {
+		name string
+		f    func(context.Context) error
+	}{{"policy apply", h.policyApply}, {"peer label", h.peerLabel}, {"node routes", h.nodeRoutes}, {"churn", h.churn}} {
+		if err := phase.f(ctx); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			h.res.fail("%s: %v", phase.name, err)
+			h.logf("FAIL %s: %v", phase.name, err)
+		}
 	}
-	if err := h.peerLabel(ctx); err != nil {
-		return err
-	}
-	if err := h.nodeRoutes(ctx); err != nil {
-		return err
-	}
-	return h.churn(ctx)
+	return nil
 }
 
 // fill writes the namespaces, nodes and pods (with their status).
@@ -387,9 +391,12 @@ func (h *harness) peerLabel(ctx context.Context) error {
 	missed := 0
 	for c := range h.cfg.changes {
 		n := nss[(c/2)%len(nss)]
-		k := n*h.m.perNS() + 1 + (c/2/len(nss))%(h.m.perNS()-1)
-		for real[k] {
-			k++
+		// A pod of n no agent has (its labels are the API server's only).
+		var k int
+		for j := 1 + (c/2/len(nss))%h.m.perNS(); ; j++ {
+			if k = n*h.m.perNS() + j%h.m.perNS(); !real[k] {
+				break
+			}
 		}
 		in := c%2 == 0
 		var patch string
