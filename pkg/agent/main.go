@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -187,11 +186,6 @@ func (c *common) client() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("API server configuration from %s: %w", c.kubeconfig, err)
 	}
 	cfg.UserAgent = "ebpf-cni-agent/" + buildinfo.Version
-	// Protobuf: a pod's watch event is about half its JSON, and decoded
-	// in a fraction of the time (every agent decodes every pod's
-	// changes). JSON is still accepted (a server or proxy without it).
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return kubernetes.NewForConfig(cfg)
 }
 
