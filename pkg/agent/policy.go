@@ -643,7 +643,19 @@ func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEn
 	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
 		return nil, err
 	}
-	peers, all := compile.PeerNamespaces(cl.Policies, cl.Namespaces)
+	// The pods of the endpoints (their labels: which policies select
+	// them); one the API server does not have yet is closed, peers or not.
+	var locals []*corev1.Pod
+	for _, ep := range eps {
+		obj, ok, err := l.pods.GetByKey(ep.Namespace + "/" + ep.Name)
+		if err != nil {
+			return nil, err
+		}
+		if r, _ := obj.(*podRecord); ok && r != nil && (ep.UID == "" || r.uid == "" || ep.UID == r.uid) {
+			locals = append(locals, r.pod())
+		}
+	}
+	peers, all := compile.PeerNamespaces(cl.Policies, cl.Namespaces, locals)
 	c.scope.Store(&policyScope{local: local, pods: peers, allPods: all})
 	var rs []*podRecord
 	if all {

@@ -901,15 +901,16 @@ func (cp *compilation) namespaces(sel labels.Selector) []string {
 	return out
 }
 
-// PeerNamespaces are the namespaces whose pods the peers of policies can
-// select (their selector peers' own namespace or the namespaces their
-// namespace selectors match among nss); all: every namespace's pods matter
-// (an egress rule without peers but with named ports: every pod of the
-// cluster is a peer, its ports resolved on it). Compile, given the pods of
-// these namespaces and of the local endpoints', gives the local endpoints
-// what it gives them with every pod of the cluster: the node agent watches
-// no more than that.
-func PeerNamespaces(pols []*networkingv1.NetworkPolicy, nss []*corev1.Namespace) (out map[string]bool, all bool) {
+// PeerNamespaces are the namespaces whose pods the peers of the policies
+// that select one of the local pods can select (their selector peers' own
+// namespace or the namespaces their namespace selectors match among nss);
+// all: every namespace's pods matter (an egress rule without peers but
+// with named ports: every pod of the cluster is a peer, its ports resolved
+// on it). locals are the pods of the local endpoints, as the API server
+// has them. Compile, given the pods of these namespaces and the local
+// pods, gives the local endpoints what it gives them with every pod of the
+// cluster: the node agent reads no more than that.
+func PeerNamespaces(pols []*networkingv1.NetworkPolicy, nss []*corev1.Namespace, locals []*corev1.Pod) (out map[string]bool, all bool) {
 	out = map[string]bool{}
 	var nsLabels map[string]labels.Set
 	match := func(sel labels.Selector) {
@@ -932,6 +933,9 @@ func PeerNamespaces(pols []*networkingv1.NetworkPolicy, nss []*corev1.Namespace)
 	}
 	for _, p := range pols {
 		cp := compilePolicy(p)
+		if !slices.ContainsFunc(locals, func(l *corev1.Pod) bool { return l.Namespace == cp.ns && cp.sel.Matches(labels.Set(l.Labels)) }) {
+			continue // it selects no pod of this node: its peers get no entry here
+		}
 		for i, rules := range [][]compiledRule{cp.in, cp.out} {
 			for _, r := range rules {
 				for _, peer := range r.peers {

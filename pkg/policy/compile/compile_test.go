@@ -302,7 +302,15 @@ func scoped(cl Cluster, eps []LocalEndpoint) Cluster {
 			out.Policies = append(out.Policies, p)
 		}
 	}
-	peers, all := PeerNamespaces(out.Policies, cl.Namespaces)
+	var locals []*corev1.Pod
+	for _, p := range cl.Pods {
+		for _, ep := range eps {
+			if p.Namespace == ep.Namespace && p.Name == ep.Name && sameUID(ep.UID, string(p.UID)) {
+				locals = append(locals, p)
+			}
+		}
+	}
+	peers, all := PeerNamespaces(out.Policies, cl.Namespaces, locals)
 	for _, p := range cl.Pods {
 		if all || local[p.Namespace] || peers[p.Namespace] {
 			out.Pods = append(out.Pods, p)
@@ -312,25 +320,26 @@ func scoped(cl Cluster, eps []LocalEndpoint) Cluster {
 }
 
 // TestPeerNamespaces: the namespaces whose pods a policy's selector peers
-// can select; ipBlocks none; an egress rule without peers but with a
-// named port every namespace.
+// can select, when it selects a local pod; ipBlocks none; an egress rule
+// without peers but with a named port every namespace.
 func TestPeerNamespaces(t *testing.T) {
-	nss, _ := cluster()
+	nss, pods := cluster()
 	for _, tc := range []struct {
 		name string
 		p    *networkingv1.NetworkPolicy
 		want []string
 		all  bool
 	}{
+		{"selecting no local pod: none", np("a", "p", sel("app", "client"), ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(nil, sel())))}, nil), nil, false},
 		{"pod selector: its namespace", np("a", "p", sel(), ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(sel("app", "x"), nil)))}, nil), []string{"a"}, false},
 		{"namespace selector", np("a", "p", sel(), egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(peers(podPeer(nil, sel("team", "x"))))}), []string{"a", "b"}, false},
-		{"by name", np("c", "p", sel(), ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(nil, sel("kubernetes.io/metadata.name", "b"))))}, nil), []string{"b"}, false},
+		{"by name", np("a", "p", sel(), ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(nil, sel("kubernetes.io/metadata.name", "b"))))}, nil), []string{"b"}, false},
 		{"ipBlock and no peers", np("a", "p", sel(), nil, []networkingv1.NetworkPolicyIngressRule{in(nil, port("", "http"))},
 			[]networkingv1.NetworkPolicyEgressRule{out(peers(blockPeer("10.0.0.0/8")), port("", "http")), out(nil, port("", 53))}), nil, false},
 		{"no peers and a named port of egress", np("a", "p", sel(), egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(nil, port("", "http"))}), nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, all := PeerNamespaces([]*networkingv1.NetworkPolicy{tc.p}, nss)
+			got, all := PeerNamespaces([]*networkingv1.NetworkPolicy{tc.p}, nss, pods[:1]) // a/server
 			var names []string
 			for ns := range got {
 				names = append(names, ns)
