@@ -186,8 +186,8 @@ e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in name
 # The scale harness: the agent at 1,000 nodes / 30,000 pods / 30,000
 # NetworkPolicies against a real API server (make e2e's kube-apiserver,
 # built by test/e2e/build.sh into E2E_CACHE when missing; etcd from Debian),
-# 20 real agents in network namespaces of their own. Outside CI: about
-# 25 min on 2 cores. SCALE_FLAGS: e.g. -nodes 100 -pods 3000 -namespaces 100
+# 20 real agents in network namespaces of their own. Outside CI: 10 to 20
+# min on 2 cores. SCALE_FLAGS: e.g. -nodes 100 -pods 3000 -namespaces 100
 # -policies 3000 -agents 4 for a quick look; -note "what else ran".
 # docs/scale.md.
 SCALE_OUT ?= test/bench/results/scale
