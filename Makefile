@@ -182,3 +182,18 @@ E2E_NETPOL_PROCS ?= 2
 e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its Helm chart (from E2E_FROM, upgraded), the checks (E2E_NETPOL=1: and the upstream NetworkPolicy e2e tests); as root; see docs/development.md
 	$(call apt-install,$(E2E_DEB_PKGS))
 	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_FROM="$(E2E_FROM)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" test/e2e/run.sh
+
+# The scale harness: the agent at 1,000 nodes / 30,000 pods / 30,000
+# NetworkPolicies against a real API server (make e2e's kube-apiserver,
+# built by test/e2e/build.sh into E2E_CACHE when missing; etcd from Debian),
+# 20 real agents in network namespaces of their own. Outside CI: 10 to 20
+# min on 2 cores. SCALE_FLAGS: e.g. -nodes 100 -pods 3000 -namespaces 100
+# -policies 3000 -agents 4 for a quick look; -note "what else ran".
+# docs/scale.md.
+SCALE_OUT ?= test/bench/results/scale
+SCALE_FLAGS ?=
+.PHONY: scale
+scale: build ## the agent at 1,000 nodes / 30,000 pods / 30,000 policies against a real API server, 20 agents; rows of path scale into $(SCALE_OUT); as root; see docs/scale.md
+	@k8s=$$(E2E_CACHE="$(E2E_CACHE)" test/e2e/build.sh | head -1) && \
+	$(GO) run ./test/scale -bin $(BIN) -k8s "$$k8s" -out $(SCALE_OUT) $(SCALE_FLAGS)
+	$(GO) run ./test/bench -render $(SCALE_OUT)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -89,7 +90,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer srv.Close()
 	}
 
-	factory := informers.NewSharedInformerFactory(a.client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTransform(slimNode))
 	nodes := factory.Core().V1().Nodes()
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second))
 	defer queue.ShutDown()
@@ -141,6 +142,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	for a.processNext(queue, rec) {
 	}
 	return ctx.Err()
+}
+
+// slimNode keeps of a Node what PeerOf reads (and its resource version):
+// a kubelet's Node carries its images, conditions and volumes, tens of KB
+// each agent would keep of every node.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
+	out.Spec.PodCIDR, out.Spec.PodCIDRs = n.Spec.PodCIDR, n.Spec.PodCIDRs
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			out.Status.Addresses = append(out.Status.Addresses, a)
+		}
+	}
+	return out, nil
 }
 
 func unchanged(o, c *corev1.Node) bool {

@@ -9,17 +9,18 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
-	listersnetworkingv1 "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -77,23 +78,52 @@ type PolicyController struct {
 
 	// Touched by the worker only.
 	compiler compile.Compiler
+	podObjs  podObjects                                                   // the compiler's pods, made from the records
+	polObjs  policyObjects                                                // and its policies, decoded from theirs
 	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
+	want     map[string]policy.NamespaceFact                              // the facts of the namespaces with policies
 	names    map[uint32]bool                                              // what policy_names holds
 	errs     map[uint32]string                                            // the compile error last reported, by endpoint
 
-	mu       sync.Mutex
-	running  bool   // its maps are open: it watches and writes
-	problem  string // why the last start failed, while it is retried
-	retries  int    // starts failed since it last ran
-	synced   bool
-	pending  time.Time // the first change not written yet
-	lats     []time.Duration
-	latNext  int
-	hist     latencyHist
-	enforced int
-	errors   uint64
+	mu      sync.Mutex
+	running bool   // its maps are open: it watches and writes
+	problem string // why the last start failed, while it is retried
+	retries int    // starts failed since it last ran
+	synced  bool
+	pending time.Time // the first change not written yet
+	// What the changes since the last sync need: a compilation, the facts
+	// of some namespaces, or of all (a start, the resync, a failed sync).
+	needCompile bool
+	dirtyNS     map[string]bool
+	allNS       bool
+	lats        []time.Duration
+	latNext     int
+	hist        latencyHist
+	enforced    int
+	errors      uint64
+
+	// scope is what the last compilation read (nil: none yet, everything
+	// matters): the event handlers skip what cannot change this node's
+	// maps.
+	scope atomic.Pointer[policyScope]
+}
+
+// policyScope is what a compilation of this node's endpoints reads: the
+// policies of their namespaces (local), and the pods of those and of the
+// namespaces their peers can select (pods; all: every pod). A policy of
+// another namespace changes only that namespace's fact; a pod of another
+// namespace changes nothing.
+type policyScope struct {
+	local   map[string]bool
+	pods    map[string]bool
+	allPods bool
+}
+
+func (s *policyScope) policyMatters(ns string) bool { return s == nil || s.local[ns] }
+func (s *policyScope) podMatters(ns string) bool {
+	return s == nil || s.allPods || s.local[ns] || s.pods[ns]
 }
 
 // latencyHist is a Prometheus histogram's counts.
@@ -197,14 +227,25 @@ func (c *PolicyController) run(ctx context.Context) error {
 	}
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second))
 	defer queue.ShutDown()
-	changed := func() {
+	// changed records what a change needs (compile: a compilation; ns:
+	// that namespace's fact; all: every namespace's) and queues a sync.
+	changed := func(compile bool, ns string, all bool) {
 		c.mu.Lock()
 		if c.pending.IsZero() {
 			c.pending = time.Now()
 		}
+		c.needCompile = c.needCompile || compile
+		c.allNS = c.allNS || all
+		if ns != "" {
+			if c.dirtyNS == nil {
+				c.dirtyNS = map[string]bool{}
+			}
+			c.dirtyNS[ns] = true
+		}
 		c.mu.Unlock()
 		queue.Add(policyKey)
 	}
+	c.scope.Store(nil)
 	factory, l, synced, err := c.watch(changed)
 	if err != nil {
 		return err
@@ -218,7 +259,7 @@ func (c *PolicyController) run(ctx context.Context) error {
 	if err := c.load(); err != nil {
 		return err
 	}
-	changed()
+	changed(true, "", true)
 	eps, err := c.endpoints()
 	if err != nil {
 		return err
@@ -245,43 +286,58 @@ func (c *PolicyController) run(ctx context.Context) error {
 }
 
 // watch makes the informers of policies, pods and namespaces, each change
-// that matters calling changed.
-func (c *PolicyController) watch(changed func()) (informers.SharedInformerFactory, policyListers, []cache.InformerSynced, error) {
+// that matters calling changed: a policy's, the fact of its namespace and,
+// in a namespace of this node's endpoints, a compilation; a pod's, in a
+// namespace the last compilation read pods of, a compilation; a
+// namespace's (its labels: what namespace selectors match), a
+// compilation.
+func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)) (informers.SharedInformerFactory, policyListers, []cache.InformerSynced, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slim))
 	pols := factory.Networking().V1().NetworkPolicies()
 	pods := factory.Core().V1().Pods()
 	nss := factory.Core().V1().Namespaces()
-	handler := func(relevant func(old, cur any) bool) cache.ResourceEventHandlerFuncs {
+	policyChanged := func(obj any) {
+		ns := namespaceOf(obj)
+		changed(c.scope.Load().policyMatters(ns), ns, false)
+	}
+	podEvent := func(obj any) {
+		if c.scope.Load().podMatters(namespaceOf(obj)) {
+			changed(true, "", false)
+		}
+	}
+	nsChanged := func(any) { changed(true, "", false) }
+	handler := func(on func(any), relevant func(old, cur any) bool) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { changed() },
+			AddFunc: on,
 			UpdateFunc: func(old, cur any) {
 				if relevant(old, cur) {
-					changed()
+					on(cur)
 				}
 			},
-			DeleteFunc: func(any) { changed() },
+			DeleteFunc: on,
 		}
 	}
 	for what, h := range map[string]struct {
 		inf      cache.SharedIndexInformer
+		on       func(any)
 		relevant func(old, cur any) bool
 	}{
-		"network policies": {pols.Informer(), func(old, cur any) bool { return !reflect.DeepEqual(specOf(old), specOf(cur)) }},
-		"pods":             {pods.Informer(), func(old, cur any) bool { return !reflect.DeepEqual(podFacts(old), podFacts(cur)) }},
-		"namespaces":       {nss.Informer(), func(old, cur any) bool { return !reflect.DeepEqual(nsLabels(old), nsLabels(cur)) }},
+		"network policies": {pols.Informer(), policyChanged, specChanged},
+		"pods":             {pods.Informer(), podEvent, podChanged},
+		"namespaces":       {nss.Informer(), nsChanged, func(old, cur any) bool { return !reflect.DeepEqual(nsLabels(old), nsLabels(cur)) }},
 	} {
-		if _, err := h.inf.AddEventHandler(handler(h.relevant)); err != nil {
+		if _, err := h.inf.AddEventHandler(handler(h.on, h.relevant)); err != nil {
 			return nil, policyListers{}, nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	return factory, policyListers{pols.Lister(), pods.Lister(), nss.Lister()},
+	return factory, policyListers{policyIndex{pols.Informer().GetIndexer()}, podIndex{pods.Informer().GetIndexer()}, nss.Lister()},
 		[]cache.InformerSynced{pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced}, nil
 }
 
 // poll reads the endpoints every cfg.Poll (ADD and DEL tell nobody) and
 // calls changed when they differ from last; it queues a full comparison
 // every policyResync, and shuts the queue down when ctx ends.
-func (c *PolicyController) poll(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], changed func(), last string) {
+func (c *PolicyController) poll(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], changed func(compile bool, ns string, all bool), last string) {
 	poll := time.NewTicker(c.cfg.Poll)
 	defer poll.Stop()
 	resync := time.NewTicker(policyResync)
@@ -292,6 +348,9 @@ func (c *PolicyController) poll(ctx context.Context, queue workqueue.TypedRateLi
 			queue.ShutDown()
 			return
 		case <-resync.C:
+			c.mu.Lock()
+			c.needCompile, c.allNS = true, true
+			c.mu.Unlock()
 			queue.Add(policyKey)
 		case <-poll.C:
 			eps, err := c.endpoints()
@@ -301,7 +360,7 @@ func (c *PolicyController) poll(ctx context.Context, queue workqueue.TypedRateLi
 			}
 			if sig := fmt.Sprint(eps); sig != last {
 				last = sig
-				changed()
+				changed(true, "", false)
 			}
 		}
 	}
@@ -313,71 +372,55 @@ func (c *PolicyController) close() {
 }
 
 type policyListers struct {
-	pols listersnetworkingv1.NetworkPolicyLister
-	pods listerscorev1.PodLister
+	pols policyIndex // of policyRecords and podRecords: no lister reads them
+	pods podIndex
 	nss  listerscorev1.NamespaceLister
 }
 
-// slim keeps the informers' caches small (the agent caches every pod of
-// the cluster): of a pod, what the compiler reads (podFacts); of anything,
-// no managedFields.
+// slim keeps the informers' caches small (the agent caches every pod and
+// every policy of the cluster): of a pod, its record (podRecord: what the
+// compiler reads); of a policy, its record (policyRecord: its spec
+// encoded); of anything else, no managed fields and no annotations.
 func slim(obj any) (any, error) {
-	if o, ok := obj.(*corev1.Pod); ok {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
-			ResourceVersion: o.ResourceVersion, Labels: o.Labels, DeletionTimestamp: o.DeletionTimestamp}}
-		p.Spec.HostNetwork = o.Spec.HostNetwork
-		p.Spec.NodeName = o.Spec.NodeName
-		for _, c := range o.Spec.Containers {
-			if len(c.Ports) > 0 {
-				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
-			}
-		}
-		for _, c := range o.Spec.InitContainers {
-			if len(c.Ports) > 0 {
-				p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports})
-			}
-		}
-		p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = o.Status.Phase, o.Status.PodIP, o.Status.PodIPs
-		return p, nil
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return recordOf(o), nil
+	case *networkingv1.NetworkPolicy:
+		return policyRecordOf(o)
 	}
 	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		// Neither is read (kubectl apply's last-applied-configuration
+		// doubles a policy's size).
 		m.GetObjectMeta().SetManagedFields(nil)
+		m.GetObjectMeta().SetAnnotations(nil)
 	}
 	return obj, nil
 }
 
-func specOf(obj any) any {
-	if p, ok := obj.(*networkingv1.NetworkPolicy); ok {
-		return p.Spec
+// namespaceOf is the namespace of an informer's object or tombstone.
+func namespaceOf(obj any) string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		ns, _, _ := cache.SplitMetaNamespaceKey(t.Key)
+		return ns
 	}
-	return obj
+	if m, err := meta.Accessor(obj); err == nil {
+		return m.GetNamespace()
+	}
+	return ""
 }
 
-// podFacts is what the compiler reads of a pod: an update that changes
-// none of it (a condition, an annotation) is no change.
-func podFacts(obj any) any {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj
-	}
-	type facts struct {
-		UID        string
-		Labels     map[string]string
-		IPs        []corev1.PodIP
-		IP         string
-		Phase      corev1.PodPhase
-		Host       bool
-		Containers [][]corev1.ContainerPort
-	}
-	f := facts{UID: string(p.UID), Labels: p.Labels, IPs: p.Status.PodIPs, IP: p.Status.PodIP, Phase: p.Status.Phase, Host: p.Spec.HostNetwork}
-	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
-		for _, ct := range cs {
-			if len(ct.Ports) > 0 {
-				f.Containers = append(f.Containers, ct.Ports)
-			}
-		}
-	}
-	return f
+// specChanged: an update changes a policy's spec.
+func specChanged(old, cur any) bool {
+	o, ok1 := old.(*policyRecord)
+	c, ok2 := cur.(*policyRecord)
+	return !ok1 || !ok2 || !o.sameSpec(c)
+}
+
+// podChanged: an update changes something the compiler reads of a pod.
+func podChanged(old, cur any) bool {
+	o, ok1 := old.(*podRecord)
+	c, ok2 := cur.(*podRecord)
+	return !ok1 || !ok2 || !o.sameFacts(c)
 }
 
 func nsLabels(obj any) any {
@@ -474,6 +517,8 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	c.mu.Lock()
 	since := c.pending
 	c.pending = time.Time{}
+	compile, allNS, dirty := c.needCompile, c.allNS, c.dirtyNS
+	c.needCompile, c.allNS, c.dirtyNS = false, false, nil
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -484,21 +529,29 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 			}
 			return
 		}
-		// Not written: the change is still pending, since when it was seen.
+		// Not written: the change is still pending, since when it was
+		// seen; the retry does everything again.
 		if !since.IsZero() && (c.pending.IsZero() || since.Before(c.pending)) {
 			c.pending = since
 		}
+		c.needCompile, c.allNS = true, true
 	}()
 
+	if err := c.namespaceFacts(l, allNS, dirty); err != nil {
+		return err
+	}
+	errs := c.writeNamespaces(c.want)
+	if !compile {
+		return errors.Join(errs...)
+	}
 	eps, err := c.endpoints()
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	res, err := c.compileCluster(l, eps)
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
-	errs := c.writeNamespaces(res.Namespaces)
 	errs = append(errs, c.writeNames(res.Names)...)
 
 	states, err := c.pm.EndpointStates()
@@ -526,20 +579,106 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	return errors.Join(errs...)
 }
 
-// compileCluster compiles the listers' policies, pods and namespaces for
-// the local endpoints eps.
-func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEndpoint) (*compile.Result, error) {
-	var cl compile.Cluster
-	var err error
-	if cl.Policies, err = l.pols.List(labels.Everything()); err != nil {
-		return nil, err
+// namespaceFacts brings c.want, the facts of the namespaces with policies,
+// up to date: of every namespace (all), or of those in dirty.
+func (c *PolicyController) namespaceFacts(l policyListers, all bool, dirty map[string]bool) error {
+	if all || c.want == nil {
+		want := map[string]policy.NamespaceFact{}
+		for _, p := range l.pols.all() {
+			ns := p.namespace.Value()
+			f := want[ns]
+			want[ns] = policy.NamespaceFact{Ingress: f.Ingress || p.fact.Ingress, Egress: f.Egress || p.fact.Egress}
+		}
+		c.want = want
+		return nil
 	}
-	if cl.Pods, err = l.pods.List(labels.Everything()); err != nil {
+	for ns := range dirty {
+		pols, err := l.pols.of(ns)
+		if err != nil {
+			return err
+		}
+		var f policy.NamespaceFact
+		for _, p := range pols {
+			f = policy.NamespaceFact{Ingress: f.Ingress || p.fact.Ingress, Egress: f.Egress || p.fact.Egress}
+		}
+		if f == (policy.NamespaceFact{}) {
+			delete(c.want, ns)
+		} else {
+			c.want[ns] = f
+		}
+	}
+	return nil
+}
+
+// compileCluster compiles for the local endpoints eps what can select or
+// reach them: the policies of their namespaces, every namespace, and the
+// pods of their namespaces and of those the policies' peers can select
+// (compile.PeerNamespaces). Each part of the scope is published before
+// its objects are listed: a change the listing misses (its cache update
+// came after) reaches the handlers after the scope that says it matters.
+func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEndpoint) (*compile.Result, error) {
+	local := map[string]bool{}
+	for _, ep := range eps {
+		local[ep.Namespace] = true
+	}
+	prev := c.scope.Load()
+	sc := &policyScope{local: local, allPods: true}
+	if prev != nil {
+		sc.pods, sc.allPods = prev.pods, prev.allPods
+	}
+	c.scope.Store(sc)
+	var cl compile.Cluster
+	var prs []*policyRecord
+	for ns := range local {
+		of, err := l.pols.of(ns)
+		if err != nil {
+			return nil, err
+		}
+		prs = append(prs, of...)
+	}
+	var err error
+	if cl.Policies, err = c.polObjs.policies(prs); err != nil {
 		return nil, err
 	}
 	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
 		return nil, err
 	}
+	// The pods of the endpoints (their labels: which policies select
+	// them); one the API server does not have yet is closed, peers or not.
+	var locals []*corev1.Pod
+	for _, ep := range eps {
+		obj, ok, err := l.pods.GetByKey(ep.Namespace + "/" + ep.Name)
+		if err != nil {
+			return nil, err
+		}
+		if r, _ := obj.(*podRecord); ok && r != nil && (ep.UID == "" || r.uid == "" || ep.UID == r.uid) {
+			locals = append(locals, r.pod())
+		}
+	}
+	peers, all := compile.PeerNamespaces(cl.Policies, cl.Namespaces, locals)
+	c.scope.Store(&policyScope{local: local, pods: peers, allPods: all})
+	var rs []*podRecord
+	if all {
+		rs = l.pods.all()
+	} else {
+		for ns := range local {
+			if !peers[ns] {
+				of, err := l.pods.of(ns)
+				if err != nil {
+					return nil, err
+				}
+				rs = append(rs, of...)
+			}
+		}
+		for ns := range peers { // published: read only from here on
+			of, err := l.pods.of(ns)
+			if err != nil {
+				return nil, err
+			}
+			rs = append(rs, of...)
+		}
+	}
+	cl.Pods = c.podObjs.pods(rs)
 	return c.compiler.Compile(cl, eps), nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
@@ -328,6 +329,68 @@ func TestPolicyControllerChanges(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("policy %#x", web), n.pm.NameOf(web), "the name is gone")
 }
 
+// TestPolicyControllerScope: the controller reads the pods of the
+// namespaces its endpoints' policies can select, and follows what changes
+// that set: a namespace labelled into a namespace selector brings its pods
+// in, and their changes from then on; a policy that selects another
+// namespace's pods brings those in; a policy of a namespace without local
+// pods changes that namespace's fact only.
+func TestPolicyControllerScope(t *testing.T) {
+	team := func(ns string, labels map[string]string) *corev1.Namespace {
+		n := testNS(ns)
+		n.Labels = labels
+		return n
+	}
+	port := intstr.FromInt32(80)
+	fromTeam := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "team"}, Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Port: &port}},
+		}},
+	}}
+	n := newPolicyNode(t, testNS("a"), testNS("b"), testNS("c"),
+		testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"}),
+		testPod("b", "client", "10.0.2.1", map[string]string{"app": "client"}),
+		testPod("c", "client", "10.0.3.1", map[string]string{"app": "client"}),
+		fromTeam)
+	n.addEndpoint(ifServer, "a", "server", "10.0.1.1")
+	n.run()
+	id := policy.ID("a", "team")
+	require.Equal(t, map[uint32]policy.EndpointState{ifServer: {Ingress: uint8(policy.StateEnforce), IngressGen: 1}}, n.states())
+	require.Empty(t, n.rules(), "no namespace has team=x")
+
+	n.apply(team("b", map[string]string{"team": "x"}))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.2.1/32", withSources(tcp(80), id))}}}, n.rules())
+	})
+	n.apply(testPod("b", "client", "10.0.2.9", map[string]string{"app": "client"}))
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.2.9/32", withSources(tcp(80), id))}}}, n.rules())
+	})
+
+	// c's pods come in with a policy whose peers select them.
+	n.apply(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "c"}, Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "c"}}}}}},
+	}})
+	all := policy.Rule{Flags: uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS)}
+	n.eventually(func(c *assert.CollectT) {
+		assert.Equal(c, policy.RuleSet{ifServer: {policy.Ingress: {entry("10.0.2.9/32", withSources(tcp(80), id)),
+			entry("10.0.3.1/32", withSources(all, policy.ID("a", "c")))}}}, n.rules())
+	})
+
+	// A policy of c, where this node has no pod: c's fact, no rule.
+	n.apply(denyEgress("c", "out", "client", "x", 1))
+	n.eventually(func(c *assert.CollectT) {
+		f, err := n.pm.Namespace("c")
+		assert.NoError(c, err)
+		assert.Equal(c, policy.NamespaceFact{Egress: true}, f)
+	})
+	require.Len(t, n.rules()[ifServer][policy.Ingress], 2)
+}
+
 // TestPolicyControllerNamespaces: every namespace's fact follows its
 // policies' types; a pod of this node the API server does not know yet
 // stays closed where its namespace's policies isolate, and is opened or
@@ -570,34 +633,68 @@ func BenchmarkPolicyChange(b *testing.B) {
 	}
 }
 
-// TestSlimPod: the informer's copy of a pod keeps what the compiler reads
-// and nothing else.
-func TestSlimPod(t *testing.T) {
-	p := testPod("a", "server", "10.0.1.1", map[string]string{"app": "server"})
+// TestPodRecord: the informer keeps of a pod its record: what the
+// compiler reads and nothing else; an update of anything else is no
+// change. Of a policy, its fact and its spec.
+func TestPodRecord(t *testing.T) {
+	p := testPod("a", "server", "10.0.1.1", map[string]string{"app": "server", "tier": "web"})
 	p.Annotations = map[string]string{"big": "value"}
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	p.Spec.HostNetwork = true
 	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "x", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}, {Name: "d", Image: "y"}}
-	p.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}}}}
+	p.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolUDP}}}}
 	p.Spec.Volumes = []corev1.Volume{{Name: "v"}}
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}}
 	p.Status.PodIP = "10.0.1.1"
 	s, err := slim(p)
 	require.NoError(t, err)
-	sp := s.(*corev1.Pod)
-	require.Equal(t, podFacts(p), podFacts(sp))
-	require.Nil(t, sp.Annotations)
-	require.Nil(t, sp.ManagedFields)
-	require.Nil(t, sp.Spec.Volumes)
-	require.Nil(t, sp.Status.Conditions)
-	require.Len(t, sp.Spec.Containers, 1)
-	require.Empty(t, sp.Spec.Containers[0].Image)
+	r := s.(*podRecord)
+	key, err := cache.MetaNamespaceKeyFunc(r)
+	require.NoError(t, err)
+	require.Equal(t, "a/server", key)
+	back := r.pod()
+	require.Equal(t, metav1.ObjectMeta{Namespace: "a", Name: "server", UID: p.UID, Labels: p.Labels}, back.ObjectMeta)
+	require.True(t, back.Spec.HostNetwork)
+	require.Equal(t, corev1.PodRunning, back.Status.Phase)
+	require.Equal(t, p.Status.PodIPs, back.Status.PodIPs)
+	require.Equal(t, []corev1.Container{{Name: "ports", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}, {Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolUDP}}}}, back.Spec.Containers)
+	require.Nil(t, back.Spec.InitContainers)
+	require.Nil(t, back.Status.Conditions)
+
+	p2 := p.DeepCopy()
+	p2.ResourceVersion, p2.Annotations = "2", map[string]string{"other": "x"}
+	p2.Status.Conditions = nil
+	require.False(t, podChanged(r, recordOf(p2)), "an annotation and a condition")
+	p2.Labels = map[string]string{"app": "server", "tier": "db"}
+	require.True(t, podChanged(r, recordOf(p2)), "a label")
+
+	np := denyEgress("a", "out", "server", "client", 53)
+	np.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+	s, err = slim(np)
+	require.NoError(t, err)
+	pr := s.(*policyRecord)
+	require.Equal(t, policy.NamespaceFact{Egress: true}, pr.fact)
+	decoded, err := pr.policy()
+	require.NoError(t, err)
+	require.Equal(t, np.Spec, decoded.Spec)
+	require.Equal(t, "out", decoded.Name)
+	np2 := np.DeepCopy()
+	np2.ResourceVersion = "9"
+	r2, err := policyRecordOf(np2)
+	require.NoError(t, err)
+	require.False(t, specChanged(pr, r2), "the same spec")
+	np2.Spec.Egress[0].Ports = nil
+	r2, err = policyRecordOf(np2)
+	require.NoError(t, err)
+	require.True(t, specChanged(pr, r2), "a port less")
 
 	ns := testNS("a")
 	ns.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
+	ns.Annotations = map[string]string{"x": "y"}
 	s, err = slim(ns)
 	require.NoError(t, err)
 	require.Nil(t, s.(*corev1.Namespace).ManagedFields)
+	require.Nil(t, s.(*corev1.Namespace).Annotations)
 }
 
 // TestClearPolicies: an agent without network policies removes what an

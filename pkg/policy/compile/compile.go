@@ -299,20 +299,30 @@ func unmapPrefix(p netip.Prefix) netip.Prefix {
 	return p
 }
 
-func compilePolicy(p *networkingv1.NetworkPolicy) *compiledPolicy {
-	c := &compiledPolicy{ns: p.Namespace, name: p.Name, id: policy.ID(p.Namespace, p.Name), sel: selector(&p.Spec.PodSelector)}
+// FactOf is what policy p isolates in its namespace: ingress, egress or
+// both (its policyTypes, or when empty: ingress, and egress if it has
+// egress rules). A namespace's fact is the union of its policies'.
+func FactOf(p *networkingv1.NetworkPolicy) policy.NamespaceFact {
+	var f policy.NamespaceFact
 	if len(p.Spec.PolicyTypes) == 0 {
-		c.ingress = true
-		c.egress = len(p.Spec.Egress) > 0
+		f.Ingress = true
+		f.Egress = len(p.Spec.Egress) > 0
 	}
 	for _, t := range p.Spec.PolicyTypes {
 		switch t {
 		case networkingv1.PolicyTypeIngress:
-			c.ingress = true
+			f.Ingress = true
 		case networkingv1.PolicyTypeEgress:
-			c.egress = true
+			f.Egress = true
 		}
 	}
+	return f
+}
+
+func compilePolicy(p *networkingv1.NetworkPolicy) *compiledPolicy {
+	c := &compiledPolicy{ns: p.Namespace, name: p.Name, id: policy.ID(p.Namespace, p.Name), sel: selector(&p.Spec.PodSelector)}
+	f := FactOf(p)
+	c.ingress, c.egress = f.Ingress, f.Egress
 	if c.ingress {
 		for _, r := range p.Spec.Ingress {
 			c.in = append(c.in, compiledRule{peers: compilePeers(p.Namespace, r.From), ports: compilePorts(r.Ports)})
@@ -889,4 +899,61 @@ func (cp *compilation) namespaces(sel labels.Selector) []string {
 	}
 	cp.nsMemo[k] = out
 	return out
+}
+
+// PeerNamespaces are the namespaces whose pods the peers of the policies
+// that select one of the local pods can select (their selector peers' own
+// namespace or the namespaces their namespace selectors match among nss);
+// all: every namespace's pods matter (an egress rule without peers but
+// with named ports: every pod of the cluster is a peer, its ports resolved
+// on it). locals are the pods of the local endpoints, as the API server
+// has them. Compile, given the pods of these namespaces and the local
+// pods, gives the local endpoints what it gives them with every pod of the
+// cluster: the node agent reads no more than that.
+func PeerNamespaces(pols []*networkingv1.NetworkPolicy, nss []*corev1.Namespace, locals []*corev1.Pod) (out map[string]bool, all bool) {
+	out = map[string]bool{}
+	var nsLabels map[string]labels.Set
+	match := func(sel labels.Selector) {
+		if nsLabels == nil {
+			nsLabels = make(map[string]labels.Set, len(nss))
+			for _, ns := range nss {
+				l := make(labels.Set, len(ns.Labels)+1)
+				for k, v := range ns.Labels {
+					l[k] = v
+				}
+				l[corev1.LabelMetadataName] = ns.Name
+				nsLabels[ns.Name] = l
+			}
+		}
+		for ns, l := range nsLabels {
+			if sel.Matches(l) {
+				out[ns] = true
+			}
+		}
+	}
+	for _, p := range pols {
+		cp := compilePolicy(p)
+		if !slices.ContainsFunc(locals, func(l *corev1.Pod) bool { return l.Namespace == cp.ns && cp.sel.Matches(labels.Set(l.Labels)) }) {
+			continue // it selects no pod of this node: its peers get no entry here
+		}
+		for i, rules := range [][]compiledRule{cp.in, cp.out} {
+			for _, r := range rules {
+				for _, peer := range r.peers {
+					switch {
+					case peer.everyone:
+						// An egress rule's named ports are resolved on
+						// every pod (addNamedEveryPod); an ingress
+						// rule's on the local pod.
+						all = all || (i == 1 && len(r.ports.named) > 0 && !r.ports.all)
+					case peer.block != nil || peer.key == "nothing":
+					case peer.nsSel == nil:
+						out[peer.ns] = true
+					default:
+						match(peer.nsSel)
+					}
+				}
+			}
+		}
+	}
+	return out, all
 }

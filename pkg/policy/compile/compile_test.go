@@ -272,7 +272,9 @@ func TestCompile(t *testing.T) {
 			if eps == nil {
 				eps = []LocalEndpoint{server}
 			}
-			r := Compile(Cluster{Policies: tc.policies, Pods: append(pods, tc.extra...), Namespaces: nss}, eps)
+			cl := Cluster{Policies: tc.policies, Pods: append(pods, tc.extra...), Namespaces: nss}
+			r := Compile(cl, eps)
+			require.Equal(t, r.Endpoints, Compile(scoped(cl, eps), eps).Endpoints, "compiled from what the node agent watches")
 			er := r.Endpoints[10]
 			require.NotNil(t, er)
 			require.Equal(t, tc.ingress, describe(r, &er.Ingress), "ingress")
@@ -282,6 +284,69 @@ func TestCompile(t *testing.T) {
 			} else {
 				require.ErrorContains(t, r.Errors[10], tc.err)
 			}
+		})
+	}
+}
+
+// scoped is what the node agent compiles for eps: the policies of their
+// namespaces, and the pods of those and of the namespaces the policies'
+// peers can select.
+func scoped(cl Cluster, eps []LocalEndpoint) Cluster {
+	local := map[string]bool{}
+	for _, ep := range eps {
+		local[ep.Namespace] = true
+	}
+	out := Cluster{Namespaces: cl.Namespaces}
+	for _, p := range cl.Policies {
+		if local[p.Namespace] {
+			out.Policies = append(out.Policies, p)
+		}
+	}
+	var locals []*corev1.Pod
+	for _, p := range cl.Pods {
+		for _, ep := range eps {
+			if p.Namespace == ep.Namespace && p.Name == ep.Name && sameUID(ep.UID, string(p.UID)) {
+				locals = append(locals, p)
+			}
+		}
+	}
+	peers, all := PeerNamespaces(out.Policies, cl.Namespaces, locals)
+	for _, p := range cl.Pods {
+		if all || local[p.Namespace] || peers[p.Namespace] {
+			out.Pods = append(out.Pods, p)
+		}
+	}
+	return out
+}
+
+// TestPeerNamespaces: the namespaces whose pods a policy's selector peers
+// can select, when it selects a local pod; ipBlocks none; an egress rule
+// without peers but with a named port every namespace.
+func TestPeerNamespaces(t *testing.T) {
+	nss, pods := cluster()
+	for _, tc := range []struct {
+		name string
+		p    *networkingv1.NetworkPolicy
+		want []string
+		all  bool
+	}{
+		{"selecting no local pod: none", np("a", "p", sel("app", "client"), ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(nil, sel())))}, nil), nil, false},
+		{"pod selector: its namespace", np("a", "p", sel(), ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(sel("app", "x"), nil)))}, nil), []string{"a"}, false},
+		{"namespace selector", np("a", "p", sel(), egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(peers(podPeer(nil, sel("team", "x"))))}), []string{"a", "b"}, false},
+		{"by name", np("a", "p", sel(), ingressOnly, []networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(nil, sel("kubernetes.io/metadata.name", "b"))))}, nil), []string{"b"}, false},
+		{"ipBlock and no peers", np("a", "p", sel(), nil, []networkingv1.NetworkPolicyIngressRule{in(nil, port("", "http"))},
+			[]networkingv1.NetworkPolicyEgressRule{out(peers(blockPeer("10.0.0.0/8")), port("", "http")), out(nil, port("", 53))}), nil, false},
+		{"no peers and a named port of egress", np("a", "p", sel(), egressOnly, nil, []networkingv1.NetworkPolicyEgressRule{out(nil, port("", "http"))}), nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, all := PeerNamespaces([]*networkingv1.NetworkPolicy{tc.p}, nss, pods[:1]) // a/server
+			var names []string
+			for ns := range got {
+				names = append(names, ns)
+			}
+			slices.Sort(names)
+			require.Equal(t, tc.want, names)
+			require.Equal(t, tc.all, all)
 		})
 	}
 }
