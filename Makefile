@@ -165,7 +165,7 @@ test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in
 # version in E2E_CACHE), each node in a network and mount namespace of its own, with
 # ebpf-cni installed through its Helm chart. Outside CI: the first build
 # takes ~30 min on a loaded 2-core machine. docs/development.md.
-E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux python3
+E2E_DEB_PKGS := etcd-server etcd-client runc iptables nftables conntrack openssl util-linux python3 bash-static
 E2E_CACHE ?= /var/cache/ebpf-cni-e2e
 E2E_PROXY_MODES ?= iptables nftables
 # E2E_NETPOL=1: then the upstream NetworkPolicy e2e tests (test/e2e/netpol,
@@ -178,10 +178,15 @@ E2E_FROM ?= v0.1.0
 E2E_NETPOL ?=
 E2E_NETPOL_FOCUS ?=
 E2E_NETPOL_PROCS ?= 2
+# E2E_CNP=1: then the ClusterNetworkPolicy conformance suite (test/e2e/cnp),
+# its report into test/e2e/cnp/report.yaml; E2E_CNP=only: that without the
+# other checks; E2E_CNP_FEATURES: the features it is told are supported.
+E2E_CNP ?=
+E2E_CNP_FEATURES ?= ClusterNetworkPolicy
 .PHONY: e2e
 e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its Helm chart (from E2E_FROM, upgraded), the checks (E2E_NETPOL=1: and the upstream NetworkPolicy e2e tests); as root; see docs/development.md
 	$(call apt-install,$(E2E_DEB_PKGS))
-	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_FROM="$(E2E_FROM)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" test/e2e/run.sh
+	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_FROM="$(E2E_FROM)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" E2E_CNP="$(E2E_CNP)" E2E_CNP_FEATURES="$(E2E_CNP_FEATURES)" test/e2e/run.sh
 
 # The scale harness: the agent at 1,000 nodes / 30,000 pods / 30,000
 # NetworkPolicies against a real API server (make e2e's kube-apiserver,

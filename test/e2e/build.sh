@@ -5,7 +5,9 @@
 # one core (GOMAXPROCS=1, -p 1): the machine is shared.
 # Usage: test/e2e/build.sh   (prints the cache directory of each component)
 # With E2E_NETPOL=1 it also builds the upstream NetworkPolicy e2e tests
-# (test/e2e/netpol, its own module) and agnhost into $E2E_CACHE/netpol-<version>/.
+# (test/e2e/netpol, its own module) and agnhost into $E2E_CACHE/netpol-<version>/;
+# with E2E_CNP=1 the ClusterNetworkPolicy conformance suite (test/e2e/cnp)
+# and agnhost into $E2E_CACHE/cnp-<version>/.
 set -euo pipefail
 
 : "${E2E_CACHE:=/var/cache/ebpf-cni-e2e}"
@@ -94,9 +96,39 @@ build_netpol() {
 	log "netpol e2e $K8S_VERSION: built in $((SECONDS - start)) s"
 }
 
+# The ClusterNetworkPolicy conformance suite (test/e2e/cnp, its own module:
+# sigs.k8s.io/network-policy-api's ClusterNetworkPolicy profile), agnhost
+# (built from test/e2e/netpol's module, at K8S_VERSION) and the image name
+# the suite's manifests ask for. Built again when a file of test/e2e/cnp is
+# newer than the suite.
+build_cnp() {
+	local dir netpol version out
+	dir=$(cd "$(dirname "$0")/cnp" && pwd) netpol=$(cd "$(dirname "$0")/netpol" && pwd)
+	version=$(cd "$dir" && $GO list -m -f '{{.Version}}' sigs.k8s.io/network-policy-api)
+	out="$E2E_CACHE/cnp-$version"
+	if [ -x "$out/cnp.test" ] && [ -x "$out/agnhost" ] && [ -s "$out/agnhost.image" ] && [ -s "$out/crd.yaml" ] && [ -s "$out/sctp.tests" ] &&
+		[ -z "$(find "$dir" -newer "$out/cnp.test" -type f)" ]; then
+		log "cnp conformance $version: cached in $out"; return
+	fi
+	local start=$SECONDS api
+	log "cnp conformance $version: building the suite and agnhost"
+	rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+	(cd "$dir" && slow $GO test -c -vet=off -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/cnp.test" .)
+	(cd "$netpol" && slow $GO build -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/agnhost" k8s.io/kubernetes/test/images/agnhost)
+	api=$(cd "$dir" && $GO list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)
+	sed -n 's/^[[:space:]]*image: \(registry.k8s.io\/e2e-test-images\/agnhost:[^[:space:]]*\).*/\1/p' "$api/conformance/base/manifests.yaml" | sort -u >"$out.tmp/agnhost.image"
+	[ "$(wc -l <"$out.tmp/agnhost.image")" = 1 ] || { log "not one agnhost image in $api/conformance/base/manifests.yaml"; exit 1; }
+	cp "$api/config/crd/standard/policy.networking.k8s.io_clusternetworkpolicies.yaml" "$out.tmp/crd.yaml"
+	# The tests that need the kernel's SCTP (skipped where it has none).
+	sed -n 's/^[[:space:]]*ShortName:[[:space:]]*"\([A-Za-z0-9]*SCTP[A-Za-z0-9]*\)".*/\1/p' "$api"/conformance/tests/*.go | sort -u >"$out.tmp/sctp.tests"
+	rm -rf "$out" && mv "$out.tmp" "$out"
+	log "cnp conformance $version: built in $((SECONDS - start)) s"
+}
+
 debs() {
 	local missing=""
-	for p in etcd-server etcd-client runc iptables nftables conntrack; do
+	# bash-static: the conformance suite's pods run /bin/bash -c (E2E_CNP).
+	for p in etcd-server etcd-client runc iptables nftables conntrack bash-static; do
 		dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 	done
 	if [ -n "$missing" ]; then
@@ -110,7 +142,9 @@ debs
 build_containerd
 build_k8s
 case ${E2E_NETPOL:-} in 1 | only) build_netpol ;; esac
+case ${E2E_CNP:-} in 1 | only) build_cnp ;; esac
 log "all components ready in $((SECONDS - start)) s"
 echo "$E2E_CACHE/kubernetes-$K8S_VERSION"
 echo "$E2E_CACHE/containerd-$CONTAINERD_VERSION"
 case ${E2E_NETPOL:-} in 1 | only) echo "$E2E_CACHE/netpol-$K8S_VERSION" ;; esac
+case ${E2E_CNP:-} in 1 | only) echo "$E2E_CACHE/cnp-$(cd "$(dirname "$0")/cnp" && $GO list -m -f '{{.Version}}' sigs.k8s.io/network-policy-api)" ;; esac

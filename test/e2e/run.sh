@@ -27,6 +27,10 @@
 #                 against the cluster; E2E_NETPOL=only: those and none of the other checks;
 #                 E2E_NETPOL_FOCUS narrows them (a ginkgo focus regexp); E2E_NETPOL_PROCS
 #                 specs at a time (2)
+#   E2E_CNP=1   then run the ClusterNetworkPolicy conformance suite (test/e2e/cnp)
+#               and write its report to test/e2e/cnp/report.yaml; E2E_CNP=only: that
+#               and none of the other checks; E2E_CNP_FEATURES: the suite's
+#               -supported-features (ClusterNetworkPolicy)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -128,13 +132,23 @@ if [ "${1:-}" != node ]; then
 	box=$T/bin/e2ebox ociimage=$T/bin/ociimage
 	$ociimage -o "$T/images/pause.tar" -name "$PAUSE_IMAGE" -entrypoint /e2ebox,pause e2ebox="$box"
 	$ociimage -o "$T/images/e2ebox.tar" -name "$TEST_IMAGE" -entrypoint /e2ebox,serve e2ebox="$box"
-	if [ -n "${dirs[2]:-}" ]; then
+	netpoldir=$(printf '%s\n' "${dirs[@]:2}" | grep /netpol- || true)
+	cnpdir=$(printf '%s\n' "${dirs[@]:2}" | grep /cnp- || true)
+	if [ -n "$netpoldir" ]; then
 		# agnhost under the name the netpol suite asks for (build.sh
 		# read it from k8s.io/kubernetes's test/utils/image/manifest.go).
-		$ociimage -o "$T/images/agnhost.tar" -name "$(cat "${dirs[2]}/agnhost.image")" \
-			-entrypoint /agnhost agnhost="${dirs[2]}/agnhost"
+		$ociimage -o "$T/images/agnhost.tar" -name "$(cat "$netpoldir/agnhost.image")" \
+			-entrypoint /agnhost agnhost="$netpoldir/agnhost"
 	fi
-	if [ -n "$E2E_FROM" ] && [ "${E2E_NETPOL:-}" != only ]; then
+	if [ -n "$cnpdir" ]; then
+		# agnhost under the name the ClusterNetworkPolicy suite's manifests
+		# ask for, with the /bin/bash their containers run (Debian's
+		# bash-static); a container without a command pauses, as the
+		# upstream image's does.
+		$ociimage -o "$T/images/agnhost-cnp.tar" -name "$(cat "$cnpdir/agnhost.image")" \
+			-entrypoint /agnhost -cmd pause agnhost="$cnpdir/agnhost" bin/bash=/bin/bash-static
+	fi
+	if [ -n "$E2E_FROM" ] && [ "${E2E_NETPOL:-}" != only ] && [ "${E2E_CNP:-}" != only ]; then
 		# The previous release's binaries, built once from its tree (git
 		# archive: the tag, or for v0.1.0 its commit where a clone has no
 		# tags) and cached by commit; its image written as make image does.
@@ -203,7 +217,11 @@ if [ "${1:-}" != node ]; then
 		fi
 	done
 
-	export T id NS_NODE NS_NODE2 NS_WORLD E2E_K8S_DIR=${dirs[0]} E2E_CONTAINERD_DIR=${dirs[1]} E2E_NETPOL_DIR=${dirs[2]:-}
+	E2E_NETPOL_DIR="" E2E_CNP_DIR=""
+	for d in "${dirs[@]:2}"; do
+		case $d in */netpol-*) E2E_NETPOL_DIR=$d ;; */cnp-*) E2E_CNP_DIR=$d ;; esac
+	done
+	export T id NS_NODE NS_NODE2 NS_WORLD E2E_K8S_DIR=${dirs[0]} E2E_CONTAINERD_DIR=${dirs[1]} E2E_NETPOL_DIR E2E_CNP_DIR
 	rc=0
 	echo $$ >"$T/outer.pid"
 	# Into the node: its network namespace, a mount namespace of its own,
@@ -476,6 +494,7 @@ wait_for 60 "the second node's containerd is up" "${CTR2[@]}" version
 images="pause e2ebox ebpf-cni ebpf-cni-rollout"
 [ -n "$E2E_FROM" ] && images="$images ebpf-cni-previous"
 [ -n "$E2E_NETPOL_DIR" ] && images="$images agnhost"
+[ -n "$E2E_CNP_DIR" ] && images="$images agnhost-cnp"
 for img in $images; do
 	for c in CTR CTR2; do
 		declare -n ctr_cmd=$c
@@ -702,7 +721,56 @@ PY
 	log "${lines[0]} ($((SECONDS - t0)) s)"
 	if [ "$nfail" != 0 ] || [ $rc != 0 ]; then failed=$((failed + 1)); fi
 }
-# ---- the checks (all of them but with E2E_NETPOL=only) ----
+# ---- the ClusterNetworkPolicy conformance suite (E2E_CNP=1) ----
+# sigs.k8s.io/network-policy-api's suite (test/e2e/cnp), profile
+# ClusterNetworkPolicy, with the features E2E_CNP_FEATURES names (the
+# standard ClusterNetworkPolicy by default). Its CRD applied if the chart
+# has not (server-side: the chart's crds/ may hold the same), the SCTP
+# tests skipped when the kernel has none (reported as SKIPPED). Its
+# ConformanceReport goes to test/e2e/cnp/report.yaml (committed), every
+# test's outcome to the summary. Its log: $T/logs/cnp.log.
+cnp_e2e() {
+	local t0=$SECONDS rc=0 skip="" features=${E2E_CNP_FEATURES:-ClusterNetworkPolicy} report="$root/test/e2e/cnp/report.yaml"
+	kubectl apply --server-side --force-conflicts -f "$E2E_CNP_DIR/crd.yaml" >/dev/null
+	wait_for 60 "the ClusterNetworkPolicy CRD established" kubectl wait --for=condition=Established crd/clusternetworkpolicies.policy.networking.k8s.io --timeout=5s
+	if [ ! -d /proc/sys/net/sctp ]; then skip=$(paste -sd, "$E2E_CNP_DIR/sctp.tests"); fi
+	log "cnp: the ClusterNetworkPolicy conformance suite (features: $features)${skip:+, without SCTP (the kernel has none: $skip)}; log in $T/logs/cnp.log"
+	"$E2E_CNP_DIR/cnp.test" -test.v -test.timeout 90m -kubeconfig "$KUBECONFIG" \
+		-conformance-profiles ClusterNetworkPolicy -supported-features "$features" ${skip:+-skip-tests "$skip"} \
+		-organization ebpf-cni -project ebpf-cni -url https://github.com/ebpf-cni/ebpf-cni \
+		-version "$THIS_VERSION" -contact "docs/networkpolicy.md" \
+		-additional-info "make e2e E2E_CNP=1: two nodes, Kubernetes $(basename "$E2E_K8S_DIR" | sed 's/kubernetes-//'), kube-proxy, IPv4 first of a dual stack" \
+		-report-output "$T/cnp-report.yaml" >"$T/logs/cnp.log" 2>&1 || rc=$?
+	log "cnp: done in $((SECONDS - t0)) s (exit $rc)"
+	[ -s "$T/cnp-report.yaml" ] && cp "$T/cnp-report.yaml" "$report"
+	local lines nfail
+	lines=()
+	mapfile -t lines < <(python3 - "$T/logs/cnp.log" "$skip" <<'PY'
+import re, sys
+log, skip = open(sys.argv[1]).read(), set(filter(None, sys.argv[2].split(",")))
+counts, out = {}, []
+for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): TestConformanceProfiles/(\S+) \(([\d.]+)s\)", log, re.M):
+    state, name, secs = m.group(1).lower(), m.group(2), float(m.group(3))
+    if state == "pass" and name in skip:
+        state = "skipped (the kernel has no SCTP)"
+    counts[state] = counts.get(state, 0) + 1
+    if state != "pass":
+        out.append(f"cnp {state}: {name} ({secs:.0f} s)")
+total = sum(counts.values())
+print(f"cnp conformance: {counts.get('pass', 0)}/{total} passed" + "".join(f", {n} {k}" for k, n in sorted(counts.items()) if n and k != "pass"))
+for line in out:
+    print(line)
+print(counts.get("fail", 0) if total else 1)
+PY
+	)
+	nfail=${lines[-1]}
+	unset 'lines[-1]'
+	summary+=("${lines[@]}")
+	log "${lines[0]} ($((SECONDS - t0)) s; report: test/e2e/cnp/report.yaml)"
+	if [ "$nfail" != 0 ] || [ $rc != 0 ]; then failed=$((failed + 1)); fi
+}
+
+# ---- the checks (all of them but with E2E_NETPOL=only or E2E_CNP=only) ----
 checks() {
 # ---- workloads ----
 kubectl apply -f - >/dev/null <<EOF
@@ -1452,6 +1520,7 @@ broken_chain brokenchain "STATUS: the node NotReady" "" 1
 broken_chain brokenchain10 "CNI 1.0.0: no STATUS" 1.0.0 2
 
 [ -n "$E2E_NETPOL_DIR" ] && netpol_e2e
+[ -n "$E2E_CNP_DIR" ] && cnp_e2e
 uninstall_check
 finish
 }
@@ -1498,8 +1567,9 @@ finish() { # the summary; fails if a check failed
 	echo "make e2e: all checks passed"
 }
 
-if [ "${E2E_NETPOL:-}" = only ]; then
-	netpol_e2e
+if [ "${E2E_NETPOL:-}" = only ] || [ "${E2E_CNP:-}" = only ]; then
+	[ "${E2E_NETPOL:-}" != only ] || netpol_e2e
+	[ "${E2E_CNP:-}" != only ] || cnp_e2e
 	finish
 else
 	checks
