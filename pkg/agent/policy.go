@@ -80,7 +80,7 @@ type PolicyController struct {
 	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
-	names    map[uint32]bool                                              // what policy_names holds
+	names    map[uint32]policy.Source                                     // what policy_sources holds
 	errs     map[uint32]string                                            // the compile error last reported, by endpoint
 
 	mu       sync.Mutex
@@ -414,15 +414,8 @@ func (c *PolicyController) load() error {
 	if c.facts, err = c.pm.NamespaceFacts(); err != nil {
 		return err
 	}
-	c.names = map[uint32]bool{}
-	var id uint32
-	var v maps.CniPolicyName
-	it := c.pm.NameMap.Iterate()
-	for it.Next(&id, &v) {
-		c.names[id] = true
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterating %s: %w", maps.CniMapPolicyNames, err)
+	if c.names, err = c.pm.Sources(); err != nil {
+		return err
 	}
 	c.errs = map[uint32]string{}
 	return nil
@@ -574,18 +567,19 @@ func (c *PolicyController) writeNamespaces(facts map[string]policy.NamespaceFact
 	return errs
 }
 
-// writeNames writes the names of the policies not written yet.
-func (c *PolicyController) writeNames(names map[uint32]compile.PolicyName) []error {
+// writeNames writes the policies not written yet, or written otherwise (a
+// ClusterNetworkPolicy whose tier or priority changed).
+func (c *PolicyController) writeNames(names map[uint32]policy.Source) []error {
 	var errs []error
 	for id, n := range names {
-		if c.names[id] {
+		if have, ok := c.names[id]; ok && have == n {
 			continue
 		}
-		if _, err := c.pm.SetName(n.Namespace, n.Name); err != nil {
+		if _, err := c.pm.SetSource(n); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		c.names[id] = true
+		c.names[id] = n
 	}
 	return errs
 }
@@ -825,7 +819,7 @@ func ClearPolicies(n *nodestate.Node) error {
 	for _, m := range []struct {
 		name string
 		m    *ebpf.Map
-	}{{maps.CniMapPolicyNamespaces, pm.NamespaceMap}, {maps.CniMapPolicyEndpoints, pm.EndpointMap}, {maps.CniMapPolicyRules, pm.RuleMap}, {maps.CniMapPolicyNames, pm.NameMap}} {
+	}{{maps.CniMapPolicyNamespaces, pm.NamespaceMap}, {maps.CniMapPolicyEndpoints, pm.EndpointMap}, {maps.CniMapPolicyRules, pm.RuleMap}, {maps.CniMapPolicySources, pm.NameMap}} {
 		if err := maps.Clear(m.m); err != nil {
 			return fmt.Errorf("clearing %s: %w", m.name, err)
 		}
