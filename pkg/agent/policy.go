@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -22,6 +23,10 @@ import (
 	listersnetworkingv1 "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	cnpinformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
+	cnplisters "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -37,12 +42,27 @@ type PolicyConfig struct {
 	Node *nodestate.Node
 	// Poll is how often endpoint_pods and endpoint_devs are read for
 	// endpoints that came or went (ADD and DEL tell nobody). Default 250 ms.
-	Poll   time.Duration
-	Logger *slog.Logger
+	Poll time.Duration
+	// ClusterPolicies is the client of ClusterNetworkPolicies
+	// (policy.networking.k8s.io/v1beta1); nil: NetworkPolicies only.
+	ClusterPolicies cnpclient.Interface
+	// ClusterPoliciesCheck is how often the controller asks the API
+	// server whether it serves ClusterNetworkPolicies (their CRD
+	// installed or removed). Default 30 s.
+	ClusterPoliciesCheck time.Duration
+	Logger               *slog.Logger
 }
 
 // DefaultPolicyPoll is PolicyConfig.Poll's default.
 const DefaultPolicyPoll = 250 * time.Millisecond
+
+// DefaultClusterPoliciesCheck is PolicyConfig.ClusterPoliciesCheck's default.
+const DefaultClusterPoliciesCheck = 30 * time.Second
+
+// errCNPChanged ends a start when the API server starts or stops serving
+// ClusterNetworkPolicies: the next start watches them or not. Not a
+// failure: the maps stay as written meanwhile.
+var errCNPChanged = errors.New("the API server's ClusterNetworkPolicy resource came or went")
 
 // policyResync: a full comparison of the maps with the policies even when
 // nothing changed (a write that failed, an entry someone removed).
@@ -85,6 +105,7 @@ type PolicyController struct {
 
 	mu       sync.Mutex
 	running  bool   // its maps are open: it watches and writes
+	cnp      bool   // it watches ClusterNetworkPolicies (the API server serves them)
 	problem  string // why the last start failed, while it is retried
 	retries  int    // starts failed since it last ran
 	synced   bool
@@ -115,6 +136,9 @@ func NewPolicyController(client kubernetes.Interface, cfg PolicyConfig) *PolicyC
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ClusterPoliciesCheck <= 0 {
+		cfg.ClusterPoliciesCheck = DefaultClusterPoliciesCheck
 	}
 	return &PolicyController{cfg: cfg, client: client, log: cfg.Logger,
 		hist: latencyHist{counts: make([]uint64, len(policyLatencyBuckets))}}
@@ -162,6 +186,9 @@ func (c *PolicyController) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, errCNPChanged) {
+			continue
+		}
 		if err == nil { // run returns only with an error or when ctx ends
 			err = errors.New("the controller stopped")
 		}
@@ -187,8 +214,14 @@ func (c *PolicyController) run(ctx context.Context) error {
 		return err
 	}
 	defer c.close()
+	served, err := c.cnpServed()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	c.mu.Lock()
-	c.running, c.problem = true, ""
+	c.running, c.problem, c.cnp = true, "", served
 	retries := c.retries
 	c.retries = 0
 	c.mu.Unlock()
@@ -211,6 +244,28 @@ func (c *PolicyController) run(ctx context.Context) error {
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	if served {
+		cf, lister, informerSynced, err := c.watchCNP(changed)
+		if err != nil {
+			return err
+		}
+		cf.Start(ctx.Done())
+		defer cf.Shutdown()
+		l.cnps = lister
+		synced = append(synced, informerSynced)
+		c.log.Info("watching ClusterNetworkPolicies")
+	} else if c.cfg.ClusterPolicies != nil {
+		c.log.Info("the API server serves no ClusterNetworkPolicies (their CRD is not installed): NetworkPolicies only, asking again every " + c.cfg.ClusterPoliciesCheck.String())
+	}
+	cnpChanged := make(chan struct{})
+	if c.cfg.ClusterPolicies != nil {
+		go func() {
+			if c.watchServed(ctx, served) {
+				close(cnpChanged)
+				cancel()
+			}
+		}()
+	}
 	c.log.Info("waiting for the network policies, pods and namespaces")
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
@@ -229,6 +284,11 @@ func (c *PolicyController) run(ctx context.Context) error {
 	for {
 		key, quit := queue.Get()
 		if quit {
+			select {
+			case <-cnpChanged:
+				return errCNPChanged
+			default:
+			}
 			return ctx.Err()
 		}
 		if err := c.sync(l); err != nil {
@@ -274,8 +334,71 @@ func (c *PolicyController) watch(changed func()) (informers.SharedInformerFactor
 			return nil, policyListers{}, nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	return factory, policyListers{pols.Lister(), pods.Lister(), nss.Lister()},
+	return factory, policyListers{pols: pols.Lister(), pods: pods.Lister(), nss: nss.Lister()},
 		[]cache.InformerSynced{pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced}, nil
+}
+
+// cnpServed asks the API server whether it serves ClusterNetworkPolicies
+// (policy.networking.k8s.io/v1beta1): false without a client.
+func (c *PolicyController) cnpServed() (bool, error) {
+	if c.cfg.ClusterPolicies == nil {
+		return false, nil
+	}
+	l, err := c.cfg.ClusterPolicies.Discovery().ServerResourcesForGroupVersion(cnpv1.GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("asking the API server for %s: %w", cnpv1.GroupVersion, err)
+	}
+	for _, r := range l.APIResources {
+		if r.Name == "clusternetworkpolicies" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// watchServed asks every cfg.ClusterPoliciesCheck whether the API server
+// serves ClusterNetworkPolicies, until ctx ends or the answer is no longer
+// served (true). A failed question is no answer: asked again.
+func (c *PolicyController) watchServed(ctx context.Context, served bool) bool {
+	t := time.NewTicker(c.cfg.ClusterPoliciesCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		now, err := c.cnpServed()
+		if err != nil {
+			c.log.Debug("asking whether ClusterNetworkPolicies are served", "err", err)
+			continue
+		}
+		if now != served {
+			c.log.Info("the API server's ClusterNetworkPolicies came or went: restarting the policy controller (the maps stay as written)", "served", now)
+			return true
+		}
+	}
+}
+
+// watchCNP makes the informer of ClusterNetworkPolicies.
+func (c *PolicyController) watchCNP(changed func()) (cnpinformers.SharedInformerFactory, cnplisters.ClusterNetworkPolicyLister, cache.InformerSynced, error) {
+	factory := cnpinformers.NewSharedInformerFactoryWithOptions(c.cfg.ClusterPolicies, 0, cnpinformers.WithTransform(slim))
+	inf := factory.Policy().V1beta1().ClusterNetworkPolicies()
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { changed() },
+		UpdateFunc: func(old, cur any) {
+			if !reflect.DeepEqual(specOf(old), specOf(cur)) {
+				changed()
+			}
+		},
+		DeleteFunc: func(any) { changed() },
+	}); err != nil {
+		return nil, nil, nil, fmt.Errorf("watching ClusterNetworkPolicies: %w", err)
+	}
+	return factory, inf.Lister(), inf.Informer().HasSynced, nil
 }
 
 // poll reads the endpoints every cfg.Poll (ADD and DEL tell nobody) and
@@ -313,6 +436,7 @@ func (c *PolicyController) close() {
 }
 
 type policyListers struct {
+	cnps cnplisters.ClusterNetworkPolicyLister // nil: not served
 	pols listersnetworkingv1.NetworkPolicyLister
 	pods listerscorev1.PodLister
 	nss  listerscorev1.NamespaceLister
@@ -347,8 +471,11 @@ func slim(obj any) (any, error) {
 }
 
 func specOf(obj any) any {
-	if p, ok := obj.(*networkingv1.NetworkPolicy); ok {
+	switch p := obj.(type) {
+	case *networkingv1.NetworkPolicy:
 		return p.Spec
+	case *cnpv1.ClusterNetworkPolicy:
+		return p.Spec // its status is other implementations' too
 	}
 	return obj
 }
@@ -532,6 +659,11 @@ func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEn
 	}
 	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
 		return nil, err
+	}
+	if l.cnps != nil {
+		if cl.ClusterPolicies, err = l.cnps.List(labels.Everything()); err != nil {
+			return nil, err
+		}
 	}
 	return c.compiler.Compile(cl, eps), nil
 }
@@ -768,6 +900,9 @@ func (c *PolicyController) Latencies() []time.Duration {
 type PolicyStatus struct {
 	// Running: the controller has its maps open, watches and writes.
 	Running bool `json:"running"`
+	// ClusterNetworkPolicies: it watches them too (the API server serves
+	// them).
+	ClusterNetworkPolicies bool `json:"clusterNetworkPolicies"`
 	// Synced: a first full write of the maps is done.
 	Synced bool `json:"synced"`
 	// Problem is why the last start failed, while it is retried; Retries
@@ -780,7 +915,7 @@ type PolicyStatus struct {
 func (c *PolicyController) Status() PolicyStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return PolicyStatus{Running: c.running, Synced: c.synced, Problem: c.problem, Retries: c.retries}
+	return PolicyStatus{Running: c.running, ClusterNetworkPolicies: c.running && c.cnp, Synced: c.synced, Problem: c.problem, Retries: c.retries}
 }
 
 // policyStats is what the metrics report.

@@ -546,13 +546,19 @@ func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, er
 		}
 		return r, nil
 	}
-	// Every range with its verdict and source while they fit; else only
-	// those whose verdict differs from what the entry gives the ports it
-	// does not list (the protocols without ports' verdict).
+	// The ranges decided otherwise than the ports the entry does not list
+	// (as the protocols without ports: by the same policy, the same way),
+	// each with its verdict and source while they fit; else only those
+	// whose verdict differs.
 	if other.allow {
 		r.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_EXCEPT_PORTS)
 	}
-	listed := cells
+	var listed []cell
+	for _, c := range cells {
+		if c.v != other {
+			listed = append(listed, c)
+		}
+	}
 	if len(listed) > MaxPorts {
 		listed = nil
 		for _, c := range cells {
