@@ -46,6 +46,8 @@ struct go_enum_list {
 	enum event_config_flags event_config_flags;
 	enum policy_state policy_state;
 	enum policy_rule_flags policy_rule_flags;
+	enum policy_tier policy_tier;
+	enum policy_port_src policy_port_src;
 	struct event event; /* the ring buffer's records: events has no value type */
 	struct flush_args flush_args; /* the context of bpf/flush.c's programs */
 };

@@ -616,33 +616,58 @@ struct policy_key {
 #define POLICY_MAX_PORTS 16
 #define POLICY_MAX_SOURCES 4
 
-/* One port range a rule allows. */
+/* Bits of policy_port.src. */
+enum policy_port_src : __u8 {
+	POLICY_PORT_SRC = 0x7f,    /* for people: 1 + the index in sources of the policy that decided the range
+				    * (0: the sources as a whole) */
+	POLICY_PORT_DENIED = 0x80, /* the range is denied (a ClusterNetworkPolicy's Deny, or what the
+				    * NetworkPolicies that isolate the pod do not allow) */
+};
+
+/* One port range of a rule: allowed, or denied with POLICY_PORT_DENIED. */
 struct policy_port {
 	__u16 first; /* host byte order */
 	__u16 last;  /* inclusive; == first for a single port */
 	__u8 proto;  /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP */
-	__u8 pad;
+	__u8 src;    /* enum policy_port_src */
 };
 
 enum policy_rule_flags : __u8 {
-	POLICY_F_ALL_PORTS = 1, /* a rule without ports: every protocol and port (ICMP too) */
+	POLICY_F_ALL_PORTS = 1,    /* a rule without ports: every protocol and port (ICMP too) */
+	POLICY_F_EXCEPT_PORTS = 2, /* what ports does not list is allowed, every other protocol (ICMP too)
+				    * with it; without it, denied (a ClusterNetworkPolicy's Deny in what is
+				    * otherwise allowed) */
 };
 
 /* Value of policy_rules: what the peers of the longest matching prefix may
- * use, the union of every rule that covers them (the agent merges them:
- * one lookup decides). */
+ * use, every rule that covers them merged in (the agent merges them: one
+ * lookup decides). POLICY_F_ALL_PORTS: everything. Else each port range
+ * listed is allowed, or denied with POLICY_PORT_DENIED; what no range
+ * lists (protocols without ports among it) is allowed with
+ * POLICY_F_EXCEPT_PORTS, denied without. */
 struct policy_rule {
 	__u8 flags;     /* enum policy_rule_flags */
 	__u8 n_ports;   /* used entries of ports */
 	__u8 n_sources; /* used entries of sources */
-	__u8 pad;
-	__u32 sources[POLICY_MAX_SOURCES]; /* policy_names ids of the policies that allow it (the first ones) */
+	__u8 rest;      /* for people: 1 + the index in sources of the policy that decided what ports does not list; 0: none */
+	__u32 sources[POLICY_MAX_SOURCES]; /* policy_sources ids of the policies that decided it (the first ones) */
 	struct policy_port ports[POLICY_MAX_PORTS];
 };
 
-/* Value of policy_names: a policy's namespace and name, for people (the
- * CLI); keyed by its id, FNV-1a of "namespace/name". */
-struct policy_name {
+/* The tier of a policy: the order in which they decide a flow. */
+enum policy_tier : __u8 {
+	POLICY_TIER_NETWORK_POLICY = 0, /* a NetworkPolicy (networking.k8s.io/v1) */
+	POLICY_TIER_ADMIN = 1,          /* a ClusterNetworkPolicy of tier Admin: before NetworkPolicies */
+	POLICY_TIER_BASELINE = 2,       /* a ClusterNetworkPolicy of tier Baseline: after them */
+};
+
+/* Value of policy_sources: a policy's tier, priority, namespace and name,
+ * for people (the CLI); keyed by its id, FNV-1a of "namespace/name" (a
+ * ClusterNetworkPolicy's namespace is empty). */
+struct policy_source {
+	__u8 tier;      /* enum policy_tier */
+	__u8 pad;
+	__u16 priority; /* a ClusterNetworkPolicy's spec.priority (0-1000): lower decides first */
 	char namespace[CNI_POD_NAMESPACE_LEN];
 	char name[CNI_POD_NAME_LEN];
 };

@@ -113,9 +113,9 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
-	__type(value, struct policy_name);
+	__type(value, struct policy_source);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} policy_names SEC(".maps");
+} policy_sources SEC(".maps"); /* was policy_names, without tier and priority */
 
 #ifndef EBPF_CNI_MAPS_ONLY
 
@@ -166,7 +166,7 @@ static __always_inline int policy_rule_allows(__u32 ifindex, __u8 dir, __u8 fami
 {
 	struct policy_key k = { .ifindex = ifindex, .dir = dir, .family = family };
 	struct policy_rule *r;
-	int i;
+	int i, except;
 
 	k.prefixlen = 64 + (family == ADDR_FAMILY_V4 ? 32 : 128);
 	__builtin_memcpy(k.addr, peer, 16);
@@ -175,18 +175,30 @@ static __always_inline int policy_rule_allows(__u32 ifindex, __u8 dir, __u8 fami
 		return 0;
 	if (r->flags & POLICY_F_ALL_PORTS)
 		return 1;
+	except = (r->flags & POLICY_F_EXCEPT_PORTS) != 0;
+	/* A protocol without ports is in no range: what no range lists. */
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP)
+		return except;
 	/* A later IPv4 fragment has no ports: only a rule without ports
-	 * covers it. */
-	if (later_frag || (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP))
+	 * covers it, or one that allows what it does not list and denies no
+	 * range of the fragment's protocol. */
+	if (later_frag && !except)
 		return 0;
 #pragma unroll
 	for (i = 0; i < POLICY_MAX_PORTS; i++) {
 		if (i >= r->n_ports)
 			break;
-		if (r->ports[i].proto == proto && port >= r->ports[i].first && port <= r->ports[i].last)
-			return 1;
+		if (r->ports[i].proto != proto)
+			continue;
+		if (later_frag) {
+			if (r->ports[i].src & POLICY_PORT_DENIED)
+				return 0;
+			continue;
+		}
+		if (port >= r->ports[i].first && port <= r->ports[i].last)
+			return !(r->ports[i].src & POLICY_PORT_DENIED);
 	}
-	return 0;
+	return except;
 }
 
 /* The state of a direction: POLICY_OPEN without an entry. */

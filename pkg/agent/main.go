@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/buildinfo"
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
@@ -176,6 +177,14 @@ func (c *common) flags(fs *flag.FlagSet) {
 }
 
 func (c *common) client() (kubernetes.Interface, error) {
+	cfg, err := c.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (c *common) restConfig() (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if c.kubeconfig == "" {
@@ -186,7 +195,7 @@ func (c *common) client() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("API server configuration from %s: %w", c.kubeconfig, err)
 	}
 	cfg.UserAgent = "ebpf-cni-agent/" + buildinfo.Version
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
@@ -240,13 +249,21 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		return err
 	}
 	defer done()
-	client, err := o.client()
+	cfg, err := o.restConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	var pc *PolicyController
 	if o.netpol {
-		pc = NewPolicyController(client, PolicyConfig{Node: nd, Logger: log.With("controller", "networkpolicy")})
+		cnp, err := cnpclient.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		pc = NewPolicyController(client, PolicyConfig{Node: nd, ClusterPolicies: cnp, Logger: log.With("controller", "networkpolicy")})
 	}
 	a, err := New(client, routes, Config{NodeName: o.node, Resync: o.resync, HealthAddr: o.health, Policy: pc, Logger: log})
 	if err != nil {

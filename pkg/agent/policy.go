@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,6 +24,10 @@ import (
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	cnpinformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
+	cnplisters "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -38,12 +43,27 @@ type PolicyConfig struct {
 	Node *nodestate.Node
 	// Poll is how often endpoint_pods and endpoint_devs are read for
 	// endpoints that came or went (ADD and DEL tell nobody). Default 250 ms.
-	Poll   time.Duration
-	Logger *slog.Logger
+	Poll time.Duration
+	// ClusterPolicies is the client of ClusterNetworkPolicies
+	// (policy.networking.k8s.io/v1beta1); nil: NetworkPolicies only.
+	ClusterPolicies cnpclient.Interface
+	// ClusterPoliciesCheck is how often the controller asks the API
+	// server whether it serves ClusterNetworkPolicies (their CRD
+	// installed or removed). Default 30 s.
+	ClusterPoliciesCheck time.Duration
+	Logger               *slog.Logger
 }
 
 // DefaultPolicyPoll is PolicyConfig.Poll's default.
 const DefaultPolicyPoll = 250 * time.Millisecond
+
+// DefaultClusterPoliciesCheck is PolicyConfig.ClusterPoliciesCheck's default.
+const DefaultClusterPoliciesCheck = 30 * time.Second
+
+// errCNPChanged ends a start when the API server starts or stops serving
+// ClusterNetworkPolicies: the next start watches them or not. Not a
+// failure: the maps stay as written meanwhile.
+var errCNPChanged = errors.New("the API server's ClusterNetworkPolicy resource came or went")
 
 // policyResync: a full comparison of the maps with the policies even when
 // nothing changed (a write that failed, an entry someone removed).
@@ -84,11 +104,16 @@ type PolicyController struct {
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
 	want     map[string]policy.NamespaceFact                              // the facts of the namespaces with policies
-	names    map[uint32]bool                                              // what policy_names holds
-	errs     map[uint32]string                                            // the compile error last reported, by endpoint
+	cnpFacts map[string]policy.NamespaceFact                              // the last compilation's, where ClusterNetworkPolicies exist
+	// clusterPolicies is how many ClusterNetworkPolicies the last
+	// compilation read.
+	clusterPolicies int
+	names           map[uint32]policy.Source // what policy_sources holds
+	errs            map[uint32]string        // the compile error last reported, by endpoint
 
 	mu      sync.Mutex
 	running bool   // its maps are open: it watches and writes
+	cnp     bool   // it watches ClusterNetworkPolicies (the API server serves them)
 	problem string // why the last start failed, while it is retried
 	retries int    // starts failed since it last ran
 	synced  bool
@@ -146,6 +171,9 @@ func NewPolicyController(client kubernetes.Interface, cfg PolicyConfig) *PolicyC
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ClusterPoliciesCheck <= 0 {
+		cfg.ClusterPoliciesCheck = DefaultClusterPoliciesCheck
+	}
 	return &PolicyController{cfg: cfg, client: client, log: cfg.Logger,
 		hist: latencyHist{counts: make([]uint64, len(policyLatencyBuckets))}}
 }
@@ -192,6 +220,9 @@ func (c *PolicyController) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, errCNPChanged) {
+			continue
+		}
 		if err == nil { // run returns only with an error or when ctx ends
 			err = errors.New("the controller stopped")
 		}
@@ -217,8 +248,14 @@ func (c *PolicyController) run(ctx context.Context) error {
 		return err
 	}
 	defer c.close()
+	served, err := c.cnpServed()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	c.mu.Lock()
-	c.running, c.problem = true, ""
+	c.running, c.problem, c.cnp = true, "", served
 	retries := c.retries
 	c.retries = 0
 	c.mu.Unlock()
@@ -252,6 +289,28 @@ func (c *PolicyController) run(ctx context.Context) error {
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	if served {
+		cf, lister, informerSynced, err := c.watchCNP(changed)
+		if err != nil {
+			return err
+		}
+		cf.Start(ctx.Done())
+		defer cf.Shutdown()
+		l.cnps = lister
+		synced = append(synced, informerSynced)
+		c.log.Info("watching ClusterNetworkPolicies")
+	} else if c.cfg.ClusterPolicies != nil {
+		c.log.Info("the API server serves no ClusterNetworkPolicies (their CRD is not installed): NetworkPolicies only, asking again every " + c.cfg.ClusterPoliciesCheck.String())
+	}
+	cnpChanged := make(chan struct{})
+	if c.cfg.ClusterPolicies != nil {
+		go func() {
+			if c.watchServed(ctx, served) {
+				close(cnpChanged)
+				cancel()
+			}
+		}()
+	}
 	c.log.Info("waiting for the network policies, pods and namespaces")
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
@@ -270,6 +329,11 @@ func (c *PolicyController) run(ctx context.Context) error {
 	for {
 		key, quit := queue.Get()
 		if quit {
+			select {
+			case <-cnpChanged:
+				return errCNPChanged
+			default:
+			}
 			return ctx.Err()
 		}
 		if err := c.sync(l); err != nil {
@@ -330,8 +394,83 @@ func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)
 			return nil, policyListers{}, nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	return factory, policyListers{policyIndex{pols.Informer().GetIndexer()}, podIndex{pods.Informer().GetIndexer()}, nss.Lister()},
+	return factory, policyListers{pols: policyIndex{pols.Informer().GetIndexer()}, pods: podIndex{pods.Informer().GetIndexer()}, nss: nss.Lister()},
 		[]cache.InformerSynced{pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced}, nil
+}
+
+// cnpServed asks the API server whether it serves ClusterNetworkPolicies
+// (policy.networking.k8s.io/v1beta1): false without a client.
+func (c *PolicyController) cnpServed() (bool, error) {
+	if c.cfg.ClusterPolicies == nil {
+		return false, nil
+	}
+	l, err := c.cfg.ClusterPolicies.Discovery().ServerResourcesForGroupVersion(cnpv1.GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("asking the API server for %s: %w", cnpv1.GroupVersion, err)
+	}
+	for _, r := range l.APIResources {
+		if r.Name == "clusternetworkpolicies" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// watchServed asks every cfg.ClusterPoliciesCheck whether the API server
+// serves ClusterNetworkPolicies, until ctx ends or the answer is no longer
+// served (true). A failed question is no answer: asked again.
+func (c *PolicyController) watchServed(ctx context.Context, served bool) bool {
+	t := time.NewTicker(c.cfg.ClusterPoliciesCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		now, err := c.cnpServed()
+		if err != nil {
+			c.log.Debug("asking whether ClusterNetworkPolicies are served", "err", err)
+			continue
+		}
+		if now != served {
+			c.log.Info("the API server's ClusterNetworkPolicies came or went: restarting the policy controller (the maps stay as written)", "served", now)
+			return true
+		}
+	}
+}
+
+// watchCNP makes the informer of ClusterNetworkPolicies.
+// Every change of one is a compilation (it may select pods and peers in
+// any namespace).
+func (c *PolicyController) watchCNP(changed func(compile bool, ns string, all bool)) (cnpinformers.SharedInformerFactory, cnplisters.ClusterNetworkPolicyLister, cache.InformerSynced, error) {
+	factory := cnpinformers.NewSharedInformerFactoryWithOptions(c.cfg.ClusterPolicies, 0, cnpinformers.WithTransform(slim))
+	inf := factory.Policy().V1beta1().ClusterNetworkPolicies()
+	on := func(any) { changed(true, "", false) }
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: on,
+		UpdateFunc: func(old, cur any) {
+			if !reflect.DeepEqual(cnpSpec(old), cnpSpec(cur)) {
+				on(cur)
+			}
+		},
+		DeleteFunc: on,
+	}); err != nil {
+		return nil, nil, nil, fmt.Errorf("watching ClusterNetworkPolicies: %w", err)
+	}
+	return factory, inf.Lister(), inf.Informer().HasSynced, nil
+}
+
+// cnpSpec is what the compiler reads of a ClusterNetworkPolicy (its status
+// is other implementations' too).
+func cnpSpec(obj any) any {
+	if p, ok := obj.(*cnpv1.ClusterNetworkPolicy); ok {
+		return p.Spec
+	}
+	return obj
 }
 
 // poll reads the endpoints every cfg.Poll (ADD and DEL tell nobody) and
@@ -372,7 +511,8 @@ func (c *PolicyController) close() {
 }
 
 type policyListers struct {
-	pols policyIndex // of policyRecords and podRecords: no lister reads them
+	cnps cnplisters.ClusterNetworkPolicyLister // nil: not served
+	pols policyIndex                           // of policyRecords and podRecords: no lister reads them
 	pods podIndex
 	nss  listerscorev1.NamespaceLister
 }
@@ -457,15 +597,8 @@ func (c *PolicyController) load() error {
 	if c.facts, err = c.pm.NamespaceFacts(); err != nil {
 		return err
 	}
-	c.names = map[uint32]bool{}
-	var id uint32
-	var v maps.CniPolicyName
-	it := c.pm.NameMap.Iterate()
-	for it.Next(&id, &v) {
-		c.names[id] = true
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterating %s: %w", maps.CniMapPolicyNames, err)
+	if c.names, err = c.pm.Sources(); err != nil {
+		return err
 	}
 	c.errs = map[uint32]string{}
 	return nil
@@ -540,18 +673,24 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	if err := c.namespaceFacts(l, allNS, dirty); err != nil {
 		return err
 	}
-	errs := c.writeNamespaces(c.want)
 	if !compile {
-		return errors.Join(errs...)
+		return errors.Join(c.writeNamespaces(c.factsToWrite())...)
 	}
 	eps, err := c.endpoints()
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return err
 	}
 	res, err := c.compileCluster(l, eps)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return err
 	}
+	// The namespaces a ClusterNetworkPolicy's subject may select start
+	// their new pods closed too: the compilation says which.
+	c.cnpFacts = nil
+	if c.clusterPolicies > 0 {
+		c.cnpFacts = res.Namespaces
+	}
+	errs := c.writeNamespaces(c.factsToWrite())
 	errs = append(errs, c.writeNames(res.Names)...)
 
 	states, err := c.pm.EndpointStates()
@@ -610,6 +749,26 @@ func (c *PolicyController) namespaceFacts(l policyListers, all bool, dirty map[s
 	return nil
 }
 
+// factsToWrite is every namespace's fact: its NetworkPolicies' (c.want),
+// and where ClusterNetworkPolicies exist, what the last compilation found
+// (c.cnpFacts: a namespace some one's subject may select).
+func (c *PolicyController) factsToWrite() map[string]policy.NamespaceFact {
+	if len(c.cnpFacts) == 0 {
+		return c.want
+	}
+	m := make(map[string]policy.NamespaceFact, len(c.want)+len(c.cnpFacts))
+	for ns, f := range c.want {
+		m[ns] = f
+	}
+	for ns, f := range c.cnpFacts {
+		w := m[ns]
+		if g := (policy.NamespaceFact{Ingress: w.Ingress || f.Ingress, Egress: w.Egress || f.Egress}); g != (policy.NamespaceFact{}) {
+			m[ns] = g
+		}
+	}
+	return m
+}
+
 // compileCluster compiles for the local endpoints eps what can select or
 // reach them: the policies of their namespaces, every namespace, and the
 // pods of their namespaces and of those the policies' peers can select
@@ -643,6 +802,11 @@ func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEn
 	if cl.Namespaces, err = l.nss.List(labels.Everything()); err != nil {
 		return nil, err
 	}
+	if l.cnps != nil {
+		if cl.ClusterPolicies, err = l.cnps.List(labels.Everything()); err != nil {
+			return nil, err
+		}
+	}
 	// The pods of the endpoints (their labels: which policies select
 	// them); one the API server does not have yet is closed, peers or not.
 	var locals []*corev1.Pod
@@ -656,6 +820,10 @@ func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEn
 		}
 	}
 	peers, all := compile.PeerNamespaces(cl.Policies, cl.Namespaces, locals)
+	// A ClusterNetworkPolicy selects its subjects and peers in any
+	// namespace: with one, every pod may matter.
+	all = all || len(cl.ClusterPolicies) > 0
+	c.clusterPolicies = len(cl.ClusterPolicies)
 	c.scope.Store(&policyScope{local: local, pods: peers, allPods: all})
 	var rs []*podRecord
 	if all {
@@ -713,18 +881,19 @@ func (c *PolicyController) writeNamespaces(facts map[string]policy.NamespaceFact
 	return errs
 }
 
-// writeNames writes the names of the policies not written yet.
-func (c *PolicyController) writeNames(names map[uint32]compile.PolicyName) []error {
+// writeNames writes the policies not written yet, or written otherwise (a
+// ClusterNetworkPolicy whose tier or priority changed).
+func (c *PolicyController) writeNames(names map[uint32]policy.Source) []error {
 	var errs []error
 	for id, n := range names {
-		if c.names[id] {
+		if have, ok := c.names[id]; ok && have == n {
 			continue
 		}
-		if _, err := c.pm.SetName(n.Namespace, n.Name); err != nil {
+		if _, err := c.pm.SetSource(n); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		c.names[id] = true
+		c.names[id] = n
 	}
 	return errs
 }
@@ -913,6 +1082,9 @@ func (c *PolicyController) Latencies() []time.Duration {
 type PolicyStatus struct {
 	// Running: the controller has its maps open, watches and writes.
 	Running bool `json:"running"`
+	// ClusterNetworkPolicies: it watches them too (the API server serves
+	// them).
+	ClusterNetworkPolicies bool `json:"clusterNetworkPolicies"`
 	// Synced: a first full write of the maps is done.
 	Synced bool `json:"synced"`
 	// Problem is why the last start failed, while it is retried; Retries
@@ -925,7 +1097,7 @@ type PolicyStatus struct {
 func (c *PolicyController) Status() PolicyStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return PolicyStatus{Running: c.running, Synced: c.synced, Problem: c.problem, Retries: c.retries}
+	return PolicyStatus{Running: c.running, ClusterNetworkPolicies: c.running && c.cnp, Synced: c.synced, Problem: c.problem, Retries: c.retries}
 }
 
 // policyStats is what the metrics report.
@@ -964,7 +1136,7 @@ func ClearPolicies(n *nodestate.Node) error {
 	for _, m := range []struct {
 		name string
 		m    *ebpf.Map
-	}{{maps.CniMapPolicyNamespaces, pm.NamespaceMap}, {maps.CniMapPolicyEndpoints, pm.EndpointMap}, {maps.CniMapPolicyRules, pm.RuleMap}, {maps.CniMapPolicyNames, pm.NameMap}} {
+	}{{maps.CniMapPolicyNamespaces, pm.NamespaceMap}, {maps.CniMapPolicyEndpoints, pm.EndpointMap}, {maps.CniMapPolicyRules, pm.RuleMap}, {maps.CniMapPolicySources, pm.NameMap}} {
 		if err := maps.Clear(m.m); err != nil {
 			return fmt.Errorf("clearing %s: %w", m.name, err)
 		}

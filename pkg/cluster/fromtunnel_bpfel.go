@@ -32,9 +32,9 @@ const (
 	FromTunnelMapPolicyDrops      = "policy_drops"
 	FromTunnelMapPolicyEndpoints  = "policy_endpoints"
 	FromTunnelMapPolicyFlows      = "policy_flows"
-	FromTunnelMapPolicyNames      = "policy_names"
 	FromTunnelMapPolicyNamespaces = "policy_namespaces"
 	FromTunnelMapPolicyRules      = "policy_rules"
+	FromTunnelMapPolicySources    = "policy_sources"
 	FromTunnelMapScratch          = "scratch"
 	FromTunnelMapSlotCounters     = "slot_counters"
 	FromTunnelProgFromTunnel      = "from_tunnel"
@@ -107,9 +107,9 @@ type FromTunnelMapSpecs struct {
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 }
@@ -158,9 +158,9 @@ type FromTunnelMaps struct {
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 }
@@ -183,9 +183,9 @@ func (m *FromTunnelMaps) Close() error {
 		m.PolicyDrops,
 		m.PolicyEndpoints,
 		m.PolicyFlows,
-		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
 	)

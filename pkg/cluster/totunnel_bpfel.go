@@ -31,9 +31,9 @@ const (
 	ToTunnelMapPolicyDrops      = "policy_drops"
 	ToTunnelMapPolicyEndpoints  = "policy_endpoints"
 	ToTunnelMapPolicyFlows      = "policy_flows"
-	ToTunnelMapPolicyNames      = "policy_names"
 	ToTunnelMapPolicyNamespaces = "policy_namespaces"
 	ToTunnelMapPolicyRules      = "policy_rules"
+	ToTunnelMapPolicySources    = "policy_sources"
 	ToTunnelMapScratch          = "scratch"
 	ToTunnelMapSlotCounters     = "slot_counters"
 	ToTunnelProgToTunnel        = "to_tunnel"
@@ -105,9 +105,9 @@ type ToTunnelMapSpecs struct {
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 }
@@ -155,9 +155,9 @@ type ToTunnelMaps struct {
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 }
@@ -179,9 +179,9 @@ func (m *ToTunnelMaps) Close() error {
 		m.PolicyDrops,
 		m.PolicyEndpoints,
 		m.PolicyFlows,
-		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
 	)

@@ -38,9 +38,9 @@ const (
 	FromContainerMapPolicyDrops      = "policy_drops"
 	FromContainerMapPolicyEndpoints  = "policy_endpoints"
 	FromContainerMapPolicyFlows      = "policy_flows"
-	FromContainerMapPolicyNames      = "policy_names"
 	FromContainerMapPolicyNamespaces = "policy_namespaces"
 	FromContainerMapPolicyRules      = "policy_rules"
+	FromContainerMapPolicySources    = "policy_sources"
 	FromContainerMapScratch          = "scratch"
 	FromContainerMapSlotCounters     = "slot_counters"
 	FromContainerMapSockRevnat       = "sock_revnat"
@@ -121,9 +121,9 @@ type FromContainerMapSpecs struct {
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
@@ -180,9 +180,9 @@ type FromContainerMaps struct {
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
@@ -213,9 +213,9 @@ func (m *FromContainerMaps) Close() error {
 		m.PolicyDrops,
 		m.PolicyEndpoints,
 		m.PolicyFlows,
-		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
 		m.SockRevnat,

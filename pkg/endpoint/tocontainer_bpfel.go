@@ -33,9 +33,9 @@ const (
 	ToContainerMapPolicyDrops      = "policy_drops"
 	ToContainerMapPolicyEndpoints  = "policy_endpoints"
 	ToContainerMapPolicyFlows      = "policy_flows"
-	ToContainerMapPolicyNames      = "policy_names"
 	ToContainerMapPolicyNamespaces = "policy_namespaces"
 	ToContainerMapPolicyRules      = "policy_rules"
+	ToContainerMapPolicySources    = "policy_sources"
 	ToContainerMapScratch          = "scratch"
 	ToContainerMapSlotCounters     = "slot_counters"
 	ToContainerProgToContainer     = "to_container"
@@ -109,9 +109,9 @@ type ToContainerMapSpecs struct {
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 }
@@ -161,9 +161,9 @@ type ToContainerMaps struct {
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 }
@@ -187,9 +187,9 @@ func (m *ToContainerMaps) Close() error {
 		m.PolicyDrops,
 		m.PolicyEndpoints,
 		m.PolicyFlows,
-		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
 	)

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "75abc4033a78"
+const objectsDigest = "5510f79f18f2"

@@ -285,7 +285,9 @@ type CniGoEnumList struct {
 	EventConfigFlags   CniEventConfigFlags
 	PolicyState        CniPolicyState
 	PolicyRuleFlags    CniPolicyRuleFlags
-	_                  [6]byte
+	PolicyTier         CniPolicyTier
+	PolicyPortSrc      CniPolicyPortSrc
+	_                  [4]byte
 	Event              CniEvent
 	FlushArgs          CniFlushArgs
 }
@@ -555,12 +557,6 @@ type CniPolicyKey struct {
 	Addr      [16]uint8
 }
 
-type CniPolicyName struct {
-	_         structs.HostLayout
-	Namespace [64]int8
-	Name      [254]int8
-}
-
 type CniPolicyNs struct {
 	_       structs.HostLayout
 	Ingress uint8
@@ -578,15 +574,22 @@ type CniPolicyPort struct {
 	First uint16
 	Last  uint16
 	Proto uint8
-	Pad   uint8
+	Src   uint8
 }
+
+type CniPolicyPortSrc uint8
+
+const (
+	CniPolicyPortSrcPOLICY_PORT_SRC    CniPolicyPortSrc = 127
+	CniPolicyPortSrcPOLICY_PORT_DENIED CniPolicyPortSrc = 128
+)
 
 type CniPolicyRule struct {
 	_         structs.HostLayout
 	Flags     uint8
 	N_ports   uint8
 	N_sources uint8
-	Pad       uint8
+	Rest      uint8
 	Sources   [4]uint32
 	Ports     [16]CniPolicyPort
 }
@@ -594,7 +597,8 @@ type CniPolicyRule struct {
 type CniPolicyRuleFlags uint8
 
 const (
-	CniPolicyRuleFlagsPOLICY_F_ALL_PORTS CniPolicyRuleFlags = 1
+	CniPolicyRuleFlagsPOLICY_F_ALL_PORTS    CniPolicyRuleFlags = 1
+	CniPolicyRuleFlagsPOLICY_F_EXCEPT_PORTS CniPolicyRuleFlags = 2
 )
 
 type CniPolicySettings struct {
@@ -603,12 +607,29 @@ type CniPolicySettings struct {
 	Pad    uint32
 }
 
+type CniPolicySource struct {
+	_         structs.HostLayout
+	Tier      uint8
+	Pad       uint8
+	Priority  uint16
+	Namespace [64]int8
+	Name      [254]int8
+}
+
 type CniPolicyState uint8
 
 const (
 	CniPolicyStatePOLICY_OPEN    CniPolicyState = 0
 	CniPolicyStatePOLICY_CLOSED  CniPolicyState = 1
 	CniPolicyStatePOLICY_ENFORCE CniPolicyState = 2
+)
+
+type CniPolicyTier uint8
+
+const (
+	CniPolicyTierPOLICY_TIER_NETWORK_POLICY CniPolicyTier = 0
+	CniPolicyTierPOLICY_TIER_ADMIN          CniPolicyTier = 1
+	CniPolicyTierPOLICY_TIER_BASELINE       CniPolicyTier = 2
 )
 
 type CniSockRev struct {
@@ -672,9 +693,9 @@ const (
 	CniMapPolicyDrops      = "policy_drops"
 	CniMapPolicyEndpoints  = "policy_endpoints"
 	CniMapPolicyFlows      = "policy_flows"
-	CniMapPolicyNames      = "policy_names"
 	CniMapPolicyNamespaces = "policy_namespaces"
 	CniMapPolicyRules      = "policy_rules"
+	CniMapPolicySources    = "policy_sources"
 	CniMapSlotCounters     = "slot_counters"
 	CniMapSockRevnat       = "sock_revnat"
 	CniMapUplinks          = "uplinks"
@@ -759,9 +780,9 @@ type CniMapSpecs struct {
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
@@ -824,9 +845,9 @@ type CniMaps struct {
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
@@ -865,9 +886,9 @@ func (m *CniMaps) Close() error {
 		m.PolicyDrops,
 		m.PolicyEndpoints,
 		m.PolicyFlows,
-		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.PolicySources,
 		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,

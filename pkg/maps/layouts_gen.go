@@ -35,9 +35,9 @@ var layouts = map[string]layout{
 	"policy_drops":      {5, 8, 8},     // PerCPUHash
 	"policy_endpoints":  {1, 4, 12},    // Hash
 	"policy_flows":      {9, 40, 24},   // LRUHash
-	"policy_names":      {1, 4, 318},   // Hash
 	"policy_namespaces": {1, 64, 4},    // Hash
 	"policy_rules":      {11, 28, 116}, // LPMTrie
+	"policy_sources":    {1, 4, 322},   // Hash
 	"slot_counters":     {6, 4, 1024},  // PerCPUArray
 	"sock_revnat":       {9, 32, 24},   // LRUHash
 	"uplinks":           {1, 4, 24},    // Hash

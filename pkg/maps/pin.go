@@ -219,7 +219,7 @@ func OpenPinnedChecked(bpfRoot string, names ...string) (map[string]*ebpf.Map, e
 // gets a new name (pkt_counters and endpoint_counters counted by reason
 // only; node_counters and device_counters count by direction too). The
 // upgrade unpins them once every attachment runs this build's programs.
-var Retired = []string{"pkt_counters", "endpoint_counters"}
+var Retired = []string{"pkt_counters", "endpoint_counters", "policy_names"}
 
 // UnpinRetired removes the pins of the Retired maps under bpfRoot; a
 // missing one is fine. A program of an older build still holding one keeps

@@ -62,7 +62,7 @@ func (s State) String() string {
 // Names of the maps, in the order Open opens them.
 var Names = []string{
 	maps.CniMapPolicyConfig, maps.CniMapPolicyEndpoints, maps.CniMapPolicyRules, maps.CniMapPolicyFlows,
-	maps.CniMapPolicyDrops, maps.CniMapPolicyNamespaces, maps.CniMapPolicyNames,
+	maps.CniMapPolicyDrops, maps.CniMapPolicyNamespaces, maps.CniMapPolicySources,
 }
 
 // Maps are the pinned policy maps of a node.
@@ -73,7 +73,7 @@ type Maps struct {
 	FlowMap      *ebpf.Map // policy_flow_key -> policy_flow (LRU)
 	DropMap      *ebpf.Map // policy_drop_key -> per-CPU u64
 	NamespaceMap *ebpf.Map // policy_ns_key -> policy_ns
-	NameMap      *ebpf.Map // policy id -> policy_name
+	NameMap      *ebpf.Map // policy_sources: policy id -> policy_source
 	own          bool
 }
 
@@ -96,7 +96,7 @@ func FromMaps(ms map[string]*ebpf.Map, own bool) *Maps {
 	return &Maps{
 		ConfigMap: ms[maps.CniMapPolicyConfig], EndpointMap: ms[maps.CniMapPolicyEndpoints], RuleMap: ms[maps.CniMapPolicyRules],
 		FlowMap: ms[maps.CniMapPolicyFlows], DropMap: ms[maps.CniMapPolicyDrops], NamespaceMap: ms[maps.CniMapPolicyNamespaces],
-		NameMap: ms[maps.CniMapPolicyNames], own: own,
+		NameMap: ms[maps.CniMapPolicySources], own: own,
 	}
 }
 
@@ -361,41 +361,121 @@ func (m *Maps) StartState(ns string) (EndpointState, error) {
 	return st, nil
 }
 
-// ID is a policy's key in policy_names (and in a rule's sources): FNV-1a
-// of "namespace/name".
+// ID is a policy's key in policy_sources (and in a rule's sources): FNV-1a
+// of "namespace/name" ("/name" for a ClusterNetworkPolicy: no namespace is
+// empty).
 func ID(namespace, name string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(namespace + "/" + name))
 	return h.Sum32()
 }
 
-// SetName records the name of policy id (ID(namespace, name)).
-func (m *Maps) SetName(namespace, name string) (uint32, error) {
-	id := ID(namespace, name)
-	var v maps.CniPolicyName
-	maps.CString(v.Namespace[:], namespace)
-	maps.CString(v.Name[:], name)
+// Tier is the tier of a policy (enum policy_tier): ClusterNetworkPolicies
+// of tier Admin decide a flow first, then NetworkPolicies, then those of
+// tier Baseline.
+type Tier uint8
+
+const (
+	TierNetworkPolicy = Tier(maps.CniPolicyTierPOLICY_TIER_NETWORK_POLICY)
+	TierAdmin         = Tier(maps.CniPolicyTierPOLICY_TIER_ADMIN)
+	TierBaseline      = Tier(maps.CniPolicyTierPOLICY_TIER_BASELINE)
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierNetworkPolicy:
+		return "NetworkPolicy"
+	case TierAdmin:
+		return "Admin"
+	case TierBaseline:
+		return "Baseline"
+	}
+	return fmt.Sprintf("tier(%d)", uint8(t))
+}
+
+// Source is a policy as policy_sources holds it: its tier, its priority
+// (a ClusterNetworkPolicy's), namespace (none for a ClusterNetworkPolicy)
+// and name.
+type Source struct {
+	Tier      Tier
+	Priority  uint16
+	Namespace string
+	Name      string
+}
+
+// ID is the source's key in policy_sources.
+func (s Source) ID() uint32 { return ID(s.Namespace, s.Name) }
+
+// String is "namespace/name" of a NetworkPolicy, "Admin:10/name" of a
+// ClusterNetworkPolicy of tier Admin and priority 10.
+func (s Source) String() string {
+	if s.Tier == TierNetworkPolicy {
+		return s.Namespace + "/" + s.Name
+	}
+	return fmt.Sprintf("%s:%d/%s", s.Tier, s.Priority, s.Name)
+}
+
+// SetSource records policy s under its id (s.ID()).
+func (m *Maps) SetSource(s Source) (uint32, error) {
+	id := s.ID()
+	v := maps.CniPolicySource{Tier: uint8(s.Tier), Priority: s.Priority}
+	maps.CString(v.Namespace[:], s.Namespace)
+	maps.CString(v.Name[:], s.Name)
 	if err := m.NameMap.Put(id, &v); err != nil {
-		return 0, fmt.Errorf("writing %s[%s/%s]: %w", maps.CniMapPolicyNames, namespace, name, err)
+		return 0, fmt.Errorf("writing %s[%s]: %w", maps.CniMapPolicySources, s, err)
 	}
 	return id, nil
 }
 
-// DeleteName removes the name of policy id.
+// SetName records the NetworkPolicy namespace/name.
+func (m *Maps) SetName(namespace, name string) (uint32, error) {
+	return m.SetSource(Source{Namespace: namespace, Name: name})
+}
+
+// DeleteName removes policy id from policy_sources.
 func (m *Maps) DeleteName(id uint32) error {
 	if err := m.NameMap.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("deleting %s[%#x]: %w", maps.CniMapPolicyNames, id, err)
+		return fmt.Errorf("deleting %s[%#x]: %w", maps.CniMapPolicySources, id, err)
 	}
 	return nil
 }
 
-// NameOf is "namespace/name" of policy id, or its id in hex when unknown.
-func (m *Maps) NameOf(id uint32) string {
-	var v maps.CniPolicyName
+// SourceOf reads policy id; ok false when policy_sources has none.
+func (m *Maps) SourceOf(id uint32) (s Source, ok bool) {
+	var v maps.CniPolicySource
 	if err := m.NameMap.Lookup(id, &v); err != nil {
+		return s, false
+	}
+	return sourceOf(&v), true
+}
+
+func sourceOf(v *maps.CniPolicySource) Source {
+	return Source{Tier: Tier(v.Tier), Priority: v.Priority, Namespace: maps.GoString(v.Namespace[:]), Name: maps.GoString(v.Name[:])}
+}
+
+// Sources reads every policy of policy_sources, by id.
+func (m *Maps) Sources() (map[uint32]Source, error) {
+	out := map[uint32]Source{}
+	var id uint32
+	var v maps.CniPolicySource
+	it := m.NameMap.Iterate()
+	for it.Next(&id, &v) {
+		out[id] = sourceOf(&v)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterating %s: %w", maps.CniMapPolicySources, err)
+	}
+	return out, nil
+}
+
+// NameOf is policy id as Source.String says it, or its id in hex when
+// unknown.
+func (m *Maps) NameOf(id uint32) string {
+	s, ok := m.SourceOf(id)
+	if !ok {
 		return fmt.Sprintf("policy %#x", id)
 	}
-	return maps.GoString(v.Namespace[:]) + "/" + maps.GoString(v.Name[:])
+	return s.String()
 }
 
 // Key is the policy_rules key of an endpoint's rule for prefix p.

@@ -41,7 +41,13 @@ use ("tcp/80, udp/53-55", "all ports" for every protocol and port, "none"
 for an except carved out of a wider prefix) and POLICIES, the policies
 that allow it (4 are recorded per prefix: "+N more" says how many others
 do too when the agent counted them, "+maybe more" that all 4 slots are
-used). A peer matches its longest prefix only. --pod or --veth that
+used). Where ClusterNetworkPolicies select the pod, PORTS gives each
+range its verdict ("tcp/80 deny, others allow": others are the ports no
+range lists, ICMP among them) and POLICIES what won each ("tcp/80: Deny
+by Admin deny-metadata (priority 10); others: default"): Accept or Deny
+of a ClusterNetworkPolicy of tier Admin or Baseline, allow or deny of the
+NetworkPolicies that isolate the pod, default (no policy decided:
+allowed). A peer matches its longest prefix only. --pod or --veth that
 matches no endpoint of the node is an error.
 
 JSON: {"node": {"lookups", "endpoints", "isolated": {"any", "ingress", "egress"},
@@ -49,8 +55,10 @@ JSON: {"node": {"lookups", "endpoints", "isolated": {"any", "ingress", "egress"}
 [{"containerID", "ifname", "pod" (namespace, name, uid; absent without
 K8S_POD_*), "hostVeth", "hostIfindex", "ips", "ingress" and "egress":
 {"state" (open|closed|enforced), "generation", "drops", "rules":
-[{"peer", "allPorts", "ports": [{"protocol", "first", "last"}],
-"policies", "morePolicies", "maybeMore"}]}}]}. "rules" lists what the maps hold
+[{"peer", "allPorts", "ports": [{"protocol", "first", "last", "denied",
+"decision": {"tier", "policy", "priority", "action"}}], "policies",
+"morePolicies", "maybeMore", "tiered", "others" (allow|deny),
+"othersDecision"}]}}]}. "rules" lists what the maps hold
 whatever the state (only an enforced direction uses them).`,
 	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
 		var o policyOpts
@@ -121,6 +129,33 @@ type PolicyPort struct {
 	Protocol string `json:"protocol"` // tcp, udp, sctp (or the protocol's number)
 	First    uint16 `json:"first"`
 	Last     uint16 `json:"last"`
+	// Denied: the range is denied (where ClusterNetworkPolicies decide);
+	// Decision: what decided it, when recorded.
+	Denied   bool            `json:"denied,omitempty"`
+	Decision *PolicyDecision `json:"decision,omitempty"`
+}
+
+// PolicyDecision is the policy that won a decision: its tier (Admin,
+// NetworkPolicy, Baseline; "" for no policy: allowed by default), its
+// name (namespace/name of a NetworkPolicy), a ClusterNetworkPolicy's
+// priority, and the action: Accept or Deny (a ClusterNetworkPolicy's
+// rule), allow or deny (what NetworkPolicies allow, or not, where they
+// isolate the pod), default (no policy decided: allowed).
+type PolicyDecision struct {
+	Tier     string `json:"tier,omitempty"`
+	Policy   string `json:"policy,omitempty"`
+	Priority *int   `json:"priority,omitempty"`
+	Action   string `json:"action"`
+}
+
+func (d *PolicyDecision) String() string {
+	switch {
+	case d.Policy == "":
+		return d.Action
+	case d.Priority != nil:
+		return fmt.Sprintf("%s by %s %s (priority %d)", d.Action, d.Tier, d.Policy, *d.Priority)
+	}
+	return fmt.Sprintf("%s by %s", d.Action, d.Policy)
 }
 
 // PolicyRule is what the peers of one prefix may use, and why.
@@ -135,6 +170,12 @@ type PolicyRule struct {
 	Policies     []string `json:"policies"`
 	MorePolicies int      `json:"morePolicies"`
 	MaybeMore    bool     `json:"maybeMore"`
+	// Where ClusterNetworkPolicies decide (Tiered): Others is what the
+	// ports not listed get, protocols without ports (ICMP) among them:
+	// allow or deny; OthersDecision what decided it.
+	Tiered         bool            `json:"tiered,omitempty"`
+	Others         string          `json:"others,omitempty"`
+	OthersDecision *PolicyDecision `json:"othersDecision,omitempty"`
 }
 
 // PolicyRules is one direction of an endpoint with its rules.
@@ -291,8 +332,19 @@ func (v *policyView) rulesOf(ifindex uint32, d Direction) []PolicyRule {
 	for _, e := range entries {
 		r := PolicyRule{Peer: e.Prefix.String(), AllPorts: e.Rule.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS) != 0,
 			Ports: []PolicyPort{}, Policies: []string{}}
+		r.Tiered = tiered(&e.Rule)
 		for _, p := range e.Rule.Ports[:min(int(e.Rule.N_ports), len(e.Rule.Ports))] {
-			r.Ports = append(r.Ports, PolicyPort{Protocol: protoName(p.Proto), First: p.First, Last: p.Last})
+			pp := PolicyPort{Protocol: protoName(p.Proto), First: p.First, Last: p.Last,
+				Denied: p.Src&uint8(maps.CniPolicyPortSrcPOLICY_PORT_DENIED) != 0}
+			if r.Tiered {
+				pp.Decision = v.decision(&e.Rule, p.Src&uint8(maps.CniPolicyPortSrcPOLICY_PORT_SRC), !pp.Denied)
+			}
+			r.Ports = append(r.Ports, pp)
+		}
+		if r.Tiered {
+			allowed := e.Rule.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_EXCEPT_PORTS|maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS) != 0
+			r.Others = map[bool]string{true: "allow", false: "deny"}[allowed]
+			r.OthersDecision = v.decision(&e.Rule, e.Rule.Rest, allowed)
 		}
 		n := int(e.Rule.N_sources)
 		for _, id := range e.Rule.Sources[:min(n, len(e.Rule.Sources))] {
@@ -303,6 +355,50 @@ func (v *policyView) rulesOf(ifindex uint32, d Direction) []PolicyRule {
 		out = append(out, r)
 	}
 	return out
+}
+
+// tiered: the entry was compiled with ClusterNetworkPolicies (ranges
+// with verdicts and sources).
+func tiered(r *Rule) bool {
+	if r.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_EXCEPT_PORTS) != 0 || r.Rest != 0 {
+		return true
+	}
+	for _, p := range r.Ports[:min(int(r.N_ports), len(r.Ports))] {
+		if p.Src != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// decision says what decided a range of rule r: src is 1 + the index of
+// its source (0: none, the default), allowed its verdict.
+func (v *policyView) decision(r *Rule, src uint8, allowed bool) *PolicyDecision {
+	if src == 0 || int(src) > int(r.N_sources) || int(src) > len(r.Sources) {
+		if allowed {
+			return &PolicyDecision{Action: "default"}
+		}
+		return &PolicyDecision{Action: "deny"}
+	}
+	id := r.Sources[src-1]
+	d := &PolicyDecision{Policy: v.policyName(id), Action: map[bool]string{true: "allow", false: "deny"}[allowed]}
+	if v.maps.NameMap == nil {
+		return d
+	}
+	s, ok := v.maps.SourceOf(id)
+	if !ok {
+		return d
+	}
+	d.Tier = s.Tier.String()
+	if s.Tier == TierNetworkPolicy {
+		d.Policy = s.Namespace + "/" + s.Name
+		return d
+	}
+	d.Policy = s.Name
+	prio := int(s.Priority)
+	d.Priority = &prio
+	d.Action = map[bool]string{true: "Accept", false: "Deny"}[allowed]
+	return d
 }
 
 // node is the node's summary; its Endpoints are counted by the caller.
@@ -502,6 +598,21 @@ func (n *PolicyNode) line() string {
 
 // ports is how the table shows what a rule allows.
 func (r *PolicyRule) ports() string {
+	if r.Tiered {
+		s := make([]string, 0, len(r.Ports)+1)
+		for _, p := range r.Ports {
+			x := fmt.Sprintf("%s/%d", p.Protocol, p.First)
+			if p.Last != p.First {
+				x += fmt.Sprintf("-%d", p.Last)
+			}
+			s = append(s, x+" "+map[bool]string{true: "deny", false: "allow"}[p.Denied])
+		}
+		what := "others"
+		if len(r.Ports) == 0 {
+			what = "all"
+		}
+		return strings.Join(append(s, what+" "+r.Others), ", ")
+	}
 	if r.AllPorts {
 		return "all ports"
 	}
@@ -518,8 +629,24 @@ func (r *PolicyRule) ports() string {
 	return strings.Join(s, ", ")
 }
 
-// policies is how the table shows why a rule allows it.
+// policies is how the table shows why a rule allows it: where
+// ClusterNetworkPolicies decide, what decided each range.
 func (r *PolicyRule) policies() string {
+	if r.Tiered {
+		s := make([]string, 0, len(r.Ports)+1)
+		for _, p := range r.Ports {
+			x := fmt.Sprintf("%s/%d", p.Protocol, p.First)
+			if p.Last != p.First {
+				x += fmt.Sprintf("-%d", p.Last)
+			}
+			s = append(s, x+": "+p.Decision.String())
+		}
+		what := "others"
+		if len(r.Ports) == 0 {
+			what = "all"
+		}
+		return strings.Join(append(s, what+": "+r.OthersDecision.String()), "; ")
+	}
 	s := strings.Join(r.Policies, ", ")
 	switch {
 	case r.MorePolicies > 0:

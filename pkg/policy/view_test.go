@@ -192,7 +192,7 @@ func TestPolicyCommand(t *testing.T) {
 	require.Equal(t, "web", web.ContainerID)
 	require.Equal(t, &node.Pod{Namespace: "shop", Name: "web-0"}, web.Pod)
 	require.Equal(t, policy.PolicyDirection{State: "enforced", Generation: 3, Drops: 12}, web.Ingress.PolicyDirection)
-	require.Equal(t, policy.PolicyRule{Peer: "10.244.1.8/32", Ports: []policy.PolicyPort{{"tcp", 80, 80}, {"udp", 53, 55}},
+	require.Equal(t, policy.PolicyRule{Peer: "10.244.1.8/32", Ports: []policy.PolicyPort{{Protocol: "tcp", First: 80, Last: 80}, {Protocol: "udp", First: 53, Last: 55}},
 		Policies: []string{"shop/allow-web", "shop/allow-dns"}}, web.Ingress.Rules[1])
 	require.Equal(t, policy.PolicyRule{Peer: "10.244.2.0/24", Ports: []policy.PolicyPort{}, Policies: []string{}}, web.Ingress.Rules[2])
 	require.True(t, web.Ingress.Rules[3].AllPorts)
@@ -298,4 +298,50 @@ func TestEndpointsPolicy(t *testing.T) {
 	out, errOut, code = bare.run("endpoints")
 	require.Equal(t, cli.ExitOK, code, errOut)
 	require.Regexp(t, `(?m)^old/- .*  in:open eg:open +in:0 eg:0 +problem$`, out)
+}
+
+// TestPolicyCommandClusterNetworkPolicy: where ClusterNetworkPolicies
+// decide, each range shows its verdict and what won it (tier, policy,
+// priority, action), and what no range lists its own.
+func TestPolicyCommandClusterNetworkPolicy(t *testing.T) {
+	n := newPolicyNode(t)
+	pm, err := policy.Open(nodetest.Handle(t, n.bpfRoot, n.stateDir))
+	require.NoError(t, err)
+	t.Cleanup(pm.Close)
+	denyMeta, err := pm.SetSource(policy.Source{Tier: policy.TierAdmin, Priority: 10, Name: "deny-metadata"})
+	require.NoError(t, err)
+	dnsOK, err := pm.SetSource(policy.Source{Tier: policy.TierBaseline, Priority: 3, Name: "dns"})
+	require.NoError(t, err)
+	allowDNS := policy.ID("shop", "allow-dns")
+	var meta, dns policy.Rule
+	meta.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_EXCEPT_PORTS)
+	meta.Sources[0], meta.N_sources, meta.Rest = denyMeta, 1, 0
+	meta.Ports[0] = maps.CniPolicyPort{Proto: unix.IPPROTO_TCP, First: 80, Last: 80, Src: 1 | uint8(maps.CniPolicyPortSrcPOLICY_PORT_DENIED)}
+	meta.N_ports = 1
+	dns.Sources[0], dns.Sources[1], dns.N_sources, dns.Rest = dnsOK, allowDNS, 2, 2
+	dns.Ports[0] = maps.CniPolicyPort{Proto: unix.IPPROTO_UDP, First: 53, Last: 53, Src: 1}
+	dns.N_ports = 1
+	require.NoError(t, pm.PutRules(ifWeb, policy.Egress, []policy.Entry{
+		{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Rule: dns},
+		{Prefix: netip.MustParsePrefix("169.254.169.254/32"), Rule: meta},
+	}))
+	out, errOut, code := n.run("policy", "--pod", "shop/web-0")
+	require.Equal(t, cli.ExitOK, code, errOut)
+	t.Log("\n" + out)
+	require.Regexp(t, `(?m)^ +egress +enforced +1 +0 +0\.0\.0\.0/0 +udp/53 allow, others deny +udp/53: Accept by Baseline dns \(priority 3\); others: deny by shop/allow-dns$`, out)
+	require.Regexp(t, `(?m)^ +169\.254\.169\.254/32 +tcp/80 deny, others allow +tcp/80: Deny by Admin deny-metadata \(priority 10\); others: default$`, out)
+
+	out, errOut, code = n.run("policy", "--pod", "shop/web-0", "-o", "json")
+	require.Equal(t, cli.ExitOK, code, errOut)
+	var got policy.PolicyOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	eg := got.Endpoints[0].Egress.Rules
+	require.Len(t, eg, 2)
+	prio := 10
+	require.Equal(t, []policy.PolicyPort{{Protocol: "tcp", First: 80, Last: 80, Denied: true,
+		Decision: &policy.PolicyDecision{Tier: "Admin", Policy: "deny-metadata", Priority: &prio, Action: "Deny"}}}, eg[1].Ports)
+	require.True(t, eg[1].Tiered)
+	require.Equal(t, "allow", eg[1].Others)
+	require.Equal(t, &policy.PolicyDecision{Action: "default"}, eg[1].OthersDecision)
+	require.Equal(t, &policy.PolicyDecision{Tier: "NetworkPolicy", Policy: "shop/allow-dns", Action: "deny"}, eg[0].OthersDecision)
 }

@@ -40,9 +40,9 @@ const (
 	FromNetdevMapPolicyDrops      = "policy_drops"
 	FromNetdevMapPolicyEndpoints  = "policy_endpoints"
 	FromNetdevMapPolicyFlows      = "policy_flows"
-	FromNetdevMapPolicyNames      = "policy_names"
 	FromNetdevMapPolicyNamespaces = "policy_namespaces"
 	FromNetdevMapPolicyRules      = "policy_rules"
+	FromNetdevMapPolicySources    = "policy_sources"
 	FromNetdevMapScratch          = "scratch"
 	FromNetdevMapSlotCounters     = "slot_counters"
 	FromNetdevMapSockRevnat       = "sock_revnat"
@@ -125,9 +125,9 @@ type FromNetdevMapSpecs struct {
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
@@ -186,9 +186,9 @@ type FromNetdevMaps struct {
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
@@ -221,9 +221,9 @@ func (m *FromNetdevMaps) Close() error {
 		m.PolicyDrops,
 		m.PolicyEndpoints,
 		m.PolicyFlows,
-		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
 		m.SockRevnat,

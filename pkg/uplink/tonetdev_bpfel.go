@@ -34,9 +34,9 @@ const (
 	ToNetdevMapPolicyDrops      = "policy_drops"
 	ToNetdevMapPolicyEndpoints  = "policy_endpoints"
 	ToNetdevMapPolicyFlows      = "policy_flows"
-	ToNetdevMapPolicyNames      = "policy_names"
 	ToNetdevMapPolicyNamespaces = "policy_namespaces"
 	ToNetdevMapPolicyRules      = "policy_rules"
+	ToNetdevMapPolicySources    = "policy_sources"
 	ToNetdevMapScratch          = "scratch"
 	ToNetdevMapSlotCounters     = "slot_counters"
 	ToNetdevMapUplinks          = "uplinks"
@@ -112,9 +112,9 @@ type ToNetdevMapSpecs struct {
 	PolicyDrops      *ebpf.MapSpec `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.MapSpec `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.MapSpec `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.MapSpec `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.MapSpec `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.MapSpec `ebpf:"policy_rules"`
+	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
@@ -166,9 +166,9 @@ type ToNetdevMaps struct {
 	PolicyDrops      *ebpf.Map `ebpf:"policy_drops"`
 	PolicyEndpoints  *ebpf.Map `ebpf:"policy_endpoints"`
 	PolicyFlows      *ebpf.Map `ebpf:"policy_flows"`
-	PolicyNames      *ebpf.Map `ebpf:"policy_names"`
 	PolicyNamespaces *ebpf.Map `ebpf:"policy_namespaces"`
 	PolicyRules      *ebpf.Map `ebpf:"policy_rules"`
+	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
@@ -194,9 +194,9 @@ func (m *ToNetdevMaps) Close() error {
 		m.PolicyDrops,
 		m.PolicyEndpoints,
 		m.PolicyFlows,
-		m.PolicyNames,
 		m.PolicyNamespaces,
 		m.PolicyRules,
+		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
 		m.Uplinks,

@@ -40,7 +40,9 @@ func TestUpgradeCountersGainDirection(t *testing.T) {
 		_, err := os.Stat(filepath.Join(maps.Dir(e.bpfRoot), name))
 		return err == nil
 	}
-	for _, name := range maps.Retired {
+	// The older build's counters (maps.Retired has later retirements too,
+	// policy_names, which this build predates).
+	for _, name := range []string{"pkt_counters", "endpoint_counters"} {
 		require.True(t, pinned(name), "the older build pins %s", name)
 	}
 	require.False(t, pinned(maps.CniMapNodeCounters))

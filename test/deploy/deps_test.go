@@ -21,7 +21,7 @@ func TestPluginsStayLean(t *testing.T) {
 	require.Contains(t, string(out), "github.com/ebpf-cni/ebpf-cni/pkg/conflist", "the CLI's conflist command uses the same writer")
 	for _, dep := range strings.Fields(string(out)) {
 		// (sigs.k8s.io/knftables comes with the reference plugins' helpers.)
-		if strings.HasPrefix(dep, "k8s.io/") || strings.Contains(dep, "/pkg/agent") {
+		if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/network-policy-api") || strings.Contains(dep, "/pkg/agent") {
 			t.Errorf("a plugin binary depends on %s", dep)
 		}
 	}

@@ -96,12 +96,13 @@ func TestManifest(t *testing.T) {
 		require.Equal(t, ns, o.Namespace, o.Name)
 	}
 
-	// RBAC: read Nodes, and for the network policies the policies, pods
-	// and namespaces; nothing else.
+	// RBAC: read Nodes, and for the network policies the policies (and
+	// ClusterNetworkPolicies), pods and namespaces; nothing else.
 	require.Equal(t, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"policy.networking.k8s.io"}, Resources: []string{"clusternetworkpolicies"}, Verbs: []string{"list", "watch"}},
 	}, m.role.Rules)
 	require.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: m.role.Name}, m.binding.RoleRef)
 	require.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: m.sa.Name, Namespace: ns}}, m.binding.Subjects)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes/fake"
+	cnpfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
@@ -45,7 +46,8 @@ type cluster struct {
 	node   *testutil.Node
 	list   *libcni.NetworkConfigList
 	client *fake.Clientset
-	pods   []*pod // the model's 9, in matrix order
+	cnps   *cnpfake.Clientset // ClusterNetworkPolicies: the API serves them
+	pods   []*pod             // the model's 9, in matrix order
 	maps   *policy.Maps
 	ctl    *controller // the policy controller last started
 }
@@ -72,7 +74,9 @@ func (p *pod) ip(fam int) net.IP {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	n := testutil.NewNode(t, false)
-	cl := &cluster{t: t, node: n, list: n.List(t, conflisttest.Options{}), client: fake.NewClientset()}
+	cl := &cluster{t: t, node: n, list: n.List(t, conflisttest.Options{}), client: fake.NewClientset(), cnps: cnpfake.NewSimpleClientset()}
+	cl.cnps.Resources = []*metav1.APIResourceList{{GroupVersion: "policy.networking.k8s.io/v1beta1",
+		APIResources: []metav1.APIResource{{Name: "clusternetworkpolicies", Kind: "ClusterNetworkPolicy"}}}}
 	for _, ns := range namespaces {
 		_, err := cl.client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 			Name: ns, Labels: map[string]string{"ns": ns, "kubernetes.io/metadata.name": ns}}}, metav1.CreateOptions{})
@@ -162,11 +166,16 @@ func (cl *cluster) remove(ps ...*netv1.NetworkPolicy) {
 	}
 }
 
-// removeAll deletes every NetworkPolicy and waits until the agent has
-// opened every endpoint again and dropped every namespace fact: the next
-// case starts from a node without policies.
+// removeAll deletes every NetworkPolicy and ClusterNetworkPolicy and waits
+// until the agent has opened every endpoint again and dropped every
+// namespace fact: the next case starts from a node without policies.
 func (cl *cluster) removeAll() {
 	cl.t.Helper()
+	cnps, err := cl.cnps.PolicyV1beta1().ClusterNetworkPolicies().List(context.Background(), metav1.ListOptions{})
+	require.NoError(cl.t, err)
+	for i := range cnps.Items {
+		require.NoError(cl.t, cl.cnps.PolicyV1beta1().ClusterNetworkPolicies().Delete(context.Background(), cnps.Items[i].Name, metav1.DeleteOptions{}))
+	}
 	for _, ns := range namespaces {
 		l, err := cl.client.NetworkingV1().NetworkPolicies(ns).List(context.Background(), metav1.ListOptions{})
 		require.NoError(cl.t, err)

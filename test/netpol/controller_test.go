@@ -27,7 +27,7 @@ type controller struct {
 // before.
 func (cl *cluster) startController(t testing.TB) *controller {
 	t.Helper()
-	c := agent.NewPolicyController(cl.client, agent.PolicyConfig{Node: nodetest.Handle(t, cl.node.BPFRoot, cl.node.StateDir),
+	c := agent.NewPolicyController(cl.client, agent.PolicyConfig{Node: nodetest.Handle(t, cl.node.BPFRoot, cl.node.StateDir), ClusterPolicies: cl.cnps,
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	ctx, cancel := context.WithCancel(context.Background())
 	ctl := &controller{c: c, cancel: cancel, done: make(chan error, 1)}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
 )
@@ -68,9 +70,12 @@ type LocalEndpoint struct {
 
 // Cluster is what the API server holds (the informers' caches).
 type Cluster struct {
-	Policies   []*networkingv1.NetworkPolicy
-	Pods       []*corev1.Pod
-	Namespaces []*corev1.Namespace
+	Policies []*networkingv1.NetworkPolicy
+	// ClusterPolicies: the ClusterNetworkPolicies (none where the API
+	// server has no such resource).
+	ClusterPolicies []*cnpv1.ClusterNetworkPolicy
+	Pods            []*corev1.Pod
+	Namespaces      []*corev1.Namespace
 }
 
 // DirRules is what an endpoint gets for one direction: its state, and in
@@ -93,9 +98,6 @@ func (e *EndpointRules) Dir(d policy.Direction) *DirRules {
 	return &e.Egress
 }
 
-// PolicyName is a policy's namespace and name (policy_names).
-type PolicyName struct{ Namespace, Name string }
-
 // Result is a compilation.
 type Result struct {
 	// Endpoints: every local endpoint's rules, by host ifindex.
@@ -104,7 +106,7 @@ type Result struct {
 	// policies); a zero fact for those without policies.
 	Namespaces map[string]policy.NamespaceFact
 	// Names: every policy, by policy.ID.
-	Names map[uint32]PolicyName
+	Names map[uint32]policy.Source
 	// Errors: what could not be compiled exactly, by endpoint (an entry
 	// with more port ranges than fit: it got the first ones).
 	Errors map[uint32]error
@@ -115,8 +117,9 @@ type Result struct {
 // recompile parses only what changed, and the peers it matched while the
 // pods and namespaces stay the same objects. Not safe for concurrent use.
 type Compiler struct {
-	cache map[*networkingv1.NetworkPolicy]*compiledPolicy
-	pods  *podState
+	cache    map[*networkingv1.NetworkPolicy]*compiledPolicy
+	cnpCache map[*cnpv1.ClusterNetworkPolicy]*compiledCNP
+	pods     *podState
 }
 
 // Compile is a compilation without a cache.
@@ -345,32 +348,32 @@ type podInfo struct {
 }
 
 // resolve appends to ports the number of each of the named ports that the
-// pod has.
+// pod has (a name of protocol 0: the container port's protocol).
 func (p *podInfo) resolve(named []namedPort, ports []portRange) []portRange {
 	for _, n := range named {
-		if pn := p.containerPort(n); pn != 0 {
-			ports = append(ports, portRange{n.proto, pn, pn})
+		if pn, proto := p.containerPort(n); pn != 0 {
+			ports = append(ports, portRange{proto, pn, pn})
 		}
 	}
 	return ports
 }
 
 // containerPort resolves a named port on the pod: 0 when it has none.
-func (p *podInfo) containerPort(n namedPort) uint16 {
+func (p *podInfo) containerPort(n namedPort) (uint16, uint8) {
 	if p == nil || p.pod == nil {
-		return 0
+		return 0, 0
 	}
 	for _, cs := range [][]corev1.Container{p.pod.Spec.Containers, p.pod.Spec.InitContainers} {
 		for _, c := range cs {
 			for _, cp := range c.Ports {
 				proto, ok := protoOf(&cp.Protocol)
-				if ok && cp.Name == n.name && proto == n.proto && cp.ContainerPort > 0 && cp.ContainerPort <= 65535 {
-					return uint16(cp.ContainerPort)
+				if ok && cp.Name == n.name && (n.proto == 0 || proto == n.proto) && cp.ContainerPort > 0 && cp.ContainerPort <= 65535 {
+					return uint16(cp.ContainerPort), proto
 				}
 			}
 		}
 	}
-	return 0
+	return 0, 0
 }
 
 // podState is what the compiler knows of pods and namespaces, and the
@@ -396,12 +399,13 @@ type compilation struct {
 	*podState
 	policies []*compiledPolicy    // sorted by namespace/name: their index orders sources
 	byNS     map[string][]int     // namespace -> indexes of its policies
+	cnps     []*compiledCNP       // in the order they decide (sortCNPs)
 	dirMemo  map[string]dirResult // see directionOnce
 }
 
 // Compile compiles the policies for the local endpoints eps.
 func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
-	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]policy.NamespaceFact{}, Names: map[uint32]PolicyName{}, Errors: map[uint32]error{}}
+	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]policy.NamespaceFact{}, Names: map[uint32]policy.Source{}, Errors: map[uint32]error{}}
 	cp := &compilation{byNS: map[string][]int{}, dirMemo: map[string]dirResult{}}
 
 	cache := make(map[*networkingv1.NetworkPolicy]*compiledPolicy, len(cl.Policies))
@@ -417,7 +421,7 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 		cache[p] = x
 		cp.byNS[x.ns] = append(cp.byNS[x.ns], len(cp.policies))
 		cp.policies = append(cp.policies, x)
-		res.Names[x.id] = PolicyName{x.ns, x.name}
+		res.Names[x.id] = policy.Source{Namespace: x.ns, Name: x.name}
 		f := res.Namespaces[x.ns]
 		f.Ingress = f.Ingress || x.ingress
 		f.Egress = f.Egress || x.egress
@@ -425,10 +429,35 @@ func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
 	}
 	c.cache = cache
 
+	cnpCache := make(map[*cnpv1.ClusterNetworkPolicy]*compiledCNP, len(cl.ClusterPolicies))
+	for _, p := range cl.ClusterPolicies {
+		x, ok := c.cnpCache[p]
+		if !ok {
+			x = compileCNP(p)
+		}
+		cnpCache[p] = x
+		if x != nil {
+			cp.cnps = append(cp.cnps, x)
+			res.Names[x.id] = x.source()
+		}
+	}
+	c.cnpCache = cnpCache
+	sortCNPs(cp.cnps)
+
 	if c.pods == nil || !c.pods.same(cl, eps) {
 		c.pods = newPodState(cl, eps)
 	}
 	cp.podState = c.pods
+	// A namespace some ClusterNetworkPolicy's subject may select: its new
+	// pods start closed in the directions the policy has rules for.
+	for _, x := range cp.cnps {
+		for _, ns := range cp.namespaces(x.nsSel) {
+			f := res.Namespaces[ns]
+			f.Ingress = f.Ingress || len(x.in) > 0
+			f.Egress = f.Egress || len(x.out) > 0
+			res.Namespaces[ns] = f
+		}
+	}
 	for _, ns := range cl.Namespaces {
 		if _, ok := res.Namespaces[ns.Name]; !ok {
 			res.Namespaces[ns.Name] = policy.NamespaceFact{}
@@ -562,19 +591,31 @@ func (cp *compilation) endpoint(ep *LocalEndpoint, fact policy.NamespaceFact) (*
 			out = append(out, i)
 		}
 	}
-	var errs []error
-	if len(in) > 0 {
-		er.Ingress.State = policy.StateEnforce
-		var err error
-		er.Ingress.Entries, err = cp.directionOnce(policy.Ingress, self, in)
-		if err != nil {
-			errs = append(errs, err)
+	var cin, cout []int
+	for i, x := range cp.cnps {
+		if !x.selects(self, cp.nsLabels[ep.Namespace]) {
+			continue
+		}
+		if len(x.in) > 0 {
+			cin = append(cin, i)
+		}
+		if len(x.out) > 0 {
+			cout = append(cout, i)
 		}
 	}
-	if len(out) > 0 {
-		er.Egress.State = policy.StateEnforce
+	var errs []error
+	for _, x := range []struct {
+		d    policy.Direction
+		pols []int
+		cnps []int
+		dr   *DirRules
+	}{{policy.Ingress, in, cin, &er.Ingress}, {policy.Egress, out, cout, &er.Egress}} {
+		if len(x.pols) == 0 && len(x.cnps) == 0 {
+			continue
+		}
+		x.dr.State = policy.StateEnforce
 		var err error
-		er.Egress.Entries, err = cp.directionOnce(policy.Egress, self, out)
+		x.dr.Entries, err = cp.directionOnce(x.d, self, x.pols, x.cnps)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -591,10 +632,14 @@ type dirResult struct {
 // entries: the replicas of a workload (same policies, and for ingress the
 // same container ports to resolve named ports on). Their entries are one
 // slice: read only.
-func (cp *compilation) directionOnce(d policy.Direction, self *podInfo, pols []int) ([]policy.Entry, error) {
-	k := make([]byte, 0, 8*len(pols)+16)
+func (cp *compilation) directionOnce(d policy.Direction, self *podInfo, pols, cnps []int) ([]policy.Entry, error) {
+	k := make([]byte, 0, 8*len(pols)+8*len(cnps)+16)
 	k = append(k, byte(d))
 	for _, i := range pols {
+		k = strconv.AppendInt(append(k, ','), int64(i), 10)
+	}
+	k = append(k, '|')
+	for _, i := range cnps {
 		k = strconv.AppendInt(append(k, ','), int64(i), 10)
 	}
 	if d == policy.Ingress {
@@ -610,7 +655,20 @@ func (cp *compilation) directionOnce(d policy.Direction, self *podInfo, pols []i
 	if r, ok := cp.dirMemo[string(k)]; ok {
 		return r.entries, r.err
 	}
-	es, err := cp.direction(d, self, pols)
+	var es []policy.Entry
+	var err error
+	if len(cnps) == 0 {
+		es, err = cp.direction(d, self, pols)
+	} else {
+		np := npTier{isolated: len(pols) > 0}
+		if np.isolated {
+			np.isolator = cp.policies[pols[0]].id
+			np.entries, err = cp.direction(d, self, pols)
+		}
+		var err2 error
+		es, err2 = cp.tiered(d, self, cnps, np)
+		err = joinErrs(slices.DeleteFunc([]error{err, err2}, func(e error) bool { return e == nil }))
+	}
 	cp.dirMemo[string(k)] = dirResult{es, err}
 	return es, err
 }

@@ -363,7 +363,7 @@ func TestCompileNamespaces(t *testing.T) {
 		np("d", "both", sel(), both, nil, nil), // a namespace the list does not have (yet)
 	}}, nil)
 	require.Equal(t, map[string]policy.NamespaceFact{"a": {Ingress: true}, "b": {Egress: true}, "c": {}, "d": {Ingress: true, Egress: true}}, r.Namespaces)
-	require.Equal(t, map[uint32]PolicyName{policy.ID("a", "in"): {"a", "in"}, policy.ID("b", "out"): {"b", "out"}, policy.ID("b", "out2"): {"b", "out2"}, policy.ID("d", "both"): {"d", "both"}}, r.Names)
+	require.Equal(t, map[uint32]policy.Source{policy.ID("a", "in"): {Namespace: "a", Name: "in"}, policy.ID("b", "out"): {Namespace: "b", Name: "out"}, policy.ID("b", "out2"): {Namespace: "b", Name: "out2"}, policy.ID("d", "both"): {Namespace: "d", Name: "both"}}, r.Names)
 	require.Empty(t, r.Endpoints)
 }
 

@@ -1,0 +1,624 @@
+package compile
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
+	"github.com/ebpf-cni/ebpf-cni/pkg/policy"
+)
+
+// This file compiles ClusterNetworkPolicies (policy.networking.k8s.io,
+// sigs.k8s.io/network-policy-api) together with the NetworkPolicies into
+// the same entries of policy_rules. A flow is decided, for each endpoint
+// and direction, by the first of:
+//   - the Admin tier: the ClusterNetworkPolicies of tier Admin that select
+//     the pod, by priority (lower first; equal priorities by name), each
+//     with its rules in order: the first rule that matches decides (Accept
+//     or Deny), or Passes: the rest of the Admin tier is skipped;
+//   - the NetworkPolicy tier: when NetworkPolicies isolate the pod in that
+//     direction, they decide (what they allow, nothing else);
+//   - the Baseline tier, as the Admin tier (Pass skips the rest of it);
+//   - everything else is allowed.
+// A rule matches a flow when one of its peers has the flow's peer address
+// (pods, namespaces: the addresses of the pods they select; networks: the
+// CIDRs) and its protocols the flow's protocol and destination port (no
+// protocols: every protocol, ICMP too).
+//
+// The entries are cells: the prefixes of every peer that matters to the
+// endpoint (CIDRs, pod addresses, the NetworkPolicies' entries, 0.0.0.0/0
+// and ::/0) cut the address space into regions, each the addresses whose
+// longest matching prefix it is, and every rule matches a region whole or
+// not at all. In a region, the ports every rule names cut each protocol's
+// ports into ranges that no rule tells apart; each range gets the action
+// that wins it, and each entry holds what is allowed (or, when protocols
+// without ports are allowed, what is denied: POLICY_F_EXCEPT_PORTS). So one
+// lookup still decides a flow, however many policies of whatever tiers.
+//
+// What is not compiled: egress peers nodes and domainNames (experimental
+// fields); a peer with none of the fields this build knows fails closed as
+// the API says: an Accept rule's matches nothing, a Deny or Pass rule's
+// denies everything.
+
+// action is what a rule does to what it matches.
+type action uint8
+
+const (
+	actAccept action = iota
+	actDeny
+	actPass
+)
+
+func (a action) String() string {
+	return [...]string{"Accept", "Deny", "Pass"}[a]
+}
+
+// cnpRule is a ClusterNetworkPolicy rule.
+type cnpRule struct {
+	name   string
+	action action
+	peers  []compiledPeer
+	ports  portSpec // named: destinationNamedPort, proto 0 (any protocol)
+	// denyAll: a Deny or Pass rule with a peer this build cannot read: it
+	// denies everything (fails closed).
+	denyAll bool
+}
+
+// compiledCNP is a ClusterNetworkPolicy.
+type compiledCNP struct {
+	name     string
+	id       uint32
+	tier     policy.Tier
+	priority int32
+	nsSel    labels.Selector
+	podSel   labels.Selector // nil: every pod of the namespaces
+	in, out  []cnpRule
+}
+
+func (c *compiledCNP) source() policy.Source {
+	return policy.Source{Tier: c.tier, Priority: uint16(min(max(c.priority, 0), 65535)), Name: c.name}
+}
+
+// selects: the policy applies to the pod p.
+func (c *compiledCNP) selects(p *podInfo, nsLabels labels.Set) bool {
+	if !c.nsSel.Matches(nsLabels) {
+		return false
+	}
+	return c.podSel == nil || c.podSel.Matches(p.labels)
+}
+
+func compileCNP(p *cnpv1.ClusterNetworkPolicy) *compiledCNP {
+	c := &compiledCNP{name: p.Name, id: policy.ID("", p.Name), priority: p.Spec.Priority, nsSel: nothing}
+	switch p.Spec.Tier {
+	case cnpv1.AdminTier:
+		c.tier = policy.TierAdmin
+	case cnpv1.BaselineTier:
+		c.tier = policy.TierBaseline
+	default:
+		return nil // the API's validation allows no other
+	}
+	switch s := p.Spec.Subject; {
+	case s.Namespaces != nil:
+		c.nsSel = selector(s.Namespaces)
+	case s.Pods != nil:
+		c.nsSel = selector(&s.Pods.NamespaceSelector)
+		c.podSel = selector(&s.Pods.PodSelector)
+	}
+	for _, r := range p.Spec.Ingress {
+		var peers []compiledPeer
+		unknown := false
+		for _, pe := range r.From {
+			x, ok := cnpPodPeer(pe.Namespaces, pe.Pods)
+			if !ok {
+				unknown = true
+				continue
+			}
+			peers = append(peers, x)
+		}
+		c.in = append(c.in, newCNPRule(r.Name, r.Action, peers, unknown, r.Protocols))
+	}
+	for _, r := range p.Spec.Egress {
+		var peers []compiledPeer
+		unknown := false
+		for _, pe := range r.To {
+			if x, ok := cnpPodPeer(pe.Namespaces, pe.Pods); ok {
+				peers = append(peers, x)
+				continue
+			}
+			if len(pe.Networks) == 0 {
+				unknown = true // nodes, domainNames, or a field this build does not know
+				continue
+			}
+			for _, n := range pe.Networks {
+				cidr, err := netip.ParsePrefix(string(n))
+				if err != nil {
+					continue // the API validates CIDRs
+				}
+				cidr = unmapPrefix(cidr).Masked()
+				peers = append(peers, compiledPeer{key: "ip:" + cidr.String(), block: &ipBlock{cidr: cidr}})
+			}
+		}
+		c.out = append(c.out, newCNPRule(r.Name, r.Action, peers, unknown, r.Protocols))
+	}
+	return c
+}
+
+// cnpPodPeer is a peer of namespaces or pods; ok false: neither.
+func cnpPodPeer(nss *metav1.LabelSelector, pods *cnpv1.NamespacedPod) (compiledPeer, bool) {
+	var c compiledPeer
+	switch {
+	case nss != nil:
+		c.podSel, c.nsSel = labels.Everything(), selector(nss)
+	case pods != nil:
+		c.podSel, c.nsSel = selector(&pods.PodSelector), selector(&pods.NamespaceSelector)
+	default:
+		return c, false
+	}
+	c.key = "pods:" + c.podSel.String() + "|ns:" + c.nsSel.String()
+	if c.podSel == nothing || c.nsSel == nothing {
+		c.key = "nothing"
+	}
+	return c, true
+}
+
+func newCNPRule(name string, a cnpv1.ClusterNetworkPolicyRuleAction, peers []compiledPeer, unknown bool, protos []cnpv1.ClusterNetworkPolicyProtocol) cnpRule {
+	r := cnpRule{name: name, peers: peers, ports: cnpPorts(protos)}
+	switch a {
+	case cnpv1.ClusterNetworkPolicyRuleActionAccept:
+		r.action = actAccept
+	case cnpv1.ClusterNetworkPolicyRuleActionDeny:
+		r.action = actDeny
+	case cnpv1.ClusterNetworkPolicyRuleActionPass:
+		r.action = actPass
+	default:
+		// An action this build does not know: the rule cannot be
+		// honoured; fail closed.
+		r.action, r.denyAll = actDeny, true
+	}
+	if unknown && r.action != actAccept {
+		r.action, r.denyAll = actDeny, true
+	}
+	if r.denyAll {
+		r.peers, r.ports = everyone, portSpec{all: true}
+	}
+	return r
+}
+
+// cnpPorts are a rule's protocols: none, every protocol and port.
+func cnpPorts(ps []cnpv1.ClusterNetworkPolicyProtocol) portSpec {
+	if len(ps) == 0 {
+		return portSpec{all: true}
+	}
+	var s portSpec
+	add := func(proto uint8, dp *cnpv1.Port) {
+		switch {
+		case dp == nil:
+			s.numeric = append(s.numeric, portRange{proto, 0, 65535})
+		case dp.Range != nil:
+			if dp.Range.Start < 0 || dp.Range.End > 65535 || dp.Range.Start > dp.Range.End {
+				return
+			}
+			s.numeric = append(s.numeric, portRange{proto, uint16(dp.Range.Start), uint16(dp.Range.End)})
+		case dp.Number > 0 && dp.Number <= 65535:
+			s.numeric = append(s.numeric, portRange{proto, uint16(dp.Number), uint16(dp.Number)})
+		}
+	}
+	for _, p := range ps {
+		switch {
+		case p.TCP != nil:
+			add(6, p.TCP.DestinationPort)
+		case p.UDP != nil:
+			add(17, p.UDP.DestinationPort)
+		case p.SCTP != nil:
+			add(132, p.SCTP.DestinationPort)
+		case p.DestinationNamedPort != "":
+			s.named = append(s.named, namedPort{0, p.DestinationNamedPort})
+		}
+	}
+	s.numeric = mergePorts(s.numeric)
+	return s
+}
+
+// sortCNPs orders ClusterNetworkPolicies as they decide: by tier, priority,
+// name.
+func sortCNPs(ps []*compiledCNP) {
+	slices.SortFunc(ps, func(a, b *compiledCNP) int {
+		return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.priority, b.priority), strings.Compare(a.name, b.name))
+	})
+}
+
+// ruleRef is one rule of a tier, in the order the tier evaluates them.
+type ruleRef struct {
+	pol  *compiledCNP
+	rule *cnpRule
+}
+
+// verdict is what decides a range: allowed or not, and by what policy (0:
+// no policy, the default).
+type verdict struct {
+	allow bool
+	src   uint32
+}
+
+// npTier is what the NetworkPolicy tier says of one direction of a pod.
+type npTier struct {
+	isolated bool
+	entries  []policy.Entry // sorted by prefix
+	isolator uint32         // a policy that isolates it: what denies what they do not allow
+}
+
+// lookup is the NetworkPolicy entry whose region holds p (the longest
+// prefix of entries that contains p), nil: none.
+func (t *npTier) lookup(p netip.Prefix) *policy.Rule {
+	var best *policy.Entry
+	for i := range t.entries {
+		e := &t.entries[i]
+		if e.Prefix.Addr().Is4() == p.Addr().Is4() && e.Prefix.Bits() <= p.Bits() && e.Prefix.Contains(p.Addr()) {
+			if best == nil || e.Prefix.Bits() > best.Prefix.Bits() {
+				best = e
+			}
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return &best.Rule
+}
+
+// tiered compiles one direction of the local pod self under the
+// ClusterNetworkPolicies cnps (indexes into cp.cnps, ordered) and the
+// NetworkPolicy tier np.
+func (cp *compilation) tiered(d policy.Direction, self *podInfo, cnps []int, np npTier) ([]policy.Entry, error) {
+	var admin, base []ruleRef
+	for _, i := range cnps {
+		c := cp.cnps[i]
+		rules := c.in
+		if d == policy.Egress {
+			rules = c.out
+		}
+		for ri := range rules {
+			ref := ruleRef{c, &rules[ri]}
+			if c.tier == policy.TierAdmin {
+				admin = append(admin, ref)
+			} else {
+				base = append(base, ref)
+			}
+		}
+	}
+	t := &tierEval{cp: cp, d: d, self: self, np: np, addrs: map[string]map[netip.Addr]*podInfo{}}
+	prefixes := map[netip.Prefix]bool{allV4: true, allV6: true}
+	for _, refs := range [][]ruleRef{admin, base} {
+		for _, ref := range refs {
+			for pi := range ref.rule.peers {
+				peer := &ref.rule.peers[pi]
+				if peer.block != nil {
+					prefixes[peer.block.cidr] = true
+					continue
+				}
+				for a := range t.peerAddrs(peer) {
+					prefixes[netip.PrefixFrom(a, a.BitLen())] = true
+				}
+			}
+		}
+	}
+	for _, e := range np.entries {
+		prefixes[e.Prefix] = true
+	}
+	out := make([]policy.Entry, 0, len(prefixes))
+	var errs []error
+	for p := range prefixes {
+		r, err := t.entry(p, admin, base)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s peer %s: %w", d, p, err))
+		}
+		out = append(out, policy.Entry{Prefix: p, Rule: r})
+	}
+	SortEntries(out)
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	if len(errs) > 2 {
+		errs = append(errs[:1], fmt.Errorf("and %d more entries with too many port ranges", len(errs)-1))
+	}
+	return out, joinErrs(errs)
+}
+
+// tierEval is the evaluation of one direction of one pod.
+type tierEval struct {
+	cp    *compilation
+	d     policy.Direction
+	self  *podInfo
+	np    npTier
+	addrs map[string]map[netip.Addr]*podInfo // peer key -> its pods by address
+}
+
+// peerAddrs are the addresses of the pods a selector peer selects.
+func (t *tierEval) peerAddrs(p *compiledPeer) map[netip.Addr]*podInfo {
+	if m, ok := t.addrs[p.key]; ok {
+		return m
+	}
+	m := map[netip.Addr]*podInfo{}
+	for _, pod := range t.cp.peers(p) {
+		for _, a := range pod.addrs {
+			m[a] = pod
+		}
+	}
+	t.addrs[p.key] = m
+	return m
+}
+
+// ruleMatch is how a rule matches a region: not at all, or on ports (the
+// rule's, with its named ports resolved).
+type ruleMatch struct {
+	ok    bool
+	all   bool
+	ports []portRange
+}
+
+// match is how rule r matches the region of prefix p.
+func (t *tierEval) match(r *cnpRule, p netip.Prefix) ruleMatch {
+	var peerPod *podInfo
+	hit := false
+	for i := range r.peers {
+		peer := &r.peers[i]
+		if peer.block != nil {
+			if covers(peer.block, p) {
+				hit = true
+			}
+			continue
+		}
+		if p.Bits() != p.Addr().BitLen() {
+			continue
+		}
+		if pod, ok := t.peerAddrs(peer)[p.Addr()]; ok {
+			hit, peerPod = true, pod
+		}
+	}
+	if !hit {
+		return ruleMatch{}
+	}
+	if r.ports.all {
+		return ruleMatch{ok: true, all: true}
+	}
+	ports := r.ports.numeric
+	if len(r.ports.named) > 0 {
+		// A named port is the listening pod's: the selected pod's for
+		// ingress, the peer pod's for egress (an address of a network
+		// has none).
+		on := t.self
+		if t.d == policy.Egress {
+			on = peerPod
+		}
+		ports = on.resolve(r.ports.named, slices.Clone(ports))
+	}
+	if len(ports) == 0 {
+		return ruleMatch{}
+	}
+	return ruleMatch{ok: true, ports: ports}
+}
+
+// otherProto stands for the protocols without ports (ICMP...) in a range.
+const otherProto = 0
+
+func (m *ruleMatch) has(proto uint8, port uint16) bool {
+	if !m.ok {
+		return false
+	}
+	if m.all {
+		return true
+	}
+	for _, r := range m.ports {
+		if r.proto == proto && port >= r.first && port <= r.last {
+			return true
+		}
+	}
+	return false
+}
+
+type matched struct {
+	ref ruleRef
+	m   ruleMatch
+}
+
+// entry is the rule of the region of prefix p.
+func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, error) {
+	var am, bm []matched
+	// Where the ports are cut: every bound of a rule that matches the
+	// region, and of the NetworkPolicies' entry.
+	cuts := map[uint8][]uint16{6: {0}, 17: {0}, 132: {0}}
+	addCuts := func(ports []portRange) {
+		for _, r := range ports {
+			if r.proto != 6 && r.proto != 17 && r.proto != 132 {
+				continue
+			}
+			cuts[r.proto] = append(cuts[r.proto], r.first)
+			if r.last < 65535 {
+				cuts[r.proto] = append(cuts[r.proto], r.last+1)
+			}
+		}
+	}
+	for _, x := range []struct {
+		refs []ruleRef
+		out  *[]matched
+	}{{admin, &am}, {base, &bm}} {
+		for _, ref := range x.refs {
+			m := t.match(ref.rule, p)
+			if !m.ok {
+				continue
+			}
+			*x.out = append(*x.out, matched{ref, m})
+			addCuts(m.ports)
+		}
+	}
+	var npRule *policy.Rule
+	if t.np.isolated {
+		npRule = t.np.lookup(p)
+		if npRule != nil && npRule.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS) == 0 {
+			for _, r := range npRule.Ports[:npRule.N_ports] {
+				addCuts([]portRange{{r.Proto, r.First, r.Last}})
+			}
+		}
+	}
+	decide := func(proto uint8, port uint16) verdict {
+		for _, x := range am {
+			if !x.m.has(proto, port) {
+				continue
+			}
+			if x.ref.rule.action == actPass {
+				break
+			}
+			return verdict{x.ref.rule.action == actAccept, x.ref.pol.id}
+		}
+		if t.np.isolated {
+			if npRule != nil && npAllows(npRule, proto, port) {
+				return verdict{true, npRule.Sources[0]}
+			}
+			return verdict{false, t.np.isolator}
+		}
+		for _, x := range bm {
+			if !x.m.has(proto, port) {
+				continue
+			}
+			if x.ref.rule.action == actPass {
+				break
+			}
+			return verdict{x.ref.rule.action == actAccept, x.ref.pol.id}
+		}
+		return verdict{allow: true}
+	}
+	type cell struct {
+		r portRange
+		v verdict
+	}
+	var cells []cell
+	for _, proto := range []uint8{6, 17, 132} {
+		cs := cuts[proto]
+		slices.Sort(cs)
+		cs = slices.Compact(cs)
+		for i, first := range cs {
+			last := uint16(65535)
+			if i+1 < len(cs) {
+				last = cs[i+1] - 1
+			}
+			v := decide(proto, first)
+			if n := len(cells); n > 0 && cells[n-1].r.proto == proto && cells[n-1].v == v {
+				cells[n-1].r.last = last
+				continue
+			}
+			cells = append(cells, cell{portRange{proto, first, last}, v})
+		}
+	}
+	other := decide(otherProto, 0)
+
+	// The sources: the policies that decided, in the order they decide
+	// ranges; a range names its own (src) while it fits.
+	var r policy.Rule
+	srcIndex := func(id uint32) uint8 {
+		if id == 0 {
+			return 0
+		}
+		for i := 0; i < int(r.N_sources); i++ {
+			if r.Sources[i] == id {
+				return uint8(i + 1)
+			}
+		}
+		if int(r.N_sources) == MaxSources {
+			return 0
+		}
+		r.Sources[r.N_sources] = id
+		r.N_sources++
+		return r.N_sources
+	}
+	r.Rest = srcIndex(other.src)
+	allAllowed := other.allow
+	for _, c := range cells {
+		allAllowed = allAllowed && c.v.allow
+	}
+	if allAllowed {
+		r.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS)
+		for _, c := range cells {
+			srcIndex(c.v.src)
+		}
+		return r, nil
+	}
+	// The ranges decided otherwise than the ports the entry does not list
+	// (as the protocols without ports: by the same policy, the same way),
+	// each with its verdict and source while they fit; else only those
+	// whose verdict differs.
+	if other.allow {
+		r.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_EXCEPT_PORTS)
+	}
+	var listed []cell
+	for _, c := range cells {
+		if c.v != other {
+			listed = append(listed, c)
+		}
+	}
+	if len(listed) > MaxPorts {
+		listed = nil
+		for _, c := range cells {
+			if c.v.allow != other.allow {
+				// Without their sources, the ranges of one verdict that
+				// touch are one.
+				if n := len(listed); n > 0 && listed[n-1].r.proto == c.r.proto && uint32(listed[n-1].r.last)+1 == uint32(c.r.first) {
+					listed[n-1].r.last = c.r.last
+					listed[n-1].v.src = 0
+					continue
+				}
+				listed = append(listed, c)
+			}
+		}
+	}
+	var err error
+	if len(listed) > MaxPorts {
+		// Too many: allow only the first that fit, deny the rest (fail
+		// closed: the protocols without ports are denied too).
+		r.Flags = 0
+		var allowed []cell
+		for _, c := range cells {
+			if !c.v.allow {
+				continue
+			}
+			if n := len(allowed); n > 0 && allowed[n-1].r.proto == c.r.proto && uint32(allowed[n-1].r.last)+1 == uint32(c.r.first) {
+				allowed[n-1].r.last = c.r.last
+				allowed[n-1].v.src = 0
+				continue
+			}
+			allowed = append(allowed, c)
+		}
+		if len(allowed) > MaxPorts {
+			err = fmt.Errorf("%d port ranges, at most %d fit: only the first %d are allowed", len(allowed), MaxPorts, MaxPorts)
+		} else {
+			err = fmt.Errorf("%d port ranges, at most %d fit: only the %d allowed are, the protocols without ports denied", len(listed), MaxPorts, len(allowed))
+		}
+		listed = allowed[:min(len(allowed), MaxPorts)]
+	}
+	for _, c := range listed {
+		src := srcIndex(c.v.src) & uint8(maps.CniPolicyPortSrcPOLICY_PORT_SRC)
+		if !c.v.allow {
+			src |= uint8(maps.CniPolicyPortSrcPOLICY_PORT_DENIED)
+		}
+		r.Ports[r.N_ports] = maps.CniPolicyPort{First: c.r.first, Last: c.r.last, Proto: c.r.proto, Src: src}
+		r.N_ports++
+	}
+	return r, err
+}
+
+// npAllows: NetworkPolicy entry r allows proto/port (otherProto: a
+// protocol without ports).
+func npAllows(r *policy.Rule, proto uint8, port uint16) bool {
+	if r.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS) != 0 {
+		return true
+	}
+	for _, p := range r.Ports[:r.N_ports] {
+		if p.Proto == proto && port >= p.First && port <= p.Last {
+			return p.Src&uint8(maps.CniPolicyPortSrcPOLICY_PORT_DENIED) == 0
+		}
+	}
+	return r.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_EXCEPT_PORTS) != 0
+}
