@@ -107,15 +107,40 @@ build_cnp() {
 	version=$(cd "$dir" && $GO list -m -f '{{.Version}}' sigs.k8s.io/network-policy-api)
 	out="$E2E_CACHE/cnp-$version"
 	if [ -x "$out/cnp.test" ] && [ -x "$out/agnhost" ] && [ -s "$out/agnhost.image" ] && [ -s "$out/crd.yaml" ] && [ -s "$out/sctp.tests" ] &&
-		[ -z "$(find "$dir" -newer "$out/cnp.test" -type f)" ]; then
+		[ -z "$(find "$dir" -newer "$out/cnp.test" -type f -not -path "$dir/base/*")" ]; then
 		log "cnp conformance $version: cached in $out"; return
 	fi
 	local start=$SECONDS api
 	log "cnp conformance $version: building the suite and agnhost"
 	rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+	api=$(cd "$dir" && $GO list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)
+	# The suite's manifests, embedded from here (test/e2e/cnp/base, not
+	# committed), with manifests-nosctp.yaml beside them: the base pods
+	# without their SCTP servers, which cannot start on a kernel without
+	# SCTP (the suite's Setup waits for every pod to be ready).
+	rm -rf "$dir/base" && cp -r "$api/conformance/base" "$dir/base" && chmod -R u+w "$dir/base"
+	python3 - "$dir/base/manifests.yaml" >"$dir/base/manifests-nosctp.yaml" <<'PY'
+import re, sys
+lines = open(sys.argv[1]).read().split("\n")
+out, i = [], 0
+while i < len(lines):
+    m = re.match(r"^(\s*)- name: ", lines[i])
+    if m:
+        j = i + 1
+        while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > len(m.group(1))):
+            j += 1
+        block = lines[i:j]
+        if not any("SERVE_SCTP_PORT" in l for l in block):
+            out.extend(block)
+        i = j
+        continue
+    out.append(lines[i])
+    i += 1
+sys.stdout.write("\n".join(out))
+PY
+	grep -q SCTP "$dir/base/manifests-nosctp.yaml" && { log "SCTP servers left in $dir/base/manifests-nosctp.yaml"; exit 1; }
 	(cd "$dir" && slow $GO test -c -vet=off -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/cnp.test" .)
 	(cd "$netpol" && slow $GO build -p 1 -trimpath -ldflags "-s -w" -o "$out.tmp/agnhost" k8s.io/kubernetes/test/images/agnhost)
-	api=$(cd "$dir" && $GO list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)
 	sed -n 's/^[[:space:]]*image: \(registry.k8s.io\/e2e-test-images\/agnhost:[^[:space:]]*\).*/\1/p' "$api/conformance/base/manifests.yaml" | sort -u >"$out.tmp/agnhost.image"
 	[ "$(wc -l <"$out.tmp/agnhost.image")" = 1 ] || { log "not one agnhost image in $api/conformance/base/manifests.yaml"; exit 1; }
 	cp "$api/config/crd/standard/policy.networking.k8s.io_clusternetworkpolicies.yaml" "$out.tmp/crd.yaml"

@@ -726,7 +726,8 @@ PY
 # ClusterNetworkPolicy, with the features E2E_CNP_FEATURES names (the
 # standard ClusterNetworkPolicy by default). Its CRD applied if the chart
 # has not (server-side: the chart's crds/ may hold the same), the SCTP
-# tests skipped when the kernel has none (reported as SKIPPED). Its
+# tests skipped when the kernel has none (reported as SKIPPED; the base
+# pods then start without their SCTP servers). Its
 # ConformanceReport goes to test/e2e/cnp/report.yaml (committed), every
 # test's outcome to the summary. Its log: $T/logs/cnp.log.
 cnp_e2e() {
@@ -736,7 +737,8 @@ cnp_e2e() {
 	if [ ! -d /proc/sys/net/sctp ]; then skip=$(paste -sd, "$E2E_CNP_DIR/sctp.tests"); fi
 	log "cnp: the ClusterNetworkPolicy conformance suite (features: $features)${skip:+, without SCTP (the kernel has none: $skip)}; log in $T/logs/cnp.log"
 	"$E2E_CNP_DIR/cnp.test" -test.v -test.timeout 90m -kubeconfig "$KUBECONFIG" \
-		-conformance-profiles ClusterNetworkPolicy -supported-features "$features" ${skip:+-skip-tests "$skip"} \
+		-conformance-profiles ClusterNetworkPolicy -supported-features "$features" \
+		${skip:+-skip-tests "$skip" -base-manifests base/manifests-nosctp.yaml} \
 		-organization ebpf-cni -project ebpf-cni -url https://github.com/ebpf-cni/ebpf-cni \
 		-version "$THIS_VERSION" -contact "docs/networkpolicy.md" \
 		-additional-info "make e2e E2E_CNP=1: two nodes, Kubernetes $(basename "$E2E_K8S_DIR" | sed 's/kubernetes-//'), kube-proxy, IPv4 first of a dual stack" \

@@ -6,12 +6,15 @@
 // This is the upstream suite's own profile entry
 // (conformance/conformance_profile_test.go at the module's version) with
 // one addition: -skip-tests, the suite's Options.SkipTests, which upstream
-// exposes to Go callers only. A test skipped so is reported as SKIPPED; one
-// skipped with go test's -test.skip would be reported as SUCCEEDED. Its own
+// exposes to Go callers only (a test skipped so is reported as SKIPPED; one
+// skipped with go test's -test.skip would be reported as SUCCEEDED), and
+// -base-manifests, to start the base pods without their SCTP servers on a
+// kernel that has no SCTP (they would never be ready). Its own
 // module keeps controller-runtime and the suite out of ebpf-cni's go.mod.
 package cnp
 
 import (
+	"embed"
 	"flag"
 	"os"
 	"strings"
@@ -30,7 +33,16 @@ import (
 	"sigs.k8s.io/network-policy-api/conformance/utils/suite"
 )
 
-var skipTests = flag.String("skip-tests", "", "comma-separated short names of tests not to run (reported as SKIPPED)")
+var (
+	skipTests     = flag.String("skip-tests", "", "comma-separated short names of tests not to run (reported as SKIPPED)")
+	baseManifests = flag.String("base-manifests", "base/manifests.yaml", "the suite's base pods: base/manifests.yaml, or base/manifests-nosctp.yaml (without the SCTP servers, for a kernel without SCTP)")
+)
+
+// manifests is the suite's base/ as test/e2e/build.sh copied it from the
+// module, with manifests-nosctp.yaml beside manifests.yaml.
+//
+//go:embed base
+var manifests embed.FS
 
 func TestConformanceProfiles(t *testing.T) {
 	cfg, err := config.GetConfig()
@@ -80,6 +92,8 @@ func TestConformanceProfiles(t *testing.T) {
 			ExemptFeatures:             suite.ParseSupportedFeatures(*flags.ExemptFeatures),
 			EnableAllSupportedFeatures: *flags.EnableAllSupportedFeatures,
 			SkipTests:                  skip,
+			BaseManifests:              *baseManifests,
+			FS:                         &manifests,
 		},
 		Implementation:      *impl,
 		ConformanceProfiles: profiles,
