@@ -30,7 +30,8 @@
 #   E2E_CNP=1   then run the ClusterNetworkPolicy conformance suite (test/e2e/cnp)
 #               and write its report to test/e2e/cnp/report.yaml; E2E_CNP=only: that
 #               and none of the other checks; E2E_CNP_FEATURES: the suite's
-#               -supported-features (ClusterNetworkPolicy)
+#               -supported-features (ClusterNetworkPolicy); E2E_CNP_RUN: some of its
+#               tests only (a regexp of their names; no report is written)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -732,6 +733,9 @@ PY
 # test's outcome to the summary. Its log: $T/logs/cnp.log.
 cnp_e2e() {
 	local t0=$SECONDS rc=0 skip="" features=${E2E_CNP_FEATURES:-ClusterNetworkPolicy} report="$root/test/e2e/cnp/report.yaml"
+	# The suite's host-network pods take the same ports: two of a
+	# StatefulSet need both nodes.
+	kubectl taint node $NODE2 $NODE2_TAINT- >/dev/null 2>&1 || true
 	kubectl apply --server-side --force-conflicts -f "$E2E_CNP_DIR/crd.yaml" >/dev/null
 	wait_for 60 "the ClusterNetworkPolicy CRD established" kubectl wait --for=condition=Established crd/clusternetworkpolicies.policy.networking.k8s.io --timeout=5s
 	if [ ! -d /proc/sys/net/sctp ]; then skip=$(paste -sd, "$E2E_CNP_DIR/sctp.tests"); fi
@@ -742,14 +746,30 @@ cnp_e2e() {
 		-organization ebpf-cni -project ebpf-cni -url https://github.com/ebpf-cni/ebpf-cni \
 		-version "$THIS_VERSION" -contact "docs/networkpolicy.md" \
 		-additional-info "make e2e E2E_CNP=1: two nodes, Kubernetes $(basename "$E2E_K8S_DIR" | sed 's/kubernetes-//'), kube-proxy, IPv4 first of a dual stack" \
+		${E2E_CNP_RUN:+-test.run "TestConformanceProfiles/($E2E_CNP_RUN)"} \
 		-report-output "$T/cnp-report.yaml" >"$T/logs/cnp.log" 2>&1 || rc=$?
 	log "cnp: done in $((SECONDS - t0)) s (exit $rc)"
-	[ -s "$T/cnp-report.yaml" ] && cp "$T/cnp-report.yaml" "$report"
+	cp "$T/logs/cnp.log" "$root/test/e2e/cnp/last-run.log" # not committed: to read after the run
+	# A report of some tests only (E2E_CNP_RUN) is not the suite's: the
+	# others would read as passed.
+	[ -s "$T/cnp-report.yaml" ] && [ -z "${E2E_CNP_RUN:-}" ] && cp "$T/cnp-report.yaml" "$report"
 	local lines nfail
 	lines=()
 	mapfile -t lines < <(python3 - "$T/logs/cnp.log" "$skip" <<'PY'
 import re, sys
 log, skip = open(sys.argv[1]).read(), set(filter(None, sys.argv[2].split(",")))
+# The protocols of the failed pokes, by test (its subtests' included).
+pokes, cur = {}, ""
+for line in log.splitlines():
+    m = re.match(r"^=== RUN\s+TestConformanceProfiles/(\S+)", line)
+    if m:
+        cur = m.group(1)
+        continue
+    m = re.search(r"FAILED Command was \[/agnhost connect .*--protocol=(\w+)", line)
+    if m and cur:
+        for name in (cur, cur.split("/")[0]):
+            pokes.setdefault(name, {}).setdefault(m.group(1), 0)
+            pokes[name][m.group(1)] += 1
 counts, out = {}, []
 for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): TestConformanceProfiles/(\S+) \(([\d.]+)s\)", log, re.M):
     state, name, secs = m.group(1).lower(), m.group(2), float(m.group(3))
@@ -757,7 +777,9 @@ for m in re.finditer(r"^\s*--- (PASS|FAIL|SKIP): TestConformanceProfiles/(\S+) \
         state = "skipped (the kernel has no SCTP)"
     counts[state] = counts.get(state, 0) + 1
     if state != "pass":
-        out.append(f"cnp {state}: {name} ({secs:.0f} s)")
+        p = pokes.get(name)
+        why = (": failed pokes " + ", ".join(f"{k} x{n}" for k, n in sorted(p.items()))) if p else ""
+        out.append(f"cnp {state}: {name} ({secs:.0f} s){why}")
 total = sum(counts.values())
 print(f"cnp conformance: {counts.get('pass', 0)}/{total} passed" + "".join(f", {n} {k}" for k, n in sorted(counts.items()) if n and k != "pass"))
 for line in out:
