@@ -182,7 +182,7 @@ E2E_NETPOL_PROCS ?= 2
 # its report into test/e2e/cnp/report.yaml; E2E_CNP=only: that without the
 # other checks; E2E_CNP_FEATURES: the features it is told are supported.
 E2E_CNP ?=
-E2E_CNP_FEATURES ?= ClusterNetworkPolicy
+E2E_CNP_FEATURES ?= ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts
 E2E_CNP_RUN ?=
 .PHONY: e2e
 e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its Helm chart (from E2E_FROM, upgraded), the checks (E2E_NETPOL=1: and the upstream NetworkPolicy e2e tests); as root; see docs/development.md

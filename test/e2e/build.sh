@@ -144,8 +144,9 @@ PY
 	sed -n 's/^[[:space:]]*image: \(registry.k8s.io\/e2e-test-images\/agnhost:[^[:space:]]*\).*/\1/p' "$api/conformance/base/manifests.yaml" | sort -u >"$out.tmp/agnhost.image"
 	[ "$(wc -l <"$out.tmp/agnhost.image")" = 1 ] || { log "not one agnhost image in $api/conformance/base/manifests.yaml"; exit 1; }
 	cp "$api/config/crd/standard/policy.networking.k8s.io_clusternetworkpolicies.yaml" "$out.tmp/crd.yaml"
-	# The tests that need the kernel's SCTP (skipped where it has none).
-	sed -n 's/^[[:space:]]*ShortName:[[:space:]]*"\([A-Za-z0-9]*SCTP[A-Za-z0-9]*\)".*/\1/p' "$api"/conformance/tests/*.go | sort -u >"$out.tmp/sctp.tests"
+	# The tests that need the kernel's SCTP (skipped where it has none):
+	# those of SCTP and those that poke SCTP among other protocols.
+	sed -n 's/^[[:space:]]*ShortName:[[:space:]]*"\([A-Za-z0-9]*\)".*/\1/p' $(grep -l '"sctp"' "$api"/conformance/tests/*.go) | sort -u >"$out.tmp/sctp.tests"
 	rm -rf "$out" && mv "$out.tmp" "$out"
 	log "cnp conformance $version: built in $((SECONDS - start)) s"
 }

@@ -732,7 +732,7 @@ PY
 # ConformanceReport goes to test/e2e/cnp/report.yaml (committed), every
 # test's outcome to the summary. Its log: $T/logs/cnp.log.
 cnp_e2e() {
-	local t0=$SECONDS rc=0 skip="" features=${E2E_CNP_FEATURES:-ClusterNetworkPolicy} report="$root/test/e2e/cnp/report.yaml"
+	local t0=$SECONDS rc=0 skip="" features=${E2E_CNP_FEATURES:-ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts} report="$root/test/e2e/cnp/report.yaml"
 	# The suite's host-network pods take the same ports: two of a
 	# StatefulSet need both nodes.
 	kubectl taint node $NODE2 $NODE2_TAINT- >/dev/null 2>&1 || true
