@@ -179,15 +179,18 @@ E2E_NETPOL ?=
 E2E_NETPOL_FOCUS ?=
 E2E_NETPOL_PROCS ?= 2
 # E2E_CNP=1: then the ClusterNetworkPolicy conformance suite (test/e2e/cnp),
-# its report into test/e2e/cnp/report.yaml; E2E_CNP=only: that without the
+# its report into test/e2e/cnp/report-ipv4.yaml; E2E_CNP=only: that without the
 # other checks; E2E_CNP_FEATURES: the features it is told are supported.
 E2E_CNP ?=
 E2E_CNP_FEATURES ?= ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts
 E2E_CNP_RUN ?=
+# E2E_CNP_FAMILY=6 (with E2E_CNP=only): the cluster IPv6 first, the report
+# report-ipv6.yaml (4: report-ipv4.yaml).
+E2E_CNP_FAMILY ?= 4
 .PHONY: e2e
 e2e: ## a two-node Kubernetes v1.34 cluster (containerd 2.x, kube-proxy) in namespaces, ebpf-cni through its Helm chart (from E2E_FROM, upgraded), the checks (E2E_NETPOL=1: and the upstream NetworkPolicy e2e tests); as root; see docs/development.md
 	$(call apt-install,$(E2E_DEB_PKGS))
-	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_FROM="$(E2E_FROM)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" E2E_CNP="$(E2E_CNP)" E2E_CNP_FEATURES="$(E2E_CNP_FEATURES)" E2E_CNP_RUN="$(E2E_CNP_RUN)" test/e2e/run.sh
+	E2E_CACHE="$(E2E_CACHE)" E2E_PROXY_MODES="$(E2E_PROXY_MODES)" E2E_FROM="$(E2E_FROM)" E2E_NETPOL="$(E2E_NETPOL)" E2E_NETPOL_FOCUS="$(E2E_NETPOL_FOCUS)" E2E_NETPOL_PROCS="$(E2E_NETPOL_PROCS)" E2E_CNP="$(E2E_CNP)" E2E_CNP_FEATURES="$(E2E_CNP_FEATURES)" E2E_CNP_RUN="$(E2E_CNP_RUN)" E2E_CNP_FAMILY="$(E2E_CNP_FAMILY)" test/e2e/run.sh
 
 # The scale harness: the agent at 1,000 nodes / 30,000 pods / 30,000
 # NetworkPolicies against a real API server (make e2e's kube-apiserver,

@@ -106,7 +106,7 @@ build_cnp() {
 	dir=$(cd "$(dirname "$0")/cnp" && pwd) netpol=$(cd "$(dirname "$0")/netpol" && pwd)
 	version=$(cd "$dir" && $GO list -m -f '{{.Version}}' sigs.k8s.io/network-policy-api)
 	out="$E2E_CACHE/cnp-$version"
-	if [ -x "$out/cnp.test" ] && [ -x "$out/agnhost" ] && [ -s "$out/agnhost.image" ] && [ -s "$out/crd.yaml" ] && [ -s "$out/sctp.tests" ] &&
+	if [ -x "$out/cnp.test" ] && [ -x "$out/agnhost" ] && [ -s "$out/agnhost.image" ] && [ -s "$out/crd.yaml" ] && [ -s "$out/crd-experimental.yaml" ] && [ -s "$out/sctp.tests" ] &&
 		[ -z "$(find "$dir" -newer "$out/cnp.test" -type f -not -path "$dir/base/*")" ]; then
 		log "cnp conformance $version: cached in $out"; return
 	fi
@@ -144,6 +144,7 @@ PY
 	sed -n 's/^[[:space:]]*image: \(registry.k8s.io\/e2e-test-images\/agnhost:[^[:space:]]*\).*/\1/p' "$api/conformance/base/manifests.yaml" | sort -u >"$out.tmp/agnhost.image"
 	[ "$(wc -l <"$out.tmp/agnhost.image")" = 1 ] || { log "not one agnhost image in $api/conformance/base/manifests.yaml"; exit 1; }
 	cp "$api/config/crd/standard/policy.networking.k8s.io_clusternetworkpolicies.yaml" "$out.tmp/crd.yaml"
+	cp "$api/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml" "$out.tmp/crd-experimental.yaml"
 	# The tests that need the kernel's SCTP (skipped where it has none):
 	# those of SCTP and those that poke SCTP among other protocols.
 	sed -n 's/^[[:space:]]*ShortName:[[:space:]]*"\([A-Za-z0-9]*\)".*/\1/p' $(grep -l '"sctp"' "$api"/conformance/tests/*.go) | sort -u >"$out.tmp/sctp.tests"

@@ -320,12 +320,7 @@ func (cp *compilation) tiered(d policy.Direction, self *podInfo, cnps []int, np 
 		}
 		out = append(out, policy.Entry{Prefix: p, Rule: r})
 	}
-	SortEntries(out)
-	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	if len(errs) > 2 {
-		errs = append(errs[:1], fmt.Errorf("and %d more entries with too many port ranges", len(errs)-1))
-	}
-	return out, joinErrs(errs)
+	return sortedEntries(out, errs)
 }
 
 // tierEval is the evaluation of one direction of one pod.

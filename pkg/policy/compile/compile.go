@@ -853,12 +853,7 @@ func (cp *compilation) build(d policy.Direction, es entrySet) ([]policy.Entry, e
 		}
 		out = append(out, policy.Entry{Prefix: p, Rule: r})
 	}
-	SortEntries(out)
-	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	if len(errs) > 2 {
-		errs = append(errs[:1], fmt.Errorf("and %d more entries with too many port ranges", len(errs)-1))
-	}
-	return out, joinErrs(errs)
+	return sortedEntries(out, errs)
 }
 
 // covers: block b gives its rights to prefix p (of an entry).
@@ -1014,4 +1009,15 @@ func PeerNamespaces(pols []*networkingv1.NetworkPolicy, nss []*corev1.Namespace,
 		}
 	}
 	return out, all
+}
+
+// sortedEntries is out sorted, with errs (the entries with too many port
+// ranges) sorted and, beyond two, summed up in a second error.
+func sortedEntries(out []policy.Entry, errs []error) ([]policy.Entry, error) {
+	SortEntries(out)
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	if len(errs) > 2 {
+		errs = append(errs[:1], fmt.Errorf("and %d more entries with too many port ranges", len(errs)-1))
+	}
+	return out, joinErrs(errs)
 }
