@@ -28,10 +28,12 @@
 #                 E2E_NETPOL_FOCUS narrows them (a ginkgo focus regexp); E2E_NETPOL_PROCS
 #                 specs at a time (2)
 #   E2E_CNP=1   then run the ClusterNetworkPolicy conformance suite (test/e2e/cnp)
-#               and write its report to test/e2e/cnp/report.yaml; E2E_CNP=only: that
+#               and write its report to test/e2e/cnp/report-ipv4.yaml; E2E_CNP=only: that
 #               and none of the other checks; E2E_CNP_FEATURES: the suite's
 #               -supported-features (ClusterNetworkPolicy); E2E_CNP_RUN: some of its
-#               tests only (a regexp of their names; no report is written)
+#               tests only (a regexp of their names; no report is written);
+#               E2E_CNP_FAMILY=6 (with E2E_CNP=only): a cluster IPv6 first
+#               (report-ipv6.yaml; 4, the default: report-ipv4.yaml)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -47,6 +49,24 @@ NODE_IP6=2001:db8::2 WORLD_IP6=2001:db8::1
 NODE2_IP4=192.0.2.3 NODE2_IP6=2001:db8::3
 CLUSTER_CIDRS=10.244.0.0/16,2001:db8:244::/56
 SERVICE_CIDRS=10.96.0.0/16,2001:db8:96::/112
+NODE_IPS=$NODE_IP4,$NODE_IP6 NODE2_IPS=$NODE2_IP4,$NODE2_IP6
+ADVERTISE=$NODE_IP4 BIND=0.0.0.0
+# E2E_CNP_FAMILY=6: IPv6 first (the nodes' addresses, the pod and Service
+# ranges: a pod's primary address is IPv6), for the conformance suite,
+# which pokes primary addresses only.
+CNP_FAMILY=${E2E_CNP_FAMILY:-4}
+case $CNP_FAMILY in
+4) ;;
+6)
+	[ "${E2E_CNP:-}" = only ] || { echo "e2e: E2E_CNP_FAMILY=6 runs with E2E_CNP=only (the other checks read IPv4 first)" >&2; exit 2; }
+	CLUSTER_CIDRS=2001:db8:244::/56,10.244.0.0/16 SERVICE_CIDRS=2001:db8:96::/112,10.96.0.0/16
+	NODE_IPS=$NODE_IP6,$NODE_IP4 NODE2_IPS=$NODE2_IP6,$NODE2_IP4
+	# The kubernetes Service takes the first family: its endpoint the
+	# advertised address, which the API server must listen on.
+	ADVERTISE=$NODE_IP6 BIND=::
+	;;
+*) echo "e2e: E2E_CNP_FAMILY=$CNP_FAMILY: 4 or 6" >&2; exit 2 ;;
+esac
 NODE=e2e-node
 NODE2=e2e-node2
 # The second node takes only the pods that ask for it (nodeName and this
@@ -334,7 +354,7 @@ cert() { # name subject [SANs]
 	if [ -n "${3:-}" ]; then printf 'subjectAltName=%s\n' "$3" >"$1.ext"; else : >"$1.ext"; fi
 	openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out "$1.crt" -extfile "$1.ext" 2>/dev/null
 }
-cert apiserver /CN=kube-apiserver "IP:$NODE_IP4,IP:10.96.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+cert apiserver /CN=kube-apiserver "IP:$NODE_IP4,IP:$NODE_IP6,IP:10.96.0.1,IP:2001:db8:96::1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
 cert admin "/O=system:masters/CN=admin"
 openssl genrsa -out sa.key 2048 2>/dev/null
 openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -350,7 +370,7 @@ start etcd etcd --name e2e --data-dir "$T/etcd" \
 	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 	--initial-cluster e2e=http://127.0.0.1:2380
 start kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
-	--advertise-address=$NODE_IP4 --secure-port=6443 \
+	--advertise-address=$ADVERTISE --bind-address=$BIND --secure-port=6443 \
 	--tls-cert-file="$T/pki/apiserver.crt" --tls-private-key-file="$T/pki/apiserver.key" \
 	--client-ca-file="$T/pki/ca.crt" --authorization-mode=Node,RBAC --allow-privileged=true \
 	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$T/pki/sa.pub" \
@@ -536,11 +556,11 @@ kubelet_config "$T/kubelet2.yaml" "/ebpf-cni-e2e-$id/node2" "$T/containerd2" \
 	"registerWithTaints: [{key: $NODE2_TAINT, effect: NoSchedule}]"
 start_kubelet() {
 	start kubelet kubelet --config="$T/kubelet.yaml" --kubeconfig="$KUBECONFIG" --hostname-override=$NODE \
-		--node-ip=$NODE_IP4,$NODE_IP6 --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet-pki" -v=2
+		--node-ip=$NODE_IPS --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet-pki" -v=2
 }
 start_kubelet
 start kubelet2 "${IN2[@]}" kubelet --config="$T/kubelet2.yaml" --kubeconfig="$KUBECONFIG" --hostname-override=$NODE2 \
-	--node-ip=$NODE2_IP4,$NODE2_IP6 --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet2-pki" -v=2
+	--node-ip=$NODE2_IPS --root-dir=/var/lib/kubelet --cert-dir="$T/kubelet2-pki" -v=2
 
 kube_proxy() { # mode: (re)starts kube-proxy in that mode, on both nodes
 	local n name pre
@@ -729,27 +749,45 @@ PY
 # has not (server-side: the chart's crds/ may hold the same), the SCTP
 # tests skipped when the kernel has none (reported as SKIPPED; the base
 # pods then start without their SCTP servers). Its
-# ConformanceReport goes to test/e2e/cnp/report.yaml (committed), every
+# ConformanceReport goes to test/e2e/cnp/report-ipv<family>.yaml (committed), every
 # test's outcome to the summary. Its log: $T/logs/cnp.log.
 cnp_e2e() {
-	local t0=$SECONDS rc=0 skip="" features=${E2E_CNP_FEATURES:-ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts} report="$root/test/e2e/cnp/report.yaml"
+	local t0=$SECONDS rc=0 skip="" features=${E2E_CNP_FEATURES:-ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts} report="$root/test/e2e/cnp/report-ipv$CNP_FAMILY.yaml"
 	# The suite's host-network pods take the same ports: two of a
 	# StatefulSet need both nodes.
 	kubectl taint node $NODE2 $NODE2_TAINT- >/dev/null 2>&1 || true
-	kubectl apply --server-side --force-conflicts -f "$E2E_CNP_DIR/crd.yaml" >/dev/null
+	# The experimental CRD where an experimental feature is claimed (the
+	# standard one prunes its fields: the named-port tests' patches fail).
+	local crd=crd.yaml
+	case ,$features, in *,ClusterNetworkPolicyNamedPorts,* | *,ClusterNetworkPolicyEgressNodePeers,*) crd=crd-experimental.yaml ;; esac
+	kubectl apply --server-side --force-conflicts -f "$E2E_CNP_DIR/$crd" >/dev/null
 	wait_for 60 "the ClusterNetworkPolicy CRD established" kubectl wait --for=condition=Established crd/clusternetworkpolicies.policy.networking.k8s.io --timeout=5s
 	if [ ! -d /proc/sys/net/sctp ]; then skip=$(paste -sd, "$E2E_CNP_DIR/sctp.tests"); fi
+	# The suite pokes primary addresses: a pod's is of the cluster's first family.
+	kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: cnp-family}
+spec:
+  containers: [{name: c, image: $TEST_IMAGE, imagePullPolicy: Never}]
+EOF
+	kubectl wait --for=condition=Ready pod/cnp-family --timeout=60s >/dev/null
+	local primary
+	primary=$(kubectl get pod cnp-family -o jsonpath='{.status.podIP}')
+	kubectl delete pod cnp-family --grace-period=1 >/dev/null
+	check "cnp: a pod's primary address ($primary) is IPv$CNP_FAMILY, the family the suite pokes" 1 \
+		python3 -c 'import ipaddress, sys; sys.exit(ipaddress.ip_address(sys.argv[1]).version != int(sys.argv[2]))' "$primary" "$CNP_FAMILY"
 	log "cnp: the ClusterNetworkPolicy conformance suite (features: $features)${skip:+, without SCTP (the kernel has none: $skip)}; log in $T/logs/cnp.log"
 	"$E2E_CNP_DIR/cnp.test" -test.v -test.timeout 90m -kubeconfig "$KUBECONFIG" \
 		-conformance-profiles ClusterNetworkPolicy -supported-features "$features" \
 		${skip:+-skip-tests "$skip" -base-manifests base/manifests-nosctp.yaml} \
 		-organization ebpf-cni -project ebpf-cni -url https://github.com/ebpf-cni/ebpf-cni \
 		-version "$THIS_VERSION" -contact "docs/networkpolicy.md" \
-		-additional-info "make e2e E2E_CNP=1: two nodes, Kubernetes $(basename "$E2E_K8S_DIR" | sed 's/kubernetes-//'), kube-proxy, IPv4 first of a dual stack" \
+		-additional-info "make e2e E2E_CNP=1: two nodes, Kubernetes $(basename "$E2E_K8S_DIR" | sed 's/kubernetes-//'), kube-proxy, IPv$CNP_FAMILY first of a dual stack" \
 		${E2E_CNP_RUN:+-test.run "TestConformanceProfiles/($E2E_CNP_RUN)"} \
 		-report-output "$T/cnp-report.yaml" >"$T/logs/cnp.log" 2>&1 || rc=$?
 	log "cnp: done in $((SECONDS - t0)) s (exit $rc)"
-	cp "$T/logs/cnp.log" "$root/test/e2e/cnp/last-run.log" # not committed: to read after the run
+	cp "$T/logs/cnp.log" "$root/test/e2e/cnp/last-run-ipv$CNP_FAMILY.log" # not committed: to read after the run
 	# A report of some tests only (E2E_CNP_RUN) is not the suite's: the
 	# others would read as passed.
 	[ -s "$T/cnp-report.yaml" ] && [ -z "${E2E_CNP_RUN:-}" ] && cp "$T/cnp-report.yaml" "$report"
@@ -790,7 +828,7 @@ PY
 	nfail=${lines[-1]}
 	unset 'lines[-1]'
 	summary+=("${lines[@]}")
-	log "${lines[0]} ($((SECONDS - t0)) s; report: test/e2e/cnp/report.yaml)"
+	log "${lines[0]} ($((SECONDS - t0)) s; report: test/e2e/cnp/report-ipv$CNP_FAMILY.yaml)"
 	if [ "$nfail" != 0 ] || [ $rc != 0 ]; then failed=$((failed + 1)); fi
 }
 
