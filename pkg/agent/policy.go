@@ -264,24 +264,7 @@ func (c *PolicyController) run(ctx context.Context) error {
 	}
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second))
 	defer queue.ShutDown()
-	// changed records what a change needs (compile: a compilation; ns:
-	// that namespace's fact; all: every namespace's) and queues a sync.
-	changed := func(compile bool, ns string, all bool) {
-		c.mu.Lock()
-		if c.pending.IsZero() {
-			c.pending = time.Now()
-		}
-		c.needCompile = c.needCompile || compile
-		c.allNS = c.allNS || all
-		if ns != "" {
-			if c.dirtyNS == nil {
-				c.dirtyNS = map[string]bool{}
-			}
-			c.dirtyNS[ns] = true
-		}
-		c.mu.Unlock()
-		queue.Add(policyKey)
-	}
+	changed := c.changedFunc(queue)
 	c.scope.Store(nil)
 	factory, l, synced, err := c.watch(changed)
 	if err != nil {
@@ -326,15 +309,44 @@ func (c *PolicyController) run(ctx context.Context) error {
 	polled := make(chan struct{})
 	go func() { c.poll(ctx, queue, changed, fmt.Sprint(eps)); close(polled) }()
 	defer func() { <-polled }() // before the maps it reads are closed
+	c.work(queue, l)
+	select {
+	case <-cnpChanged:
+		return errCNPChanged
+	default:
+	}
+	return ctx.Err()
+}
+
+// changedFunc is the handlers' changed: it records what a change needs
+// (compile: a compilation; ns: that namespace's fact; all: every
+// namespace's) and queues a sync.
+func (c *PolicyController) changedFunc(queue workqueue.TypedRateLimitingInterface[string]) func(compile bool, ns string, all bool) {
+	return func(compile bool, ns string, all bool) {
+		c.mu.Lock()
+		if c.pending.IsZero() {
+			c.pending = time.Now()
+		}
+		c.needCompile = c.needCompile || compile
+		c.allNS = c.allNS || all
+		if ns != "" {
+			if c.dirtyNS == nil {
+				c.dirtyNS = map[string]bool{}
+			}
+			c.dirtyNS[ns] = true
+		}
+		c.mu.Unlock()
+		queue.Add(policyKey)
+	}
+}
+
+// work syncs the maps for each queued change until the queue shuts down,
+// a failed sync retried with backoff.
+func (c *PolicyController) work(queue workqueue.TypedRateLimitingInterface[string], l policyListers) {
 	for {
 		key, quit := queue.Get()
 		if quit {
-			select {
-			case <-cnpChanged:
-				return errCNPChanged
-			default:
-			}
-			return ctx.Err()
+			return
 		}
 		if err := c.sync(l); err != nil {
 			c.log.Warn("writing the network policies failed, retrying", "err", err, "retries", queue.NumRequeues(key))
