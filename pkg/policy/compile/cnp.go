@@ -252,24 +252,39 @@ type npTier struct {
 	isolated bool
 	entries  []policy.Entry // sorted by prefix
 	isolator uint32         // a policy that isolates it: what denies what they do not allow
+	// index (entries' masked prefix -> index) and lens (their lengths,
+	// longest first), built by the first lookup.
+	index map[netip.Prefix]int
+	lens  []int
 }
 
 // lookup is the NetworkPolicy entry whose region holds p (the longest
-// prefix of entries that contains p), nil: none.
+// prefix of entries that contains p), nil: none. index makes it a few map
+// lookups, one per prefix length the entries have, instead of a walk of
+// every entry for every region.
 func (t *npTier) lookup(p netip.Prefix) *policy.Rule {
-	var best *policy.Entry
-	for i := range t.entries {
-		e := &t.entries[i]
-		if e.Prefix.Addr().Is4() == p.Addr().Is4() && e.Prefix.Bits() <= p.Bits() && e.Prefix.Contains(p.Addr()) {
-			if best == nil || e.Prefix.Bits() > best.Prefix.Bits() {
-				best = e
-			}
+	if t.index == nil {
+		t.index = make(map[netip.Prefix]int, len(t.entries))
+		lens := map[int]bool{}
+		for i, e := range t.entries {
+			t.index[e.Prefix.Masked()] = i
+			lens[e.Prefix.Bits()] = true
+		}
+		for l := range lens {
+			t.lens = append(t.lens, l)
+		}
+		slices.Sort(t.lens)
+		slices.Reverse(t.lens)
+	}
+	for _, l := range t.lens {
+		if l > p.Bits() {
+			continue
+		}
+		if i, ok := t.index[netip.PrefixFrom(p.Addr(), l).Masked()]; ok {
+			return &t.entries[i].Rule
 		}
 	}
-	if best == nil {
-		return nil
-	}
-	return &best.Rule
+	return nil
 }
 
 // tiered compiles one direction of the local pod self under the
@@ -292,29 +307,31 @@ func (cp *compilation) tiered(d policy.Direction, self *podInfo, cnps []int, np 
 			}
 		}
 	}
-	t := &tierEval{cp: cp, d: d, self: self, np: np, addrs: map[string]map[netip.Addr]*podInfo{}}
-	prefixes := map[netip.Prefix]bool{allV4: true, allV6: true}
-	for _, refs := range [][]ruleRef{admin, base} {
-		for _, ref := range refs {
-			for pi := range ref.rule.peers {
-				peer := &ref.rule.peers[pi]
-				if peer.block != nil {
-					prefixes[peer.block.cidr] = true
-					continue
-				}
-				for a := range t.peerAddrs(peer) {
-					prefixes[netip.PrefixFrom(a, a.BitLen())] = true
-				}
-			}
+	t := &tierEval{cp: cp, d: d, self: self, np: &np, addrs: map[string]map[netip.Addr]*podInfo{}}
+	refs := append(admin[:len(admin):len(admin)], base...)
+	cands, prefixes := t.candidates(refs, np.entries)
+	if askEveryRule {
+		every := make([]int, len(refs))
+		for i := range every {
+			every[i] = i
 		}
-	}
-	for _, e := range np.entries {
-		prefixes[e.Prefix] = true
+		for p := range prefixes {
+			cands[p] = every
+		}
 	}
 	out := make([]policy.Entry, 0, len(prefixes))
 	var errs []error
+	var am, bm []ruleRef
 	for p := range prefixes {
-		r, err := t.entry(p, admin, base)
+		am, bm = am[:0], bm[:0]
+		for _, i := range cands[p] {
+			if i < len(admin) {
+				am = append(am, refs[i])
+			} else {
+				bm = append(bm, refs[i])
+			}
+		}
+		r, err := t.entry(p, am, bm)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s peer %s: %w", d, p, err))
 		}
@@ -323,12 +340,72 @@ func (cp *compilation) tiered(d policy.Direction, self *podInfo, cnps []int, np 
 	return sortedEntries(out, errs)
 }
 
+// candidates cuts the address space by the peers of refs and the
+// NetworkPolicy tier's entries nps: the prefixes of the regions (a pod
+// address's own, a CIDR's, an entry's, and 0.0.0.0/0 and ::/0), and
+// for each region the rules that may match it, as indexes into refs in
+// their order. Each rule is asked only of the regions its peers name (a
+// selector's pods' addresses, the regions a CIDR covers), so a region's
+// rule is found without matching every rule against every region.
+func (t *tierEval) candidates(refs []ruleRef, nps []policy.Entry) (map[netip.Prefix][]int, map[netip.Prefix]bool) {
+	prefixes := map[netip.Prefix]bool{allV4: true, allV6: true}
+	for _, e := range nps {
+		prefixes[e.Prefix] = true
+	}
+	cands := map[netip.Prefix][]int{}
+	var blocks []int // the rules with a CIDR peer
+	for ri, ref := range refs {
+		hasBlock := false
+		for pi := range ref.rule.peers {
+			peer := &ref.rule.peers[pi]
+			if peer.block != nil {
+				prefixes[peer.block.cidr] = true
+				hasBlock = true
+				continue
+			}
+			for a := range t.peerAddrs(peer) {
+				p := netip.PrefixFrom(a, a.BitLen())
+				prefixes[p] = true
+				if c := cands[p]; len(c) == 0 || c[len(c)-1] != ri {
+					cands[p] = append(c, ri)
+				}
+			}
+		}
+		if hasBlock {
+			blocks = append(blocks, ri)
+		}
+	}
+	if len(blocks) > 0 {
+		for p := range prefixes {
+			c := cands[p]
+			n := len(c)
+			for _, ri := range blocks {
+				for pi := range refs[ri].rule.peers {
+					if b := refs[ri].rule.peers[pi].block; b != nil && covers(b, p) {
+						c = append(c, ri)
+						break
+					}
+				}
+			}
+			if len(c) > n {
+				slices.Sort(c)
+				cands[p] = slices.Compact(c)
+			}
+		}
+	}
+	return cands, prefixes
+}
+
+// askEveryRule makes every region ask every rule, as tiered did before
+// candidates: the reference its tests compare candidates with.
+var askEveryRule = false
+
 // tierEval is the evaluation of one direction of one pod.
 type tierEval struct {
 	cp    *compilation
 	d     policy.Direction
 	self  *podInfo
-	np    npTier
+	np    *npTier
 	addrs map[string]map[netip.Addr]*podInfo // peer key -> its pods by address
 }
 
@@ -420,7 +497,8 @@ type matched struct {
 	m   ruleMatch
 }
 
-// entry is the rule of the region of prefix p.
+// entry is the rule of the region of prefix p; admin and base are the
+// rules of each tier that may match it (candidates), in order.
 func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, error) {
 	var am, bm []matched
 	// Where the ports are cut: every bound of a rule that matches the

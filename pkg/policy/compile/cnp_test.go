@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -441,3 +442,96 @@ func TestCompileClusterNetworkPolicyCache(t *testing.T) {
 }
 
 var _ = corev1.ProtocolTCP
+
+// TestCompileClusterNetworkPolicyCandidatesAskEveryRule: random clusters
+// of pods, NetworkPolicies and ClusterNetworkPolicies of both tiers, with
+// every action, pod, namespace and (overlapping) network peers, ports,
+// ranges and named ports: asking each region only the rules its peers
+// name (candidates) compiles exactly what asking every rule everywhere
+// does.
+func TestCompileClusterNetworkPolicyCandidatesAskEveryRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(57, 1))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	nets := []string{"10.0.0.0/8", "10.0.2.0/24", "10.0.2.2/32", "10.0.3.0/25", "192.0.2.0/24", "192.0.2.128/25", "0.0.0.0/0", "fd00::/64", "fd00::3:0/112", "::/0"}
+	actions := []cnpv1.ClusterNetworkPolicyRuleAction{accept, deny, pass}
+	protos := func() []cnpv1.ClusterNetworkPolicyProtocol {
+		var ps []cnpv1.ClusterNetworkPolicyProtocol
+		for range rng.IntN(3) {
+			switch rng.IntN(5) {
+			case 0:
+				ps = append(ps, tcp(int32(80+rng.IntN(3))))
+			case 1:
+				a := int32(75 + rng.IntN(10))
+				ps = append(ps, tcpRange(a, a+int32(rng.IntN(10))))
+			case 2:
+				ps = append(ps, udp(int32(53+rng.IntN(2))))
+			case 3:
+				ps = append(ps, sctp(80))
+			default:
+				ps = append(ps, namedPortP(pick("http", "dns", "none")))
+			}
+		}
+		return ps
+	}
+	peer := func(egress bool) cnpPeer {
+		switch rng.IntN(4) {
+		case 0:
+			return peerNS(sel("kubernetes.io/metadata.name", pick("a", "b", "c")))
+		case 1:
+			return peerPods(sel("kubernetes.io/metadata.name", pick("a", "b", "c")), sel("app", pick("client", "server", "other")))
+		case 2:
+			if egress {
+				return peerNets(pick(nets...), pick(nets...))
+			}
+			return peerNS(sel())
+		default:
+			return peerPods(sel(), sel("app", pick("client", "server")))
+		}
+	}
+	for iter := range 200 {
+		nss := []*corev1.Namespace{ns("a", nil), ns("b", nil), ns("c", nil)}
+		var pods []*corev1.Pod
+		var eps []LocalEndpoint
+		for i := range 12 {
+			nsName, app := pick("a", "b", "c"), pick("client", "server", "other")
+			ip4 := netip.AddrFrom4([4]byte{10, 0, byte(2 + i%3), byte(2 + i)})
+			ip6 := netip.MustParseAddr(fmt.Sprintf("fd00::3:%x", 2+i))
+			p := pod(nsName, fmt.Sprintf("p%d", i), map[string]string{"app": app}, []string{ip4.String(), ip6.String()},
+				ports(corev1.ContainerPort{Name: "http", ContainerPort: int32(80 + rng.IntN(2))}, corev1.ContainerPort{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}))
+			pods = append(pods, p)
+			if i < 3 {
+				eps = append(eps, LocalEndpoint{Ifindex: uint32(100 + i), Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), IPs: []netip.Addr{ip4, ip6}})
+			}
+		}
+		var cnps []*cnpv1.ClusterNetworkPolicy
+		for j := range 1 + rng.IntN(6) {
+			var in []cnpv1.ClusterNetworkPolicyIngressRule
+			var out []cnpv1.ClusterNetworkPolicyEgressRule
+			for range rng.IntN(3) {
+				in = append(in, cin(actions[rng.IntN(3)], cpeers(peer(false), peer(false)), protos()...))
+			}
+			for range rng.IntN(3) {
+				out = append(out, cout(actions[rng.IntN(3)], cpeers(peer(true)), protos()...))
+			}
+			tier := cnpv1.AdminTier
+			if rng.IntN(2) == 0 {
+				tier = cnpv1.BaselineTier
+			}
+			cnps = append(cnps, cnp(fmt.Sprintf("c%d", j), tier, int32(rng.IntN(4)), subjNS(sel()), in, out))
+		}
+		var nps []*networkingv1.NetworkPolicy
+		if rng.IntN(2) == 0 {
+			nps = append(nps, np(pick("a", "b", "c"), "np", sel(), both,
+				[]networkingv1.NetworkPolicyIngressRule{in(peers(podPeer(sel("app", "client"), nil)), port("", 80))},
+				[]networkingv1.NetworkPolicyEgressRule{out(peers(blockPeer("10.0.0.0/8")), port(corev1.ProtocolUDP, 53))}))
+		}
+		cl := Cluster{Pods: pods, Namespaces: nss, Policies: nps, ClusterPolicies: cnps}
+		var fast, every Compiler
+		got := fast.Compile(cl, eps)
+		askEveryRule = true
+		want := every.Compile(cl, eps)
+		askEveryRule = false
+		require.Equal(t, want.Endpoints, got.Endpoints, "cluster %d", iter)
+		require.Equal(t, fmt.Sprint(want.Errors), fmt.Sprint(got.Errors), "cluster %d", iter)
+	}
+}
