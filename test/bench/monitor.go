@@ -31,14 +31,15 @@ var monitorMetrics = []metricDecl{
 // streamStates are the two states of the stream.
 var streamStates = []string{"off", "on"}
 
-// inRunOrder is the order run measures a pair of states in: as listed in
-// even runs (off first), swapped in odd ones, so neither always comes
-// second (warmer caches, a drifting machine).
+// inRunOrder is the order run measures its states in: as listed in run 0,
+// rotated by one in each next run, so none always comes first or last
+// (warmer caches, a drifting machine); two states alternate.
 func inRunOrder(states []string, run int) []string {
-	if run%2 == 1 {
-		return []string{states[1], states[0]}
+	out := make([]string, 0, len(states))
+	for i := range states {
+		out = append(out, states[(i+run)%len(states)])
 	}
-	return states
+	return out
 }
 
 // monitorReader is a reader of the setup's stream, as `ebpf-cni monitor
@@ -153,7 +154,7 @@ func (b *bench) monitor() error {
 			if err := r.set(st == "on"); err != nil {
 				return err
 			}
-			if err := b.stateLoad(monitorPath, st, client.ns, target); err != nil {
+			if err := b.stateLoad(monitorPath, st, run, client.ns, target); err != nil {
 				return err
 			}
 		}
@@ -171,7 +172,7 @@ func (b *bench) monitor() error {
 			if err := r.set(st == "on"); err != nil {
 				return err
 			}
-			if err := b.stateBPFStats(monitorPath, streamStates, st, s.bpfRoot, client.ns, target); err != nil {
+			if err := b.stateBPFStats(monitorPath, streamStates, st, run, s.bpfRoot, client.ns, target); err != nil {
 				return err
 			}
 		}
@@ -198,8 +199,9 @@ func (b *bench) declareStates(path string, states []string, metrics []metricDecl
 }
 
 // stateLoad measures EBPF's RR and CRR from client to target in state st
-// of path: its half of each pair of rows.
-func (b *bench) stateLoad(path, st string, client ns.NetNS, target string) error {
+// of path in round run: its part of each set of rows, paired by round with
+// the other states'.
+func (b *bench) stateLoad(path, st string, run int, client ns.NetNS, target string) error {
 	rr, err := b.load("rr", client, target, b.cfg.dur)
 	if err != nil {
 		return fmt.Errorf("%s %s rr: %w", path, st, err)
@@ -208,18 +210,18 @@ func (b *bench) stateLoad(path, st string, client ns.NetNS, target string) error
 	if err != nil {
 		return fmt.Errorf("%s %s crr: %w", path, st, err)
 	}
-	b.res.add(path, "rr_tps_"+st, "tx/s", "higher", EBPF, rr.perSec())
-	b.res.add(path, "rr_p50_us_"+st, "µs", "lower", EBPF, rr.P50us)
-	b.res.add(path, "crr_cps_"+st, "conn/s", "higher", EBPF, crr.perSec())
-	b.res.add(path, "crr_p99_us_"+st, "µs", "lower", EBPF, crr.P99us)
+	b.res.addRound(path, "rr_tps_"+st, "tx/s", "higher", EBPF, run, rr.perSec())
+	b.res.addRound(path, "rr_p50_us_"+st, "µs", "lower", EBPF, run, rr.P50us)
+	b.res.addRound(path, "crr_cps_"+st, "conn/s", "higher", EBPF, run, crr.perSec())
+	b.res.addRound(path, "crr_p99_us_"+st, "µs", "lower", EBPF, run, crr.P99us)
 	return nil
 }
 
 // stateBPFStats measures the run time per packet of the programs under
-// bpfRoot for RR and CRR from client to target in state st of path, with
-// BPF run-time statistics already on: its half of each pair of rows
-// bpf_<mode>_<program>_ns_pkt_<state>.
-func (b *bench) stateBPFStats(path string, states []string, st, bpfRoot string, client ns.NetNS, target string) error {
+// bpfRoot for RR and CRR from client to target in state st of path in round
+// run, with BPF run-time statistics already on: its part of each set of
+// rows bpf_<mode>_<program>_ns_pkt_<state>.
+func (b *bench) stateBPFStats(path string, states []string, st string, run int, bpfRoot string, client ns.NetNS, target string) error {
 	for _, mode := range []string{"rr", "crr"} {
 		// 1000 runs at least: not a program on the path, run by a
 		// stray neighbour solicitation.
@@ -235,7 +237,7 @@ func (b *bench) stateBPFStats(path string, states []string, st, bpfRoot string, 
 			for _, pair := range states { // the pair of rows side by side
 				b.res.declare(path, "bpf_"+mode+"_"+name+"_ns_pkt_"+pair, "ns", "lower")
 			}
-			b.res.add(path, metric, "ns", "lower", EBPF, nsPkt)
+			b.res.addRound(path, metric, "ns", "lower", EBPF, run, nsPkt)
 			b.res.skip(path, metric, "ns", "lower", REF, noBPF)
 			b.res.skip(path, metric, "ns", "lower", RAW, noBPF)
 		}
@@ -277,48 +279,28 @@ func stateComparison(rows []Row, path, base, with, what string, budget float64) 
 	var b strings.Builder
 	fmt.Fprintf(&b, "| metric | unit | %s | %s | %s/%s | noise (%s / %s) | verdict |\n| --- | --- | ---: | ---: | ---: | --- | --- |\n", base, with, with, base, base, with)
 	var over, unsure, worse []string
+	compared := 0
 	for _, m := range bases {
 		off, okOff := byMetric[m+"_"+base]
 		on, okOn := byMetric[m+"_"+with]
 		if !okOff || !okOn || *off.EBPF == 0 {
 			continue
 		}
-		change := (*on.EBPF / *off.EBPF - 1) * 100
-		noise := singleRunNoise
-		if off.Spread[EBPF] != nil || on.Spread[EBPF] != nil {
-			noise = 0
-			for _, p := range []*float64{off.Spread[EBPF], on.Spread[EBPF]} {
-				if p != nil && *p > noise {
-					noise = *p
-				}
-			}
-		}
-		worseBy := change // how much worse "with" is, in percent
-		if off.Better == "higher" {
-			worseBy = -change
-		}
-		var v string
-		switch {
-		case strings.HasPrefix(m, "bpf_") && budget <= 0:
-			v = "(run time per packet)"
-		case strings.HasPrefix(m, "bpf_") && worseBy > budget && worseBy <= noise:
-			v = fmt.Sprintf("? over the %.0f%% budget by less than the noise", budget)
-			unsure = append(unsure, m)
-		case strings.HasPrefix(m, "bpf_") && worseBy > budget:
-			v = fmt.Sprintf("❌ over the %.0f%% budget", budget)
+		compared++
+		c := judgeState(off, on, on.Paired[stateKey(with, base)], strings.HasPrefix(m, "bpf_"), budget)
+		switch c.verdict {
+		case stateOver:
 			over = append(over, m)
-		case strings.HasPrefix(m, "bpf_"):
-			v = fmt.Sprintf("✅ within the %.0f%% budget", budget)
-		case math.Abs(change) <= noise || math.Abs(change) < 1:
-			v = "≈ within noise"
-		case worseBy > 0:
-			v = "❌ worse"
+		case stateUnsure:
+			unsure = append(unsure, m)
+		case stateWorse:
 			worse = append(worse, m)
-		default:
-			v = "✅ better"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% | %s / %s | %s |\n", m, off.Unit, cell(off.EBPF), cell(on.EBPF), change,
-			spreadCell(off), spreadCell(on), v)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s | %s |\n", m, off.Unit, cell(off.EBPF), cell(on.EBPF), c.change,
+			spreadCell(off), spreadCell(on), c.text)
+	}
+	if compared == 0 {
+		return ""
 	}
 	b.WriteString("\n")
 	switch {
@@ -338,6 +320,78 @@ func stateComparison(rows []Row, path, base, with, what string, budget float64) 
 		}
 	}
 	return b.String()
+}
+
+// The verdicts of judgeState that the summary under a state comparison
+// lists.
+const (
+	stateOK = iota
+	stateOver
+	stateUnsure
+	stateWorse
+)
+
+// stateCell is a row of a state comparison: the change, its words, and
+// its verdict.
+type stateCell struct {
+	change, text string
+	verdict      int
+}
+
+// judgeState judges a pair of state rows: by p, the ratio of their rounds
+// (with its 95% interval), when they were measured in the same rounds;
+// else by their medians against the larger of their spreads. A bpf_ row
+// (run time per packet) is held to budget percent (0: figures only); the
+// others are better or worse only when the interval (or the difference of
+// the medians) lies beyond 1x (beyond the noise).
+func judgeState(off, on Row, p *Paired, runTime bool, budget float64) stateCell {
+	change := (*on.EBPF / *off.EBPF - 1) * 100
+	cellText := fmt.Sprintf("%+.1f%%", change)
+	lo, hi := change, change // the change's bounds, in percent
+	noise := 0.0
+	if p != nil {
+		change = (p.Ratio - 1) * 100
+		cellText = fmt.Sprintf("%+.1f%%", change)
+		lo, hi = change, change
+		if p.CILow != nil {
+			lo, hi = (*p.CILow-1)*100, (*p.CIHigh-1)*100
+			cellText += fmt.Sprintf(" (%+.1f – %+.1f)", lo, hi)
+		}
+	} else {
+		noise = singleRunNoise
+		if off.Spread[EBPF] != nil || on.Spread[EBPF] != nil {
+			noise = 0
+			for _, s := range []*float64{off.Spread[EBPF], on.Spread[EBPF]} {
+				if s != nil && *s > noise {
+					noise = *s
+				}
+			}
+		}
+	}
+	// worseLo and worseHi bound how much worse "with" is, in percent.
+	worseLo, worseHi := lo-noise, hi+noise
+	if off.Better == "higher" {
+		worseLo, worseHi = -hi-noise, -lo+noise
+	}
+	worseBy := (worseLo + worseHi) / 2
+	sc := stateCell{change: cellText}
+	switch {
+	case runTime && budget <= 0:
+		sc.text = "(run time per packet)"
+	case runTime && worseLo > budget:
+		sc.text, sc.verdict = fmt.Sprintf("❌ over the %.0f%% budget", budget), stateOver
+	case runTime && worseBy > budget:
+		sc.text, sc.verdict = fmt.Sprintf("? over the %.0f%% budget by less than the noise", budget), stateUnsure
+	case runTime:
+		sc.text = fmt.Sprintf("✅ within the %.0f%% budget", budget)
+	case worseLo <= 0 && worseHi >= 0 || math.Abs(change) < 1:
+		sc.text = "≈ within noise"
+	case worseLo > 0:
+		sc.text, sc.verdict = "❌ worse", stateWorse
+	default:
+		sc.text = "✅ better"
+	}
+	return sc
 }
 
 func spreadCell(r Row) string {

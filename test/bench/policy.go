@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -22,10 +21,13 @@ import (
 )
 
 // The policy path: pod-to-pod RR and CRR of EBPF between two pods that
-// 1,000 NetworkPolicies select (`_1000`), beside two pods of a namespace
-// without any (`_none`), alternated within every run; the programs' run
-// time per packet for both; and the node agent's time from a policy
-// change to the maps being written (1,000 pods, 1,000 policies).
+// 1,000 NetworkPolicies select (`_1000`), between two pods that 1,000
+// ClusterNetworkPolicies select (`_cnp1000`), beside two pods of a
+// namespace without any (`_none`), in an order that rotates from run to
+// run; the programs' run time per packet for all three; the node agent's
+// time from a policy change to the maps being written; and, for each kind,
+// the time from an API write to the first connection that sees it
+// (policy_latency.go). The API holds 1,000 pods and both sets of policies.
 const policyPath = "policy"
 
 // policyCount and policyPods are the cluster the agent compiles.
@@ -34,31 +36,41 @@ const (
 	policyPods  = 1000
 )
 
-var policyStates = []string{"none", "1000"}
+var policyStates = []string{"none", "1000", "cnp1000"}
 
 var policyMetrics = []metricDecl{
 	{"rr_tps", "tx/s", "higher"}, {"rr_p50_us", "µs", "lower"}, {"crr_cps", "conn/s", "higher"}, {"crr_p99_us", "µs", "lower"},
 }
 
+// The bench's pods: a client and a server in each of three namespaces.
+// bench-policy's pair is what the NetworkPolicies select, bench-cnp's what
+// the ClusterNetworkPolicies select.
+var policyPodNS = map[string]string{
+	"open-client": "bench-open", "open-server": "bench-open",
+	"pol-client": "bench-policy", "pol-server": "bench-policy",
+	"cnp-client": "bench-cnp", "cnp-server": "bench-cnp",
+}
+
 // policyObjects is the fake API's content: the namespaces, the bench's
-// four pods (pair: yes for the policied pair), policyPods-4 peers that
-// exist only in the API, and policyCount policies of bench-policy, each
-// selecting the pair and admitting one peer on a port of its own, both
-// ways; policy 0 also admits the pair to each other on echoPort.
+// six pods (pair: yes for the two policied pairs), policyPods-6 peers that
+// exist only in the API, policyCount NetworkPolicies of bench-policy, each
+// selecting its pair and admitting one peer on a port of its own, both
+// ways (policy 0 also admits the pair to each other on echoPort), and the
+// probe's NetworkPolicy (policy_latency.go), closed to begin with.
 func policyObjects(pods map[string]*pod) []any {
 	var objs []any
-	for _, ns := range []string{"bench-open", "bench-policy", "bench-peers"} {
+	for _, ns := range []string{"bench-open", "bench-policy", "bench-cnp", "bench-peers"} {
 		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kubernetes.io/metadata.name": ns}}})
 	}
 	for name, p := range pods {
-		ns, labels := "bench-open", map[string]string{"app": name}
-		if name == "pol-client" || name == "pol-server" {
-			ns, labels["pair"] = "bench-policy", "yes"
+		ns, labels := policyPodNS[name], map[string]string{"app": name}
+		if ns != "bench-open" {
+			labels["pair"] = "yes"
 		}
 		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, UID: types.UID("uid-" + name)},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.ip.String(), PodIPs: []corev1.PodIP{{IP: p.ip.String()}}}})
 	}
-	for i := range policyPods - len(pods) {
+	for i := range policyPeers {
 		ip := netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)}).String()
 		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-peers", Name: fmt.Sprintf("peer-%d", i),
 			Labels: map[string]string{"peer": fmt.Sprint(i)}, UID: types.UID(fmt.Sprintf("uid-peer-%d", i))},
@@ -67,8 +79,12 @@ func policyObjects(pods map[string]*pod) []any {
 	for i := range policyCount {
 		objs = append(objs, benchPolicy(i, 1000+i))
 	}
-	return objs
+	return append(objs, probeNP(false))
 }
+
+// policyPeers is how many pods of the API are peers only: with the bench's
+// six, policyPods.
+const policyPeers = policyPods - 6
 
 // benchPolicy is policy i, admitting its peer on port.
 func benchPolicy(i, port int) *networkingv1.NetworkPolicy {
@@ -76,7 +92,7 @@ func benchPolicy(i, port int) *networkingv1.NetworkPolicy {
 	pair := &metav1.LabelSelector{MatchLabels: map[string]string{"pair": "yes"}}
 	peer := networkingv1.NetworkPolicyPeer{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "bench-peers"}},
-		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"peer": fmt.Sprint(i % (policyPods - 4))}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"peer": fmt.Sprint(i % policyPeers)}},
 	}
 	p := intstr.FromInt32(int32(port))
 	ports := []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
@@ -101,7 +117,7 @@ func (b *bench) policy() error {
 		b.res.skip(policyPath, m, "ms", "lower", RAW, "not applicable: no NetworkPolicy")
 	}
 	s := b.setups[EBPF]
-	b.logf("policy: %d policies and %d pods in the API; %d runs of %s (RR and CRR, then again with BPF run-time statistics), without and with them", policyCount, policyPods, b.cfg.runs, b.cfg.dur)
+	b.logf("policy: %d NetworkPolicies, %d ClusterNetworkPolicies and %d pods in the API; %d runs of %s (RR and CRR, then again with BPF run-time statistics), without and with each kind", policyCount, policyCount, policyPods, b.cfg.runs, b.cfg.dur)
 	pods, err := b.policyPods(s)
 	if err != nil {
 		return err
@@ -110,12 +126,16 @@ func (b *bench) policy() error {
 	if err != nil {
 		return err
 	}
+	cnps, err := fakeCNPAPI()
+	if err != nil {
+		return err
+	}
 	nd, err := node.Open(node.Options{BPFRoot: s.bpfRoot, StateDir: s.stateDir, Lock: node.Unlocked})
 	if err != nil {
 		return err
 	}
 	defer nd.Close()
-	ctl := agent.NewPolicyController(client, agent.PolicyConfig{Node: nd})
+	ctl := agent.NewPolicyController(client, agent.PolicyConfig{Node: nd, ClusterPolicies: cnps})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ctl.Run(ctx) }()
@@ -127,16 +147,17 @@ func (b *bench) policy() error {
 	if err != nil {
 		return err
 	}
-	if err := waitEnforced(pm, ctl, 30*time.Second); err != nil {
+	if err := waitEnforced(pm, ctl, 4, 60*time.Second); err != nil {
 		return err
 	}
 
-	targets := map[string][2]*pod{"none": {pods["open-client"], pods["open-server"]}, "1000": {pods["pol-client"], pods["pol-server"]}}
+	targets := map[string][2]*pod{"none": {pods["open-client"], pods["open-server"]}, "1000": {pods["pol-client"], pods["pol-server"]},
+		"cnp1000": {pods["cnp-client"], pods["cnp-server"]}}
 	syncs := len(ctl.Latencies())
 	for run := range b.cfg.runs {
 		for _, st := range inRunOrder(policyStates, run) {
 			c, sv := targets[st][0], targets[st][1]
-			if err := b.stateLoad(policyPath, st, c.ns, addr(sv.ip, echoPort)); err != nil {
+			if err := b.stateLoad(policyPath, st, run, c.ns, addr(sv.ip, echoPort)); err != nil {
 				return err
 			}
 		}
@@ -149,32 +170,31 @@ func (b *bench) policy() error {
 	for run := range b.cfg.runs {
 		for _, st := range inRunOrder(policyStates, run) {
 			c, sv := targets[st][0], targets[st][1]
-			if err := b.stateBPFStats(policyPath, policyStates, st, s.bpfRoot, c.ns, addr(sv.ip, echoPort)); err != nil {
+			if err := b.stateBPFStats(policyPath, policyStates, st, run, s.bpfRoot, c.ns, addr(sv.ip, echoPort)); err != nil {
 				stats.Close()
 				return err
 			}
 		}
 	}
 	stats.Close()
-	return b.agentLatency(client, ctl)
+	if err := b.agentLatency(client, ctl); err != nil {
+		return err
+	}
+	return b.policyLatency(latencyProbes(pods, client, cnps), 20*b.cfg.runs)
 }
 
-// policyPods attaches the bench's four pods, a client and a server in
-// bench-open and in bench-policy, and starts the servers.
+// policyPods attaches the bench's six pods (policyPodNS) and starts the
+// servers.
 func (b *bench) policyPods(s *setup) (map[string]*pod, error) {
 	pods := map[string]*pod{}
-	for _, name := range []string{"open-client", "open-server", "pol-client", "pol-server"} {
-		ns := "bench-open"
-		if name == "pol-client" || name == "pol-server" {
-			ns = "bench-policy"
-		}
-		p, _, err := b.addPodArgs(s, nil, [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}, {"K8S_POD_UID", "uid-" + name}})
+	for _, name := range []string{"open-client", "open-server", "pol-client", "pol-server", "cnp-client", "cnp-server"} {
+		p, _, err := b.addPodArgs(s, nil, [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", policyPodNS[name]}, {"K8S_POD_NAME", name}, {"K8S_POD_UID", "uid-" + name}})
 		if err != nil {
 			return nil, err
 		}
 		pods[name] = p
 	}
-	for _, name := range []string{"open-server", "pol-server"} {
+	for _, name := range []string{"open-server", "pol-server", "cnp-server"} {
 		if err := b.startServer(pods[name].ns, addr(pods[name].ip, echoPort)); err != nil {
 			return nil, err
 		}
@@ -234,8 +254,8 @@ func (b *bench) agentLatency(client *fake.Clientset, ctl *agent.PolicyController
 }
 
 // waitEnforced waits until the controller has synced and written the
-// policied pair's states.
-func waitEnforced(pm *policy.Maps, ctl *agent.PolicyController, limit time.Duration) error {
+// states of the want policied pods.
+func waitEnforced(pm *policy.Maps, ctl *agent.PolicyController, want int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		if ctl.Synced() {
@@ -249,11 +269,11 @@ func waitEnforced(pm *policy.Maps, ctl *agent.PolicyController, limit time.Durat
 					n++
 				}
 			}
-			if n == 2 {
+			if n == want {
 				return nil
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return errors.New("the policy controller did not enforce the pair's policies within " + limit.String())
+	return fmt.Errorf("the policy controller did not enforce the %d policied pods' policies within %s", want, limit)
 }

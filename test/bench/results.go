@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 )
 
@@ -40,6 +41,28 @@ const (
 
 // concKey is the key of Row.Paired for setup's ratio of concurrency 8 to 1.
 func concKey(setup string) string { return setup + ":c8/c1" }
+
+// stateKey is the key of Row.Paired for EBPF's figure in state st over its
+// figure in state base in the same round (paths measured in states,
+// statePaths).
+func stateKey(st, base string) string { return EBPF + ":" + st + "/" + base }
+
+// statePaths are the paths measured in states, each state's rows
+// <metric>_<state>, with their states: the first is the base the others
+// are judged against, round by round.
+var statePaths = map[string][]string{monitorPath: streamStates, policyPath: policyStates}
+
+// stateOf splits a state row's metric into the row of its base state and
+// the state; ok false for a metric of no state, or of the base state.
+func stateOf(path, metric string) (baseMetric, st string, ok bool) {
+	states := statePaths[path]
+	for _, s := range states[min(1, len(states)):] {
+		if m, found := strings.CutSuffix(metric, "_"+s); found {
+			return m + "_" + states[0], s, true
+		}
+	}
+	return "", "", false
+}
 
 // concurrencyOf maps a row judged against the same setup's figure at
 // concurrency 1 to that row's metric: pairs per second, a throughput, tell
@@ -181,6 +204,11 @@ func (rs *Results) Rows() []Row {
 				if p := pairRatio(rs.samples[k][s], rs.samples[key(path, c1)][s], d.better); p != nil {
 					r.Paired[concKey(s)] = p.rounded()
 				}
+			}
+		}
+		if baseMetric, st, ok := stateOf(path, metric); ok {
+			if p := pairRatio(rs.samples[k][EBPF], rs.samples[key(path, baseMetric)][EBPF], d.better); p != nil {
+				r.Paired[stateKey(st, statePaths[path][0])] = p.rounded()
 			}
 		}
 		if len(r.Paired) == 0 {
