@@ -42,15 +42,18 @@ import (
 const probePort = echoPort + 1
 
 // probeEvery is how often a probe starts a new connection or sends a
-// request; probeLost is how long an attempt may go unanswered before it
-// counts as denied (a round trip between two pods of a node is tens of
-// microseconds); probeDenied is how many attempts in a row must be denied
-// before the first of them is the moment the change was seen.
+// request. An attempt unanswered for probeLost (a round trip between two
+// pods of a node is tens of microseconds) is the moment a change was seen
+// once it stays unanswered for probeConfirm: a dropped SYN or request is
+// sent again only after a second or 200 ms, so an answer before then was
+// merely late (a loaded machine), not denied. probeDenied attempts in a
+// row must be denied before the first of them counts.
 const (
-	probeEvery  = time.Millisecond
-	probeLost   = 30 * time.Millisecond
-	probeDenied = 5
-	probeLimit  = 10 * time.Second
+	probeEvery   = time.Millisecond
+	probeLost    = 30 * time.Millisecond
+	probeConfirm = 150 * time.Millisecond
+	probeDenied  = 5
+	probeLimit   = 10 * time.Second
 )
 
 // latencyKinds are the kinds measured, in the rows' suffix.
@@ -243,7 +246,7 @@ func (p latencyProbe) cycle() (opened, closed, cut float64, err error) {
 		return 0, 0, 0, fmt.Errorf("the established connection: %w", err)
 	}
 	defer conn.Close()
-	if _, err := request(conn); err != nil {
+	if _, err := request(conn, time.Second); err != nil {
 		return 0, 0, 0, fmt.Errorf("the established connection before the change: %w", err)
 	}
 	t1 := time.Now()
@@ -308,10 +311,10 @@ func dialIn(n ns.NetNS, target netip.AddrPort) (net.Conn, error) {
 	return c, err
 }
 
-// request sends one byte on c and reads the echo, probeLost at most.
-func request(c net.Conn) (time.Time, error) {
+// request sends one byte on c and reads the echo, wait at most.
+func request(c net.Conn, wait time.Duration) (time.Time, error) {
 	at := time.Now()
-	if err := c.SetDeadline(at.Add(probeLost)); err != nil {
+	if err := c.SetDeadline(at.Add(wait)); err != nil {
 		return at, err
 	}
 	if _, err := c.Write([]byte{'x'}); err != nil {
@@ -322,15 +325,24 @@ func request(c net.Conn) (time.Time, error) {
 	return at, err
 }
 
-// firstLost sends a request every probeEvery until one gets no answer:
-// when it was sent.
+// firstLost sends a request every probeEvery until one gets no answer
+// within probeLost that does not come within probeConfirm either: when it
+// was sent.
 func firstLost(c net.Conn) (time.Time, error) {
 	deadline := time.Now().Add(probeLimit)
 	for time.Now().Before(deadline) {
-		at, err := request(c)
+		at, err := request(c, probeLost)
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return at, nil
+			// Late or lost: the echo of this byte may still come.
+			if err := c.SetDeadline(at.Add(probeConfirm)); err != nil {
+				return at, err
+			}
+			var buf [1]byte
+			_, err = c.Read(buf[:])
+			if errors.As(err, &ne) && ne.Timeout() {
+				return at, nil
+			}
 		}
 		if err != nil {
 			return at, fmt.Errorf("the established connection: %w", err)
@@ -356,8 +368,8 @@ const (
 // firstConnect starts a connection to target from inside n every
 // probeEvery and says when the first one that sees the change started:
 // with allowed, the first that succeeds; else the first of probeDenied in
-// a row that get no answer within probeLost (one that succeeds after them
-// starts the count again). The connects are non-blocking sockets made on
+// a row that get no answer within probeConfirm (one that succeeds after
+// them starts the count again). The connects are non-blocking sockets made on
 // one thread in n, polled together, so one that hangs delays no other.
 func firstConnect(n ns.NetNS, target netip.AddrPort, allowed bool) (time.Time, error) {
 	var seen time.Time
@@ -417,7 +429,7 @@ func connectNB(target netip.AddrPort) (*attempt, error) {
 }
 
 // pollAttempts waits up to wait for the pending attempts, then settles
-// those that connected, failed, or waited past probeLost.
+// those that connected, failed, or waited past probeConfirm.
 func pollAttempts(atts []*attempt, wait time.Duration) error {
 	var fds []unix.PollFd
 	var pending []*attempt
@@ -450,7 +462,7 @@ func pollAttempts(atts []*attempt, wait time.Duration) error {
 				// refuse.
 				return fmt.Errorf("a probe's connect failed: %w", unix.Errno(soErr))
 			}
-		case now.Sub(a.start) > probeLost:
+		case now.Sub(a.start) > probeConfirm:
 			a.state = attemptDenied
 		default:
 			continue
@@ -536,6 +548,6 @@ func latencySection(rows []Row) string {
 	if !found {
 		return ""
 	}
-	b.WriteString("\nenforce: from the API write to the first new connection that sees it (allowed after the port opens, denied after it closes); revoke: to the first request of a connection established before the close that gets no answer. One connection attempt or request every 1 ms; an attempt is denied when unanswered for 30 ms.\n\n")
+	b.WriteString("\nenforce: from the API write to the first new connection that sees it (allowed after the port opens, denied after it closes); revoke: to the first request of a connection established before the close that gets no answer. One connection attempt or request every 1 ms; an attempt is denied when unanswered for 150 ms (a dropped SYN or request is sent again only after 1 s or 200 ms), and 5 in a row must be.\n\n")
 	return b.String()
 }
