@@ -500,77 +500,109 @@ type matched struct {
 // entry is the rule of the region of prefix p; admin and base are the
 // rules of each tier that may match it (candidates), in order.
 func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, error) {
-	var am, bm []matched
-	// Where the ports are cut: every bound of a rule that matches the
-	// region, and of the NetworkPolicies' entry.
-	cuts := map[uint8][]uint16{6: {0}, 17: {0}, 132: {0}}
-	addCuts := func(ports []portRange) {
-		for _, r := range ports {
-			if r.proto != 6 && r.proto != 17 && r.proto != 132 {
-				continue
-			}
-			cuts[r.proto] = append(cuts[r.proto], r.first)
-			if r.last < 65535 {
-				cuts[r.proto] = append(cuts[r.proto], r.last+1)
-			}
-		}
-	}
+	rm := t.regionMatches(p, admin, base)
+	cells, other := rm.cells()
+	return encodeRule(cells, other)
+}
+
+// regionMatch is what decides the flows of one region: the rules of each
+// tier that match it, the NetworkPolicy tier's entry, and where the ports
+// are cut (every bound of a rule that matches, and of the NetworkPolicy
+// entry).
+type regionMatch struct {
+	t      *tierEval
+	am, bm []matched
+	npRule *policy.Rule
+	cuts   map[uint8][]uint16
+}
+
+// regionMatches matches the region of prefix p with the rules of both
+// tiers and the NetworkPolicy tier.
+func (t *tierEval) regionMatches(p netip.Prefix, admin, base []ruleRef) *regionMatch {
+	rm := &regionMatch{t: t, cuts: map[uint8][]uint16{6: {0}, 17: {0}, 132: {0}}}
 	for _, x := range []struct {
 		refs []ruleRef
 		out  *[]matched
-	}{{admin, &am}, {base, &bm}} {
+	}{{admin, &rm.am}, {base, &rm.bm}} {
 		for _, ref := range x.refs {
 			m := t.match(ref.rule, p)
 			if !m.ok {
 				continue
 			}
 			*x.out = append(*x.out, matched{ref, m})
-			addCuts(m.ports)
+			rm.addCuts(m.ports)
 		}
 	}
-	var npRule *policy.Rule
 	if t.np.isolated {
-		npRule = t.np.lookup(p)
-		if npRule != nil && npRule.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS) == 0 {
-			for _, r := range npRule.Ports[:npRule.N_ports] {
-				addCuts([]portRange{{r.Proto, r.First, r.Last}})
+		rm.npRule = t.np.lookup(p)
+		if rm.npRule != nil && rm.npRule.Flags&uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS) == 0 {
+			for _, r := range rm.npRule.Ports[:rm.npRule.N_ports] {
+				rm.addCuts([]portRange{{r.Proto, r.First, r.Last}})
 			}
 		}
 	}
-	decide := func(proto uint8, port uint16) verdict {
-		for _, x := range am {
-			if !x.m.has(proto, port) {
-				continue
-			}
-			if x.ref.rule.action == actPass {
-				break
-			}
-			return verdict{x.ref.rule.action == actAccept, x.ref.pol.id}
+	return rm
+}
+
+func (rm *regionMatch) addCuts(ports []portRange) {
+	for _, r := range ports {
+		if r.proto != 6 && r.proto != 17 && r.proto != 132 {
+			continue
 		}
-		if t.np.isolated {
-			if npRule != nil && npAllows(npRule, proto, port) {
-				return verdict{true, npRule.Sources[0]}
-			}
-			return verdict{false, t.np.isolator}
+		rm.cuts[r.proto] = append(rm.cuts[r.proto], r.first)
+		if r.last < 65535 {
+			rm.cuts[r.proto] = append(rm.cuts[r.proto], r.last+1)
 		}
-		for _, x := range bm {
-			if !x.m.has(proto, port) {
-				continue
-			}
-			if x.ref.rule.action == actPass {
-				break
-			}
-			return verdict{x.ref.rule.action == actAccept, x.ref.pol.id}
-		}
-		return verdict{allow: true}
 	}
-	type cell struct {
-		r portRange
-		v verdict
+}
+
+// decide is the verdict of proto/port (otherProto: the protocols without
+// ports) in the region: the Admin tier, the NetworkPolicy tier, the
+// Baseline tier, the default.
+func (rm *regionMatch) decide(proto uint8, port uint16) verdict {
+	if v, ok := tierDecides(rm.am, proto, port); ok {
+		return v
 	}
+	if rm.t.np.isolated {
+		if rm.npRule != nil && npAllows(rm.npRule, proto, port) {
+			return verdict{true, rm.npRule.Sources[0]}
+		}
+		return verdict{false, rm.t.np.isolator}
+	}
+	if v, ok := tierDecides(rm.bm, proto, port); ok {
+		return v
+	}
+	return verdict{allow: true}
+}
+
+// tierDecides is the verdict of the first rule of a tier that matches
+// proto/port; ok false when none does or a Pass does first.
+func tierDecides(ms []matched, proto uint8, port uint16) (verdict, bool) {
+	for _, x := range ms {
+		if !x.m.has(proto, port) {
+			continue
+		}
+		if x.ref.rule.action == actPass {
+			return verdict{}, false
+		}
+		return verdict{x.ref.rule.action == actAccept, x.ref.pol.id}, true
+	}
+	return verdict{}, false
+}
+
+// cell is a port range of one protocol and its verdict.
+type cell struct {
+	r portRange
+	v verdict
+}
+
+// cells are the region's port ranges that no rule tells apart, each with
+// its verdict (neighbours of one verdict merged), and the verdict of the
+// protocols without ports.
+func (rm *regionMatch) cells() ([]cell, verdict) {
 	var cells []cell
 	for _, proto := range []uint8{6, 17, 132} {
-		cs := cuts[proto]
+		cs := rm.cuts[proto]
 		slices.Sort(cs)
 		cs = slices.Compact(cs)
 		for i, first := range cs {
@@ -578,7 +610,7 @@ func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, er
 			if i+1 < len(cs) {
 				last = cs[i+1] - 1
 			}
-			v := decide(proto, first)
+			v := rm.decide(proto, first)
 			if n := len(cells); n > 0 && cells[n-1].r.proto == proto && cells[n-1].v == v {
 				cells[n-1].r.last = last
 				continue
@@ -586,28 +618,39 @@ func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, er
 			cells = append(cells, cell{portRange{proto, first, last}, v})
 		}
 	}
-	other := decide(otherProto, 0)
+	return cells, rm.decide(otherProto, 0)
+}
 
-	// The sources: the policies that decided, in the order they decide
-	// ranges; a range names its own (src) while it fits.
-	var r policy.Rule
-	srcIndex := func(id uint32) uint8 {
-		if id == 0 {
-			return 0
-		}
-		for i := 0; i < int(r.N_sources); i++ {
-			if r.Sources[i] == id {
-				return uint8(i + 1)
-			}
-		}
-		if int(r.N_sources) == MaxSources {
-			return 0
-		}
-		r.Sources[r.N_sources] = id
-		r.N_sources++
-		return r.N_sources
+// ruleSources fills a rule's sources: the policies that decided, in the
+// order they decide ranges; a range names its own while they fit.
+type ruleSources struct{ r *policy.Rule }
+
+// index is id's source index in the rule (1-based; 0: none, or no room).
+func (s ruleSources) index(id uint32) uint8 {
+	r := s.r
+	if id == 0 {
+		return 0
 	}
-	r.Rest = srcIndex(other.src)
+	for i := 0; i < int(r.N_sources); i++ {
+		if r.Sources[i] == id {
+			return uint8(i + 1)
+		}
+	}
+	if int(r.N_sources) == MaxSources {
+		return 0
+	}
+	r.Sources[r.N_sources] = id
+	r.N_sources++
+	return r.N_sources
+}
+
+// encodeRule is the entry of a region's cells: what is allowed, or (the
+// protocols without ports allowed) what is denied, each range with the
+// policy that decided it; an error when the ranges do not fit.
+func encodeRule(cells []cell, other verdict) (policy.Rule, error) {
+	var r policy.Rule
+	src := ruleSources{&r}
+	r.Rest = src.index(other.src)
 	allAllowed := other.allow
 	for _, c := range cells {
 		allAllowed = allAllowed && c.v.allow
@@ -615,7 +658,7 @@ func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, er
 	if allAllowed {
 		r.Flags = uint8(maps.CniPolicyRuleFlagsPOLICY_F_ALL_PORTS)
 		for _, c := range cells {
-			srcIndex(c.v.src)
+			src.index(c.v.src)
 		}
 		return r, nil
 	}
@@ -632,38 +675,15 @@ func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, er
 			listed = append(listed, c)
 		}
 	}
-	if len(listed) > MaxPorts {
-		listed = nil
-		for _, c := range cells {
-			if c.v.allow != other.allow {
-				// Without their sources, the ranges of one verdict that
-				// touch are one.
-				if n := len(listed); n > 0 && listed[n-1].r.proto == c.r.proto && uint32(listed[n-1].r.last)+1 == uint32(c.r.first) {
-					listed[n-1].r.last = c.r.last
-					listed[n-1].v.src = 0
-					continue
-				}
-				listed = append(listed, c)
-			}
-		}
-	}
 	var err error
+	if len(listed) > MaxPorts {
+		listed = mergedCells(cells, func(c cell) bool { return c.v.allow != other.allow })
+	}
 	if len(listed) > MaxPorts {
 		// Too many: allow only the first that fit, deny the rest (fail
 		// closed: the protocols without ports are denied too).
 		r.Flags = 0
-		var allowed []cell
-		for _, c := range cells {
-			if !c.v.allow {
-				continue
-			}
-			if n := len(allowed); n > 0 && allowed[n-1].r.proto == c.r.proto && uint32(allowed[n-1].r.last)+1 == uint32(c.r.first) {
-				allowed[n-1].r.last = c.r.last
-				allowed[n-1].v.src = 0
-				continue
-			}
-			allowed = append(allowed, c)
-		}
+		allowed := mergedCells(cells, func(c cell) bool { return c.v.allow })
 		if len(allowed) > MaxPorts {
 			err = fmt.Errorf("%d port ranges, at most %d fit: only the first %d are allowed", len(allowed), MaxPorts, MaxPorts)
 		} else {
@@ -672,14 +692,32 @@ func (t *tierEval) entry(p netip.Prefix, admin, base []ruleRef) (policy.Rule, er
 		listed = allowed[:min(len(allowed), MaxPorts)]
 	}
 	for _, c := range listed {
-		src := srcIndex(c.v.src) & uint8(maps.CniPolicyPortSrcPOLICY_PORT_SRC)
+		s := src.index(c.v.src) & uint8(maps.CniPolicyPortSrcPOLICY_PORT_SRC)
 		if !c.v.allow {
-			src |= uint8(maps.CniPolicyPortSrcPOLICY_PORT_DENIED)
+			s |= uint8(maps.CniPolicyPortSrcPOLICY_PORT_DENIED)
 		}
-		r.Ports[r.N_ports] = maps.CniPolicyPort{First: c.r.first, Last: c.r.last, Proto: c.r.proto, Src: src}
+		r.Ports[r.N_ports] = maps.CniPolicyPort{First: c.r.first, Last: c.r.last, Proto: c.r.proto, Src: s}
 		r.N_ports++
 	}
 	return r, err
+}
+
+// mergedCells are the cells keep keeps, without their sources where
+// ranges of one protocol that touch are merged into one.
+func mergedCells(cells []cell, keep func(cell) bool) []cell {
+	var out []cell
+	for _, c := range cells {
+		if !keep(c) {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].r.proto == c.r.proto && uint32(out[n-1].r.last)+1 == uint32(c.r.first) {
+			out[n-1].r.last = c.r.last
+			out[n-1].v.src = 0
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // npAllows: NetworkPolicy entry r allows proto/port (otherProto: a
