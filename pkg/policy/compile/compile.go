@@ -103,7 +103,9 @@ type Result struct {
 	// Endpoints: every local endpoint's rules, by host ifindex.
 	Endpoints map[uint32]*EndpointRules
 	// Namespaces: the fact of every namespace known (namespaces and
-	// policies); a zero fact for those without policies.
+	// policies); a zero fact for those without policies. Read only, and
+	// valid until the Compiler's next compilation: it keeps the map, and
+	// changes it.
 	Namespaces map[string]policy.NamespaceFact
 	// Names: every policy, by policy.ID.
 	Names map[uint32]policy.Source

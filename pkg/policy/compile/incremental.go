@@ -46,6 +46,9 @@ type Compiler struct {
 	pods     *podState
 	eps      map[uint32]*epResult // by ifindex
 	peerNS   peerNSCache
+	// facts is the last result's Namespaces, kept (and handed out again)
+	// while the namespaces and ClusterNetworkPolicies are the same.
+	facts map[string]policy.NamespaceFact
 }
 
 // epResult is an endpoint's last compilation and what it read.
@@ -114,7 +117,14 @@ func (c *Compiler) Update(cl Cluster, pods map[string]*corev1.Pod, eps []LocalEn
 		all = true
 	}
 	invalid := ps.invalidate(moved)
-	c.namespaceFacts(cl.Namespaces, cp, res)
+	switch {
+	case all || c.facts == nil || len(cp.cnps) > 0 && len(changedPols) > 0:
+		c.namespaceFacts(cl.Namespaces, cp, res)
+		c.facts = res.Namespaces
+	case len(changedPols) > 0:
+		c.changeFacts(changedPols, cp)
+	}
+	res.Namespaces = c.facts
 
 	next := make(map[uint32]*epResult, len(eps))
 	for i := range eps {
@@ -248,6 +258,24 @@ func (c *Compiler) namespaceFacts(nss []*corev1.Namespace, cp *compilation, res 
 	}
 }
 
+// changeFacts brings c.facts to the policies cp has, where pols (those
+// that came or went) are: without ClusterNetworkPolicies, a namespace's
+// fact is its policies'.
+func (c *Compiler) changeFacts(pols []*compiledPolicy, cp *compilation) {
+	for _, x := range pols {
+		var f policy.NamespaceFact
+		for _, i := range cp.byNS[x.ns] {
+			f.Ingress = f.Ingress || cp.policies[i].ingress
+			f.Egress = f.Egress || cp.policies[i].egress
+		}
+		if len(cp.byNS[x.ns]) > 0 || cp.nsObjs[x.ns] != nil {
+			c.facts[x.ns] = f
+		} else {
+			delete(c.facts, x.ns)
+		}
+	}
+}
+
 // localChanges compares eps with the endpoints of the last compilation:
 // the ifindexes whose endpoint came or changed; the pods of the endpoints
 // that came, went or changed are added to pods (unchanged objects: their
@@ -330,6 +358,9 @@ func newPodState() *podState {
 // setNamespaces takes the namespaces nss, and says whether their names or
 // labels changed.
 func (ps *podState) setNamespaces(nss []*corev1.Namespace) bool {
+	if len(nss) == len(ps.nsObjs) && !slices.ContainsFunc(nss, func(ns *corev1.Namespace) bool { return ps.nsObjs[ns.Name] != ns }) {
+		return false // the same objects
+	}
 	same := len(nss) == len(ps.nsObjs)
 	for _, ns := range nss {
 		if !same {
