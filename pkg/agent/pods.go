@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"unique"
 
@@ -148,24 +149,81 @@ func records(objs []any) []*podRecord {
 	return out
 }
 
-// podObjects turns records into the compiler's pods, keeping the object
-// made for a record the last time (an unchanged pod stays the same object:
-// the compiler keeps what it matched while its pods are the same).
-type podObjects struct{ last map[*podRecord]*corev1.Pod }
+// scopedPods are the pods the compiler was given: those of the namespaces
+// of the scope, by namespace/name, as the records they were made of (a
+// record is replaced, not changed, by an update).
+type scopedPods struct {
+	recs map[string]*podRecord
+	nss  map[string]bool // the scope's namespaces
+	all  bool            // every namespace
+}
 
-func (po *podObjects) pods(rs []*podRecord) []*corev1.Pod {
-	next := make(map[*podRecord]*corev1.Pod, len(rs))
-	out := make([]*corev1.Pod, 0, len(rs))
-	for _, r := range rs {
-		p := po.last[r]
-		if p == nil {
-			p = r.pod()
+// update brings the pods to those of the namespaces nss (all: of every
+// namespace) and returns what changed, as the compiler's pods (nil:
+// gone). With the same namespaces, only the pods of dirty (changed since
+// the last update) are read; a scope that changed, or relist, lists every
+// pod of the scope and compares it with the records.
+func (s *scopedPods) update(x podIndex, nss map[string]bool, all bool, dirty map[string]bool, relist bool) (map[string]*corev1.Pod, error) {
+	changes := map[string]*corev1.Pod{}
+	set := func(key string, r *podRecord) {
+		old, had := s.recs[key]
+		switch {
+		case r == nil && had:
+			delete(s.recs, key)
+			changes[key] = nil
+		case r != nil && old != r:
+			s.recs[key] = r
+			if old == nil || !old.sameFacts(r) { // not a condition's update
+				changes[key] = r.pod()
+			}
 		}
-		next[r] = p
-		out = append(out, p)
 	}
-	po.last = next
-	return out
+	if s.recs == nil {
+		s.recs = map[string]*podRecord{}
+	}
+	if relist || all != s.all || !maps.Equal(nss, s.nss) {
+		var rs []*podRecord
+		if all {
+			rs = x.all()
+		} else {
+			for ns := range nss {
+				of, err := x.of(ns)
+				if err != nil {
+					return nil, err
+				}
+				rs = append(rs, of...)
+			}
+		}
+		seen := make(map[string]bool, len(rs))
+		for _, r := range rs {
+			key := r.namespace.Value() + "/" + r.name
+			seen[key] = true
+			set(key, r)
+		}
+		for key := range s.recs {
+			if !seen[key] {
+				set(key, nil)
+			}
+		}
+		s.nss, s.all = nss, all
+		return changes, nil
+	}
+	for key := range dirty {
+		ns, _, _ := cache.SplitMetaNamespaceKey(key)
+		if !all && !nss[ns] {
+			continue
+		}
+		obj, ok, err := x.GetByKey(key)
+		if err != nil {
+			return nil, err
+		}
+		r, _ := obj.(*podRecord)
+		if !ok {
+			r = nil
+		}
+		set(key, r)
+	}
+	return changes, nil
 }
 
 // policyRecord is what the agent keeps of a NetworkPolicy of the cluster:

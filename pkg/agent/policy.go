@@ -98,8 +98,9 @@ type PolicyController struct {
 
 	// Touched by the worker only.
 	compiler compile.Compiler
-	podObjs  podObjects                                                   // the compiler's pods, made from the records
+	scoped   scopedPods                                                   // the compiler's pods: those of the scope
 	polObjs  policyObjects                                                // and its policies, decoded from theirs
+	written  map[uint32]writtenEndpoint                                   // what each endpoint's last write wrote, done
 	rules    map[uint32]map[policy.Direction]map[netip.Prefix]policy.Rule // what policy_rules holds
 	gens     map[uint32][2]uint32                                         // the last generation written, by ifindex and direction
 	facts    map[string]policy.NamespaceFact                              // what policy_namespaces holds
@@ -123,11 +124,16 @@ type PolicyController struct {
 	needCompile bool
 	dirtyNS     map[string]bool
 	allNS       bool
-	lats        []time.Duration
-	latNext     int
-	hist        latencyHist
-	enforced    int
-	errors      uint64
+	// dirtyPods are the pods of the scope that changed (namespace/name);
+	// relist: every pod of the scope is compared with the records (a
+	// start, the resync, a failed sync).
+	dirtyPods map[string]bool
+	relist    bool
+	lats      []time.Duration
+	latNext   int
+	hist      latencyHist
+	enforced  int
+	errors    uint64
 
 	// scope is what the last compilation read (nil: none yet, everything
 	// matters): the event handlers skip what cannot change this node's
@@ -377,9 +383,21 @@ func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)
 		changed(c.scope.Load().policyMatters(ns), ns, false)
 	}
 	podEvent := func(obj any) {
-		if c.scope.Load().podMatters(namespaceOf(obj)) {
-			changed(true, "", false)
+		sc := c.scope.Load()
+		if !sc.podMatters(namespaceOf(obj)) {
+			return
 		}
+		// Without a scope (a start), the first sync lists every pod of
+		// its scope: no pod to remember.
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && sc != nil {
+			c.mu.Lock()
+			if c.dirtyPods == nil {
+				c.dirtyPods = map[string]bool{}
+			}
+			c.dirtyPods[key] = true
+			c.mu.Unlock()
+		}
+		changed(true, "", false)
 	}
 	nsChanged := func(any) { changed(true, "", false) }
 	handler := func(on func(any), relevant func(old, cur any) bool) cache.ResourceEventHandlerFuncs {
@@ -500,7 +518,7 @@ func (c *PolicyController) poll(ctx context.Context, queue workqueue.TypedRateLi
 			return
 		case <-resync.C:
 			c.mu.Lock()
-			c.needCompile, c.allNS = true, true
+			c.needCompile, c.allNS, c.relist = true, true, true
 			c.mu.Unlock()
 			queue.Add(policyKey)
 		case <-poll.C:
@@ -613,6 +631,12 @@ func (c *PolicyController) load() error {
 		return err
 	}
 	c.errs = map[uint32]string{}
+	// What the compiler and the last sync kept was of the last start's
+	// objects: this start compiles and compares everything anew.
+	c.compiler, c.scoped, c.written = compile.Compiler{}, scopedPods{}, nil
+	c.mu.Lock()
+	c.relist, c.dirtyPods = true, nil
+	c.mu.Unlock()
 	return nil
 }
 
@@ -663,7 +687,8 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	since := c.pending
 	c.pending = time.Time{}
 	compile, allNS, dirty := c.needCompile, c.allNS, c.dirtyNS
-	c.needCompile, c.allNS, c.dirtyNS = false, false, nil
+	pods, relist := c.dirtyPods, c.relist
+	c.needCompile, c.allNS, c.dirtyNS, c.dirtyPods, c.relist = false, false, nil, nil, false
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -679,47 +704,38 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 		if !since.IsZero() && (c.pending.IsZero() || since.Before(c.pending)) {
 			c.pending = since
 		}
-		c.needCompile, c.allNS = true, true
+		c.needCompile, c.allNS, c.relist = true, true, true
+		c.written = nil
 	}()
 
 	if err := c.namespaceFacts(l, allNS, dirty); err != nil {
 		return err
 	}
+	if relist {
+		c.written = nil // every endpoint compared with the maps again
+	}
 	if !compile {
-		return errors.Join(c.writeNamespaces(c.factsToWrite())...)
+		return errors.Join(c.writeFacts(allNS, dirty)...)
 	}
 	eps, err := c.endpoints()
 	if err != nil {
 		return err
 	}
-	res, err := c.compileCluster(l, eps)
+	res, err := c.compileCluster(l, eps, pods, relist)
 	if err != nil {
 		return err
 	}
 	// The namespaces a ClusterNetworkPolicy's subject may select start
 	// their new pods closed too: the compilation says which.
+	hadCNP := len(c.cnpFacts) > 0
 	c.cnpFacts = nil
 	if c.clusterPolicies > 0 {
 		c.cnpFacts = res.Namespaces
 	}
-	errs := c.writeNamespaces(c.factsToWrite())
+	errs := c.writeFacts(allNS || hadCNP, dirty)
 	errs = append(errs, c.writeNames(res.Names)...)
-
-	states, err := c.pm.EndpointStates()
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	enforced := 0
-	for _, ep := range eps {
-		st, err := c.writeEndpoint(ep, res.Endpoints[ep.Ifindex], states[ep.Ifindex])
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if policy.State(st.Ingress) == policy.StateEnforce || policy.State(st.Egress) == policy.StateEnforce {
-			enforced++
-		}
-		c.reportCompileError(ep, res.Errors[ep.Ifindex])
-	}
+	enforced, werrs := c.writeEndpoints(eps, res)
+	errs = append(errs, werrs...)
 	errs = append(errs, c.deleteGone(res)...)
 
 	c.mu.Lock()
@@ -728,6 +744,69 @@ func (c *PolicyController) sync(l policyListers) (err error) {
 	c.synced = true
 	c.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// writeFacts writes the namespace facts that changed: of every namespace
+// (all, or where ClusterNetworkPolicies give facts), or of those in dirty.
+func (c *PolicyController) writeFacts(all bool, dirty map[string]bool) []error {
+	facts := c.factsToWrite()
+	if all || len(c.cnpFacts) > 0 {
+		return c.writeNamespaces(facts)
+	}
+	var errs []error
+	for ns := range dirty {
+		f := facts[ns]
+		if c.facts[ns] == f {
+			continue
+		}
+		if err := c.pm.SetNamespace(ns, f); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if f == (policy.NamespaceFact{}) {
+			delete(c.facts, ns)
+		} else {
+			c.facts[ns] = f
+		}
+	}
+	return errs
+}
+
+// writeEndpoints writes each endpoint's rules and state, but those the
+// last sync wrote from the same result and whose state is still the one
+// written; enforced: how many are enforced in a direction.
+func (c *PolicyController) writeEndpoints(eps []compile.LocalEndpoint, res *compile.Result) (enforced int, errs []error) {
+	states, err := c.pm.EndpointStates()
+	if err != nil {
+		return 0, []error{err}
+	}
+	written := make(map[uint32]writtenEndpoint, len(eps))
+	for _, ep := range eps {
+		er := res.Endpoints[ep.Ifindex]
+		st := states[ep.Ifindex]
+		if w, ok := c.written[ep.Ifindex]; !ok || w.rules != er || w.state != st {
+			if st, err = c.writeEndpoint(ep, er, st); err != nil {
+				errs = append(errs, err)
+			} else {
+				written[ep.Ifindex] = writtenEndpoint{rules: er, state: st}
+			}
+		} else {
+			written[ep.Ifindex] = w
+		}
+		if policy.State(st.Ingress) == policy.StateEnforce || policy.State(st.Egress) == policy.StateEnforce {
+			enforced++
+		}
+		c.reportCompileError(ep, res.Errors[ep.Ifindex])
+	}
+	c.written = written
+	return enforced, errs
+}
+
+// writtenEndpoint is what a sync wrote of an endpoint: its rules (the
+// compiler's result, the same object while unchanged) and its state.
+type writtenEndpoint struct {
+	rules *compile.EndpointRules
+	state policy.EndpointState
 }
 
 // namespaceFacts brings c.want, the facts of the namespaces with policies,
@@ -787,7 +866,7 @@ func (c *PolicyController) factsToWrite() map[string]policy.NamespaceFact {
 // (compile.PeerNamespaces). Each part of the scope is published before
 // its objects are listed: a change the listing misses (its cache update
 // came after) reaches the handlers after the scope that says it matters.
-func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEndpoint) (*compile.Result, error) {
+func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEndpoint, dirty map[string]bool, relist bool) (*compile.Result, error) {
 	local := map[string]bool{}
 	for _, ep := range eps {
 		local[ep.Namespace] = true
@@ -831,35 +910,24 @@ func (c *PolicyController) compileCluster(l policyListers, eps []compile.LocalEn
 			locals = append(locals, r.pod())
 		}
 	}
-	peers, all := compile.PeerNamespaces(cl.Policies, cl.Namespaces, locals)
+	peers, all := c.compiler.PeerNamespaces(cl.Policies, cl.Namespaces, locals)
 	// A ClusterNetworkPolicy selects its subjects and peers in any
 	// namespace: with one, every pod may matter.
 	all = all || len(cl.ClusterPolicies) > 0
 	c.clusterPolicies = len(cl.ClusterPolicies)
 	c.scope.Store(&policyScope{local: local, pods: peers, allPods: all})
-	var rs []*podRecord
-	if all {
-		rs = l.pods.all()
-	} else {
-		for ns := range local {
-			if !peers[ns] {
-				of, err := l.pods.of(ns)
-				if err != nil {
-					return nil, err
-				}
-				rs = append(rs, of...)
-			}
-		}
-		for ns := range peers { // published: read only from here on
-			of, err := l.pods.of(ns)
-			if err != nil {
-				return nil, err
-			}
-			rs = append(rs, of...)
+	nss := make(map[string]bool, len(peers)+len(local))
+	for _, m := range []map[string]bool{peers, local} {
+		for ns := range m {
+			nss[ns] = true
 		}
 	}
-	cl.Pods = c.podObjs.pods(rs)
-	return c.compiler.Compile(cl, eps), nil
+	// The scope published: its pods are read only from here on.
+	changes, err := c.scoped.update(l.pods, nss, all, dirty, relist)
+	if err != nil {
+		return nil, err
+	}
+	return c.compiler.Update(cl, changes, eps), nil
 }
 
 // writeNamespaces writes the namespace facts that changed, and zeroes

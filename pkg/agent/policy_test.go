@@ -36,7 +36,7 @@ import (
 // policyNode is a node's maps in a private bpffs, its endpoints written as
 // ADD writes them, and a fake API server.
 type policyNode struct {
-	t       *testing.T
+	t       testing.TB
 	bpfRoot string
 	client  *fake.Clientset
 	pm      *policy.Maps
@@ -44,7 +44,7 @@ type policyNode struct {
 	pods    *ebpf.Map
 }
 
-func newPolicyNode(t *testing.T, objs ...any) *policyNode {
+func newPolicyNode(t testing.TB, objs ...any) *policyNode {
 	n := policyNodeAt(t, testutil.BPFFS(t), fake.NewClientset())
 	for _, o := range objs {
 		n.apply(o)
@@ -54,7 +54,7 @@ func newPolicyNode(t *testing.T, objs ...any) *policyNode {
 
 // policyNodeAt is the node of the maps under bpfRoot (on a bpffs) and the
 // API of client.
-func policyNodeAt(t *testing.T, bpfRoot string, client *fake.Clientset) *policyNode {
+func policyNodeAt(t testing.TB, bpfRoot string, client *fake.Clientset) *policyNode {
 	pm, err := policy.Open(nodetest.Handle(t, bpfRoot, t.TempDir()))
 	require.NoError(t, err)
 	t.Cleanup(pm.Close)

@@ -103,23 +103,15 @@ type Result struct {
 	// Endpoints: every local endpoint's rules, by host ifindex.
 	Endpoints map[uint32]*EndpointRules
 	// Namespaces: the fact of every namespace known (namespaces and
-	// policies); a zero fact for those without policies.
+	// policies); a zero fact for those without policies. Read only, and
+	// valid until the Compiler's next compilation: it keeps the map, and
+	// changes it.
 	Namespaces map[string]policy.NamespaceFact
 	// Names: every policy, by policy.ID.
 	Names map[uint32]policy.Source
 	// Errors: what could not be compiled exactly, by endpoint (an entry
 	// with more port ranges than fit: it got the first ones).
 	Errors map[uint32]error
-}
-
-// Compiler compiles; it keeps the parsed form of the policies it saw, by
-// object (an informer hands out the same object until it changes), so a
-// recompile parses only what changed, and the peers it matched while the
-// pods and namespaces stay the same objects. Not safe for concurrent use.
-type Compiler struct {
-	cache    map[*networkingv1.NetworkPolicy]*compiledPolicy
-	cnpCache map[*cnpv1.ClusterNetworkPolicy]*compiledCNP
-	pods     *podState
 }
 
 // Compile is a compilation without a cache.
@@ -341,6 +333,7 @@ func compilePolicy(p *networkingv1.NetworkPolicy) *compiledPolicy {
 
 // podInfo is a pod as a peer or a selected pod.
 type podInfo struct {
+	live     bool // neither on the host network nor finished
 	ns, name string
 	labels   labels.Set
 	addrs    []netip.Addr
@@ -374,184 +367,6 @@ func (p *podInfo) containerPort(n namedPort) (uint16, uint8) {
 		}
 	}
 	return 0, 0
-}
-
-// podState is what the compiler knows of pods and namespaces, and the
-// peers it matched among them: kept from one Compile to the next while the
-// pods, namespaces and local endpoints are the same objects (a policy's
-// change matches no pod again).
-type podState struct {
-	pods     map[string][]*podInfo // namespace -> peer pods
-	podByKey map[string]*podInfo   // namespace/name -> pod (peer or not)
-	nsLabels map[string]labels.Set // namespace -> labels (with kubernetes.io/metadata.name)
-	nsNames  []string              // sorted
-	memo     map[string][]*podInfo // peer key -> its pods
-	nsMemo   map[string][]string   // namespace selector -> matching namespaces
-
-	// What it was made of.
-	podSet map[*corev1.Pod]bool
-	nsSet  map[*corev1.Namespace]bool
-	eps    []LocalEndpoint
-}
-
-// compilation is the state of one Compile.
-type compilation struct {
-	*podState
-	policies []*compiledPolicy    // sorted by namespace/name: their index orders sources
-	byNS     map[string][]int     // namespace -> indexes of its policies
-	cnps     []*compiledCNP       // in the order they decide (sortCNPs)
-	dirMemo  map[string]dirResult // see directionOnce
-}
-
-// Compile compiles the policies for the local endpoints eps.
-func (c *Compiler) Compile(cl Cluster, eps []LocalEndpoint) *Result {
-	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]policy.NamespaceFact{}, Names: map[uint32]policy.Source{}, Errors: map[uint32]error{}}
-	cp := &compilation{byNS: map[string][]int{}, dirMemo: map[string]dirResult{}}
-
-	cache := make(map[*networkingv1.NetworkPolicy]*compiledPolicy, len(cl.Policies))
-	pols := slices.Clone(cl.Policies)
-	slices.SortFunc(pols, func(a, b *networkingv1.NetworkPolicy) int {
-		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
-	})
-	for _, p := range pols {
-		x := c.cache[p]
-		if x == nil {
-			x = compilePolicy(p)
-		}
-		cache[p] = x
-		cp.byNS[x.ns] = append(cp.byNS[x.ns], len(cp.policies))
-		cp.policies = append(cp.policies, x)
-		res.Names[x.id] = policy.Source{Namespace: x.ns, Name: x.name}
-		f := res.Namespaces[x.ns]
-		f.Ingress = f.Ingress || x.ingress
-		f.Egress = f.Egress || x.egress
-		res.Namespaces[x.ns] = f
-	}
-	c.cache = cache
-
-	cnpCache := make(map[*cnpv1.ClusterNetworkPolicy]*compiledCNP, len(cl.ClusterPolicies))
-	for _, p := range cl.ClusterPolicies {
-		x, ok := c.cnpCache[p]
-		if !ok {
-			x = compileCNP(p)
-		}
-		cnpCache[p] = x
-		if x != nil {
-			cp.cnps = append(cp.cnps, x)
-			res.Names[x.id] = x.source()
-		}
-	}
-	c.cnpCache = cnpCache
-	sortCNPs(cp.cnps)
-
-	if c.pods == nil || !c.pods.same(cl, eps) {
-		c.pods = newPodState(cl, eps)
-	}
-	cp.podState = c.pods
-	// A namespace some ClusterNetworkPolicy's subject may select: its new
-	// pods start closed in the directions the policy has rules for.
-	for _, x := range cp.cnps {
-		for _, ns := range cp.namespaces(x.nsSel) {
-			f := res.Namespaces[ns]
-			f.Ingress = f.Ingress || len(x.in) > 0
-			f.Egress = f.Egress || len(x.out) > 0
-			res.Namespaces[ns] = f
-		}
-	}
-	for _, ns := range cl.Namespaces {
-		if _, ok := res.Namespaces[ns.Name]; !ok {
-			res.Namespaces[ns.Name] = policy.NamespaceFact{}
-		}
-	}
-	for i := range eps {
-		ep := &eps[i]
-		er, err := cp.endpoint(ep, res.Namespaces[ep.Namespace])
-		res.Endpoints[ep.Ifindex] = er
-		if err != nil {
-			res.Errors[ep.Ifindex] = fmt.Errorf("endpoint %s/%s (ifindex %d): %w", ep.Namespace, ep.Name, ep.Ifindex, err)
-		}
-	}
-	return res
-}
-
-// same: ps was made of these objects.
-func (ps *podState) same(cl Cluster, eps []LocalEndpoint) bool {
-	if len(cl.Pods) != len(ps.podSet) || len(cl.Namespaces) != len(ps.nsSet) {
-		return false
-	}
-	for _, p := range cl.Pods {
-		if !ps.podSet[p] {
-			return false
-		}
-	}
-	for _, n := range cl.Namespaces {
-		if !ps.nsSet[n] {
-			return false
-		}
-	}
-	return slices.EqualFunc(ps.eps, eps, func(a, b LocalEndpoint) bool {
-		return a.Ifindex == b.Ifindex && a.Namespace == b.Namespace && a.Name == b.Name && a.UID == b.UID && slices.Equal(a.IPs, b.IPs)
-	})
-}
-
-func newPodState(cl Cluster, eps []LocalEndpoint) *podState {
-	ps := &podState{pods: map[string][]*podInfo{}, podByKey: map[string]*podInfo{}, nsLabels: map[string]labels.Set{},
-		memo: map[string][]*podInfo{}, nsMemo: map[string][]string{},
-		podSet: make(map[*corev1.Pod]bool, len(cl.Pods)), nsSet: make(map[*corev1.Namespace]bool, len(cl.Namespaces)),
-		eps: slices.Clone(eps)}
-	for _, ns := range cl.Namespaces {
-		ps.nsSet[ns] = true
-		l := make(labels.Set, len(ns.Labels)+1)
-		for k, v := range ns.Labels {
-			l[k] = v
-		}
-		// The API server sets it on every namespace; a fake clientset's
-		// namespaces lack it.
-		l[corev1.LabelMetadataName] = ns.Name
-		ps.nsLabels[ns.Name] = l
-	}
-	local := map[string]*LocalEndpoint{}
-	for i := range eps {
-		local[eps[i].Namespace+"/"+eps[i].Name] = &eps[i]
-	}
-	for _, p := range cl.Pods {
-		ps.podSet[p] = true
-		pi := &podInfo{ns: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), pod: p}
-		key := p.Namespace + "/" + p.Name
-		ps.podByKey[key] = pi
-		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		for _, ip := range p.Status.PodIPs {
-			if a, err := netip.ParseAddr(ip.IP); err == nil {
-				pi.addrs = appendAddr(pi.addrs, a.Unmap())
-			}
-		}
-		if len(p.Status.PodIPs) == 0 && p.Status.PodIP != "" {
-			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
-				pi.addrs = appendAddr(pi.addrs, a.Unmap())
-			}
-		}
-		if ep := local[key]; ep != nil && sameUID(ep.UID, string(p.UID)) {
-			for _, a := range ep.IPs {
-				pi.addrs = appendAddr(pi.addrs, a.Unmap())
-			}
-		}
-		if len(pi.addrs) > 0 {
-			ps.pods[p.Namespace] = append(ps.pods[p.Namespace], pi)
-		}
-		if _, ok := ps.nsLabels[p.Namespace]; !ok {
-			ps.nsLabels[p.Namespace] = labels.Set{corev1.LabelMetadataName: p.Namespace}
-		}
-	}
-	for ns := range ps.nsLabels {
-		ps.nsNames = append(ps.nsNames, ns)
-	}
-	slices.Sort(ps.nsNames)
-	for _, pods := range ps.pods {
-		slices.SortFunc(pods, func(a, b *podInfo) int { return strings.Compare(a.name, b.name) })
-	}
-	return ps
 }
 
 func sameUID(a, b string) bool { return a == "" || b == "" || a == b }
@@ -626,6 +441,7 @@ func (cp *compilation) endpoint(ep *LocalEndpoint, fact policy.NamespaceFact) (*
 type dirResult struct {
 	entries []policy.Entry
 	err     error
+	deps    map[string]bool // the peer keys it read
 }
 
 // directionOnce is direction, once for all the pods it gives the same
@@ -653,8 +469,17 @@ func (cp *compilation) directionOnce(d policy.Direction, self *podInfo, pols, cn
 		}
 	}
 	if r, ok := cp.dirMemo[string(k)]; ok {
+		addKeys(cp.deps, r.deps)
 		return r.entries, r.err
 	}
+	// What this direction reads is the endpoint's, and the next one's that
+	// finds it here.
+	outer := cp.deps
+	cp.deps = map[string]bool{}
+	defer func() {
+		addKeys(outer, cp.deps)
+		cp.deps = outer
+	}()
 	var es []policy.Entry
 	var err error
 	if len(cnps) == 0 {
@@ -669,7 +494,7 @@ func (cp *compilation) directionOnce(d policy.Direction, self *podInfo, pols, cn
 		es, err2 = cp.tiered(d, self, cnps, np)
 		err = joinErrs(slices.DeleteFunc([]error{err, err2}, func(e error) bool { return e == nil }))
 	}
-	cp.dirMemo[string(k)] = dirResult{es, err}
+	cp.dirMemo[string(k)] = dirResult{es, err, cp.deps}
 	return es, err
 }
 
@@ -915,9 +740,14 @@ func SortEntries(es []policy.Entry) {
 }
 
 // peers are the pods a selector peer selects (memoized by its key).
+// The key is one of what the endpoint being compiled depends on
+// (compilation.deps): a change of a pod it may select recompiles it.
 func (cp *compilation) peers(p *compiledPeer) []*podInfo {
-	if ps, ok := cp.memo[p.key]; ok {
-		return ps
+	if cp.deps != nil {
+		cp.deps[p.key] = true
+	}
+	if m, ok := cp.memo[p.key]; ok {
+		return m.pods
 	}
 	var out []*podInfo
 	match := func(ns string) {
@@ -934,7 +764,7 @@ func (cp *compilation) peers(p *compiledPeer) []*podInfo {
 			match(ns)
 		}
 	}
-	cp.memo[p.key] = out
+	cp.memo[p.key] = memoEntry{peer: peerSelectors{podSel: p.podSel, nsSel: p.nsSel, ns: p.ns}, pods: out}
 	return out
 }
 
@@ -964,28 +794,15 @@ func (cp *compilation) namespaces(sel labels.Selector) []string {
 // pods, gives the local endpoints what it gives them with every pod of the
 // cluster: the node agent reads no more than that.
 func PeerNamespaces(pols []*networkingv1.NetworkPolicy, nss []*corev1.Namespace, locals []*corev1.Pod) (out map[string]bool, all bool) {
+	var c Compiler
+	return c.PeerNamespaces(pols, nss, locals)
+}
+
+// peerNamespaces is PeerNamespaces of the parsed policies pols; match is
+// the namespaces a namespace selector matches.
+func peerNamespaces(pols []*compiledPolicy, locals []*corev1.Pod, match func(labels.Selector) []string) (out map[string]bool, all bool) {
 	out = map[string]bool{}
-	var nsLabels map[string]labels.Set
-	match := func(sel labels.Selector) {
-		if nsLabels == nil {
-			nsLabels = make(map[string]labels.Set, len(nss))
-			for _, ns := range nss {
-				l := make(labels.Set, len(ns.Labels)+1)
-				for k, v := range ns.Labels {
-					l[k] = v
-				}
-				l[corev1.LabelMetadataName] = ns.Name
-				nsLabels[ns.Name] = l
-			}
-		}
-		for ns, l := range nsLabels {
-			if sel.Matches(l) {
-				out[ns] = true
-			}
-		}
-	}
-	for _, p := range pols {
-		cp := compilePolicy(p)
+	for _, cp := range pols {
 		if !slices.ContainsFunc(locals, func(l *corev1.Pod) bool { return l.Namespace == cp.ns && cp.sel.Matches(labels.Set(l.Labels)) }) {
 			continue // it selects no pod of this node: its peers get no entry here
 		}
@@ -1002,7 +819,9 @@ func PeerNamespaces(pols []*networkingv1.NetworkPolicy, nss []*corev1.Namespace,
 					case peer.nsSel == nil:
 						out[peer.ns] = true
 					default:
-						match(peer.nsSel)
+						for _, ns := range match(peer.nsSel) {
+							out[ns] = true
+						}
 					}
 				}
 			}

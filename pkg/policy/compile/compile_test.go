@@ -385,7 +385,7 @@ func TestCompileCache(t *testing.T) {
 	require.Len(t, c.cache, 1)
 
 	// The pods' state is kept while the pods, namespaces and endpoints are
-	// the same objects (in any order), and made again when one changes.
+	// the same objects (in any order), and changed where one changes.
 	ps := c.pods
 	slices.Reverse(cl.Pods)
 	c.Compile(cl, []LocalEndpoint{server})
