@@ -307,7 +307,7 @@ type runOptions struct {
 	dropCaps, netpol  bool
 	xlat              bool           // keep the translated destinations (XlatController)
 	serviceCIDRs      []netip.Prefix // the Service ranges, for the translated destinations
-	health, metrics   string // metrics: "" for none
+	health, metrics   string         // metrics: "" for none
 	resync            time.Duration
 }
 
