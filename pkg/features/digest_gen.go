@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "c32a9cdbccb6"
+const objectsDigest = "a61719b19431"
