@@ -14,8 +14,11 @@
  * 4. Netfilter (lib/flow.h): a flow to a destination outside the cluster's
  *    pod ranges (a Service, the world) starts through the stack, so that
  *    kube-proxy's rules see its first packet; it stays there when netfilter
- *    translated it, and takes the fast path otherwise. A reply to a flow
- *    the node's stack delivered (another plugin's NAT) goes to the stack.
+ *    translated it, and takes the fast path otherwise. While the node
+ *    agent's lease on the set of destinations netfilter may translate runs
+ *    (lib/xlat.h), a flow to a destination outside that set is fast from
+ *    its first packet. A reply to a flow the node's stack delivered
+ *    (another plugin's NAT) goes to the stack.
  * 5. A destination that is a pod of this node: rewrite L2, decrement TTL and
  *    bpf_redirect_peer straight into the other pod's netns (no bridge, no
  *    backlog queue, no netfilter FORWARD).

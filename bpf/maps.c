@@ -20,6 +20,7 @@
 #include "lib/hostport.h"
 #include "lib/pacing.h"
 #include "lib/flow.h"
+#include "lib/xlat.h"
 #include "lib/cluster.h"
 #include "lib/events.h"
 #include "lib/pods.h"

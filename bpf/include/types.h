@@ -429,6 +429,46 @@ enum flow_flags : __u8 {
 	FLOW_F_INBOUND = 1,   /* opened toward the pod: its replies are never masqueraded */
 	FLOW_F_UNTRACKED = 2, /* left the node through netfilter without a conntrack entry: conntrack
 			       * does not track it, nothing to ask it again (lib/flow.h) */
+	FLOW_F_BYPASS = 4,    /* set up in BPF (lib/xlat.h): the node agent's lease was valid and the
+			       * destination not one netfilter may translate; its first packet
+			       * never met netfilter, conntrack has no entry to ask */
+};
+
+/* Destinations the node's netfilter may translate (lib/xlat.h): kube-proxy's
+ * Service ranges, ClusterIPs, externalIPs, load-balancer IPs and the nodes'
+ * addresses (NodePorts), written by the node agent. Trusted only while the
+ * lease in xlat_lease runs. prefixlen counts the 32 bits of family and pad. */
+struct xlat_key {
+	__u32 prefixlen;
+	__u8 family; /* enum addr_family */
+	__u8 pad[3];
+	__u8 addr[16];
+};
+
+/* What kube-proxy has at a destination of xlat_dsts (a prefix may be
+ * several at once): for people, the datapath only asks whether it is there. */
+enum xlat_kind : __u8 {
+	XLAT_SERVICE_RANGE = 1,  /* a Service range (kube-apiserver --service-cluster-ip-range) */
+	XLAT_CLUSTER_IP = 2,     /* a Service's spec.clusterIPs */
+	XLAT_EXTERNAL_IP = 4,    /* a Service's spec.externalIPs */
+	XLAT_LOAD_BALANCER = 8,  /* a Service's status.loadBalancer.ingress IPs */
+	XLAT_NODE = 16,          /* a Node's address (NodePorts) */
+};
+
+struct xlat_dst {
+	enum xlat_kind kinds;
+	__u8 pad[7];
+};
+
+/* Entry 0 of xlat_lease: the node agent's promise that xlat_dsts holds
+ * every destination netfilter may translate, until expires. All zero (never
+ * written, or an agent that wrote none): no promise. */
+struct xlat_term {
+	__u64 expires;    /* bpf_ktime_get_ns (CLOCK_MONOTONIC) until which xlat_dsts is trusted */
+	__u64 renewed;    /* when the agent last renewed it, same clock */
+	__u64 generation; /* counts the agent's writes of the set */
+	__u32 entries;    /* prefixes in xlat_dsts at the last write */
+	__u32 pad;
 };
 
 /* Key of flows: a flow as the pod sends it, the pod's address and port as

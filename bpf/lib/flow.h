@@ -13,7 +13,11 @@
  *    node nor in the cluster's pod ranges goes to the stack (FLOW_PENDING):
  *    netfilter sees it, creates its conntrack entry and translates it if a
  *    rule says so. A TCP packet other than a SYN has no first packet to
- *    wait for: conntrack is asked at once.
+ *    wait for: conntrack is asked at once. Except while the node agent's
+ *    lease on the set of destinations netfilter may translate runs
+ *    (lib/xlat.h): a destination outside that set makes the flow FLOW_FAST
+ *    with FLOW_F_BYPASS at its first packet, which takes the fast path; a
+ *    UDP one asks the set again at every packet instead of conntrack.
  *  - The next packet of the flow in either direction asks conntrack
  *    (bpf_skb_ct_lookup): translated (IPS_SRC_NAT or IPS_DST_NAT) is
  *    FLOW_STACK, anything else FLOW_FAST. A flow without an entry stays
@@ -53,6 +57,7 @@
 #include "conntrack.h"
 #include "netfilter_ct.h"
 #include "pkt.h"
+#include "xlat.h"
 
 #define FLOW_MAX_ENTRIES 65536
 
@@ -175,6 +180,13 @@ static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch
 				 ct != FLOW_CT_NONE && (ct & FLOW_CT_REPLY) ? FLOW_F_INBOUND : 0, now);
 			return s->fe.verdict == FLOW_STACK;
 		}
+		if (xlat_bypass(p->family, p->daddr, now)) {
+			/* Nothing netfilter may translate (the agent's lease
+			 * runs, lib/xlat.h): settled at once, its first packet
+			 * on the fast path too. */
+			flow_put(&s->fk, &s->fe, FLOW_FAST, FLOW_F_BYPASS, now);
+			return 0;
+		}
 		flow_put(&s->fk, &s->fe, FLOW_PENDING, 0, now);
 		*why = REASON_FLOW_NEW;
 		return 1;
@@ -192,6 +204,19 @@ static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch
 			return 1;
 		}
 		e->verdict = flow_verdict_of(ct);
+	} else if (e->verdict == FLOW_FAST && p->proto == IPPROTO_UDP && (e->flags & FLOW_F_BYPASS)) {
+		/* Set up without the stack: conntrack has no entry to ask.
+		 * The set is asked instead: a destination that became one
+		 * netfilter may translate (a new externalIP), or a lease that
+		 * ran out, sends the flow to meet netfilter, as kube-proxy's
+		 * cleanup of a Service's UDP entries does below. */
+		if (!xlat_bypass(p->family, p->daddr, now)) {
+			e->verdict = FLOW_PENDING;
+			e->flags &= ~FLOW_F_BYPASS;
+			e->pending = 1;
+			*why = REASON_FLOW_NEW;
+			return 1;
+		}
 	} else if (e->verdict == FLOW_FAST && p->proto == IPPROTO_UDP &&
 		   !(e->flags & (FLOW_F_INBOUND | FLOW_F_UNTRACKED))) {
 		/* A UDP flow conntrack no longer knows: kube-proxy deleted its

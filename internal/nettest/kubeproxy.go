@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Rule sets shaped like kube-proxy's own, for both of its netfilter modes,
@@ -314,4 +317,33 @@ func (k *KubeProxy) Install(n ns.NetNS, mode ProxyMode) error {
 		}
 		return nil
 	})
+}
+
+// APIObjects are k's Services as the API server holds them (one object per
+// Namespace/Name: its ClusterIP, externalIPs) and a Node of the name with
+// NodeIPs as its InternalIPs: what the node agent reads to keep the
+// destinations kube-proxy translates (agent.XlatSet).
+func (k *KubeProxy) APIObjects(nodeName string) ([]*corev1.Service, []*corev1.Node) {
+	byName := map[string]*corev1.Service{}
+	var svcs []*corev1.Service
+	for _, s := range k.Services {
+		key := s.Namespace + "/" + s.Name
+		o := byName[key]
+		if o == nil {
+			o = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
+				Spec: corev1.ServiceSpec{ClusterIP: s.ClusterIP.String(), ClusterIPs: []string{s.ClusterIP.String()}}}
+			byName[key] = o
+			svcs = append(svcs, o)
+		}
+		for _, ip := range s.ExternalIPs {
+			if !slices.Contains(o.Spec.ExternalIPs, ip.String()) {
+				o.Spec.ExternalIPs = append(o.Spec.ExternalIPs, ip.String())
+			}
+		}
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
+	for _, ip := range k.NodeIPs {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	return svcs, []*corev1.Node{n}
 }

@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,7 +37,9 @@ Usage:
   ebpf-cni-agent run [flags]      watch Node objects and keep, for every other node's
                                   pod ranges, a route (mode direct) or a tunnel
                                   endpoint (mode vxlan); compile the NetworkPolicies
-                                  for this node's pods into the plugin's maps
+                                  for this node's pods into the plugin's maps; keep
+                                  the destinations kube-proxy translates there, so
+                                  that the pods' flows to others skip netfilter
                                   (the DaemonSet's container)
   ebpf-cni-agent install [flags]  put the plugins into the node's CNI directory and
                                   write its conflist from the Node's spec.podCIDRs
@@ -86,10 +90,11 @@ const (
 	EnvVXLANPort    = "EBPF_CNI_VXLAN_PORT"
 	EnvVXLANVNI     = "EBPF_CNI_VXLAN_VNI"
 	EnvNetPolicy    = "EBPF_CNI_NETWORK_POLICY"
+	EnvXlat         = "EBPF_CNI_TRANSLATED_DESTINATIONS"
 )
 
 // EnvVars are all of them.
-var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvMetricsAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI, EnvNetPolicy}
+var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvMetricsAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI, EnvNetPolicy, EnvXlat}
 
 // env is an environment variable or def.
 func env(name, def string) string {
@@ -240,7 +245,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		}
 	}
 	if o.dropCaps {
-		if err := keepOnlyCaps(runCaps(m, o.metrics != "", o.netpol)); err != nil {
+		if err := keepOnlyCaps(runCaps(m, o.metrics != "", o.netpol || o.xlat)); err != nil {
 			return err
 		}
 	}
@@ -265,6 +270,10 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		}
 		pc = NewPolicyController(client, PolicyConfig{Node: nd, ClusterPolicies: cnp, Logger: log.With("controller", "networkpolicy")})
 	}
+	var xc *XlatController
+	if o.xlat {
+		xc = NewXlatController(client, XlatConfig{Node: nd, ServiceCIDRs: o.serviceCIDRs, Logger: log.With("controller", "translated-destinations")})
+	}
 	a, err := New(client, routes, Config{NodeName: o.node, Resync: o.resync, HealthAddr: o.health, Policy: pc, Logger: log})
 	if err != nil {
 		return &usageError{err}
@@ -280,8 +289,8 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		}
 		defer stop()
 	}
-	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", o.node, "mode", m, "routeProtocol", o.proto, "bpfRoot", o.bpfRoot, "stateDir", o.stateDir, "metrics", o.metrics, "networkPolicy", o.netpol)
-	err = runSideBySide(ctx, a, pc)
+	log.Info("ebpf-cni-agent starting", "version", buildinfo.Version, "node", o.node, "mode", m, "routeProtocol", o.proto, "bpfRoot", o.bpfRoot, "stateDir", o.stateDir, "metrics", o.metrics, "networkPolicy", o.netpol, "translatedDestinations", o.xlat, "serviceCIDRs", o.serviceCIDRs)
+	err = runSideBySide(ctx, a, pc, xc)
 	if ctx.Err() != nil {
 		log.Info("ebpf-cni-agent stopping; its routes or tunnel endpoints and the policies it wrote stay")
 		return nil
@@ -296,7 +305,9 @@ type runOptions struct {
 	proto             int
 	bpfRoot, stateDir string
 	dropCaps, netpol  bool
-	health, metrics   string // metrics: "" for none
+	xlat              bool           // keep the translated destinations (XlatController)
+	serviceCIDRs      []netip.Prefix // the Service ranges, for the translated destinations
+	health, metrics   string         // metrics: "" for none
 	resync            time.Duration
 }
 
@@ -311,9 +322,12 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.IntVar(&o.proto, "route-protocol", DefaultRouteProtocol, "route protocol `N` that tags the agent's routes (mode direct)")
 	fs.StringVar(&o.bpfRoot, "bpf-root", config.DefaultBPFRoot, "the plugin's bpfRoot `DIR` (mode vxlan: its tunnel endpoints; the network policy maps; the metrics' maps)")
 	fs.StringVar(&o.stateDir, "state-dir", config.DefaultStateDir, "the plugin's stateDir `DIR` (mode vxlan: its lock, and the agent's record; the metrics' call record)")
-	fs.BoolVar(&o.dropCaps, "drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF; BPF kept for the metrics and network policies)")
+	fs.BoolVar(&o.dropCaps, "drop-caps", true, "drop every capability the mode does not use (direct: all but NET_ADMIN; vxlan: all but BPF; BPF kept for the metrics, network policies and translated destinations)")
 	policyOn, policyErr := envBool(EnvNetPolicy, true)
 	fs.BoolVar(&o.netpol, "network-policy", policyOn, "enforce the cluster's NetworkPolicies on this node's pods: write them into the plugin's maps (EBPF_CNI_NETWORK_POLICY)")
+	xlatOn, xlatErr := envBool(EnvXlat, true)
+	fs.BoolVar(&o.xlat, "translated-destinations", xlatOn, "keep the set of destinations kube-proxy translates (Services, nodes) in the plugin's maps, with a lease: the pods' new flows to anything else are set up in BPF, their first packet skipping the node's netfilter (EBPF_CNI_TRANSLATED_DESTINATIONS)")
+	svcCIDRs := fs.String("service-cidrs", env(EnvServiceCIDRs, ""), "the cluster's Service `RANGES`, comma-separated (EBPF_CNI_SERVICE_CIDRS): with -translated-destinations, in the set from the start")
 	fs.StringVar(&o.health, "health-addr", env(EnvHealthAddr, DefaultHealthAddr), "`ADDR` of /healthz and /readyz; empty: none")
 	fs.StringVar(&o.metrics, "metrics-addr", env(EnvMetricsAddr, DefaultMetricsAddr), "`ADDR` of the Prometheus /metrics (EBPF_CNI_METRICS_ADDR); empty or off: none")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often everything is compared with the Node objects")
@@ -323,6 +337,19 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 	if policyErr != nil && !flagSet(fs, "network-policy") {
 		return nil, policyErr
 	}
+	if xlatErr != nil && !flagSet(fs, "translated-destinations") {
+		return nil, xlatErr
+	}
+	for _, f := range strings.Split(*svcCIDRs, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, &usageError{fmt.Errorf("-service-cidrs: %q: %w", f, err)}
+		}
+		o.serviceCIDRs = append(o.serviceCIDRs, p.Masked())
+	}
 	if o.metrics == "off" {
 		o.metrics = ""
 	}
@@ -330,7 +357,8 @@ func parseRun(args []string, stderr io.Writer) (*runOptions, error) {
 }
 
 // runCaps are the capabilities the agent keeps in mode m, with the metrics
-// and the network policies on or off.
+// and the plugin's maps it writes (network policies, translated
+// destinations) on or off.
 func runCaps(m conflist.Mode, metrics, netpol bool) []int {
 	caps := CapsOf[m]
 	if metrics {
@@ -353,27 +381,36 @@ func serveMetrics(addr string, mt *Metrics) (stop func(), err error) {
 	return func() { _ = srv.Close() }, nil
 }
 
-// runSideBySide runs the routes of a and the policies of pc (if any) until
-// ctx ends or the routes fail, and returns the routes' error.
+// runSideBySide runs the routes of a, the policies of pc and the translated
+// destinations of xc (each if any) until ctx ends or the routes fail, and
+// returns the routes' error.
 //
-// The routes and the policies run side by side. The policies never stop
+// The routes, the policies and the translated destinations run side by
+// side. The policies never stop
 // the routes: what keeps them from starting (no bpffs, maps that cannot
 // be opened) is retried and reported while the routes go on. The routes
 // failing (the health port taken, nodes that cannot be watched) stops
 // both, and the DaemonSet restarts the agent.
-func runSideBySide(ctx context.Context, a *Agent, pc *PolicyController) error {
+func runSideBySide(ctx context.Context, a *Agent, pc *PolicyController, xc *XlatController) error {
 	run, cancel := context.WithCancel(ctx)
 	defer cancel()
-	policyDone := make(chan struct{})
+	policyDone, xlatDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		if pc != nil {
 			_ = pc.Run(run) // returns only when run ends
 		}
 		close(policyDone)
 	}()
+	go func() {
+		if xc != nil {
+			_ = xc.Run(run) // likewise
+		}
+		close(xlatDone)
+	}()
 	err := a.Run(run)
 	cancel()
 	<-policyDone
+	<-xlatDone
 	return err
 }
 

@@ -88,6 +88,15 @@ func TestMainErrors(t *testing.T) {
 	require.Contains(t, errOut, `EBPF_CNI_NETWORK_POLICY: "on" is not true or false`)
 	t.Setenv(EnvNetPolicy, "")
 
+	t.Setenv(EnvXlat, "yes")
+	_, errOut, code = runMain("run")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `EBPF_CNI_TRANSLATED_DESTINATIONS: "yes" is not true or false`)
+	t.Setenv(EnvXlat, "")
+	_, errOut, code = runMain("run", "-service-cidrs", "10.96.0.0/12,10.96.0.1/33")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `-service-cidrs: "10.96.0.1/33"`)
+
 	t.Setenv(EnvClusterCIDRs, "10.244.0.0/33")
 	_, errOut, code = runMain("install")
 	require.Equal(t, 2, code)

@@ -37,6 +37,8 @@ const (
 	FromTunnelMapPolicySources    = "policy_sources"
 	FromTunnelMapScratch          = "scratch"
 	FromTunnelMapSlotCounters     = "slot_counters"
+	FromTunnelMapXlatDsts         = "xlat_dsts"
+	FromTunnelMapXlatLease        = "xlat_lease"
 	FromTunnelProgFromTunnel      = "from_tunnel"
 	FromTunnelVarCtOptsSize       = "ct_opts_size"
 	FromTunnelVarHaveConntrack    = "have_conntrack"
@@ -112,6 +114,8 @@ type FromTunnelMapSpecs struct {
 	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
+	XlatDsts         *ebpf.MapSpec `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.MapSpec `ebpf:"xlat_lease"`
 }
 
 // FromTunnelVariableSpecs contains global variables before they are loaded into the kernel.
@@ -163,6 +167,8 @@ type FromTunnelMaps struct {
 	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
+	XlatDsts         *ebpf.Map `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.Map `ebpf:"xlat_lease"`
 }
 
 func (m *FromTunnelMaps) Close() error {
@@ -188,6 +194,8 @@ func (m *FromTunnelMaps) Close() error {
 		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
+		m.XlatDsts,
+		m.XlatLease,
 	)
 }
 

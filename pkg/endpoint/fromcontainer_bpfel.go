@@ -45,6 +45,8 @@ const (
 	FromContainerMapSlotCounters     = "slot_counters"
 	FromContainerMapSockRevnat       = "sock_revnat"
 	FromContainerMapUplinks          = "uplinks"
+	FromContainerMapXlatDsts         = "xlat_dsts"
+	FromContainerMapXlatLease        = "xlat_lease"
 	FromContainerProgFromContainer   = "from_container"
 	FromContainerVarCtOptsSize       = "ct_opts_size"
 	FromContainerVarHaveConntrack    = "have_conntrack"
@@ -128,6 +130,8 @@ type FromContainerMapSpecs struct {
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	XlatDsts         *ebpf.MapSpec `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.MapSpec `ebpf:"xlat_lease"`
 }
 
 // FromContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -187,6 +191,8 @@ type FromContainerMaps struct {
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	XlatDsts         *ebpf.Map `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.Map `ebpf:"xlat_lease"`
 }
 
 func (m *FromContainerMaps) Close() error {
@@ -220,6 +226,8 @@ func (m *FromContainerMaps) Close() error {
 		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
+		m.XlatDsts,
+		m.XlatLease,
 	)
 }
 

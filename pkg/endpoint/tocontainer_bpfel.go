@@ -38,6 +38,8 @@ const (
 	ToContainerMapPolicySources    = "policy_sources"
 	ToContainerMapScratch          = "scratch"
 	ToContainerMapSlotCounters     = "slot_counters"
+	ToContainerMapXlatDsts         = "xlat_dsts"
+	ToContainerMapXlatLease        = "xlat_lease"
 	ToContainerProgToContainer     = "to_container"
 	ToContainerVarCtOptsSize       = "ct_opts_size"
 	ToContainerVarHaveConntrack    = "have_conntrack"
@@ -114,6 +116,8 @@ type ToContainerMapSpecs struct {
 	PolicySources    *ebpf.MapSpec `ebpf:"policy_sources"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
+	XlatDsts         *ebpf.MapSpec `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.MapSpec `ebpf:"xlat_lease"`
 }
 
 // ToContainerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -166,6 +170,8 @@ type ToContainerMaps struct {
 	PolicySources    *ebpf.Map `ebpf:"policy_sources"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
+	XlatDsts         *ebpf.Map `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.Map `ebpf:"xlat_lease"`
 }
 
 func (m *ToContainerMaps) Close() error {
@@ -192,6 +198,8 @@ func (m *ToContainerMaps) Close() error {
 		m.PolicySources,
 		m.Scratch,
 		m.SlotCounters,
+		m.XlatDsts,
+		m.XlatLease,
 	)
 }
 

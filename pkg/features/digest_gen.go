@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "5510f79f18f2"
+const objectsDigest = "a61719b19431"

@@ -34,6 +34,7 @@ type Flow struct {
 	Verdict    maps.CniFlowVerdict
 	Inbound    bool // opened toward the pod: never masqueraded
 	Untracked  bool // left the node without a conntrack entry (for a second, conntrack is not asked)
+	Bypass     bool // set up in BPF: its first packet did not meet netfilter (the agent's set, xlat.go)
 	Idle       time.Duration
 }
 
@@ -75,7 +76,7 @@ func List(m *ebpf.Map) ([]Flow, error) {
 		f := Flow{Proto: e.Key.Proto, Pod: maps.IP(e.Key.Family, e.Key.Saddr), PodPort: maps.Port(e.Key.Sport),
 			Remote: maps.IP(e.Key.Family, e.Key.Daddr), RemotePort: maps.Port(e.Key.Dport),
 			Verdict: e.Value.Verdict, Inbound: e.Value.Flags&maps.CniFlowFlagsFLOW_F_INBOUND != 0,
-			Untracked: e.Value.Flags&maps.CniFlowFlagsFLOW_F_UNTRACKED != 0}
+			Untracked: e.Value.Flags&maps.CniFlowFlagsFLOW_F_UNTRACKED != 0, Bypass: e.Value.Flags&maps.CniFlowFlagsFLOW_F_BYPASS != 0}
 		if now > e.Value.LastSeen {
 			f.Idle = time.Duration(now - e.Value.LastSeen)
 		}

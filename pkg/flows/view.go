@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
@@ -25,10 +26,13 @@ goes is pending again), stack (netfilter translated it, a Service, or the
 stack delivered it: through the stack both ways). inbound: opened toward
 the pod, its replies are never masqueraded. untracked: it left the node
 without a conntrack entry (conntrack is not active in the node's network
-namespace), conntrack is not asked again for a second.
+namespace), conntrack is not asked again for a second. bypass: set up in
+BPF without meeting netfilter (the node agent's set of destinations
+netfilter may translate was current and did not hold the remote); the
+table's last line says whether that set's lease runs.
 
 JSON: a list of {"proto", "pod", "podPort", "remote", "remotePort",
-"verdict", "inbound", "untracked", "idleSeconds"}, ordered by pod, protocol
+"verdict", "inbound", "untracked", "bypass", "idleSeconds"}, ordered by pod, protocol
 and remote.`,
 	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
 		pod := fs.String("pod", "", "show only the flows of the pod address `IP`")
@@ -46,6 +50,7 @@ type FlowEntry struct {
 	Verdict     string  `json:"verdict"`
 	Inbound     bool    `json:"inbound"`
 	Untracked   bool    `json:"untracked"`
+	Bypass      bool    `json:"bypass"`
 	IdleSeconds float64 `json:"idleSeconds"`
 
 	f Flow
@@ -61,7 +66,7 @@ func runFlows(ctx *view.Context, pod string) error {
 			return view.Usage("--pod %q is not an IP address", pod)
 		}
 	}
-	ms, closeMaps, err := ctx.OpenMaps(maps.CniMapFlows)
+	ms, closeMaps, err := ctx.OpenMaps(maps.CniMapFlows, maps.CniMapXlatLease)
 	if err != nil {
 		return err
 	}
@@ -78,7 +83,7 @@ func runFlows(ctx *view.Context, pod string) error {
 			}
 			proto := view.ProtoName(f.Proto)
 			out = append(out, &FlowEntry{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
-				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, IdleSeconds: f.Idle.Seconds(), f: f})
+				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, Bypass: f.Bypass, IdleSeconds: f.Idle.Seconds(), f: f})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -88,8 +93,22 @@ func runFlows(ctx *view.Context, pod string) error {
 	if ctx.JSON {
 		return view.WriteJSON(ctx.Stdout, out)
 	}
+	lease := "never written: every new flow meets netfilter"
+	if m := ms[maps.CniMapXlatLease]; m != nil {
+		l, err := ReadLease(m)
+		if err != nil {
+			return err
+		}
+		switch {
+		case l.Valid():
+			lease = fmt.Sprintf("runs for %s more (%d destinations, write %d): new flows to others skip netfilter", l.Left.Round(time.Second), l.Entries, l.Generation)
+		case l.Generation > 0:
+			lease = fmt.Sprintf("expired (renewed %s ago): every new flow meets netfilter", l.Renewed.Round(time.Second))
+		}
+	}
 	if len(out) == 0 {
 		fmt.Fprintln(ctx.Stdout, "no tracked flows")
+		fmt.Fprintf(ctx.Stdout, "translated destinations' lease (%s): %s\n", maps.CniMapXlatLease, lease)
 		return nil
 	}
 	t := &view.Table{Header: []string{"PROTO", "POD", "REMOTE", "VERDICT", "IDLE"}, Right: map[int]bool{4: true}}
@@ -101,6 +120,9 @@ func runFlows(ctx *view.Context, pod string) error {
 		if f.Untracked {
 			v += ",untracked"
 		}
+		if f.Bypass {
+			v += ",bypass"
+		}
 		t.Row(f.Proto, net.JoinHostPort(f.Pod, strconv.Itoa(int(f.PodPort))), net.JoinHostPort(f.Remote, strconv.Itoa(int(f.RemotePort))),
 			v, view.HumanAge(f.f.Idle))
 	}
@@ -108,5 +130,6 @@ func runFlows(ctx *view.Context, pod string) error {
 		return err
 	}
 	fmt.Fprintf(ctx.Stdout, "\n%d flow(s)\n", len(out))
+	fmt.Fprintf(ctx.Stdout, "translated destinations' lease (%s): %s\n", maps.CniMapXlatLease, lease)
 	return nil
 }

@@ -224,6 +224,7 @@ type CniFlowFlags uint8
 const (
 	CniFlowFlagsFLOW_F_INBOUND   CniFlowFlags = 1
 	CniFlowFlagsFLOW_F_UNTRACKED CniFlowFlags = 2
+	CniFlowFlagsFLOW_F_BYPASS    CniFlowFlags = 4
 )
 
 type CniFlowKey struct {
@@ -658,6 +659,39 @@ type CniUplinkInfo struct {
 	Pad  [2]uint8
 }
 
+type CniXlatDst struct {
+	_     structs.HostLayout
+	Kinds CniXlatKind
+	Pad   [7]uint8
+}
+
+type CniXlatKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Family    uint8
+	Pad       [3]uint8
+	Addr      [16]uint8
+}
+
+type CniXlatKind uint8
+
+const (
+	CniXlatKindXLAT_SERVICE_RANGE CniXlatKind = 1
+	CniXlatKindXLAT_CLUSTER_IP    CniXlatKind = 2
+	CniXlatKindXLAT_EXTERNAL_IP   CniXlatKind = 4
+	CniXlatKindXLAT_LOAD_BALANCER CniXlatKind = 8
+	CniXlatKindXLAT_NODE          CniXlatKind = 16
+)
+
+type CniXlatTerm struct {
+	_          structs.HostLayout
+	Expires    uint64
+	Renewed    uint64
+	Generation uint64
+	Entries    uint32
+	Pad        uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -699,6 +733,8 @@ const (
 	CniMapSlotCounters     = "slot_counters"
 	CniMapSockRevnat       = "sock_revnat"
 	CniMapUplinks          = "uplinks"
+	CniMapXlatDsts         = "xlat_dsts"
+	CniMapXlatLease        = "xlat_lease"
 )
 
 // LoadCni returns the embedded CollectionSpec for Cni.
@@ -786,6 +822,8 @@ type CniMapSpecs struct {
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	XlatDsts         *ebpf.MapSpec `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.MapSpec `ebpf:"xlat_lease"`
 }
 
 // CniVariableSpecs contains global variables before they are loaded into the kernel.
@@ -851,6 +889,8 @@ type CniMaps struct {
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	XlatDsts         *ebpf.Map `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.Map `ebpf:"xlat_lease"`
 }
 
 func (m *CniMaps) Close() error {
@@ -892,6 +932,8 @@ func (m *CniMaps) Close() error {
 		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
+		m.XlatDsts,
+		m.XlatLease,
 	)
 }
 

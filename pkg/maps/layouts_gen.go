@@ -41,4 +41,6 @@ var layouts = map[string]layout{
 	"slot_counters":     {6, 4, 1024},  // PerCPUArray
 	"sock_revnat":       {9, 32, 24},   // LRUHash
 	"uplinks":           {1, 4, 24},    // Hash
+	"xlat_dsts":         {11, 24, 8},   // LPMTrie
+	"xlat_lease":        {2, 4, 32},    // Array
 }

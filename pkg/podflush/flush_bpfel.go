@@ -19,6 +19,8 @@ const (
 	FlushMapFlows         = "flows"
 	FlushMapNat           = "nat"
 	FlushMapNatTimeouts   = "nat_timeouts"
+	FlushMapXlatDsts      = "xlat_dsts"
+	FlushMapXlatLease     = "xlat_lease"
 	FlushProgFlushFlows   = "flush_flows"
 	FlushProgFlushNat     = "flush_nat"
 	FlushVarCtOptsSize    = "ct_opts_size"
@@ -78,6 +80,8 @@ type FlushMapSpecs struct {
 	Flows       *ebpf.MapSpec `ebpf:"flows"`
 	Nat         *ebpf.MapSpec `ebpf:"nat"`
 	NatTimeouts *ebpf.MapSpec `ebpf:"nat_timeouts"`
+	XlatDsts    *ebpf.MapSpec `ebpf:"xlat_dsts"`
+	XlatLease   *ebpf.MapSpec `ebpf:"xlat_lease"`
 }
 
 // FlushVariableSpecs contains global variables before they are loaded into the kernel.
@@ -111,6 +115,8 @@ type FlushMaps struct {
 	Flows       *ebpf.Map `ebpf:"flows"`
 	Nat         *ebpf.Map `ebpf:"nat"`
 	NatTimeouts *ebpf.Map `ebpf:"nat_timeouts"`
+	XlatDsts    *ebpf.Map `ebpf:"xlat_dsts"`
+	XlatLease   *ebpf.Map `ebpf:"xlat_lease"`
 }
 
 func (m *FlushMaps) Close() error {
@@ -118,6 +124,8 @@ func (m *FlushMaps) Close() error {
 		m.Flows,
 		m.Nat,
 		m.NatTimeouts,
+		m.XlatDsts,
+		m.XlatLease,
 	)
 }
 

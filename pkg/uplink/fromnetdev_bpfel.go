@@ -47,6 +47,8 @@ const (
 	FromNetdevMapSlotCounters     = "slot_counters"
 	FromNetdevMapSockRevnat       = "sock_revnat"
 	FromNetdevMapUplinks          = "uplinks"
+	FromNetdevMapXlatDsts         = "xlat_dsts"
+	FromNetdevMapXlatLease        = "xlat_lease"
 	FromNetdevProgFromNetdev      = "from_netdev"
 	FromNetdevVarCtOptsSize       = "ct_opts_size"
 	FromNetdevVarHaveConntrack    = "have_conntrack"
@@ -132,6 +134,8 @@ type FromNetdevMapSpecs struct {
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.MapSpec `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	XlatDsts         *ebpf.MapSpec `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.MapSpec `ebpf:"xlat_lease"`
 }
 
 // FromNetdevVariableSpecs contains global variables before they are loaded into the kernel.
@@ -193,6 +197,8 @@ type FromNetdevMaps struct {
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	SockRevnat       *ebpf.Map `ebpf:"sock_revnat"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	XlatDsts         *ebpf.Map `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.Map `ebpf:"xlat_lease"`
 }
 
 func (m *FromNetdevMaps) Close() error {
@@ -228,6 +234,8 @@ func (m *FromNetdevMaps) Close() error {
 		m.SlotCounters,
 		m.SockRevnat,
 		m.Uplinks,
+		m.XlatDsts,
+		m.XlatLease,
 	)
 }
 

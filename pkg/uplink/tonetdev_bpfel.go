@@ -40,6 +40,8 @@ const (
 	ToNetdevMapScratch          = "scratch"
 	ToNetdevMapSlotCounters     = "slot_counters"
 	ToNetdevMapUplinks          = "uplinks"
+	ToNetdevMapXlatDsts         = "xlat_dsts"
+	ToNetdevMapXlatLease        = "xlat_lease"
 	ToNetdevProgToNetdev        = "to_netdev"
 	ToNetdevVarCtOptsSize       = "ct_opts_size"
 	ToNetdevVarHaveConntrack    = "have_conntrack"
@@ -118,6 +120,8 @@ type ToNetdevMapSpecs struct {
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SlotCounters     *ebpf.MapSpec `ebpf:"slot_counters"`
 	Uplinks          *ebpf.MapSpec `ebpf:"uplinks"`
+	XlatDsts         *ebpf.MapSpec `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.MapSpec `ebpf:"xlat_lease"`
 }
 
 // ToNetdevVariableSpecs contains global variables before they are loaded into the kernel.
@@ -172,6 +176,8 @@ type ToNetdevMaps struct {
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SlotCounters     *ebpf.Map `ebpf:"slot_counters"`
 	Uplinks          *ebpf.Map `ebpf:"uplinks"`
+	XlatDsts         *ebpf.Map `ebpf:"xlat_dsts"`
+	XlatLease        *ebpf.Map `ebpf:"xlat_lease"`
 }
 
 func (m *ToNetdevMaps) Close() error {
@@ -200,6 +206,8 @@ func (m *ToNetdevMaps) Close() error {
 		m.Scratch,
 		m.SlotCounters,
 		m.Uplinks,
+		m.XlatDsts,
+		m.XlatLease,
 	)
 }
 

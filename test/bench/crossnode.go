@@ -244,8 +244,14 @@ func (b *bench) masqueradeServices() error {
 			if s.name == EBPF {
 				subnet = ebpfSubnet
 			}
-			if err := kubeProxyServices(subnet, benchServices).Install(fresh.node.NS, nettest.ModeIPTables); err != nil {
+			k := kubeProxyServices(subnet, benchServices)
+			if err := k.Install(fresh.node.NS, nettest.ModeIPTables); err != nil {
 				return fmt.Errorf("%s: installing the Services: %w", s.name, err)
+			}
+			if s.name == EBPF {
+				if err := b.leaseTranslated(fresh, k); err != nil {
+					return err
+				}
 			}
 			if client, _, err = b.addPod(fresh, nil); err != nil {
 				return err

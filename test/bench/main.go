@@ -51,6 +51,7 @@ type config struct {
 	bwSecs       int
 	note         string // said at the top of REPORT.md (e.g. how loaded the machine was)
 	hold         bool   // set the paths up, print how to drive them, wait for ^C (profiling)
+	noXlat       bool   // EBPF without the node agent's translated destinations (xlat.go)
 	log          io.Writer
 	started      time.Time
 }
@@ -105,6 +106,7 @@ func main() {
 	note := flag.String("note", "", "a note for the top of REPORT.md, e.g. what else ran on the machine")
 	resident := flag.Int("resident", 1, "pods each setup keeps attached while the cni paths churn (a node in service has tens to a hundred)")
 	hold := flag.Bool("hold", false, "profiling: set the first traffic path of -paths up, print the commands that drive its load, and wait for ^C instead of measuring")
+	xlat := flag.Bool("translated-destinations", true, "EBPF as the DaemonSet runs it: the destinations kube-proxy translates written and leased as the node agent does, so that new flows to the world skip netfilter; false: every new flow's first packet meets netfilter")
 	render := flag.String("render", "", "measure nothing: re-render REPORT.md and the plots of this results directory from its latest.json and machine.json")
 	flag.Parse()
 	if *render != "" {
@@ -125,6 +127,9 @@ func main() {
 		fail(err)
 	}
 	cfg.ref, cfg.note, cfg.hold = *ref, *note, *hold
+	if cfg.noXlat = !*xlat; cfg.noXlat {
+		cfg.note = strings.TrimSpace("EBPF without the translated destinations (-translated-destinations=false). " + cfg.note)
+	}
 	if cfg.features, err = parseList(*features, allFeatures); err != nil {
 		fail(fmt.Errorf("-ebpf-features: %w", err))
 	}

@@ -137,6 +137,9 @@ func (b *bench) newSetupWith(name, tag, refDir string) (*setup, error) {
 		if err == nil {
 			_, err = nettest.Run(node.World, "ip", "route", "add", ebpfSubnet, "via", nettest.NodeIP4.String())
 		}
+		if err == nil {
+			err = b.leaseTranslated(s, nil)
+		}
 	case RAW:
 		err = node.NS.Do(func(ns.NetNS) error {
 			_, err := sysctl.Sysctl("net/ipv4/ip_forward", "1")

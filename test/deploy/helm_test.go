@@ -198,15 +198,16 @@ func chartConfig(t *testing.T, objs map[string]object) map[string]string {
 // comes from metrics.*: TestHelmChartOptions).
 func TestHelmChartEveryConfigMapKeyIsAValue(t *testing.T) {
 	sample := map[string]string{
-		"clusterCIDRs":  "10.32.0.0/12,fd00:32::/48",
-		"serviceCIDRs":  "10.100.0.0/16",
-		"masquerade":    "false",
-		"mode":          "vxlan",
-		"vxlanPort":     "8472",
-		"vxlanVNI":      "7",
-		"cniVersion":    "0.4.0",
-		"mtu":           "1400",
-		"networkPolicy": "false",
+		"clusterCIDRs":           "10.32.0.0/12,fd00:32::/48",
+		"serviceCIDRs":           "10.100.0.0/16",
+		"masquerade":             "false",
+		"mode":                   "vxlan",
+		"vxlanPort":              "8472",
+		"vxlanVNI":               "7",
+		"cniVersion":             "0.4.0",
+		"mtu":                    "1400",
+		"networkPolicy":          "false",
+		"translatedDestinations": "false",
 	}
 	var set []string
 	for k, v := range sample {

@@ -96,11 +96,12 @@ func TestManifest(t *testing.T) {
 		require.Equal(t, ns, o.Namespace, o.Name)
 	}
 
-	// RBAC: read Nodes, and for the network policies the policies (and
-	// ClusterNetworkPolicies), pods and namespaces; nothing else.
+	// RBAC: read Nodes, Services (the translated destinations), and for
+	// the network policies the policies (and ClusterNetworkPolicies), pods
+	// and namespaces; nothing else.
 	require.Equal(t, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces", "services"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"policy.networking.k8s.io"}, Resources: []string{"clusternetworkpolicies"}, Verbs: []string{"list", "watch"}},
 	}, m.role.Rules)

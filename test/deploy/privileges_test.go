@@ -261,7 +261,11 @@ func TestManifestPrivileges(t *testing.T) {
 	logs, pid = startAgent("direct", granted, "-metrics-addr", "off", "-network-policy=false")
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "ebpf-cni-agent starting") }, 20*time.Second, 20*time.Millisecond,
 		"the agent without metrics and network policies:\n%s", logs)
-	require.Equal(t, []string{"NET_ADMIN"}, capEff(pid), "without metrics and network policies, the direct agent keeps NET_ADMIN only")
+	require.Equal(t, []string{"BPF", "NET_ADMIN"}, capEff(pid), "without metrics and network policies, the direct agent keeps BPF for the translated destinations")
+	logs, pid = startAgent("direct", granted, "-metrics-addr", "off", "-network-policy=false", "-translated-destinations=false")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "ebpf-cni-agent starting") }, 20*time.Second, 20*time.Millisecond,
+		"the agent without metrics, network policies and translated destinations:\n%s", logs)
+	require.Equal(t, []string{"NET_ADMIN"}, capEff(pid), "without metrics, network policies and translated destinations, the direct agent keeps NET_ADMIN only")
 
 	// vxlan mode writes the tunnel endpoints with BPF, and without it
 	// fails at start, saying why; running, it holds nothing else.

@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
+	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
+)
+
+func service(name string, clusterIPs []string, external []string, lb ...string) *corev1.Service {
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.ServiceSpec{ClusterIPs: clusterIPs, ExternalIPs: external}}
+	if len(clusterIPs) > 0 {
+		s.Spec.ClusterIP = clusterIPs[0]
+	}
+	for _, ip := range lb {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip, Hostname: "lb.example"})
+	}
+	return s
+}
+
+// TestXlatSet: the destinations kube-proxy translates, from Services and
+// Nodes: the Service ranges, ClusterIPs of both families, externalIPs,
+// load-balancer IPs, every Node's InternalIPs and ExternalIPs; headless
+// Services, ExternalName ones, host names and hostname-only load balancers
+// add nothing; an address that is several things is one entry.
+func TestXlatSet(t *testing.T) {
+	ext := node("b", []string{"192.0.2.11", "2001:db8::11"})
+	ext.Status.Addresses = append(ext.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.11"},
+		corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "b.internal"})
+	headless := service("headless", []string{"None"}, nil)
+	byName := service("external-name", nil, nil)
+	byName.Spec.Type, byName.Spec.ExternalName = corev1.ServiceTypeExternalName, "example.com"
+	got := XlatSet([]*corev1.Service{
+		service("web", []string{"10.96.0.10", "fd00:96::10"}, []string{"198.51.100.200", "192.0.2.11"}, "203.0.113.7"),
+		service("legacy", nil, nil), headless, byName,
+	}, []*corev1.Node{node("a", []string{"192.0.2.10"}), ext},
+		[]netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:96::/112")})
+	got2 := XlatSet([]*corev1.Service{{Spec: corev1.ServiceSpec{ClusterIP: "10.96.5.5"}}}, nil, nil)
+	require.Equal(t, `10.96.0.0/16 serviceRange
+10.96.0.10/32 clusterIP
+192.0.2.10/32 node
+192.0.2.11/32 externalIP,node
+198.51.100.11/32 node
+198.51.100.200/32 externalIP
+2001:db8::11/128 node
+203.0.113.7/32 loadBalancer
+fd00:96::/112 serviceRange
+fd00:96::10/128 clusterIP`, got.String())
+	require.Equal(t, "10.96.5.5/32 clusterIP", got2.String(), "spec.clusterIP alone (an API server before dual-stack)")
+}
+
+// TestXlatSlim: the watches keep only the addresses.
+func TestXlatSlim(t *testing.T) {
+	s := service("web", []string{"10.96.0.10"}, []string{"198.51.100.200"}, "203.0.113.7")
+	s.Labels = map[string]string{"app": "web"}
+	s.Spec.Selector = map[string]string{"app": "web"}
+	s.Spec.Ports = []corev1.ServicePort{{Port: 80}}
+	out, err := slimXlat(s)
+	require.NoError(t, err)
+	slim := out.(*corev1.Service)
+	require.Nil(t, slim.Labels)
+	require.Nil(t, slim.Spec.Selector)
+	require.Nil(t, slim.Spec.Ports)
+	require.Equal(t, XlatSet([]*corev1.Service{s}, nil, nil), XlatSet([]*corev1.Service{slim}, nil, nil))
+	n := node("a", []string{"192.0.2.10"}, "10.244.0.0/24")
+	out, err = slimXlat(n)
+	require.NoError(t, err)
+	require.Empty(t, out.(*corev1.Node).Spec.PodCIDRs)
+	require.Len(t, out.(*corev1.Node).Status.Addresses, 1, "the host name goes")
+}
+
+// TestXlatController runs the controller against a fake API server and a
+// private bpffs: it writes the set and leases it, follows the Services
+// and Nodes, and when it stops leaves the set and lets the lease run out.
+func TestXlatController(t *testing.T) {
+	bpfRoot := testutil.BPFFS(t)
+	nd := nodetest.Handle(t, bpfRoot, t.TempDir())
+	client := fake.NewClientset(service("web", []string{"10.96.0.10"}, nil), node("a", []string{"192.0.2.10"}))
+	xc := NewXlatController(client, XlatConfig{Node: nd, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
+		Lease: time.Second, Renew: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- xc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	tr, err := flows.OpenTranslated(nd)
+	require.NoError(t, err)
+	set := func() string {
+		s, err := tr.List()
+		require.NoError(t, err)
+		return s.String()
+	}
+	leased := func() bool {
+		l, err := tr.Lease()
+		require.NoError(t, err)
+		return l.Valid()
+	}
+
+	want := "10.96.0.0/16 serviceRange\n10.96.0.10/32 clusterIP\n192.0.2.10/32 node"
+	require.Eventually(t, func() bool { return set() == want && leased() }, 10*time.Second, 20*time.Millisecond, "the set: %s", set())
+	l, err := tr.Lease()
+	require.NoError(t, err)
+	require.Equal(t, uint32(3), l.Entries)
+	require.LessOrEqual(t, l.Left, time.Second, "leased for the configured time")
+
+	// An externalIP appears, a node goes: followed.
+	_, err = client.CoreV1().Services("default").Create(ctx, service("ext", []string{"10.96.0.11"}, []string{"198.51.100.200"}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, client.CoreV1().Nodes().Delete(ctx, "a", metav1.DeleteOptions{}))
+	want = "10.96.0.0/16 serviceRange\n10.96.0.10/32 clusterIP\n10.96.0.11/32 clusterIP\n198.51.100.200/32 externalIP"
+	require.Eventually(t, func() bool { return set() == want }, 10*time.Second, 20*time.Millisecond, "the set: %s", set())
+	require.NoError(t, xc.Status().Err)
+
+	// Renewed while it runs: valid past the first lease's end.
+	time.Sleep(1500 * time.Millisecond)
+	require.True(t, leased(), "renewed")
+
+	// Stopped: the set stays, the lease runs out.
+	cancel()
+	require.NoError(t, <-done)
+	done <- nil
+	require.Eventually(t, func() bool { return !leased() }, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, want, set(), "a stopped agent leaves the set")
+}
+
+// TestXlatControllerNoBPFFS: a bpfRoot that is no bpffs is reported, and
+// nothing is leased.
+func TestXlatControllerNoBPFFS(t *testing.T) {
+	xc := NewXlatController(fake.NewClientset(), XlatConfig{Node: nodetest.Handle(t, t.TempDir(), t.TempDir())})
+	require.Error(t, xc.Sync(flows.Set{}))
+	require.Error(t, xc.Status().Err)
+	require.True(t, xc.Status().Renewed.IsZero())
+}
