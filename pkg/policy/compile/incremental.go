@@ -92,7 +92,8 @@ func (c *Compiler) Update(cl Cluster, pods map[string]*corev1.Pod, eps []LocalEn
 	res := &Result{Endpoints: map[uint32]*EndpointRules{}, Namespaces: map[string]policy.NamespaceFact{}, Names: map[uint32]policy.Source{}, Errors: map[uint32]error{}}
 	cp := &compilation{byNS: map[string][]int{}, dirMemo: map[string]dirResult{}}
 	changedPols := c.policies(cl.Policies, cp, res)
-	all := c.clusterPolicies(cl.ClusterPolicies, cp, res)
+	changedCNPs := c.clusterPolicies(cl.ClusterPolicies, cp, res)
+	all := false
 	if c.pods == nil {
 		c.pods = newPodState()
 		all = true
@@ -118,7 +119,7 @@ func (c *Compiler) Update(cl Cluster, pods map[string]*corev1.Pod, eps []LocalEn
 	}
 	invalid := ps.invalidate(moved)
 	switch {
-	case all || c.facts == nil || len(cp.cnps) > 0 && len(changedPols) > 0:
+	case all || c.facts == nil || len(changedCNPs) > 0 || len(cp.cnps) > 0 && len(changedPols) > 0:
 		c.namespaceFacts(cl.Namespaces, cp, res)
 		c.facts = res.Namespaces
 	case len(changedPols) > 0:
@@ -134,7 +135,7 @@ func (c *Compiler) Update(cl Cluster, pods map[string]*corev1.Pod, eps []LocalEn
 		r := c.eps[ep.Ifindex]
 		_, self := pods[key]
 		if all || r == nil || self || changedEPs[ep.Ifindex] || r.fact != fact || r.dependsOn(invalid) ||
-			selectedBy(changedPols, ep.Namespace, ps.podByKey[key]) {
+			selectedBy(changedPols, ep.Namespace, ps.podByKey[key]) || subjectOf(changedCNPs, ps.podByKey[key], ps.nsLabels[ep.Namespace]) {
 			r = cp.compileEndpoint(ep, fact)
 		}
 		next[ep.Ifindex] = r
@@ -180,6 +181,19 @@ func selectedBy(pols []*compiledPolicy, ns string, self *podInfo) bool {
 	return false
 }
 
+// subjectOf: one of cnps (ClusterNetworkPolicies that came, went or
+// changed) selects self (unknown: may select it). An endpoint's entries
+// read only the ClusterNetworkPolicies that select it: the others' change
+// leaves them as they are.
+func subjectOf(cnps []*compiledCNP, self *podInfo, nsLabels labels.Set) bool {
+	for _, x := range cnps {
+		if self == nil || x.selects(self, nsLabels) {
+			return true
+		}
+	}
+	return false
+}
+
 // policies parses what it has not yet of pols into cp (sorted by
 // namespace/name), their names and facts into res, and returns those that
 // came or went since the last compilation (a changed one is a new object:
@@ -218,14 +232,17 @@ func (c *Compiler) policies(pols []*networkingv1.NetworkPolicy, cp *compilation,
 }
 
 // clusterPolicies parses what it has not yet of pols into cp, their names
-// into res, and says whether they changed since the last compilation.
-func (c *Compiler) clusterPolicies(pols []*cnpv1.ClusterNetworkPolicy, cp *compilation, res *Result) (changed bool) {
+// into res, and returns those that came or went since the last
+// compilation (a changed one is a new object: both).
+func (c *Compiler) clusterPolicies(pols []*cnpv1.ClusterNetworkPolicy, cp *compilation, res *Result) (changed []*compiledCNP) {
 	cache := make(map[*cnpv1.ClusterNetworkPolicy]*compiledCNP, len(pols))
 	for _, p := range pols {
 		x, ok := c.cnpCache[p]
 		if !ok {
 			x = compileCNP(p)
-			changed = true
+			if x != nil {
+				changed = append(changed, x)
+			}
 		}
 		cache[p] = x
 		if x != nil {
@@ -233,7 +250,11 @@ func (c *Compiler) clusterPolicies(pols []*cnpv1.ClusterNetworkPolicy, cp *compi
 			res.Names[x.id] = x.source()
 		}
 	}
-	changed = changed || len(cache) != len(c.cnpCache)
+	for p, x := range c.cnpCache {
+		if _, ok := cache[p]; !ok && x != nil {
+			changed = append(changed, x)
+		}
+	}
 	c.cnpCache = cache
 	sortCNPs(cp.cnps)
 	return changed

@@ -403,6 +403,26 @@ func TestCompileIncrementalKeeps(t *testing.T) {
 	require.Same(t, r3.Endpoints[10], r4.Endpoints[10])
 	require.NotSame(t, r3.Endpoints[11], r4.Endpoints[11])
 	require.Equal(t, []string{"enforced", "10.0.2.7/32 tcp:80 [web]"}, describe(r4, &r4.Endpoints[11].Ingress))
+
+	// A ClusterNetworkPolicy whose subject is namespace b: b's endpoint
+	// is compiled again when it comes, changes or goes; a's is not.
+	denyB := admin("deny-b", 1, subjNS(sel("kubernetes.io/metadata.name", "b")), ins(cin(deny, cpeers(peerNS(sel())), tcp(22))), nil)
+	cl.ClusterPolicies = []*cnpv1.ClusterNetworkPolicy{denyB}
+	r5 := c.Update(cl, nil, eps)
+	require.Same(t, r4.Endpoints[10], r5.Endpoints[10], "not a subject")
+	require.NotSame(t, r4.Endpoints[11], r5.Endpoints[11], "a subject")
+	denyB2 := denyB.DeepCopy()
+	denyB2.Spec.Ingress[0].Action = accept
+	cl.ClusterPolicies = []*cnpv1.ClusterNetworkPolicy{denyB2}
+	r6 := c.Update(cl, nil, eps)
+	require.Same(t, r5.Endpoints[10], r6.Endpoints[10])
+	require.NotSame(t, r5.Endpoints[11], r6.Endpoints[11])
+	cl.ClusterPolicies = nil
+	r7 := c.Update(cl, nil, eps)
+	require.Same(t, r6.Endpoints[10], r7.Endpoints[10])
+	now := append(slices.Clone(pods), peer)
+	now[slices.Index(now, client)] = c2
+	require.Equal(t, Compile(Cluster{Namespaces: nss, Policies: cl.Policies, Pods: now}, eps).Endpoints[11], r7.Endpoints[11], "as from scratch")
 }
 
 // TestCompileIncrementalImplicitNamespace: a namespace known only by its
