@@ -375,8 +375,8 @@ func (c *PolicyController) work(queue workqueue.TypedRateLimitingInterface[strin
 // compilation.
 func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)) (informers.SharedInformerFactory, policyListers, []cache.InformerSynced, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slim))
-	pols := factory.Networking().V1().NetworkPolicies()
-	pods := factory.Core().V1().Pods()
+	pols := policyInformer(factory)
+	pods := podInformer(factory)
 	nss := factory.Core().V1().Namespaces()
 	policyChanged := func(obj any) {
 		ns := namespaceOf(obj)
@@ -416,16 +416,16 @@ func (c *PolicyController) watch(changed func(compile bool, ns string, all bool)
 		on       func(any)
 		relevant func(old, cur any) bool
 	}{
-		"network policies": {pols.Informer(), policyChanged, specChanged},
-		"pods":             {pods.Informer(), podEvent, podChanged},
+		"network policies": {pols, policyChanged, specChanged},
+		"pods":             {pods, podEvent, podChanged},
 		"namespaces":       {nss.Informer(), nsChanged, func(old, cur any) bool { return !reflect.DeepEqual(nsLabels(old), nsLabels(cur)) }},
 	} {
 		if _, err := h.inf.AddEventHandler(handler(h.on, h.relevant)); err != nil {
 			return nil, policyListers{}, nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	return factory, policyListers{pols: policyIndex{pols.Informer().GetIndexer()}, pods: podIndex{pods.Informer().GetIndexer()}, nss: nss.Lister()},
-		[]cache.InformerSynced{pols.Informer().HasSynced, pods.Informer().HasSynced, nss.Informer().HasSynced}, nil
+	return factory, policyListers{pols: policyIndex{pols.GetIndexer()}, pods: podIndex{pods.GetIndexer()}, nss: nss.Lister()},
+		[]cache.InformerSynced{pols.HasSynced, pods.HasSynced, nss.Informer().HasSynced}, nil
 }
 
 // cnpServed asks the API server whether it serves ClusterNetworkPolicies
@@ -557,6 +557,8 @@ func slim(obj any) (any, error) {
 		return recordOf(o), nil
 	case *networkingv1.NetworkPolicy:
 		return policyRecordOf(o)
+	case *podRecord, *policyRecord: // a list's (listRecords)
+		return o, nil
 	}
 	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		// Neither is read (kubectl apply's last-applied-configuration
