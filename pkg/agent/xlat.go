@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -120,6 +121,21 @@ func slimNodeAddrs(obj any) (any, error) {
 	return out, nil
 }
 
+// xlatSame: an update that changes nothing XlatSet reads (a Node's
+// heartbeat, a Service's endpoints or labels: the objects are slimmed to
+// what it reads, so only their resource version differs).
+func xlatSame(old, cur any) bool {
+	switch o := old.(type) {
+	case *corev1.Service:
+		c, ok := cur.(*corev1.Service)
+		return ok && equality.Semantic.DeepEqual(o.Spec, c.Spec) && equality.Semantic.DeepEqual(o.Status, c.Status)
+	case *corev1.Node:
+		c, ok := cur.(*corev1.Node)
+		return ok && equality.Semantic.DeepEqual(o.Status.Addresses, c.Status.Addresses)
+	}
+	return false
+}
+
 func slimXlat(obj any) (any, error) {
 	switch obj.(type) {
 	case *corev1.Service:
@@ -182,7 +198,11 @@ func (c *XlatController) Run(ctx context.Context) error {
 	kick := make(chan struct{}, 1)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { poke(kick) },
-		UpdateFunc: func(any, any) { poke(kick) },
+		UpdateFunc: func(old, cur any) {
+			if !xlatSame(old, cur) {
+				poke(kick)
+			}
+		},
 		DeleteFunc: func(any) { poke(kick) },
 	}
 	for _, inf := range []cache.SharedIndexInformer{services.Informer(), nodes.Informer()} {

@@ -143,3 +143,24 @@ func TestXlatControllerNoBPFFS(t *testing.T) {
 	require.Error(t, xc.Status().Err)
 	require.True(t, xc.Status().Renewed.IsZero())
 }
+
+// TestXlatSame: only an update that changes what XlatSet reads wakes the
+// controller (a heartbeat of a slimmed Node does not).
+func TestXlatSame(t *testing.T) {
+	node := func(rv, ip string) any {
+		n, _ := slimXlat(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: rv},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Reason: rv}}}})
+		return n
+	}
+	svc := func(rv string, ext ...string) any {
+		s, _ := slimXlat(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", ResourceVersion: rv, Labels: map[string]string{"rv": rv}},
+			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, ExternalIPs: ext}})
+		return s
+	}
+	require.True(t, xlatSame(node("1", "192.0.2.1"), node("2", "192.0.2.1")), "a heartbeat")
+	require.False(t, xlatSame(node("1", "192.0.2.1"), node("2", "192.0.2.2")), "a new address")
+	require.True(t, xlatSame(svc("1"), svc("2")), "a label")
+	require.False(t, xlatSame(svc("1"), svc("2", "192.0.2.9")), "a new externalIP")
+	require.False(t, xlatSame(svc("1"), node("1", "192.0.2.1")))
+}
