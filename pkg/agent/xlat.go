@@ -197,7 +197,7 @@ func (c *XlatController) Run(ctx context.Context) error {
 	nodes := factory.Core().V1().Nodes()
 	kick := make(chan struct{}, 1)
 	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke(kick) },
+		AddFunc: func(any) { poke(kick) },
 		UpdateFunc: func(old, cur any) {
 			if !xlatSame(old, cur) {
 				poke(kick)
