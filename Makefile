@@ -155,10 +155,11 @@ VM_CACHE ?= /var/cache/ebpf-cni-vm
 VM_TESTS ?= test/datapath test/cli test/ipam
 VM_RUN ?=
 VM_SKIP ?=
+VM_BENCH ?=
 .PHONY: test-kernel
 test-kernel: deps ## boot a Debian kernel (KERNEL=linux-image-6.1.0-NN-amd64) in qemu, run the integration tests in it (VM_TESTS, VM_RUN, VM_SKIP); as root; see docs/kernels.md
 	$(call apt-install,$(VM_DEB_PKGS))
-	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" VM_SKIP="$(VM_SKIP)" test/kernel/run.sh
+	KERNEL="$(strip $(KERNEL))" VM_CACHE="$(VM_CACHE)" VM_TESTS="$(VM_TESTS)" VM_RUN="$(VM_RUN)" VM_SKIP="$(VM_SKIP)" VM_BENCH="$(VM_BENCH)" test/kernel/run.sh
 
 # The e2e test: a real two-node Kubernetes cluster (etcd from Debian;
 # Kubernetes and containerd 2.x built from their Go modules, cached by

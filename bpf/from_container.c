@@ -599,8 +599,16 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 	}
 }
 
+#ifdef EBPF_CNI_NETKIT_PEER
+/* Hook: netkit's peer program of a netkit pod (the pod's end's transmit,
+ * run before the packet reaches the host end): the same as from_container
+ * on a host veth's ingress. */
+SEC("tc")
+int from_netkit(struct __sk_buff *skb)
+#else
 SEC("tc")
 int from_container(struct __sk_buff *skb)
+#endif
 {
 	enum pkt_reason why = REASON_PASS;
 	int ret = handle(skb, &why);

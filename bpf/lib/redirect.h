@@ -28,7 +28,15 @@
 static __always_inline int endpoint_redirect(struct __sk_buff *skb, struct ethhdr *eth,
 					     const struct endpoint_info *dst)
 {
+#ifdef EBPF_CNI_NETKIT_PEER
+	/* From a netkit pod's transmit, not a tc ingress hook: the kernel
+	 * takes bpf_redirect_peer only there. The packet goes out of the other
+	 * pod's host end instead, whose egress program (to_container,
+	 * to_netkit) polices it, as through a queueing qdisc. */
+	int via_qdisc = 1;
+#else
 	int via_qdisc = dst->flags & EP_F_QDISC;
+#endif
 
 	if (!via_qdisc && bw_ingress(skb, dst->ifindex, dst->flags, 0))
 		return DROP(REASON_DROP_BW_INGRESS);

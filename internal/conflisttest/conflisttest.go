@@ -6,6 +6,7 @@ package conflisttest
 import (
 	"encoding/json"
 	"maps"
+	"os"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -66,6 +67,11 @@ func Plugin(o Options) map[string]any {
 			caps[c] = true
 		}
 		p["capabilities"] = caps
+	}
+	// The tests' device type on a kernel that can make both: netkit pods
+	// by default (auto), veth pods with EBPF_CNI_TEST_DEVICE_TYPE=veth.
+	if d := os.Getenv("EBPF_CNI_TEST_DEVICE_TYPE"); d != "" {
+		p["deviceType"] = d
 	}
 	maps.Copy(p, o.Keys)
 	return p

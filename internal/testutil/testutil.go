@@ -239,6 +239,48 @@ func DefaultMode() string {
 	return string(attach.DefaultMode)
 }
 
+// PodDevice is the device type the tests' pods get: deviceType auto's
+// (netkit where the kernel has it), or EBPF_CNI_TEST_DEVICE_TYPE's
+// (internal/conflisttest puts it in every configuration).
+func PodDevice() string {
+	if d := os.Getenv("EBPF_CNI_TEST_DEVICE_TYPE"); d != "" {
+		return d
+	}
+	if kernel.HaveNetkit().Available {
+		return "netkit"
+	}
+	return "veth"
+}
+
+// HookMode is how the hook h of the tests' pods attaches under attachMode
+// mode: a netkit hook with a netkit link, whatever the mode.
+func HookMode(h attach.Hook, mode string) string {
+	if h.Netkit != 0 {
+		return string(attach.ModeNetkit)
+	}
+	return mode
+}
+
+// PinnedHooks is how many of hooks attach with a pinned link under
+// attachMode mode (tcx and netkit links; a tc filter is not pinned).
+func PinnedHooks(hooks []attach.Hook, mode string) int {
+	n := 0
+	for _, h := range hooks {
+		if HookMode(h, mode) != string(attach.ModeTC) {
+			n++
+		}
+	}
+	return n
+}
+
+// RequireNetkit skips a test of netkit pods on a kernel without netkit.
+func RequireNetkit(t testing.TB) {
+	t.Helper()
+	if f := kernel.HaveNetkit(); !f.Available {
+		t.Skipf("netkit pods: %s (make test-kernel KERNEL=linux-image-6.12.113+deb12-amd64-unsigned runs them)", f.Detail)
+	}
+}
+
 // BestMode is the attachMode auto resolves to on this kernel, for tests
 // that need one mode and name it.
 func BestMode() string {

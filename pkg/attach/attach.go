@@ -1,6 +1,6 @@
 // Package attach puts programs where they run and takes them off again:
-// tcx links and legacy tc (clsact + cls_bpf) filters on devices, links on
-// cgroups. It knows no feature: a Hook says where a program goes, an
+// tcx links and legacy tc (clsact + cls_bpf) filters on devices, netkit
+// links on a netkit pair's host end, links on cgroups. It knows no feature: a Hook says where a program goes, an
 // Attachment records where it went, so DEL, CHECK and upgrades find it
 // again.
 package attach
@@ -34,6 +34,10 @@ const (
 	// ModeCgroup is a cgroup link, pinned under bpfRoot (recorded, never
 	// configured: a cgroup hook has no other way to attach).
 	ModeCgroup Mode = "cgroup"
+	// ModeNetkit is a netkit link (kernel >= 6.7), pinned under bpfRoot:
+	// the program runs in the netkit device's own transmit (recorded,
+	// never configured: a netkit hook has no other way to attach).
+	ModeNetkit Mode = "netkit"
 )
 
 // DefaultMode is how a host veth's programs attach when the configuration
@@ -80,8 +84,13 @@ func ParseMode(s string) (Mode, error) {
 type Target string
 
 const (
-	// Endpoint: the host end of every pod's veth (pkg/endpoint attaches).
+	// Endpoint: the host end of every veth pod's pair (pkg/endpoint
+	// attaches).
 	Endpoint Target = "endpoint"
+	// NetkitEndpoint: a netkit pod's pair, whose peer program runs in the
+	// pod's end's transmit (attached through the host end, netkit's
+	// primary device); it replaces an Endpoint hook (Hook.Instead).
+	NetkitEndpoint Target = "netkit-endpoint"
 	// Device: a device of the node a feature picks (an uplink, later an
 	// overlay device); the feature attaches and records it.
 	Device Target = "device"
@@ -96,6 +105,75 @@ type Hook struct {
 	TCXAttach ebpf.AttachType // device hooks: the tcx attach type
 	TCParent  uint32          // device hooks: the clsact parent of the legacy filter
 	Cgroup    ebpf.AttachType // cgroup hooks: the attach type
+	// Netkit is a netkit hook's attach type (AttachNetkitPeer: what the pod
+	// sends; AttachNetkitPrimary: what the host end sends to the pod),
+	// always given the host end's ifindex; 0 for any other hook.
+	Netkit ebpf.AttachType
+	// Instead names the Endpoint hook a NetkitEndpoint hook replaces.
+	Instead string
+}
+
+// linkAttach is the attach type a hook's link (tcx or netkit) has.
+func (h Hook) linkAttach() ebpf.AttachType {
+	if h.Netkit != 0 {
+		return h.Netkit
+	}
+	return h.TCXAttach
+}
+
+// NetkitHook is a hook of a netkit pod's host end that runs instead of
+// the Endpoint hook named instead (a veth's).
+func NetkitHook(name string, t ebpf.AttachType, instead string) Hook {
+	return Hook{Name: name, Target: NetkitEndpoint, Netkit: t, Instead: instead}
+}
+
+// EndpointHooksOf picks from hooks those of the pod whose host end is l:
+// the Endpoint hooks, on a netkit device each replaced by the
+// NetkitEndpoint hook that runs instead of it.
+func EndpointHooksOf(hooks []Hook, l netlink.Link) []Hook {
+	var out []Hook
+	for _, h := range hooks {
+		if h.Target != Endpoint {
+			continue
+		}
+		if IsNetkit(l) {
+			for _, n := range hooks {
+				if n.Target == NetkitEndpoint && n.Instead == h.Name {
+					h = n
+				}
+			}
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// IsNetkit reports whether l is a netkit device.
+func IsNetkit(l netlink.Link) bool { return l != nil && l.Type() == "netkit" }
+
+// PodDevice reports whether l, found in a pod's netns, can be the pod's
+// end of one of our pairs (a veth, or a netkit pair's peer).
+func PodDevice(l netlink.Link) bool { return l.Type() == "veth" || l.Type() == "netkit" }
+
+// LinkIfindex is the ifindex the pinned tcx or netkit link at pin is
+// attached to: 0 when its device is gone (or pin is no such link).
+func LinkIfindex(pin string) int {
+	lk, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return 0
+	}
+	defer lk.Close()
+	info, err := lk.Info()
+	if err != nil {
+		return 0
+	}
+	if t := info.TCX(); t != nil {
+		return int(t.Ifindex)
+	}
+	if nk := info.Netkit(); nk != nil {
+		return int(nk.Ifindex)
+	}
+	return 0
 }
 
 // Find is the hook of hooks named name; a hook of that name alone when
@@ -128,7 +206,7 @@ func CgroupHook(name string, t ebpf.AttachType) Hook {
 type Attachment struct {
 	Hook string `json:"hook"`
 	Mode Mode   `json:"mode"`
-	// Pin is the link's pin (ModeTCX, ModeCgroup); its file name is the
+	// Pin is the link's pin (ModeTCX, ModeNetkit, ModeCgroup); its file name is the
 	// hook's name, so pinned links can be found without their record.
 	Pin string `json:"pin,omitempty"`
 	// Priority and Handle locate the cls_bpf filter (ModeTC); a tc filter
@@ -144,7 +222,11 @@ const (
 
 // Attach attaches prog at hook on l; a tcx link is pinned in pinDir.
 // ModeAuto resolves to tcx, falling back to tc on kernels without it.
+// A netkit hook attaches with a netkit link whatever the mode.
 func Attach(mode Mode, l netlink.Link, hook Hook, prog *ebpf.Program, pinDir string) (Attachment, error) {
+	if hook.Netkit != 0 {
+		return attachNetkit(l, hook, prog, pinDir)
+	}
 	switch mode {
 	case ModeTCX:
 		return attachTCX(l, hook, prog, pinDir)
@@ -174,6 +256,22 @@ func attachTCX(l netlink.Link, hook Hook, prog *ebpf.Program, dir string) (Attac
 		return Attachment{}, fmt.Errorf("pinning tcx link %s: %w", pin, err)
 	}
 	return Attachment{Hook: hook.Name, Mode: ModeTCX, Pin: pin}, nil
+}
+
+func attachNetkit(l netlink.Link, hook Hook, prog *ebpf.Program, dir string) (Attachment, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Attachment{}, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	pin := filepath.Join(dir, hook.Name)
+	lk, err := link.AttachNetkit(link.NetkitOptions{Interface: l.Attrs().Index, Program: prog, Attach: hook.Netkit})
+	if err != nil {
+		return Attachment{}, fmt.Errorf("attaching %s to %s with a netkit link: %w", hook.Name, l.Attrs().Name, err)
+	}
+	defer lk.Close()
+	if err := lk.Pin(pin); err != nil {
+		return Attachment{}, fmt.Errorf("pinning netkit link %s: %w", pin, err)
+	}
+	return Attachment{Hook: hook.Name, Mode: ModeNetkit, Pin: pin}, nil
 }
 
 func clsact(ifindex int) *netlink.GenericQdisc {
@@ -256,7 +354,7 @@ func AttachCgroup(cgroup string, hook Hook, prog *ebpf.Program, pinDir string) (
 // filter replace; the device or cgroup never runs without a program.
 func Replace(a Attachment, ifindex int, hook Hook, prog *ebpf.Program) error {
 	switch a.Mode {
-	case ModeTCX, ModeCgroup:
+	case ModeTCX, ModeNetkit, ModeCgroup:
 		return UpdatePinned(a.Pin, prog)
 	case ModeTC:
 		if err := rtnl.H().FilterReplace(tcFilter(ifindex, hook, prog)); err != nil {
@@ -297,7 +395,7 @@ func DetachNow(a Attachment, ifindex int, hook Hook) error {
 
 func detach(a Attachment, ifindex int, hook Hook, now bool) error {
 	switch a.Mode {
-	case ModeTCX, ModeCgroup:
+	case ModeTCX, ModeNetkit, ModeCgroup:
 		return unpin(a.Pin, now)
 	case ModeTC:
 		l, err := rtnl.H().LinkByIndex(ifindex)
@@ -390,6 +488,16 @@ func HooksAttached(l netlink.Link, hooks []Hook, ids map[ebpf.ProgramID]string) 
 // AttachedIDs lists the programs on l's hook.
 func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 	var ids []ebpf.ProgramID
+	if hook.Netkit != 0 {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.Netkit})
+		if err != nil {
+			return nil, fmt.Errorf("querying netkit programs of %s: %w", l.Attrs().Name, err)
+		}
+		for _, p := range res.Programs {
+			ids = append(ids, p.ID)
+		}
+		return ids, nil
+	}
 	res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.TCXAttach})
 	// A kernel without tcx (before 6.6) refuses the query with EINVAL.
 	if err != nil && !errors.Is(err, ebpf.ErrNotSupported) && (!errors.Is(err, unix.EINVAL) || kernel.HaveTCX().Available) {
@@ -418,7 +526,13 @@ func AttachedIDs(l netlink.Link, hook Hook) ([]ebpf.ProgramID, error) {
 func Observed(l netlink.Link, hook Hook, pinDir string) (Attachment, bool) {
 	pin := filepath.Join(pinDir, hook.Name)
 	if _, err := os.Stat(pin); err == nil {
+		if hook.Netkit != 0 {
+			return Attachment{Hook: hook.Name, Mode: ModeNetkit, Pin: pin}, true
+		}
 		return Attachment{Hook: hook.Name, Mode: ModeTCX, Pin: pin}, true
+	}
+	if hook.Netkit != 0 {
+		return Attachment{}, false
 	}
 	filters, err := rtnl.H().FilterList(l, hook.TCParent)
 	if err != nil {
@@ -432,11 +546,11 @@ func Observed(l netlink.Link, hook Hook, pinDir string) (Attachment, bool) {
 	return Attachment{}, false
 }
 
-// DetachStale takes off hook on l the tcx links that run another program
-// than keep: links whose pin was lost (a remounted bpffs) and that a
-// repair replaces; nothing else holds them to detach them by.
+// DetachStale takes off hook on l the tcx or netkit links that run
+// another program than keep: links whose pin was lost (a remounted bpffs)
+// and that a repair replaces; nothing else holds them to detach them by.
 func DetachStale(l netlink.Link, hook Hook, keep ebpf.ProgramID) error {
-	res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.TCXAttach})
+	res, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: hook.linkAttach()})
 	if err != nil || res == nil {
 		return nil // no tcx here
 	}

@@ -72,3 +72,19 @@ func TestAttachTCOverOwnFilter(t *testing.T) {
 		return nil
 	}))
 }
+
+// TestEndpointHooksOf: a veth's hooks are the Endpoint hooks; on a netkit
+// device a NetkitEndpoint hook replaces the one it runs instead of, in its
+// place; other targets are never an endpoint's.
+func TestEndpointHooksOf(t *testing.T) {
+	from := attach.Ingress("from_container", attach.Endpoint)
+	to := attach.Egress("to_container", attach.Endpoint)
+	nk := attach.NetkitHook("from_netkit", ebpf.AttachNetkitPeer, "from_container")
+	up := attach.Ingress("from_netdev", attach.Device)
+	hooks := []attach.Hook{from, up, to, nk}
+	require.Equal(t, []attach.Hook{from, to}, attach.EndpointHooksOf(hooks, &netlink.Veth{}))
+	require.Equal(t, []attach.Hook{nk, to}, attach.EndpointHooksOf(hooks, &netlink.Netkit{}))
+	require.True(t, attach.IsNetkit(&netlink.Netkit{}))
+	require.False(t, attach.IsNetkit(&netlink.Veth{}))
+	require.False(t, attach.IsNetkit(nil))
+}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 
@@ -237,8 +236,12 @@ func (g *gcRun) unrecorded(e *Endpoint) {
 			guess.IPs = append(guess.IPs, ip+"/128")
 		}
 	}
-	for _, h := range endpointHooks() {
-		guess.Attachments = append(guess.Attachments, attach.Attachment{Hook: h.Name, Mode: attach.ModeTCX,
+	for _, h := range append(endpointHooks(nil), netkitHooks()...) {
+		mode := attach.ModeTCX
+		if h.Netkit != 0 {
+			mode = attach.ModeNetkit
+		}
+		guess.Attachments = append(guess.Attachments, attach.Attachment{Hook: h.Name, Mode: mode,
 			Pin: filepath.Join(g.nd.LinkDir(host), h.Name)})
 	}
 	if dead, _ := gone(&Endpoint{VethPresent: e.VethPresent, rec: guess}); !dead {
@@ -252,21 +255,14 @@ func gone(e *Endpoint) (bool, string) {
 	if e.VethPresent {
 		return false, ""
 	}
-	// A tcx link knows its device from any netns; its ifindex turns 0 when
-	// the device is deleted.
+	// A tcx or netkit link knows its device from any netns; its ifindex
+	// turns 0 when the device is deleted.
 	for _, a := range e.rec.Attachments {
-		if a.Mode != attach.ModeTCX || a.Pin == "" {
+		if (a.Mode != attach.ModeTCX && a.Mode != attach.ModeNetkit) || a.Pin == "" {
 			continue
 		}
-		// Opening a pin only reads; links refuse BPF_F_RDONLY (EINVAL).
-		lk, err := link.LoadPinnedLink(a.Pin, nil)
-		if err != nil {
-			continue
-		}
-		info, err := lk.Info()
-		lk.Close()
-		if err == nil && info.TCX() != nil && info.TCX().Ifindex != 0 {
-			return false, fmt.Sprintf("host veth not in this network namespace, but its tcx link %s is attached to ifindex %d: run ebpf-cni in the node's network namespace", a.Pin, info.TCX().Ifindex)
+		if i := attach.LinkIfindex(a.Pin); i != 0 {
+			return false, fmt.Sprintf("host veth not in this network namespace, but its %s link %s is attached to ifindex %d: run ebpf-cni in the node's network namespace", a.Mode, a.Pin, i)
 		}
 	}
 	if e.NetNS == "" {
@@ -278,7 +274,7 @@ func gone(e *Endpoint) (bool, string) {
 	alive := false
 	_ = ns.WithNetNSPath(e.NetNS, func(ns.NetNS) error {
 		l, err := netlinksafe.LinkByName(e.IfName)
-		alive = err == nil && l.Type() == "veth" && strings.EqualFold(l.Attrs().HardwareAddr.String(), e.MAC)
+		alive = err == nil && attach.PodDevice(l) && strings.EqualFold(veth.MAC(l), e.MAC)
 		return nil
 	})
 	if alive {

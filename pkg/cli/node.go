@@ -41,8 +41,11 @@ type Endpoint struct {
 	MAC         string    `json:"mac"`
 	// PodMAC is the MAC the pod's interface has now, when it is not the
 	// one the datapath enforces (MAC): a later plugin changed it.
-	PodMAC      string     `json:"podMAC,omitempty"`
-	HostMAC     string     `json:"hostMAC"`
+	PodMAC  string `json:"podMAC,omitempty"`
+	HostMAC string `json:"hostMAC"`
+	// Device is the pair's device type: veth or netkit (empty when the
+	// host end is not here).
+	Device      string     `json:"device,omitempty"`
 	Attachments []Attached `json:"attachments"`
 	Recorded    bool       `json:"recorded"`    // has a record under stateDir
 	InMaps      bool       `json:"inMaps"`      // has an endpoint_devs entry
@@ -232,13 +235,16 @@ func (n *snapshot) inspect(e *Endpoint, ctx *Context) {
 		e.HostVeth = got.Attrs().Name
 	}
 	e.VethPresent = l != nil
+	if l != nil {
+		e.Device = string(veth.KindOf(l))
+	}
 	recorded := map[string]attach.Attachment{}
 	if e.rec != nil {
 		for _, a := range e.rec.Attachments {
 			recorded[a.Hook] = a
 		}
 	}
-	for _, h := range endpointHooks() {
+	for _, h := range endpointHooks(l) {
 		e.Attachments = append(e.Attachments, n.attached(e, l, h, recorded[h.Name]))
 	}
 	e.Qdiscs = []string{}
@@ -292,6 +298,8 @@ func (n *snapshot) attached(e *Endpoint, l netlink.Link, h attach.Hook, recorded
 		e.Problems = append(e.Problems, fmt.Sprintf("%s: %v", h.Name, err))
 	}
 	switch {
+	case len(tcx) > 0 && h.Netkit != 0:
+		a.Mode = string(attach.ModeNetkit)
 	case len(tcx) > 0:
 		a.Mode = string(attach.ModeTCX)
 	case len(tc) > 0:
@@ -345,7 +353,11 @@ func viaQdisc(m *ebpf.Map, e *Endpoint) bool {
 
 // attachedByMode lists the programs at hook on l, by how they are attached.
 func attachedByMode(l netlink.Link, h attach.Hook) (tcx, tc []ebpf.ProgramID, err error) {
-	res, qerr := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: h.TCXAttach})
+	at := h.TCXAttach
+	if h.Netkit != 0 {
+		at = h.Netkit
+	}
+	res, qerr := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: at})
 	if qerr == nil {
 		for _, p := range res.Programs {
 			tcx = append(tcx, p.ID)
@@ -363,9 +375,14 @@ func attachedByMode(l netlink.Link, h attach.Hook) (tcx, tc []ebpf.ProgramID, er
 	return tcx, tc, nil
 }
 
-// endpointHooks are the hooks of every endpoint's host veth, whichever
-// feature brings them.
-func endpointHooks() []attach.Hook { return programs.HooksAt(features.Objects(), attach.Endpoint) }
+// endpointHooks are the hooks of the endpoint whose host end is l (nil:
+// a veth's), whichever feature brings them.
+func endpointHooks(l netlink.Link) []attach.Hook {
+	return attach.EndpointHooksOf(programs.Hooks(features.Objects()), l)
+}
+
+// netkitHooks are the hooks of a netkit endpoint's host end.
+func netkitHooks() []attach.Hook { return programs.HooksAt(features.Objects(), attach.NetkitEndpoint) }
 
 // endpointRefs names the node's endpoints, for the features' commands.
 func endpointRefs(ctx *Context) ([]view.EndpointRef, error) {
@@ -400,7 +417,7 @@ func podMAC(path, ifName string) string {
 	var mac string
 	_ = podNS.Do(func(ns.NetNS) error {
 		if l, err := netlinksafe.LinkByName(ifName); err == nil {
-			mac = l.Attrs().HardwareAddr.String()
+			mac = veth.MAC(l)
 		}
 		return nil
 	})

@@ -35,7 +35,8 @@ loopback: no real interface is touched), the bpf_cast_to_kern_ctx kfunc
 kube-proxy do not work from pods; docs/kernels.md says what each needs). The programs pinned under
 <bpfRoot>/programs/<tag> with their build version, kernel ID, age and how
 many endpoints run them, and whether they are this binary's. The attach
-modes (tcx, tc) the endpoints use. Then every problem found, each saying
+modes (tcx, tc, netkit) the endpoints use, and the pods' device type
+(veth or netkit: deviceType auto decides it once per node). Then every problem found, each saying
 what to do: endpoints whose veth is gone, records without map entries (or
 the reverse), nothing or a stale program attached, stale program tags,
 ebpf-ipam addresses held with no endpoint for a netns that is gone (a note
@@ -46,9 +47,10 @@ an ADD or DEL in progress is not one. Exit status 3 when there are
 problems, 0 when there are none.
 
 JSON: version, programTag (this binary's), kernel, bpfRoot, stateDir,
-features {bpffs, btf, tcx, fq, kern_ctx, conntrack: {available, detail}}, programs [{tag,
+features {bpffs, btf, tcx, fq, kern_ctx, netkit, conntrack: {available, detail}}, programs [{tag,
 version, current, programs [{hook, id, name, loadedSeconds, endpoints}]}],
-attachModes {mode: endpoints}, endpoints, maps [{name, entries, capacity}],
+attachModes {mode: endpoints}, deviceType, devices {veth|netkit: endpoints},
+endpoints, maps [{name, entries, capacity}],
 problems [], notes [].
 
 MAPS lists the pinned maps that pods and traffic fill (those with an
@@ -92,10 +94,16 @@ type Status struct {
 	Features    map[string]Feature `json:"features"`
 	Programs    []ProgramSet       `json:"programs"`
 	AttachModes map[string]int     `json:"attachModes"`
-	Endpoints   int                `json:"endpoints"`
-	Maps        []maps.Fill        `json:"maps"`
-	Problems    []string           `json:"problems"`
-	Notes       []string           `json:"notes"`
+	// DeviceType is the device type deviceType auto gives the node's new
+	// pods, as the node decided it (its first ADD), or as it would
+	// ("netkit (not decided yet)").
+	DeviceType string `json:"deviceType"`
+	// Devices counts the endpoints by their pair's device type.
+	Devices   map[string]int `json:"devices"`
+	Endpoints int            `json:"endpoints"`
+	Maps      []maps.Fill    `json:"maps"`
+	Problems  []string       `json:"problems"`
+	Notes     []string       `json:"notes"`
 }
 
 func runStatus(ctx *Context) error {
@@ -123,12 +131,13 @@ func runStatus(ctx *Context) error {
 
 func collectStatus(ctx *Context) *Status {
 	st := &Status{Version: buildinfo.Version, ProgramTag: features.Tag(), BPFRoot: ctx.BPFRoot, StateDir: ctx.StateDir,
-		Features: map[string]Feature{}, Programs: []ProgramSet{}, AttachModes: map[string]int{}, Maps: []maps.Fill{}, Problems: []string{}, Notes: []string{}}
+		Features: map[string]Feature{}, Programs: []ProgramSet{}, AttachModes: map[string]int{}, Devices: map[string]int{}, Maps: []maps.Fill{}, Problems: []string{}, Notes: []string{}}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
 		st.Kernel = unix.ByteSliceToString(uts.Release[:])
 	}
 	st.kernelFeatures()
+	st.DeviceType = nodeDeviceType(ctx.StateDir, st.Features[kernel.Netkit].Available)
 	if !st.bpffs(ctx) {
 		return st
 	}
@@ -223,6 +232,9 @@ func (st *Status) endpoints(ctx *Context, n *snapshot) map[uint32]int {
 	}
 	usedBy := map[uint32]int{}
 	for _, e := range n.Endpoints {
+		if e.Device != "" {
+			st.Devices[e.Device]++
+		}
 		for _, a := range e.Attachments {
 			if e.VethPresent && a.Mode != "" {
 				st.AttachModes[a.Mode]++
@@ -352,6 +364,17 @@ func yesNo(b bool) string {
 // statusFeatures is the order of status's feature table: what the kernel
 // package probes, framed by what status checks itself (bpffs before, the
 // conntrack kfuncs after).
+// nodeDeviceType is what deviceType auto gives the node's new pods.
+func nodeDeviceType(stateDir string, netkit bool) string {
+	if k, ok := veth.RecordedAutoKind(stateDir); ok {
+		return string(k)
+	}
+	if netkit {
+		return string(veth.KindNetkit) + " (not decided yet: the first ADD decides)"
+	}
+	return string(veth.KindVeth) + " (not decided yet: the first ADD decides)"
+}
+
 func statusFeatures() []string {
 	names := append([]string{"bpffs"}, kernel.Names...)
 	return append(names, "conntrack")
@@ -381,7 +404,12 @@ func printStatus(ctx *Context, st *Status) error {
 			return err
 		}
 	}
-	fmt.Fprintf(w, "\nendpoints: %d\n", st.Endpoints)
+	fmt.Fprintf(w, "\ndevice type (deviceType auto): %s\n", st.DeviceType)
+	fmt.Fprintf(w, "endpoints: %d", st.Endpoints)
+	for _, d := range sortedKeys(st.Devices) {
+		fmt.Fprintf(w, ", %s %d", d, st.Devices[d])
+	}
+	fmt.Fprintln(w)
 	if len(st.AttachModes) > 0 {
 		fmt.Fprintln(w)
 		mt := &view.Table{Header: []string{"ATTACH MODE", "ENDPOINTS"}, Right: map[int]bool{1: true}}

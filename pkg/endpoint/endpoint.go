@@ -17,6 +17,7 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/attach"
 	"github.com/ebpf-cni/ebpf-cni/pkg/counters"
@@ -36,9 +37,38 @@ var (
 	// HookToContainer is the host veth's egress: packets the node's stack
 	// delivers to the pod (what the programs redirect skips it).
 	HookToContainer = attach.Egress("to_container", attach.Endpoint)
-	// Hooks is every hook an endpoint gets, in attach order.
+	// Hooks is every hook a veth endpoint gets, in attach order.
 	Hooks = []attach.Hook{HookFromContainer, HookToContainer}
+
+	// HookFromNetkit is netkit's peer program: what the pod sends, run in
+	// the transmit of the pod's end (from_container built for it), instead
+	// of from_container on a veth's ingress.
+	HookFromNetkit = attach.NetkitHook("from_netkit", ebpf.AttachNetkitPeer, HookFromContainer.Name)
+	// NetkitHooks is every hook a netkit endpoint gets, in attach order:
+	// what the stack sends to the pod passes to_container on the host
+	// end's egress as on a veth's, where the skb still says where it came
+	// from and in which netns (netkit's own primary program runs after
+	// its transmit scrubbed that).
+	NetkitHooks = []attach.Hook{HookFromNetkit, HookToContainer}
 )
+
+// HooksFor is the hooks of an endpoint of device type kind ("veth",
+// "netkit").
+func HooksFor(kind string) []attach.Hook {
+	if kind == string(veth.KindNetkit) {
+		return NetkitHooks
+	}
+	return Hooks
+}
+
+// HooksOf is the hooks of the endpoint whose host end is l: a netkit
+// device's or a veth's.
+func HooksOf(l netlink.Link) []attach.Hook {
+	if attach.IsNetkit(l) {
+		return NetkitHooks
+	}
+	return Hooks
+}
 
 // Objects are the host veth's programs. The endpoint maps stay when the
 // node's last endpoint goes (they are empty then): nothing to release.
@@ -46,6 +76,7 @@ func Objects() []programs.Object {
 	return []programs.Object{
 		{Name: "from_container", Bytes: _FromContainerBytes, Load: LoadFromContainer, Hooks: []attach.Hook{HookFromContainer}},
 		{Name: "to_container", Bytes: _ToContainerBytes, Load: LoadToContainer, Hooks: []attach.Hook{HookToContainer}},
+		{Name: "from_netkit", Bytes: _FromNetkitBytes, Load: LoadFromNetkit, Hooks: []attach.Hook{HookFromNetkit}},
 	}
 }
 
@@ -78,7 +109,7 @@ func Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	}
 	dir := n.LinkDir(ep.HostIfName)
 	undo.Push(func() error { return os.RemoveAll(dir) })
-	for _, h := range Hooks {
+	for _, h := range HooksOf(ep.Host) {
 		prog, err := progs.Prog(h.Name)
 		if err != nil {
 			return feature.Fail(errcode.ProgramLoad, "opening the datapath programs", err)
@@ -123,7 +154,7 @@ func Restore(n *node.Node, ep *feature.Endpoint) error {
 		return err
 	}
 	dir := n.LinkDir(ep.HostIfName)
-	for _, h := range Hooks {
+	for _, h := range HooksOf(ep.Host) {
 		prog, err := progs.Prog(h.Name)
 		if err != nil {
 			return err
@@ -168,8 +199,7 @@ func Restore(n *node.Node, ep *feature.Endpoint) error {
 
 // entry is the endpoint as the maps hold it.
 func entry(ep *feature.Endpoint) *Entry {
-	hostMAC, _ := net.ParseMAC(ep.HostMAC)
-	mac, _ := net.ParseMAC(ep.MAC)
+	hostMAC, mac := macOf(ep.HostMAC), macOf(ep.MAC)
 	return &Entry{HostIfIndex: ep.HostIfIndex, HostMAC: hostMAC, MAC: mac, IPs: ep.Addrs(), ContainerID: ep.ContainerID,
 		IfName: ep.IfName, NetID: maps.NetID(ep.Network), Flags: uint32(ep.Flags), Pod: ep.Pod}
 }
@@ -216,7 +246,7 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 			p.Close()
 		}
 	}
-	for _, h := range Hooks {
+	for _, h := range HooksOf(ep.Host) {
 		ids, err := attach.AttachedIDs(ep.Host, h)
 		if err != nil {
 			problems = append(problems, err.Error())
@@ -233,7 +263,7 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 		}
 	}
 	for _, a := range ep.Attachments {
-		if a.Mode == attach.ModeTCX {
+		if a.Mode == attach.ModeTCX || a.Mode == attach.ModeNetkit {
 			if _, err := os.Stat(a.Pin); err != nil {
 				problems = append(problems, fmt.Sprintf("pinned link %s missing", a.Pin))
 			}
@@ -242,7 +272,9 @@ func checkPrograms(n *node.Node, ep *feature.Endpoint) []string {
 	return problems
 }
 
-func hookByName(name string) attach.Hook { return attach.Find(Hooks, name) }
+func hookByName(name string) attach.Hook {
+	return attach.Find(append(slices.Clone(Hooks), NetkitHooks...), name)
+}
 
 // Resolve finds an endpoint that has no record through its host veth
 // (ours) and its entry in endpoint_devs: it fills in ep.HostIfIndex,
@@ -269,7 +301,7 @@ func Resolve(n *node.Node, ep *feature.Endpoint) {
 	if em.Devs.Lookup(uint32(ep.HostIfIndex), &d) != nil {
 		return
 	}
-	ep.HostMAC = l.Attrs().HardwareAddr.String()
+	ep.HostMAC = veth.MAC(l)
 	for _, ip := range maps.EndpointIPs(&d) {
 		bits := 8 * len(ip)
 		ep.IPs = append(ep.IPs, (&net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}).String())
@@ -331,8 +363,17 @@ func deleteEntries(n *node.Node, ep *feature.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	mac, _ := net.ParseMAC(ep.HostMAC)
-	return em.Delete(ep.HostIfIndex, mac, ep.Addrs())
+	return em.Delete(ep.HostIfIndex, macOf(ep.HostMAC), ep.Addrs())
+}
+
+// macOf is the MAC s names as the maps hold it: a netkit pair in L3 mode
+// has none (the kernel reports no address, or zeros), held as zeros.
+func macOf(s string) net.HardwareAddr {
+	mac, err := net.ParseMAC(s)
+	if err != nil || len(mac) != 6 {
+		return make(net.HardwareAddr, 6)
+	}
+	return mac
 }
 
 // GC removes what no live endpoint accounts for: pinned links, endpoint

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "a61719b19431"
+const objectsDigest = "2dfdf854de25"

@@ -34,15 +34,41 @@ const (
 	TCX     = "tcx"
 	FQ      = "fq"
 	KernCtx = "kern_ctx"
+	Netkit  = "netkit"
 )
 
 // Names lists the features Probe reports.
-var Names = []string{BTF, TCX, FQ, KernCtx}
+var Names = []string{BTF, TCX, FQ, KernCtx, Netkit}
 
 // Probe probes every feature. Each probe runs once per process.
 func Probe() map[string]Feature {
-	return map[string]Feature{BTF: HaveBTF(), TCX: HaveTCX(), FQ: HaveFQ(), KernCtx: HaveKernCtx()}
+	return map[string]Feature{BTF: HaveBTF(), TCX: HaveTCX(), FQ: HaveFQ(), KernCtx: HaveKernCtx(), Netkit: HaveNetkit()}
 }
+
+// Release is the running kernel's release (uname -r).
+func Release() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "(unknown)"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// HaveNetkit asks the kernel for the netkit programs of the loopback
+// device: a kernel with netkit (6.7 or newer, CONFIG_NETKIT) answers that
+// lo is no netkit device (ENXIO); one without refuses the attach type
+// (EINVAL). A query only: no device is made.
+var HaveNetkit = sync.OnceValue(func() Feature {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return Feature{false, fmt.Sprintf("cannot probe: %v", err)}
+	}
+	_, err = link.QueryPrograms(link.QueryOptions{Target: lo.Attrs().Index, Attach: ebpf.AttachNetkitPrimary})
+	if errors.Is(err, unix.ENXIO) {
+		return Feature{true, "netkit devices (kernel >= 6.7, CONFIG_NETKIT); deviceType auto makes netkit pods"}
+	}
+	return Feature{false, fmt.Sprintf("no netkit devices (kernel < 6.7 or without CONFIG_NETKIT: %v); deviceType auto makes veth pods", err)}
+})
 
 // HaveBTF: the kernel describes its types (CONFIG_DEBUG_INFO_BTF); the
 // programs' CO-RE relocations need it.

@@ -300,8 +300,11 @@ func attachedPrograms(hooks []attach.Hook) []ebpf.ProgramID {
 	var out []ebpf.ProgramID
 	for _, l := range links {
 		for _, h := range hooks {
-			if h.TCParent == 0 {
+			if h.TCParent == 0 && h.Netkit == 0 {
 				continue // a cgroup hook: its pinned link went with the bpffs
+			}
+			if h.Netkit != 0 && !attach.IsNetkit(l) {
+				continue
 			}
 			ids, _ := attach.AttachedIDs(l, h)
 			out = append(out, ids...)

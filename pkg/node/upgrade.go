@@ -107,12 +107,12 @@ func reattach(a attach.Attachment, ifindex int, device, cgroup string, h attach.
 	case a.Mode == attach.ModeCgroup && cgroup != "":
 		_, err := attach.AttachCgroup(cgroup, h, prog, filepath.Dir(a.Pin))
 		return err
-	case a.Mode == attach.ModeTCX && ifindex != 0:
+	case (a.Mode == attach.ModeTCX || a.Mode == attach.ModeNetkit) && ifindex != 0:
 		l, err := linkByIndexName(ifindex, device)
 		if err != nil {
 			return os.ErrNotExist // gone: GC or healing removes its record
 		}
-		_, err = attach.Attach(attach.ModeTCX, l, h, prog, filepath.Dir(a.Pin))
+		_, err = attach.Attach(a.Mode, l, h, prog, filepath.Dir(a.Pin))
 		return err
 	}
 	return os.ErrNotExist

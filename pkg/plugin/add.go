@@ -283,7 +283,7 @@ func (a *adding) pair() error {
 	if a.mtu == 0 {
 		a.mtu = defaultMTU() - needs.Overhead
 	}
-	host, err := veth.Create(a.hostName, a.podNS, args.IfName, a.mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName, c.Name))
+	host, err := veth.Create(deviceKind(c, a.n), a.hostName, a.podNS, args.IfName, a.mtu, c.MAC, veth.Alias(args.ContainerID, args.IfName, c.Name))
 	if err != nil {
 		if errors.Is(err, veth.ErrInterfaceExists) {
 			a.keepIPAM = veth.Exists(a.hostName)
@@ -311,8 +311,8 @@ func (a *adding) pair() error {
 		NetNS:       args.Netns,
 		HostIfName:  a.hostName,
 		HostIfIndex: host.Attrs().Index,
-		HostMAC:     host.Attrs().HardwareAddr.String(),
-		MAC:         podLink.Attrs().HardwareAddr.String(),
+		HostMAC:     veth.MAC(host),
+		MAC:         veth.MAC(podLink),
 		Pod:         node.PodFromArgs(args.Args),
 		// Routes another interface had: this one got a table and source
 		// rules of its own, which its DEL removes in the pod.
@@ -325,14 +325,34 @@ func (a *adding) pair() error {
 	return nil
 }
 
+// deviceKind is the pair a new pod gets: the configured deviceType, or
+// with auto (the default) the node's choice (veth.AutoKind); a pod that
+// asks for a MAC gets a veth, since a netkit pod in L3 mode has none.
+func deviceKind(c *Config, n *node.Node) veth.Kind {
+	switch c.DeviceType {
+	case DeviceNetkit:
+		return veth.KindNetkit
+	case DeviceVeth:
+		return veth.KindVeth
+	}
+	if c.MAC != nil {
+		return veth.KindVeth
+	}
+	return veth.AutoKind(n.StateDir())
+}
+
 // result is the attachment as ADD prints it (before chaining).
 func (a *adding) result() *current.Result {
 	rec := a.ep.Record
+	hostMAC, mac := rec.HostMAC, rec.MAC
+	if attach.IsNetkit(a.ep.Host) {
+		hostMAC, mac = "", "" // L3 mode: no hardware address
+	}
 	out := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
-			{Name: a.hostName, Mac: rec.HostMAC, Mtu: a.mtu},
-			{Name: a.args.IfName, Mac: rec.MAC, Sandbox: a.args.Netns, Mtu: a.mtu},
+			{Name: a.hostName, Mac: hostMAC, Mtu: a.mtu},
+			{Name: a.args.IfName, Mac: mac, Sandbox: a.args.Netns, Mtu: a.mtu},
 		},
 		Routes: a.routes,
 		DNS:    a.res.DNS,

@@ -130,7 +130,7 @@ func checked(args *skel.CmdArgs, c *Config, rec *node.Record, host netlink.Link,
 		*r = *rec
 	}
 	r.ContainerID, r.IfName, r.Network = args.ContainerID, args.IfName, c.Name
-	r.HostIfName, r.HostIfIndex, r.HostMAC = host.Attrs().Name, host.Attrs().Index, host.Attrs().HardwareAddr.String()
+	r.HostIfName, r.HostIfIndex, r.HostMAC = host.Attrs().Name, host.Attrs().Index, veth.MAC(host)
 	r.MAC = ""
 	if contMAC != nil {
 		r.MAC = contMAC.String()

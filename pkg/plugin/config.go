@@ -15,7 +15,9 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/config"
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
+	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
 
 const (
@@ -32,6 +34,9 @@ type NetConf struct {
 	BPFRoot    string `json:"bpfRoot,omitempty"`
 	StateDir   string `json:"stateDir,omitempty"`
 	AttachMode string `json:"attachMode,omitempty"`
+	// DeviceType is the pods' pair: auto (the default: netkit where the
+	// kernel has it, else veth), netkit or veth.
+	DeviceType string `json:"deviceType,omitempty"`
 
 	RuntimeConfig struct {
 		MAC string `json:"mac,omitempty"`
@@ -106,6 +111,9 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 	if c.MAC, err = requestedMAC(n, envArgs); err != nil {
 		return nil, err
 	}
+	if err := checkDeviceType(n.DeviceType, c.MAC); err != nil {
+		return nil, err
+	}
 	for _, f := range features.All {
 		p, err := f.Parse(stdin)
 		if err != nil {
@@ -114,6 +122,33 @@ func ParseConfig(stdin []byte, envArgs string, full bool) (*Config, error) {
 		c.Pods = append(c.Pods, p)
 	}
 	return c, nil
+}
+
+// Device types of the deviceType key.
+const (
+	DeviceAuto   = "auto"
+	DeviceNetkit = string(veth.KindNetkit)
+	DeviceVeth   = string(veth.KindVeth)
+)
+
+// checkDeviceType refuses a deviceType this plugin or this kernel cannot
+// make: an unknown one, netkit on a kernel without it, netkit for a pod
+// that asks for a MAC (a netkit pod in L3 mode has none).
+func checkDeviceType(t string, mac net.HardwareAddr) error {
+	switch t {
+	case "", DeviceAuto, DeviceVeth:
+		return nil
+	case DeviceNetkit:
+	default:
+		return invalidConfig("deviceType", fmt.Sprintf("unknown device type %q (want auto, netkit or veth)", t))
+	}
+	if f := kernel.HaveNetkit(); !f.Available {
+		return invalidConfig("deviceType", fmt.Sprintf("netkit: kernel %s cannot make a netkit pair (%s): use deviceType auto or veth", kernel.Release(), f.Detail))
+	}
+	if mac != nil {
+		return invalidConfig("deviceType", fmt.Sprintf("netkit: the pod asks for MAC %s, and a netkit pod (L3 mode) has none: use deviceType auto or veth for it", mac))
+	}
+	return nil
 }
 
 // ipamConf checks the ipam section and prepares the delegate's stdin.

@@ -31,6 +31,7 @@ import (
 	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
+	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 	"github.com/ebpf-cni/ebpf-cni/pkg/rtnl"
 	"github.com/ebpf-cni/ebpf-cni/pkg/veth"
 )
@@ -529,7 +530,7 @@ func adopt(n *node.Node, r *node.Record, c *Network) error {
 // the endpoint (feature.Repair.Rebuilt).
 func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 	a := l.Attrs()
-	r = &node.Record{HostIfName: a.Name, HostIfIndex: a.Index, HostMAC: a.HardwareAddr.String(), Rebuilt: true}
+	r = &node.Record{HostIfName: a.Name, HostIfIndex: a.Index, HostMAC: veth.MAC(l), Rebuilt: true}
 	owned, named := veth.Owner(l)
 	cid, ifName := owned.ContainerID, owned.IfName
 	var dev maps.CniEndpointDev
@@ -576,7 +577,7 @@ func Rebuild(n *node.Node, l netlink.Link) (r *node.Record, lossy, ok bool) {
 		r.Network, r.NetID = owned.Network, maps.NetID(owned.Network)
 	}
 	dir := n.LinkDir(a.Name)
-	for _, hook := range endpointHooks() {
+	for _, hook := range endpointHooks(l) {
 		if at, ok := attach.Observed(l, hook, dir); ok {
 			r.Attachments = append(r.Attachments, at)
 		}
@@ -598,17 +599,10 @@ func stableNetNS(path string) bool {
 	return false
 }
 
-// endpointHooks are the hooks the features put on host veths.
-func endpointHooks() []attach.Hook {
-	var out []attach.Hook
-	for _, o := range features.Objects() {
-		for _, h := range o.Hooks {
-			if h.Target == attach.Endpoint {
-				out = append(out, h)
-			}
-		}
-	}
-	return out
+// endpointHooks are the hooks the features put on the host end l of a
+// pod's pair (a veth's or a netkit device's).
+func endpointHooks(l netlink.Link) []attach.Hook {
+	return attach.EndpointHooksOf(programs.Hooks(features.Objects()), l)
 }
 
 // hostRouteIPs are the pod addresses the node routes to through l (the
@@ -681,7 +675,7 @@ func podAlive(r *node.Record) bool {
 	alive := false
 	_ = ns.WithNetNSPath(r.NetNS, func(ns.NetNS) error {
 		l, err := rtnl.H().LinkByName(r.IfName)
-		alive = err == nil && l.Type() == "veth" && strings.EqualFold(l.Attrs().HardwareAddr.String(), r.MAC)
+		alive = err == nil && attach.PodDevice(l) && strings.EqualFold(veth.MAC(l), r.MAC)
 		return nil
 	})
 	return alive

@@ -30,8 +30,11 @@ func CheckPod(podNS ns.NetNS, netnsPath, ifName, mac string, ips []*current.IPCo
 			return nil
 		}
 		podMAC = l.Attrs().HardwareAddr
-		if l.Type() != "veth" {
-			bad("%s is a %s, not a veth", ifName, l.Type())
+		if l.Type() == string(KindNetkit) && len(podMAC) == 0 {
+			podMAC = make(net.HardwareAddr, 6) // NoMAC
+		}
+		if l.Type() != string(KindVeth) && l.Type() != string(KindNetkit) {
+			bad("%s is a %s, not a veth or netkit", ifName, l.Type())
 		}
 		if mac != "" && !strings.EqualFold(mac, podMAC.String()) {
 			bad("%s has MAC %s, prevResult says %s", ifName, podMAC, mac)

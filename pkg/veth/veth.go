@@ -127,30 +127,48 @@ func SetAlias(l netlink.Link, containerID, ifName, network string) error {
 	return nil
 }
 
-// Pair is a created pair: the host end in the current netns, the container
-// end in the pod's.
 // Create creates the pair from the host netns, with the peer born
 // directly inside podNS as ifName (no rename or move, so nothing is ever
 // left half-made in the wrong namespace), and returns the host end. A name
 // taken on either side is ErrInterfaceExists: the kernel refuses the pair,
 // so nobody looks first.
-func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.HardwareAddr, alias string) (*netlink.Veth, error) {
+//
+// kind is the pair's device type: KindVeth, or KindNetkit (a netkit pair
+// in L3 mode: no MAC, no ARP; the host end is netkit's primary device,
+// mac must be nil).
+func Create(kind Kind, hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.HardwareAddr, alias string) (netlink.Link, error) {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = hostName
 	attrs.MTU = mtu
 	attrs.Group = Group
-	v := &netlink.Veth{
-		LinkAttrs:        attrs,
-		PeerName:         ifName,
-		PeerHardwareAddr: mac,
-		PeerNamespace:    netlink.NsFd(int(podNS.Fd())),
-		PeerMTU:          uint32(mtu),
+	var v netlink.Link
+	switch kind {
+	case KindNetkit:
+		if mac != nil {
+			return nil, fmt.Errorf("a netkit pod has no MAC address (%s asked)", mac)
+		}
+		nk := &netlink.Netkit{LinkAttrs: attrs, Mode: netlink.NETKIT_MODE_L3, Policy: netlink.NETKIT_POLICY_FORWARD,
+			PeerPolicy: netlink.NETKIT_POLICY_FORWARD, Scrub: netlink.NETKIT_SCRUB_DEFAULT, PeerScrub: netlink.NETKIT_SCRUB_DEFAULT}
+		peer := netlink.NewLinkAttrs()
+		peer.Name = ifName
+		peer.MTU = mtu
+		peer.Namespace = netlink.NsFd(int(podNS.Fd()))
+		nk.SetPeerAttrs(&peer)
+		v = nk
+	default:
+		v = &netlink.Veth{
+			LinkAttrs:        attrs,
+			PeerName:         ifName,
+			PeerHardwareAddr: mac,
+			PeerNamespace:    netlink.NsFd(int(podNS.Fd())),
+			PeerMTU:          uint32(mtu),
+		}
 	}
 	if err := rtnl.H().LinkAdd(v); err != nil {
 		if errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("%s in %s, or host veth %s: %w", ifName, podNS.Path(), hostName, ErrInterfaceExists)
+			return nil, fmt.Errorf("%s in %s, or host %s %s: %w", ifName, podNS.Path(), kind, hostName, ErrInterfaceExists)
 		}
-		return nil, fmt.Errorf("creating veth %s/%s: %w", hostName, ifName, err)
+		return nil, fmt.Errorf("creating %s pair %s/%s: %w", kind, hostName, ifName, err)
 	}
 	ok := false
 	defer func() {
@@ -166,7 +184,39 @@ func Create(hostName string, podNS ns.NetNS, ifName string, mtu int, mac net.Har
 		return nil, fmt.Errorf("looking up %s: %w", hostName, err)
 	}
 	ok = true
-	return host.(*netlink.Veth), nil
+	return host, nil
+}
+
+// Kind is the device type of a pod's pair.
+type Kind string
+
+const (
+	// KindVeth is a veth pair: the host end's tc hooks run the programs.
+	KindVeth Kind = "veth"
+	// KindNetkit is a netkit pair in L3 mode (kernel >= 6.7): its own
+	// programs run in its transmit, through netkit links.
+	KindNetkit Kind = "netkit"
+)
+
+// NoMAC is the MAC of a netkit pair's ends in L3 mode as ebpf-cni's
+// records and maps hold it: they have none (the kernel reports zeros, or
+// no address).
+const NoMAC = "00:00:00:00:00:00"
+
+// MAC is the MAC of l, either end of a pair, as the records hold it.
+func MAC(l netlink.Link) string {
+	if a := l.Attrs().HardwareAddr; len(a) > 0 || l.Type() != string(KindNetkit) {
+		return a.String()
+	}
+	return NoMAC
+}
+
+// KindOf is the device type of a host end l.
+func KindOf(l netlink.Link) Kind {
+	if l != nil && l.Type() == "netkit" {
+		return KindNetkit
+	}
+	return KindVeth
 }
 
 // DeleteHost removes the host end (and with it the pair, its routes and
@@ -230,10 +280,13 @@ func PeerMAC(l netlink.Link) string {
 		return ""
 	}
 	peer, err := netlink.LinkDeserialize(nil, msgs[0])
-	if err != nil || peer.Attrs().HardwareAddr == nil {
+	if err != nil {
 		return ""
 	}
-	return peer.Attrs().HardwareAddr.String()
+	if peer.Attrs().HardwareAddr == nil && peer.Type() != string(KindNetkit) {
+		return ""
+	}
+	return MAC(peer)
 }
 
 // Candidates lists the devices of the current thread's network namespace

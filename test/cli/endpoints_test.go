@@ -31,6 +31,11 @@ func TestEndpointsAndStatus(t *testing.T) {
 				pods[id] = e.addPod(list, id)
 			}
 
+			hooks := endpoint.HooksFor(testutil.PodDevice())
+			modes := map[string]int{}
+			for _, h := range hooks {
+				modes[testutil.HookMode(h, mode)] += 3
+			}
 			eps := e.endpoints()
 			require.Len(t, eps, 3)
 			for _, ep := range eps {
@@ -40,14 +45,18 @@ func TestEndpointsAndStatus(t *testing.T) {
 				require.Equal(t, "eth0", ep.IfName)
 				require.Equal(t, "clinet", ep.Network)
 				require.Equal(t, p.Result.Interfaces[0].Name, ep.HostVeth)
-				require.Equal(t, p.Result.Interfaces[1].Mac, ep.MAC)
+				if testutil.PodDevice() == "netkit" {
+					require.Equal(t, "00:00:00:00:00:00", ep.MAC, "a netkit pod (L3 mode) has no MAC")
+				} else {
+					require.Equal(t, p.Result.Interfaces[1].Mac, ep.MAC)
+				}
 				require.True(t, ep.Recorded && ep.InMaps && ep.VethPresent)
 				require.Empty(t, ep.Problems)
-				require.Len(t, ep.Attachments, len(endpoint.Hooks))
+				require.Len(t, ep.Attachments, len(hooks))
 				for i, a := range ep.Attachments {
-					require.Equal(t, endpoint.Hooks[i].Name, a.Hook)
-					require.Equal(t, mode, a.Mode)
-					require.Equal(t, mode, a.RecordedMode)
+					require.Equal(t, hooks[i].Name, a.Hook)
+					require.Equal(t, testutil.HookMode(hooks[i], mode), a.Mode)
+					require.Equal(t, testutil.HookMode(hooks[i], mode), a.RecordedMode)
 					require.Len(t, a.ProgramIDs, 1)
 					require.NotEmpty(t, a.ProgramTag)
 				}
@@ -63,13 +72,14 @@ func TestEndpointsAndStatus(t *testing.T) {
 				row := rowOf(t, lines, ep.HostVeth)
 				require.Equal(t, col, strings.Index(row, ep.HostVeth), "host veth column misaligned:\n%s", r.stdout)
 				require.Contains(t, row, ep.IPs[0])
-				require.Contains(t, row, "from_container "+mode)
+				require.Contains(t, row, hooks[0].Name+" "+testutil.HookMode(hooks[0], mode))
 				require.True(t, strings.HasSuffix(row, "ok"), row)
 			}
 
 			var st cli.Status
 			e.json(&st, cli.ExitOK, "status")
-			require.Equal(t, map[string]int{mode: 3 * len(endpoint.Hooks)}, st.AttachModes, "one attachment per hook per pod")
+			require.Equal(t, modes, st.AttachModes, "one attachment per hook per pod")
+			require.Equal(t, map[string]int{testutil.PodDevice(): 3}, st.Devices)
 			require.Equal(t, 3, st.Endpoints)
 			require.Empty(t, st.Problems)
 			for _, f := range []string{"bpffs", "btf"} {
@@ -86,13 +96,15 @@ func TestEndpointsAndStatus(t *testing.T) {
 			for _, p := range st.Programs[0].Programs {
 				attached[p.Name] = p.Endpoints
 			}
-			require.Equal(t, 3, attached["from_container"], "%v", attached)
+			require.Equal(t, 3, attached[hooks[0].Name], "%v", attached)
 
 			r = e.cli("status")
 			require.Equal(t, cli.ExitOK, r.code, "%s", r)
 			modeRow := rowOf(t, strings.Split(r.stdout, "\n"), "ATTACH MODE")
 			require.NotEmpty(t, modeRow)
-			require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%d$`, mode, 3*len(endpoint.Hooks)), r.stdout)
+			for m, n := range modes {
+				require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%d$`, m, n), r.stdout)
+			}
 			require.Contains(t, r.stdout, "problems: none")
 			// The human table lists every feature the JSON holds.
 			for name, f := range st.Features {

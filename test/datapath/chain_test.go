@@ -35,12 +35,15 @@ func TestChaining(t *testing.T) {
 			firewall := map[string]any{"type": "firewall"}
 			// The reference bandwidth plugin's egress limit needs tcx
 			// (attachMode auto), see TestChainedBandwidth.
-			list := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{tuning, portmap, bandwidth, firewall}})
+			// The reference bandwidth plugin finds the host end through the
+			// pod's veth: such a chain makes veth pods (docs/configuration.md).
+			vethOnly := map[string]any{"deviceType": "veth"}
+			list := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{tuning, portmap, bandwidth, firewall}, extra: vethOnly})
 			// Debian's portmap fails every CHECK of an attachment without
 			// IPv6 port rules (containernetworking/plugins#819, whatever the
 			// interface plugin), so CHECK runs the chain without it, with the
 			// same cached result.
-			checkList := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{tuning, bandwidth, firewall}})
+			checkList := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{tuning, bandwidth, firewall}, extra: vethOnly})
 			bw := map[string]any{"ingressRate": 100_000_000, "ingressBurst": 1_000_000}
 			if chainedEgressLimits() { // else see TestChainedBandwidth
 				bw["egressRate"], bw["egressBurst"] = 100_000_000, 1_000_000
@@ -179,14 +182,18 @@ func TestChainedBandwidth(t *testing.T) {
 			// kernel has it (attachMode auto): the default, tc, holds the
 			// ingress hook with a clsact qdisc, where the plugin's egress
 			// limit puts its ingress qdisc (docs/configuration.md).
-			list := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{bw}})
+			// The reference plugin finds the host end through the pod's
+			// veth (its ethtool peer index): a chain with it makes veth
+			// pods (deviceType veth, docs/configuration.md).
+			vethOnly := map[string]any{"deviceType": "veth"}
+			list := e.confList(netOpts{version: v, attachMode: "auto", chained: []map[string]any{bw}, extra: vethOnly})
 			limits := map[string]any{"ingressRate": 50_000_000, "ingressBurst": 500_000}
 			withEgress := map[string]any{"egressRate": 20_000_000, "egressBurst": 200_000}
 			for k, x := range limits {
 				withEgress[k] = x
 			}
 			if testutil.DefaultMode() == "tc" {
-				requireChainedEgressRefused(t, e, e.confList(netOpts{version: v, chained: []map[string]any{bw}}), map[string]any{"bandwidth": withEgress})
+				requireChainedEgressRefused(t, e, e.confList(netOpts{version: v, chained: []map[string]any{bw}, extra: vethOnly}), map[string]any{"bandwidth": withEgress})
 			}
 			if egress {
 				limits = withEgress

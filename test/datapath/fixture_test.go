@@ -194,7 +194,7 @@ func (e *env) attachedProgramIDs() map[ebpf.ProgramID]int {
 			return err
 		}
 		for _, l := range links {
-			got, err := attach.AttachedIDs(l, endpoint.HookFromContainer)
+			got, err := attach.AttachedIDs(l, endpoint.HooksOf(l)[0])
 			if err != nil {
 				return err
 			}

@@ -56,7 +56,7 @@ func TestCheckFails(t *testing.T) {
 			rec, err := node.ReadRecord(e.stateDir, host)
 			require.NoError(t, err)
 			require.NoError(t, e.node.NS.Do(func(ns.NetNS) error {
-				return attach.Detach(rec.Attachments[0], rec.HostIfIndex, endpoint.Hooks[0])
+				return attach.Detach(rec.Attachments[0], rec.HostIfIndex, endpoint.HooksFor(testutil.PodDevice())[0])
 			}))
 			err = e.cni.Check(list, q.RT)
 			require.Equal(t, errcode.CheckFailed, cniCode(t, err))
@@ -146,17 +146,19 @@ func TestRollback(t *testing.T) {
 	})
 }
 
+type badCase struct {
+	name  string
+	extra map[string]any
+	caps  map[string]any
+	code  uint
+	key   string
+}
+
 // TestBadConfig: bad input gives a CNI error naming the key, and leaves
 // nothing behind.
 func TestBadConfig(t *testing.T) {
 	e := newEnv(t)
-	cases := []struct {
-		name  string
-		extra map[string]any
-		caps  map[string]any
-		code  uint
-		key   string
-	}{
+	cases := []badCase{
 		{"attachMode", map[string]any{"attachMode": "xdp"}, nil, types.ErrInvalidNetworkConfig, "attachMode"},
 		{"mtu", map[string]any{"mtu": 20}, nil, types.ErrInvalidNetworkConfig, "mtu"},
 		{"bpfRoot", map[string]any{"bpfRoot": "relative/path"}, nil, types.ErrInvalidNetworkConfig, "bpfRoot"},
@@ -165,6 +167,14 @@ func TestBadConfig(t *testing.T) {
 		{"multicast mac", nil, map[string]any{"mac": "01:00:5e:00:00:01"}, types.ErrInvalidNetworkConfig, "runtimeConfig.mac"},
 		{"ipam missing", map[string]any{"ipam": nil}, nil, types.ErrInvalidNetworkConfig, "ipam"},
 		{"not bpffs", map[string]any{"bpfRoot": t.TempDir()}, nil, errcode.BPFFS, "bpfRoot"},
+		{"deviceType", map[string]any{"deviceType": "tap"}, nil, types.ErrInvalidNetworkConfig, "deviceType"},
+	}
+	if f := kernel.HaveNetkit(); !f.Available {
+		// This kernel cannot make netkit: asking for it is refused,
+		// naming the key and the kernel.
+		cases = append(cases, badCase{"deviceType netkit", map[string]any{"deviceType": "netkit"}, nil, types.ErrInvalidNetworkConfig, "invalid deviceType: netkit: kernel " + kernel.Release() + " cannot make a netkit pair"})
+	} else {
+		cases = append(cases, badCase{"deviceType netkit with a mac", map[string]any{"deviceType": "netkit"}, map[string]any{"mac": "0e:00:00:00:12:34"}, types.ErrInvalidNetworkConfig, "deviceType"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,8 +245,8 @@ func TestGC(t *testing.T) {
 	a, d := e.endpointEntries()
 	require.Equal(t, 2, a)
 	require.Equal(t, 1, d)
-	if testutil.DefaultMode() == "tcx" { // a tc filter is not pinned: CHECK below finds it
-		require.Len(t, e.pinnedLinks(), len(endpoint.Hooks), "one pinned link per hook of the pod that stays")
+	if n := testutil.PinnedHooks(endpoint.HooksFor(testutil.PodDevice()), testutil.DefaultMode()); n > 0 { // a tc filter is not pinned: CHECK below finds it
+		require.Len(t, e.pinnedLinks(), n, "one pinned link per linked hook of the pod that stays")
 	} else {
 		require.Empty(t, e.pinnedLinks(), "the default attachMode, tc: no pinned links")
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/programs"
 )
 
@@ -46,7 +47,7 @@ func testThreePods(t *testing.T, version, mode string) {
 		tags, err := programs.Installed(e.bpfRoot)
 		require.NoError(t, err)
 		require.Len(t, tags, 1, "one build's programs pinned")
-		p, err := ebpf.LoadPinnedProgram(filepath.Join(programs.Dir(e.bpfRoot), tags[0], "from_container"), nil)
+		p, err := ebpf.LoadPinnedProgram(filepath.Join(programs.Dir(e.bpfRoot), tags[0], endpoint.HooksFor(testutil.PodDevice())[0].Name), nil)
 		require.NoError(t, err)
 		defer p.Close()
 		info, err := p.Info()

@@ -96,7 +96,7 @@ func TestUpgrade(t *testing.T) {
 				require.Equal(t, 3, n)
 				_, old := oldIDs[id]
 				require.False(t, old, "old program %d still attached", id)
-				p, err := ebpf.LoadPinnedProgram(filepath.Join(programs.Dir(e.bpfRoot), newTags[0], "from_container"), nil)
+				p, err := ebpf.LoadPinnedProgram(filepath.Join(programs.Dir(e.bpfRoot), newTags[0], endpoint.HooksFor(testutil.PodDevice())[0].Name), nil)
 				require.NoError(t, err)
 				info, err := p.Info()
 				require.NoError(t, err)
@@ -169,7 +169,7 @@ func TestUpgradeFromOlderLayout(t *testing.T) {
 				}
 				host, err := netlink.LinkByName(veth.HostName(a.RT.ContainerID, a.RT.IfName))
 				require.NoError(t, err)
-				for _, h := range endpoint.Hooks {
+				for _, h := range endpoint.HooksFor(testutil.PodDevice()) {
 					ids, err := attach.AttachedIDs(host, h)
 					require.NoError(t, err)
 					require.Equal(t, []ebpf.ProgramID{want(h.Name)}, ids, "the old pod's %s runs the new program", h.Name)

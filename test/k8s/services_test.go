@@ -77,16 +77,39 @@ func kubeProxy(n *node, fam int, b1, b2, h *nettest.Pod) *nettest.KubeProxy {
 // external traffic; and no packet meets kube-proxy's INVALID drop.
 func TestServices(t *testing.T) {
 	for _, mode := range []nettest.ProxyMode{nettest.ModeIPTables, nettest.ModeNFTables} {
-		t.Run(string(mode), func(t *testing.T) { testServices(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { testServices(t, mode, nil) })
 	}
 }
 
-func testServices(t *testing.T, mode nettest.ProxyMode) {
+// TestServicesMixedDevices: TestServices on a node whose client pod is a
+// veth pod (made before an upgrade to netkit pods, or asked for) while its
+// backends are netkit pods, and the reverse.
+func TestServicesMixedDevices(t *testing.T) {
+	testutil.RequireNetkit(t)
+	for _, mode := range []nettest.ProxyMode{nettest.ModeIPTables, nettest.ModeNFTables} {
+		for _, client := range []string{"veth", "netkit"} {
+			t.Run(string(mode)+"/"+client+"-client", func(t *testing.T) {
+				other := map[string]string{"veth": "netkit", "netkit": "veth"}[client]
+				testServices(t, mode, map[string]string{"a": client, "b1": other, "h": other})
+			})
+		}
+	}
+}
+
+// testServices runs the Services case; devices gives node1's pods (a, b1,
+// h) a deviceType (none: the default).
+func testServices(t *testing.T, mode nettest.ProxyMode, devices map[string]string) {
 	c := newCluster(t, 2, false)
 	require.NoError(t, c.c.RouteDirect())
 	n1, n2 := c.nodes[0], c.nodes[1]
 	l1, l2 := n1.list("1.1.0", nil), n2.list("1.1.0", nil)
-	a, b1, h := n1.addPod(l1, "a"), n1.addPod(l1, "b1"), n1.addPod(l1, "h")
+	pod := func(id string) *nettest.Pod {
+		if d := devices[id]; d != "" {
+			return n1.addPod(n1.list("1.1.0", map[string]any{"deviceType": d}), id)
+		}
+		return n1.addPod(l1, id)
+	}
+	a, b1, h := pod("a"), pod("b1"), pod("h")
 	b2 := n2.addPod(l2, "b2")
 	for name, p := range map[string]*nettest.Pod{"b1": b1, "b2": b2, "h": h} {
 		serve(t, p.NS, name, backendPort)

@@ -34,6 +34,7 @@ for p in $TESTS; do
 	set -- -test.v=test2json -test.count=1 -test.timeout="$TEST_TIMEOUT"
 	[ -n "$RUN" ] && set -- "$@" -test.run "$RUN"
 	[ -n "$SKIP" ] && set -- "$@" -test.skip "$SKIP"
+	[ -n "${BENCH:-}" ] && set -- "$@" -test.bench "$BENCH" -test.benchtime 1x
 	# test2json reads the binary's output and writes one JSON event a line.
 	{ ./test.bin "$@" 2>&1; echo $? >/tmp/rc; } | /ebpf-cni/test2json -t -p "$p"
 	rc=$(cat /tmp/rc)

@@ -13,6 +13,8 @@
 #   VM_TESTS    test packages to run (test/datapath test/cli test/ipam)
 #   VM_RUN      -test.run regexp for every package (default: all)
 #   VM_SKIP     -test.skip regexp for every package (default: none)
+#   VM_BENCH    -test.bench regexp, each benchmark run once (default: none;
+#               with VM_RUN='^$' only the benchmarks run)
 #   VM_MEM      guest memory (3G); VM_SMP guest CPUs (2)
 #   VM_TIMEOUT  limit for the whole boot (90m); VM_TEST_TIMEOUT per package (60m)
 set -euo pipefail
@@ -26,6 +28,7 @@ MIRROR=${VM_MIRROR:-http://deb.debian.org/debian}
 TESTS=${VM_TESTS:-test/datapath test/cli test/ipam}
 RUN=${VM_RUN:-}
 SKIP=${VM_SKIP:-}
+BENCH=${VM_BENCH:-}
 MEM=${VM_MEM:-3G}
 SMP=${VM_SMP:-2}
 TIMEOUT=${VM_TIMEOUT:-90m}
@@ -39,6 +42,10 @@ ROOTFS_RECIPE=1
 # Versions the upgrade tests run as "a newer release": every name the tests
 # pass to testutil.VersionDir.
 VERSIONS=$(grep -rhoE 'VersionDir\(t, "[A-Za-z0-9._-]+"' test | sed -E 's/.*"(.*)"/\1/' | sort -u)
+# Earlier commits: every const a testutil.CommitDir call names.
+COMMITS=$(for n in $(grep -rhoE 'CommitDir\(t, [A-Za-z0-9_]+\)' test | sed -E 's/.*, (.*)\)/\1/' | sort -u); do
+	grep -rhoE "const $n = \"[0-9a-f]+\"" test | sed -E 's/.*"(.*)"/\1/'
+done | sort -u)
 
 log() { printf 'test-kernel: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -141,6 +148,19 @@ for v in $VERSIONS; do
 	CGO_ENABLED=0 go build -ldflags "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version=$v" \
 		-o "$run/ebpf-cni/versions/$v/" ./cmd/ebpf-cni ./cmd/ebpf-ipam
 done
+# Earlier commits the rollback tests run (testutil.CommitDir(t, name) of a
+# `const name = "<commit>"`), built from git as CommitDir builds them.
+for c in $COMMITS; do
+	src=$tmp/src-$c
+	mkdir -p "$src"
+	if git archive "$c" 2>/dev/null | tar -x -C "$src" 2>/dev/null; then
+		(cd "$src" && CGO_ENABLED=0 go build -ldflags "-X github.com/ebpf-cni/ebpf-cni/pkg/buildinfo.Version=commit-$c" \
+			-o "$run/ebpf-cni/versions/commit-$c/" ./cmd/ebpf-cni ./cmd/ebpf-ipam) || log "cannot build commit $c: its tests skip"
+	else
+		log "no commit $c in this checkout: its tests skip"
+	fi
+	rm -rf "$src"
+done
 CGO_ENABLED=0 go build -o "$run/ebpf-cni/test2json" cmd/test2json
 for p in $TESTS; do
 	mkdir -p "$run/ebpf-cni/$p"
@@ -157,6 +177,7 @@ chmod 755 "$run/init"
 	printf 'TESTS=%q\n' "$TESTS"
 	printf 'RUN=%q\n' "$RUN"
 	printf 'SKIP=%q\n' "$SKIP"
+	printf 'BENCH=%q\n' "$BENCH"
 	printf 'TEST_TIMEOUT=%q\n' "$TEST_TIMEOUT"
 	printf 'KERNEL=%q\n' "$KERNEL"
 } >"$run/ebpf-cni/vm.env"
