@@ -144,8 +144,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// slimNode keeps of a Node what PeerOf reads (and its resource version):
-// a kubelet's Node carries its images, conditions and volumes, tens of KB
+// slimNode keeps of a Node what its readers read (and its resource
+// version): PeerOf (the pod ranges, the InternalIPs) and XlatSet (the
+// InternalIPs and ExternalIPs), both fed by the agent's one Node watch. A
+// kubelet's Node carries its images, conditions and volumes, tens of KB
 // each agent would keep of every node.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -155,8 +157,8 @@ func slimNode(obj any) (any, error) {
 	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
 	out.Spec.PodCIDR, out.Spec.PodCIDRs = n.Spec.PodCIDR, n.Spec.PodCIDRs
 	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			out.Status.Addresses = append(out.Status.Addresses, a)
+		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+			out.Status.Addresses = append(out.Status.Addresses, corev1.NodeAddress{Type: a.Type, Address: a.Address})
 		}
 	}
 	return out, nil

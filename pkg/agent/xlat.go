@@ -106,24 +106,10 @@ func slimService(obj any) (any, error) {
 	return out, nil
 }
 
-// slimNodeAddrs keeps of a Node its addresses (IPs, not names).
-func slimNodeAddrs(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
-	}
-	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
-			out.Status.Addresses = append(out.Status.Addresses, corev1.NodeAddress{Type: a.Type, Address: a.Address})
-		}
-	}
-	return out, nil
-}
-
 // xlatSame: an update that changes nothing XlatSet reads (a Node's
-// heartbeat, a Service's endpoints or labels: the objects are slimmed to
-// what it reads, so only their resource version differs).
+// heartbeat or pod ranges, a Service's endpoints or labels). A Service is
+// slimmed to what XlatSet reads; a Node to what the routes read as well
+// (slimNode), so of a Node only its addresses are compared.
 func xlatSame(old, cur any) bool {
 	switch o := old.(type) {
 	case *corev1.Service:
@@ -141,7 +127,7 @@ func slimXlat(obj any) (any, error) {
 	case *corev1.Service:
 		return slimService(obj)
 	case *corev1.Node:
-		return slimNodeAddrs(obj)
+		return slimNode(obj) // the agent's, which keeps what the routes read besides
 	}
 	return obj, nil
 }

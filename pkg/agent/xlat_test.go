@@ -73,10 +73,37 @@ func TestXlatSlim(t *testing.T) {
 	require.Nil(t, slim.Spec.Ports)
 	require.Equal(t, XlatSet([]*corev1.Service{s}, nil, nil), XlatSet([]*corev1.Service{slim}, nil, nil))
 	n := node("a", []string{"192.0.2.10"}, "10.244.0.0/24")
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.10"})
 	out, err = slimXlat(n)
 	require.NoError(t, err)
-	require.Empty(t, out.(*corev1.Node).Spec.PodCIDRs)
-	require.Len(t, out.(*corev1.Node).Status.Addresses, 1, "the host name goes")
+	require.Equal(t, []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}, {Type: corev1.NodeExternalIP, Address: "198.51.100.10"}},
+		out.(*corev1.Node).Status.Addresses, "the host name goes")
+}
+
+// TestSlimNodeKeepsWhatBothRead: the agent's one Node watch feeds the
+// routes and the translated destinations; its transform keeps what each
+// reads of a kubelet's Node (pod ranges and InternalIPs; InternalIPs and
+// ExternalIPs) and drops the rest.
+func TestSlimNodeKeepsWhatBothRead(t *testing.T) {
+	n := node("b", []string{"192.0.2.11", "2001:db8::11"}, "10.244.1.0/24", "fd00:244:1::/64")
+	n.Labels = map[string]string{"kubernetes.io/hostname": "b"}
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.11"},
+		corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: "b.example"})
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.k8s.io/pause:3.10"}, SizeBytes: 320000}}
+	out, err := slimNode(n)
+	require.NoError(t, err)
+	slim := out.(*corev1.Node)
+	require.Nil(t, slim.Labels)
+	require.Nil(t, slim.Status.Conditions)
+	require.Nil(t, slim.Status.Images)
+	peer, err := PeerOf(n)
+	require.NoError(t, err)
+	slimPeer, err := PeerOf(slim)
+	require.NoError(t, err)
+	require.True(t, peer.Equal(slimPeer), "the routes read the same: %+v", slimPeer)
+	require.Equal(t, XlatSet(nil, []*corev1.Node{n}, nil), XlatSet(nil, []*corev1.Node{slim}, nil))
+	require.Equal(t, "192.0.2.11/32 node\n198.51.100.11/32 node\n2001:db8::11/128 node", XlatSet(nil, []*corev1.Node{slim}, nil).String())
 }
 
 // TestXlatController runs the controller against a fake API server and a
@@ -158,8 +185,17 @@ func TestXlatSame(t *testing.T) {
 			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, ExternalIPs: ext}})
 		return s
 	}
+	withExternal := func(rv, ip, ext string) any {
+		n, _ := slimXlat(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: rv},
+			Spec:   corev1.NodeSpec{PodCIDRs: []string{"10.244." + rv + ".0/24"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeExternalIP, Address: ext}}}})
+		return n
+	}
 	require.True(t, xlatSame(node("1", "192.0.2.1"), node("2", "192.0.2.1")), "a heartbeat")
 	require.False(t, xlatSame(node("1", "192.0.2.1"), node("2", "192.0.2.2")), "a new address")
+	require.True(t, xlatSame(withExternal("1", "192.0.2.1", "198.51.100.1"), withExternal("2", "192.0.2.1", "198.51.100.1")),
+		"new pod ranges (kept of a Node for the routes, not read by the set)")
+	require.False(t, xlatSame(withExternal("1", "192.0.2.1", "198.51.100.1"), withExternal("1", "192.0.2.1", "198.51.100.2")), "a new ExternalIP")
 	require.True(t, xlatSame(svc("1"), svc("2")), "a label")
 	require.False(t, xlatSame(svc("1"), svc("2", "192.0.2.9")), "a new externalIP")
 	require.False(t, xlatSame(svc("1"), node("1", "192.0.2.1")))
