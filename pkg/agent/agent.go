@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -52,9 +53,12 @@ const stuckAfter = 2 * time.Minute
 // Agent watches Node objects and keeps a NodeRoutes in line with them.
 type Agent struct {
 	cfg    Config
-	client kubernetes.Interface
 	routes NodeRoutes
 	log    *slog.Logger
+	// factory holds the agent's one Node watch (nodes), which Run starts:
+	// the routes and, through Nodes, other controllers read it.
+	factory informers.SharedInformerFactory
+	nodes   coreinformers.NodeInformer
 
 	mu         sync.Mutex
 	cacheSync  bool
@@ -74,11 +78,22 @@ func New(client kubernetes.Interface, routes NodeRoutes, cfg Config) (*Agent, er
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Agent{cfg: cfg, client: client, routes: routes, log: cfg.Logger}, nil
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slimNode))
+	nodes := factory.Core().V1().Nodes()
+	nodes.Informer() // in the factory from now on: Run's Start starts it whoever adds handlers
+	return &Agent{cfg: cfg, routes: routes, log: cfg.Logger, factory: factory, nodes: nodes}, nil
 }
 
-// Run watches until ctx ends. What it installed stays when it returns: pods
-// keep reaching other nodes while the agent is down or being upgraded.
+// Nodes is the agent's Node informer: its one watch of Nodes, which Run
+// starts and stops. Its objects are slimmed (slimNode) to their pod ranges,
+// InternalIPs and ExternalIPs. Controllers that read Nodes beside the
+// routes (XlatConfig.Nodes) add their handlers to it instead of watching
+// Nodes again.
+func (a *Agent) Nodes() coreinformers.NodeInformer { return a.nodes }
+
+// Run watches until ctx ends, once per Agent. What it installed stays when
+// it returns: pods keep reaching other nodes while the agent is down or
+// being upgraded.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.HealthAddr != "" {
 		l, err := net.Listen("tcp", a.cfg.HealthAddr)
@@ -90,8 +105,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer srv.Close()
 	}
 
-	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTransform(slimNode))
-	nodes := factory.Core().V1().Nodes()
+	factory, nodes := a.factory, a.nodes
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second))
 	defer queue.ShutDown()
 	rec := NewReconciler(a.cfg.NodeName, a.routes, nodes.Lister(), a.log)

@@ -270,13 +270,14 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.Logg
 		}
 		pc = NewPolicyController(client, PolicyConfig{Node: nd, ClusterPolicies: cnp, Logger: log.With("controller", "networkpolicy")})
 	}
-	var xc *XlatController
-	if o.xlat {
-		xc = NewXlatController(client, XlatConfig{Node: nd, ServiceCIDRs: o.serviceCIDRs, Logger: log.With("controller", "translated-destinations")})
-	}
 	a, err := New(client, routes, Config{NodeName: o.node, Resync: o.resync, HealthAddr: o.health, Policy: pc, Logger: log})
 	if err != nil {
 		return &usageError{err}
+	}
+	var xc *XlatController
+	if o.xlat {
+		// The agent's Node watch: one per agent, not one per controller.
+		xc = NewXlatController(client, XlatConfig{Node: nd, ServiceCIDRs: o.serviceCIDRs, Nodes: a.Nodes(), Logger: log.With("controller", "translated-destinations")})
 	}
 	if o.metrics != "" {
 		mt := NewMetrics(nd, a, log)

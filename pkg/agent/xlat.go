@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -51,7 +52,12 @@ type XlatConfig struct {
 	ServiceCIDRs []netip.Prefix
 	// Lease and Renew: DefaultXlatLease and DefaultXlatRenew when zero.
 	Lease, Renew time.Duration
-	Logger       *slog.Logger
+	// Nodes is the agent's Node informer (Agent.Nodes), which the agent
+	// starts: the set reads the Nodes of the agent's one Node watch, whose
+	// transform keeps their InternalIPs and ExternalIPs. Nil: the
+	// controller watches Nodes itself (run on its own, as in its tests).
+	Nodes  coreinformers.NodeInformer
+	Logger *slog.Logger
 }
 
 // XlatController keeps the plugin's set of the destinations the node's
@@ -180,7 +186,10 @@ func XlatSet(services []*corev1.Service, nodes []*corev1.Node, serviceCIDRs []ne
 func (c *XlatController) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTransform(slimXlat))
 	services := factory.Core().V1().Services()
-	nodes := factory.Core().V1().Nodes()
+	nodes := c.cfg.Nodes
+	if nodes == nil {
+		nodes = factory.Core().V1().Nodes()
+	}
 	kick := make(chan struct{}, 1)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { poke(kick) },
@@ -191,14 +200,19 @@ func (c *XlatController) Run(ctx context.Context) error {
 		},
 		DeleteFunc: func(any) { poke(kick) },
 	}
+	var synced []cache.InformerSynced
 	for _, inf := range []cache.SharedIndexInformer{services.Informer(), nodes.Informer()} {
-		if _, err := inf.AddEventHandler(h); err != nil {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
 			return fmt.Errorf("watching services and nodes: %w", err)
 		}
+		// The agent's Node informer outlives this controller's handler.
+		defer func() { _ = inf.RemoveEventHandler(reg) }()
+		synced = append(synced, reg.HasSynced)
 	}
-	factory.Start(ctx.Done())
+	factory.Start(ctx.Done()) // Services, and Nodes when not the agent's
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), services.Informer().HasSynced, nodes.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 	step := func() {

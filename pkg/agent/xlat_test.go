@@ -2,18 +2,24 @@ package agent
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/nodetest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/flows"
+	nodestate "github.com/ebpf-cni/ebpf-cni/pkg/node"
 )
 
 func service(name string, clusterIPs []string, external []string, lb ...string) *corev1.Service {
@@ -199,4 +205,96 @@ func TestXlatSame(t *testing.T) {
 	require.True(t, xlatSame(svc("1"), svc("2")), "a label")
 	require.False(t, xlatSame(svc("1"), svc("2", "192.0.2.9")), "a new externalIP")
 	require.False(t, xlatSame(svc("1"), node("1", "192.0.2.1")))
+}
+
+// runAgentWithXlat runs an agent for node "self" and beside it, as
+// ebpf-cni-agent run does (runSideBySide), the translated destinations on
+// nd: reading the agent's Node informer when shared, watching Nodes itself
+// if not. watches counts the watches the client opened, by resource.
+func runAgentWithXlat(t *testing.T, client *fake.Clientset, nd *nodestate.Node, shared bool) (h *harness, xc *XlatController, watches func(resource string) int) {
+	t.Helper()
+	var mu sync.Mutex
+	opened := map[string]int{}
+	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		opened[action.GetResource().Resource]++
+		mu.Unlock()
+		return false, nil, nil // the tracker's watch
+	})
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	routes := newMem()
+	a, err := New(client, routes, Config{NodeName: "self", Resync: time.Hour, Logger: discard})
+	require.NoError(t, err)
+	cfg := XlatConfig{Node: nd, Lease: time.Second, Renew: 200 * time.Millisecond, Logger: discard}
+	if shared {
+		cfg.Nodes = a.Nodes()
+	}
+	xc = NewXlatController(client, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = runSideBySide(ctx, a, nil, xc); close(done) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return &harness{t: t, client: client, routes: routes, agent: a, stop: stop}, xc, func(resource string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return opened[resource]
+	}
+}
+
+// TestAgentOneNodeWatch: the agent opens one Node watch, which the routes
+// and the translated destinations share (XlatConfig.Nodes); a controller
+// given no informer watches Nodes itself, a second watch.
+func TestAgentOneNodeWatch(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		shared      bool
+		nodeWatches int
+	}{{"shared", true, 1}, {"own", false, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(node("self", []string{"192.0.2.10"}, "10.244.0.0/24"), node("b", []string{"192.0.2.11"}, "10.244.1.0/24"),
+				service("web", []string{"10.96.0.10"}, nil))
+			// No bpffs: the controller's writes fail, after its caches synced.
+			h, xc, watches := runAgentWithXlat(t, client, nodetest.Handle(t, t.TempDir(), t.TempDir()), tc.shared)
+			h.eventually("10.244.1.0/24 via 192.0.2.11")
+			require.Eventually(t, func() bool {
+				return xc.Status().Err != nil && watches("services") == 1 && watches("nodes") == tc.nodeWatches
+			}, 10*time.Second, 10*time.Millisecond, "services %d, nodes %d", watches("services"), watches("nodes"))
+			h.create(node("c", []string{"192.0.2.12"}, "10.244.2.0/24"))
+			h.eventually("10.244.1.0/24 via 192.0.2.11", "10.244.2.0/24 via 192.0.2.12")
+			require.Equal(t, tc.nodeWatches, watches("nodes"))
+			require.Equal(t, 1, watches("services"))
+		})
+	}
+}
+
+// TestXlatControllerSharedNodes: reading the agent's Node informer, the
+// set has every node's InternalIPs and ExternalIPs (the agent's transform
+// keeps both) and follows a changed ExternalIP, while the routes follow the
+// Nodes as before.
+func TestXlatControllerSharedNodes(t *testing.T) {
+	nd := nodetest.Handle(t, testutil.BPFFS(t), t.TempDir())
+	b := node("b", []string{"192.0.2.11", "2001:db8::11"}, "10.244.1.0/24")
+	b.Status.Addresses = append(b.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.11"})
+	client := fake.NewClientset(node("self", []string{"192.0.2.10"}, "10.244.0.0/24"), b, service("web", []string{"10.96.0.10"}, nil))
+	h, _, watches := runAgentWithXlat(t, client, nd, true)
+	tr, err := flows.OpenTranslated(nd)
+	require.NoError(t, err)
+	set := func() string {
+		s, err := tr.List()
+		require.NoError(t, err)
+		return s.String()
+	}
+
+	want := "10.96.0.10/32 clusterIP\n192.0.2.10/32 node\n192.0.2.11/32 node\n198.51.100.11/32 node\n2001:db8::11/128 node"
+	require.Eventually(t, func() bool { return set() == want }, 10*time.Second, 20*time.Millisecond, "the set: %s", set())
+	h.eventually("10.244.1.0/24 via 192.0.2.11")
+
+	// A new ExternalIP: the set follows; the routes (InternalIPs) stay.
+	b.Status.Addresses[len(b.Status.Addresses)-1].Address = "198.51.100.12"
+	h.update(b)
+	want = "10.96.0.10/32 clusterIP\n192.0.2.10/32 node\n192.0.2.11/32 node\n198.51.100.12/32 node\n2001:db8::11/128 node"
+	require.Eventually(t, func() bool { return set() == want }, 10*time.Second, 20*time.Millisecond, "the set: %s", set())
+	h.eventually("10.244.1.0/24 via 192.0.2.11")
+	require.Equal(t, 1, watches("nodes"))
 }
