@@ -20,6 +20,8 @@
 //     pod ranges keep the pods' addresses; nonMasqueradeCIDRs stays at its
 //     default, the node's own ranges), and in mode vxlan "overlay": "vxlan"
 //     with vxlanPort and vxlanVNI when they are not the defaults.
+//   - deviceType only when one is asked for: left out, the plugin's
+//     default (auto) applies.
 //
 // It imports nothing heavier than encoding/json: the plugin binary's CLI
 // uses it, and plugin exec time matters.
@@ -54,6 +56,18 @@ const (
 // Versions are the cniVersion values Build accepts: configuration lists
 // exist since 0.3.0, and results before 0.3.1 carry one address per family.
 var Versions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// DeviceTypes are the plugin's deviceType values (pkg/plugin, checkDeviceType).
+var DeviceTypes = []string{"auto", "netkit", "veth"}
+
+// CheckDeviceType checks a deviceType; empty is unset. Whether the node's
+// kernel can make a netkit pair is the plugin's to say, at ADD.
+func CheckDeviceType(t string) error {
+	if t != "" && !contains(DeviceTypes, t) {
+		return &OptionError{Key: "deviceType", Msg: fmt.Sprintf("unknown device type %q (want auto, netkit or veth)", t)}
+	}
+	return nil
+}
 
 // Mode is how pods reach the pods of other nodes.
 type Mode string
@@ -98,6 +112,9 @@ type Options struct {
 	VXLANPort int
 	VXLANVNI  int
 	MTU       int // 0: the plugin's default (the uplink's MTU, less the overlay's overhead)
+	// DeviceType is the plugin's deviceType (one of DeviceTypes); empty:
+	// not written, and the plugin's default, auto, applies.
+	DeviceType string
 	// BPFRoot and StateDir are written only when set (the plugin's
 	// defaults otherwise).
 	BPFRoot  string
@@ -193,6 +210,9 @@ func (o *Options) Validate() error {
 	if o.MTU != 0 && (o.MTU < 68 || o.MTU > 65535) {
 		return &OptionError{Key: "mtu", Msg: fmt.Sprintf("%d is outside 68..65535", o.MTU)}
 	}
+	if err := CheckDeviceType(o.DeviceType); err != nil {
+		return err
+	}
 	for _, d := range []struct{ key, dir string }{{"bpfRoot", o.BPFRoot}, {"stateDir", o.StateDir}} {
 		if d.dir != "" && !filepath.IsAbs(d.dir) {
 			return &OptionError{Key: d.key, Msg: fmt.Sprintf("%q is not an absolute path", d.dir)}
@@ -219,11 +239,12 @@ type confList struct {
 }
 
 type pluginConf struct {
-	Type     string `json:"type"`
-	MTU      int    `json:"mtu,omitempty"`
-	BPFRoot  string `json:"bpfRoot,omitempty"`
-	StateDir string `json:"stateDir,omitempty"`
-	IPMasq   bool   `json:"ipMasq"`
+	Type       string `json:"type"`
+	MTU        int    `json:"mtu,omitempty"`
+	DeviceType string `json:"deviceType,omitempty"` // left out when empty: the plugin's default, auto
+	BPFRoot    string `json:"bpfRoot,omitempty"`
+	StateDir   string `json:"stateDir,omitempty"`
+	IPMasq     bool   `json:"ipMasq"`
 	// The cluster keys: no nonMasqueradeCIDRs, whose default (the node's
 	// own ranges) the plugin keeps next to clusterCIDRs.
 	ClusterCIDRs []string        `json:"clusterCIDRs,omitempty"`
@@ -266,6 +287,7 @@ func Build(o Options) ([]byte, error) {
 	p := pluginConf{
 		Type:         "ebpf-cni",
 		MTU:          o.MTU,
+		DeviceType:   o.DeviceType,
 		BPFRoot:      o.BPFRoot,
 		StateDir:     o.StateDir,
 		IPMasq:       o.Masquerade,

@@ -37,6 +37,7 @@ type decoded struct {
 	Plugins     []struct {
 		Type         string          `json:"type"`
 		MTU          int             `json:"mtu"`
+		DeviceType   string          `json:"deviceType"`
 		BPFRoot      string          `json:"bpfRoot"`
 		StateDir     string          `json:"stateDir"`
 		IPMasq       bool            `json:"ipMasq"`
@@ -84,7 +85,7 @@ func TestBuildSingleNode(t *testing.T) {
 	if len(p.IPAM.Ranges) != 1 || p.IPAM.Ranges[0][0]["subnet"] != "10.244.1.0/24" {
 		t.Errorf("ranges: %v", p.IPAM.Ranges)
 	}
-	if p.ClusterCIDRs != nil || p.Overlay != "" || p.BPFRoot != "" || p.StateDir != "" || p.MTU != 0 {
+	if p.ClusterCIDRs != nil || p.Overlay != "" || p.BPFRoot != "" || p.StateDir != "" || p.MTU != 0 || strings.Contains(string(b), "deviceType") {
 		t.Errorf("keys written without being asked for: %s", b)
 	}
 	if !strings.HasSuffix(string(b), "}\n") {
@@ -101,11 +102,12 @@ func TestBuildDualStackCluster(t *testing.T) {
 		ServiceCIDRs: prefixes(t, "10.96.0.0/12,fd00:10:96::/112"),
 		Masquerade:   true,
 		MTU:          1450,
+		DeviceType:   "veth",
 		BPFRoot:      "/sys/fs/bpf/x",
 		StateDir:     "/run/x",
 	})
 	p := d.Plugins[0]
-	if d.CNIVersion != "1.1.0" || strings.Join(d.CNIVersions, ",") != "1.1.0" || d.Name != "k8s-pod-network" || p.MTU != 1450 || p.BPFRoot != "/sys/fs/bpf/x" || p.StateDir != "/run/x" {
+	if d.CNIVersion != "1.1.0" || strings.Join(d.CNIVersions, ",") != "1.1.0" || d.Name != "k8s-pod-network" || p.MTU != 1450 || p.DeviceType != "veth" || p.BPFRoot != "/sys/fs/bpf/x" || p.StateDir != "/run/x" {
 		t.Errorf("options not written: %+v", d)
 	}
 	// One range set per family, in the order given (the primary family first).
@@ -157,6 +159,7 @@ func TestBuildErrorsNameTheOption(t *testing.T) {
 		{"port", Options{PodCIDRs: pod, ClusterCIDRs: pod, Mode: ModeVXLAN, VXLANPort: 65536}, "vxlanPort", "outside 1..65535"},
 		{"VNI", Options{PodCIDRs: pod, ClusterCIDRs: pod, Mode: ModeVXLAN, VXLANVNI: 1 << 24}, "vxlanVNI", "outside 1..16777215"},
 		{"mtu", Options{PodCIDRs: pod, MTU: 20}, "mtu", "outside"},
+		{"deviceType", Options{PodCIDRs: pod, DeviceType: "Veth"}, "deviceType", `unknown device type "Veth" (want auto, netkit or veth)`},
 		{"bpfRoot", Options{PodCIDRs: pod, BPFRoot: "rel"}, "bpfRoot", "absolute"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,6 +170,38 @@ func TestBuildErrorsNameTheOption(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDeviceTypes: each deviceType Build writes is one the plugin knows
+// (netkit it may refuse on this kernel, not as unknown), and one Build
+// refuses the plugin refuses too.
+func TestDeviceTypes(t *testing.T) {
+	pluginParse := func(t *testing.T, b []byte) error {
+		t.Helper()
+		list, err := libcni.ConfListFromBytes(b)
+		require.NoError(t, err)
+		stdin, err := json.Marshal(mergeHeader(t, list.Plugins[0].Bytes, list))
+		require.NoError(t, err)
+		_, err = plugin.ParseConfig(stdin, "", true)
+		return err
+	}
+	pod := prefixes(t, "10.244.1.0/24")
+	for _, dt := range DeviceTypes {
+		d, b := build(t, Options{PodCIDRs: pod, DeviceType: dt})
+		require.Equal(t, dt, d.Plugins[0].DeviceType)
+		if err := pluginParse(t, b); err != nil {
+			require.Equal(t, "netkit", dt, "the plugin refuses deviceType %s: %v", dt, err)
+			require.NotContains(t, err.Error(), "unknown device type")
+		}
+	}
+	_, err := Build(Options{PodCIDRs: pod, DeviceType: "macvlan"})
+	var oe *OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "deviceType", oe.Key)
+	_, b := build(t, Options{PodCIDRs: pod})
+	require.NotContains(t, string(b), "deviceType")
+	b = []byte(strings.Replace(string(b), `"type": "ebpf-cni",`, `"type": "ebpf-cni", "deviceType": "macvlan",`, 1))
+	require.ErrorContains(t, pluginParse(t, b), "unknown device type")
 }
 
 func TestParseCIDRs(t *testing.T) {
