@@ -87,6 +87,7 @@ const (
 	EnvServiceCIDRs = "EBPF_CNI_SERVICE_CIDRS"
 	EnvMasquerade   = "EBPF_CNI_MASQUERADE"
 	EnvMTU          = "EBPF_CNI_MTU"
+	EnvDeviceType   = "EBPF_CNI_DEVICE_TYPE"
 	EnvVXLANPort    = "EBPF_CNI_VXLAN_PORT"
 	EnvVXLANVNI     = "EBPF_CNI_VXLAN_VNI"
 	EnvNetPolicy    = "EBPF_CNI_NETWORK_POLICY"
@@ -94,7 +95,7 @@ const (
 )
 
 // EnvVars are all of them.
-var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvMetricsAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvVXLANPort, EnvVXLANVNI, EnvNetPolicy, EnvXlat}
+var EnvVars = []string{EnvNodeName, EnvKubeconfig, EnvMode, EnvHealthAddr, EnvMetricsAddr, EnvNetworkName, EnvCNIVersion, EnvClusterCIDRs, EnvServiceCIDRs, EnvMasquerade, EnvMTU, EnvDeviceType, EnvVXLANPort, EnvVXLANVNI, EnvNetPolicy, EnvXlat}
 
 // env is an environment variable or def.
 func env(name, def string) string {
@@ -466,6 +467,7 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 	fs.BoolVar(&cfg.Conf.Masquerade, "masquerade", masq, "masquerade pod traffic leaving the cluster (EBPF_CNI_MASQUERADE)")
 	fs.StringVar(&mode, "mode", env(EnvMode, string(conflist.ModeDirect)), "`direct|vxlan` (EBPF_CNI_MODE)")
 	fs.IntVar(&cfg.Conf.MTU, "mtu", 0, "pod `MTU` (EBPF_CNI_MTU; default: the uplink's, less the overlay's overhead)")
+	fs.StringVar(&cfg.Conf.DeviceType, "device-type", env(EnvDeviceType, ""), "the pods' device `TYPE`, auto|netkit|veth (EBPF_CNI_DEVICE_TYPE; default auto: netkit where the node's kernel has it, else veth)")
 	fs.IntVar(&cfg.Conf.VXLANPort, "vxlan-port", 0, "UDP `PORT` of the overlay, mode vxlan (EBPF_CNI_VXLAN_PORT; default 4789)")
 	fs.IntVar(&cfg.Conf.VXLANVNI, "vxlan-vni", 0, "`VNI` of the overlay, mode vxlan (EBPF_CNI_VXLAN_VNI; default 1)")
 	fs.StringVar(&cfg.Conf.BPFRoot, "bpf-root", "", "the plugin's bpfRoot `DIR` on the node, written into the conflist (default: the plugin's)")
@@ -483,6 +485,15 @@ func installCmd(ctx context.Context, args []string, stderr io.Writer, log *slog.
 		if cfg.Conf.MTU, err = envInt(EnvMTU); err != nil {
 			return err
 		}
+	}
+	// Named as the variable (the ConfigMap's key) or the flag that set it.
+	var oe *conflist.OptionError
+	if err := conflist.CheckDeviceType(cfg.Conf.DeviceType); errors.As(err, &oe) {
+		from := EnvDeviceType
+		if flagSet(fs, "device-type") {
+			from = "-device-type"
+		}
+		return &usageError{fmt.Errorf("%s: %s", from, oe.Msg)}
 	}
 	if cfg.Conf.VXLANPort == 0 {
 		if cfg.Conf.VXLANPort, err = envInt(EnvVXLANPort); err != nil {

@@ -115,11 +115,22 @@ func TestMainErrors(t *testing.T) {
 	require.Contains(t, errOut, `EBPF_CNI_MTU: "big" is not a number`)
 	t.Setenv(EnvMTU, "")
 
+	t.Setenv(EnvDeviceType, "vet")
+	_, errOut, code = runMain("install")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `EBPF_CNI_DEVICE_TYPE: unknown device type "vet" (want auto, netkit or veth)`)
+	_, errOut, code = runMain("install", "-device-type", "Netkit")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `-device-type: unknown device type "Netkit"`)
+	// netkit is the plugin's to refuse on a kernel without it, at ADD.
+	t.Setenv(EnvDeviceType, "netkit")
+
 	// All good: the next step needs an API server, and outside a pod there
 	// is none configured.
 	_, errOut, code = runMain("install")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "outside a pod, give -kubeconfig")
+	t.Setenv(EnvDeviceType, "")
 
 	t.Setenv(EnvNodeName, "")
 	_, errOut, code = runMain("install", "-kubeconfig", "/nonexistent")
