@@ -206,6 +206,7 @@ func TestHelmChartEveryConfigMapKeyIsAValue(t *testing.T) {
 		"vxlanVNI":               "7",
 		"cniVersion":             "0.4.0",
 		"mtu":                    "1400",
+		"deviceType":             "veth",
 		"networkPolicy":          "false",
 		"translatedDestinations": "false",
 	}
@@ -442,6 +443,7 @@ func TestHelmChartRefuses(t *testing.T) {
 		"confg.mode=vxlan":                                   "additional properties 'confg' not allowed",
 		"config.vxlanPort=8472":                              "config.vxlanPort and config.vxlanVNI are for config.mode vxlan only",
 		"config.masquerade=yes":                              "/config/masquerade",
+		"config.deviceType=Netkit":                           "/config/deviceType",
 		"hostPaths.stateDir=run/ebpf-cni":                    "/hostPaths/stateDir",
 		"metrics.port=99999":                                 "/metrics/port",
 		"metrics.enabled=false,metrics.service.enabled=true": "metrics.service and metrics.serviceMonitor need metrics.enabled",
