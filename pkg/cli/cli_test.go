@@ -80,6 +80,7 @@ func TestConflist(t *testing.T) {
 	require.Contains(t, out, `"cniVersion": "1.0.0"`)
 	require.Contains(t, out, `"stateDir": "/run/x"`)
 	require.NotContains(t, out, `"bpfRoot"`)
+	require.NotContains(t, out, `"deviceType"`, "left out: the plugin's default, auto")
 	require.Contains(t, out, `"subnet": "fd00:10:244:1::/64"`)
 
 	_, errOut, code = run("conflist")
@@ -99,4 +100,11 @@ func TestConflist(t *testing.T) {
 	require.Contains(t, out, `"vxlanPort": 8472`)
 	require.NotContains(t, out, `"vxlanVNI"`)
 	require.NotContains(t, out, `"nonMasqueradeCIDRs"`)
+
+	out, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--device-type", "veth")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, `"deviceType": "veth"`)
+	_, errOut, code = run("conflist", "--pod-cidr", "10.244.1.0/24", "--device-type", "tap")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, `invalid --device-type: unknown device type "tap" (want auto, netkit or veth)`)
 }

@@ -20,13 +20,16 @@ on unless --masquerade=false, and the node's pod range(s) from --pod-cidr
 containerd 1.6/1.7 and podman 4 take no 1.1.0 result (docs/deploy.md lists
 runtime versions against spec versions). On a cluster, --cluster-cidrs
 becomes the plugin's clusterCIDRs, and --mode vxlan adds "overlay": "vxlan"
-(with --vxlan-port and --vxlan-vni when given). --bpf-root and --state-dir
-are written when they differ from the defaults. It writes no file:
+(with --vxlan-port and --vxlan-vni when given). --device-type becomes the
+plugin's deviceType (left out: auto, netkit where the kernel has it, else
+veth; veth for a list chaining the reference bandwidth plugin). --bpf-root
+and --state-dir are written when they differ from the defaults. It writes
+no file:
   ebpf-cni conflist --pod-cidr 10.244.1.0/24 > /etc/cni/net.d/10-ebpf-cni.conflist
 
 JSON: the output is the conflist itself, whatever -o says.`,
 		Flags: func(fs *flag.FlagSet) func(*Context) error {
-			var pod, cluster, service, name, version, mode string
+			var pod, cluster, service, name, version, mode, device string
 			var masq bool
 			var mtu, port, vni int
 			fs.StringVar(&pod, "pod-cidr", "", "this node's pod `RANGES`, comma-separated, at most one per family (required)")
@@ -39,8 +42,9 @@ JSON: the output is the conflist itself, whatever -o says.`,
 			fs.IntVar(&port, "vxlan-port", 0, "UDP `PORT` of the overlay (mode vxlan; default 4789)")
 			fs.IntVar(&vni, "vxlan-vni", 0, "`VNI` of the overlay (mode vxlan; default 1)")
 			fs.IntVar(&mtu, "mtu", 0, "pod `MTU` (default: the uplink's, less the overlay's overhead)")
+			fs.StringVar(&device, "device-type", "", "the pods' device `TYPE`: auto|netkit|veth (default auto: netkit where the kernel has it, else veth)")
 			return func(ctx *Context) error {
-				o := conflist.Options{Name: name, CNIVersion: version, Masquerade: masq, MTU: mtu, VXLANPort: port, VXLANVNI: vni}
+				o := conflist.Options{Name: name, CNIVersion: version, Masquerade: masq, MTU: mtu, DeviceType: device, VXLANPort: port, VXLANVNI: vni}
 				var err error
 				if o.PodCIDRs, err = conflist.ParseCIDRs("--pod-cidr", pod); err != nil {
 					return err
@@ -82,5 +86,5 @@ JSON: the output is the conflist itself, whatever -o says.`,
 var flagOf = map[string]string{
 	"name": "--name", "cniVersion": "--cni-version", "podCIDRs": "--pod-cidr",
 	"clusterCIDRs": "--cluster-cidrs", "serviceCIDRs": "--service-cidrs", "mode": "--mode",
-	"vxlanPort": "--vxlan-port", "vxlanVNI": "--vxlan-vni", "mtu": "--mtu", "bpfRoot": "--bpf-root", "stateDir": "--state-dir",
+	"vxlanPort": "--vxlan-port", "vxlanVNI": "--vxlan-vni", "mtu": "--mtu", "deviceType": "--device-type", "bpfRoot": "--bpf-root", "stateDir": "--state-dir",
 }
