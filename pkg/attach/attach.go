@@ -243,35 +243,33 @@ func Attach(mode Mode, l netlink.Link, hook Hook, prog *ebpf.Program, pinDir str
 }
 
 func attachTCX(l netlink.Link, hook Hook, prog *ebpf.Program, dir string) (Attachment, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return Attachment{}, fmt.Errorf("creating %s: %w", dir, err)
-	}
-	pin := filepath.Join(dir, hook.Name)
-	lk, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: hook.TCXAttach})
-	if err != nil {
-		return Attachment{}, fmt.Errorf("attaching %s to %s with tcx: %w", hook.Name, l.Attrs().Name, err)
-	}
-	defer lk.Close()
-	if err := lk.Pin(pin); err != nil {
-		return Attachment{}, fmt.Errorf("pinning tcx link %s: %w", pin, err)
-	}
-	return Attachment{Hook: hook.Name, Mode: ModeTCX, Pin: pin}, nil
+	return attachLink(l, hook, dir, ModeTCX, func() (link.Link, error) {
+		return link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: hook.TCXAttach})
+	})
 }
 
 func attachNetkit(l netlink.Link, hook Hook, prog *ebpf.Program, dir string) (Attachment, error) {
+	return attachLink(l, hook, dir, ModeNetkit, func() (link.Link, error) {
+		return link.AttachNetkit(link.NetkitOptions{Interface: l.Attrs().Index, Program: prog, Attach: hook.Netkit})
+	})
+}
+
+// attachLink makes a device's link of mode (tcx, netkit) with mk and pins
+// it in dir, named as the hook.
+func attachLink(l netlink.Link, hook Hook, dir string, mode Mode, mk func() (link.Link, error)) (Attachment, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Attachment{}, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	pin := filepath.Join(dir, hook.Name)
-	lk, err := link.AttachNetkit(link.NetkitOptions{Interface: l.Attrs().Index, Program: prog, Attach: hook.Netkit})
+	lk, err := mk()
 	if err != nil {
-		return Attachment{}, fmt.Errorf("attaching %s to %s with a netkit link: %w", hook.Name, l.Attrs().Name, err)
+		return Attachment{}, fmt.Errorf("attaching %s to %s with a %s link: %w", hook.Name, l.Attrs().Name, mode, err)
 	}
 	defer lk.Close()
 	if err := lk.Pin(pin); err != nil {
-		return Attachment{}, fmt.Errorf("pinning netkit link %s: %w", pin, err)
+		return Attachment{}, fmt.Errorf("pinning %s link %s: %w", mode, pin, err)
 	}
-	return Attachment{Hook: hook.Name, Mode: ModeNetkit, Pin: pin}, nil
+	return Attachment{Hook: hook.Name, Mode: mode, Pin: pin}, nil
 }
 
 func clsact(ifindex int) *netlink.GenericQdisc {
