@@ -60,7 +60,7 @@ func newDatapathCollector(n *nodestate.Node, log *slog.Logger) *datapathCollecto
 		current: desc("ebpf_cni_programs_current", prometheus.GaugeValue,
 			"1 when the programs of the agent's build are pinned (the plugin installed with it loaded them), 0 if not"),
 		attached: desc("ebpf_cni_endpoint_attachments", prometheus.GaugeValue,
-			"programs attached to pods' host veths, by attach mode (tcx or tc), from the endpoint records", "mode"),
+			"programs attached to pods' host ends, by attach mode (tcx, tc or netkit), from the endpoint records", "mode"),
 		healed: desc("ebpf_cni_last_heal_timestamp_seconds", prometheus.GaugeValue,
 			"when a plugin call (STATUS, ADD, repair) last compared the node's state with the kernel and repaired what it found (unix seconds)"),
 		pending: desc("ebpf_cni_repair_pending", prometheus.GaugeValue,

@@ -131,8 +131,8 @@ func Add(n *node.Node, ep *feature.Endpoint, undo *feature.Undo) error {
 	return nil
 }
 
-// Restore writes the endpoint's entries again when endpoint_devs lacks
-// them (maps lost with the bpffs and not rescued), and makes this build's
+// Restore writes the endpoint's entries again when endpoint_devs or
+// endpoints lacks them (maps lost with the bpffs and not rescued), and makes this build's
 // programs run on its host veth (a record rebuilt after the tcx links died
 // with their pins has none): the programs forward to the pod and let its
 // packets out again. The record's attachments are updated.
@@ -142,7 +142,7 @@ func Restore(n *node.Node, ep *feature.Endpoint) error {
 		return err
 	}
 	var d maps.CniEndpointDev
-	if em.Devs.Lookup(uint32(ep.HostIfIndex), &d) != nil && ep.MAC != "" {
+	if (em.Devs.Lookup(uint32(ep.HostIfIndex), &d) != nil || !em.HasAddrs(ep.HostIfIndex, ep.Addrs())) && ep.MAC != "" {
 		e := entry(ep)
 		e.Flags = ep.Record.Flags
 		if err := em.Put(e); err != nil {

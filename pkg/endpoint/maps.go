@@ -162,6 +162,22 @@ func (m *Maps) Put(e *Entry) error {
 	return nil
 }
 
+// HasAddrs reports whether endpoints maps every one of ips to the host
+// end ifindex. A bpffs loss can take endpoints and keep endpoint_devs: the
+// maps a surviving program (to_container's tc filter) holds are rescued,
+// those only another one held (a netkit pod's from_netkit, whose link died
+// with its pin) are new and empty.
+func (m *Maps) HasAddrs(ifindex int, ips []net.IP) bool {
+	for _, ip := range ips {
+		var cur maps.CniEndpointInfo
+		k := maps.EndpointKey(ip)
+		if m.Endpoints.Lookup(&k, &cur) != nil || int(cur.Ifindex) != ifindex {
+			return false
+		}
+	}
+	return true
+}
+
 // Delete removes what Put wrote, but only entries that still point at this
 // endpoint (ifindex and host MAC): after a first DEL the address may already
 // belong to a new pod. Idempotent.
