@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "2dfdf854de25"
+const objectsDigest = "f82dd24d526b"
