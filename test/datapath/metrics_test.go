@@ -200,11 +200,19 @@ func TestMetricsDatapath(t *testing.T) {
 		require.Error(t, err, "spoofed ping got through: %s", out)
 		after := m.scrape()
 		spoof := map[string]string{"reason": "drop_spoof_src", "direction": "egress"}
-		require.Equal(t, float64(n), delta(before, after, "ebpf_cni_packets_total", spoof), "node-wide")
+		sent := float64(n)
+		if testutil.PodDevice() == "netkit" {
+			// A netkit pod's drop fails ping's send (ENOBUFS: the program
+			// runs in its transmit), and ping sends that request again:
+			// at least n drops, every one counted.
+			sent = delta(before, after, "ebpf_cni_packets_total", spoof)
+			require.GreaterOrEqual(t, sent, float64(n))
+		}
+		require.Equal(t, sent, delta(before, after, "ebpf_cni_packets_total", spoof), "node-wide")
 		pod := map[string]string{"reason": "drop_spoof_src", "direction": "egress", "namespace": "shop", "pod": "client-0",
 			"container_id": "metrics-client", "ifname": "eth0", "device": veth.HostName("metrics-client", "eth0")}
-		require.Equal(t, float64(n), delta(before, after, "ebpf_cni_endpoint_packets_total", pod), "the spoofer's series")
-		require.Equal(t, float64(n*98), delta(before, after, "ebpf_cni_endpoint_bytes_total", pod), "%d echo requests of 98 bytes (Ethernet, IPv4, ICMP, 56 of data)", n)
+		require.Equal(t, sent, delta(before, after, "ebpf_cni_endpoint_packets_total", pod), "the spoofer's series")
+		require.Equal(t, sent*98, delta(before, after, "ebpf_cni_endpoint_bytes_total", pod), "%v echo requests of 98 bytes (Ethernet, IPv4, ICMP, 56 of data)", sent)
 		require.Zero(t, delta(before, after, "ebpf_cni_endpoint_packets_total", map[string]string{"reason": "drop_spoof_src", "pod": "web-0"}))
 		require.Zero(t, delta(before, after, "ebpf_cni_packets_total", map[string]string{"reason": "drop_spoof_src", "direction": "ingress"}))
 	})
