@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ebpf-cni/ebpf-cni/internal/conflisttest"
 	"github.com/ebpf-cni/ebpf-cni/internal/nettest"
 	"github.com/ebpf-cni/ebpf-cni/internal/testutil"
 	"github.com/ebpf-cni/ebpf-cni/pkg/cli"
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
 // TestChainedTuningMAC: a chained tuning plugin with a static mac changes
@@ -23,15 +25,25 @@ func TestChainedTuningMAC(t *testing.T) {
 	n := testutil.NewNode(t, true) // Debian's tuning
 	e := &env{t: t, node: n.Node, cni: n.CNI, bpfRoot: n.BPFRoot, stateDir: n.StateDir, bin: filepath.Join(n.Paths[0], "ebpf-cni")}
 	tuning := map[string]any{"type": "tuning", "mac": mac}
+	if kernel.HaveNetkit().Available {
+		// A netkit pod (L3 mode) has no MAC to set: tuning's ADD fails,
+		// and the runtime's DEL of the failed attachment leaves nothing.
+		nk := conflisttest.List(t, conflisttest.Options{Name: "clinet", Version: "1.0.0", BPFRoot: e.bpfRoot, StateDir: e.stateDir,
+			Chained: []map[string]any{tuning}, Keys: map[string]any{"deviceType": "netkit"}})
+		_, err := e.cni.AddPod(nk, "tuned-netkit", nil)
+		require.ErrorContains(t, err, "tuning")
+		require.NoError(t, e.cni.Del(nk, &libcni.RuntimeConf{ContainerID: "tuned-netkit", IfName: "eth0"}))
+	}
+	// Such a list makes veth pods (docs/configuration.md, deviceType).
 	list := conflisttest.List(t, conflisttest.Options{Name: "clinet", Version: "1.0.0", BPFRoot: e.bpfRoot, StateDir: e.stateDir,
-		Chained: []map[string]any{tuning}})
+		Chained: []map[string]any{tuning}, Keys: map[string]any{"deviceType": "veth"}})
 	p := e.addPod(list, "tuned")
 	_, err := nettest.Ping(p.NS, nettest.NodeIP4, 1)
 	require.Error(t, err, "the datapath drops what the pod sends from a MAC it did not give it")
 
 	var eps []cli.Endpoint
 	e.json(&eps, cli.ExitOK, "endpoints", "-o", "json")
-	require.Len(t, eps, 1)
+	require.Len(t, eps, 1, "nothing left of the failed netkit attachment")
 	require.Equal(t, mac, eps[0].PodMAC)
 	require.NotEqual(t, mac, eps[0].MAC)
 	require.NotEmpty(t, eps[0].Problems)
