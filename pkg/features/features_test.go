@@ -28,7 +28,10 @@ func TestRegistry(t *testing.T) {
 			require.False(t, hooks[h.Name], "hook %s twice", h.Name)
 			hooks[h.Name] = true
 			require.Contains(t, spec.Programs, h.Name, "object %s has no program for hook %s", o.Name, h.Name)
-			require.Contains(t, []attach.Target{attach.Endpoint, attach.Device, attach.Cgroup}, h.Target, h.Name)
+			require.Contains(t, []attach.Target{attach.Endpoint, attach.NetkitEndpoint, attach.Device, attach.Cgroup}, h.Target, h.Name)
+			if h.Target == attach.NetkitEndpoint {
+				require.Contains(t, hookNames(), h.Instead, "netkit hook %s runs instead of an endpoint hook", h.Name)
+			}
 		}
 	}
 	commands := map[string]bool{}
@@ -37,4 +40,15 @@ func TestRegistry(t *testing.T) {
 		commands[c.Name] = true
 		require.NotEmpty(t, c.Summary, c.Name)
 	}
+}
+
+// hookNames are the names of every registered hook.
+func hookNames() []string {
+	var out []string
+	for _, o := range Objects() {
+		for _, h := range o.Hooks {
+			out = append(out, h.Name)
+		}
+	}
+	return out
 }
