@@ -22,6 +22,7 @@ import (
 	"github.com/ebpf-cni/ebpf-cni/pkg/feature"
 	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 	ebpfipam "github.com/ebpf-cni/ebpf-cni/pkg/ipam"
+	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/node"
 	"github.com/ebpf-cni/ebpf-cni/pkg/repair"
@@ -338,7 +339,7 @@ func deviceKind(c *Config, n *node.Node) veth.Kind {
 	if c.MAC != nil {
 		return veth.KindVeth
 	}
-	return veth.AutoKind(n.StateDir())
+	return veth.AutoKind(n.StateDir(), func() bool { return kernel.HaveNetkit().Available })
 }
 
 // result is the attachment as ADD prints it (before chaining).

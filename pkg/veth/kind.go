@@ -4,8 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/ebpf-cni/ebpf-cni/pkg/kernel"
 )
 
 // kindFile keeps, in the stateDir, the device type deviceType auto chose
@@ -13,17 +11,18 @@ import (
 const kindFile = "device-type"
 
 // AutoKind is the device type deviceType auto gives the node's new pods:
-// netkit where the kernel has netkit devices, else veth. It is decided
-// once per node: the first call asks the kernel and keeps the answer in
-// stateDir (the file device-type), later calls read it. A reboot into
+// netkit where the kernel has netkit devices (haveNetkit, asked only
+// when needed), else veth. It is decided once per node: the first call
+// asks the kernel and keeps the answer in stateDir (the file
+// device-type), later calls read it. A reboot into
 // another kernel starts with an empty stateDir (a tmpfs) and asks again;
 // so does a lost file: the kernel's answer is the same.
-func AutoKind(stateDir string) Kind {
+func AutoKind(stateDir string, haveNetkit func() bool) Kind {
 	if k, ok := RecordedAutoKind(stateDir); ok {
 		return k
 	}
 	k := KindVeth
-	if kernel.HaveNetkit().Available {
+	if haveNetkit() {
 		k = KindNetkit
 	}
 	p := filepath.Join(stateDir, kindFile)
