@@ -117,11 +117,16 @@ func init() {
 		return
 	}
 	call = true
-	if sysGetdents64 != 0 {
-		slackThreads = widenSlack()
-	}
+	// One P first: GOMAXPROCS stops the world, and the thread that stops
+	// it sleeps 100 µs at a time until the other P stops. With the wide
+	// slack each of those sleeps could last 5 ms: 11 of 100 calls spent
+	// 5 ms here when the order was the other way round (slack.go).
 	if oneProc(env) {
 		procs = runtime.GOMAXPROCS(1)
+	}
+	if sysGetdents64 != 0 {
+		defaultSlack = ownSlack()
+		slackThreads = widenSlack()
 	}
 	// Off before the pads: they count as live heap, and the collector
 	// would otherwise start a cycle over them.

@@ -21,6 +21,10 @@ var sink [][]byte
 // childEnv marks the test binary that TestCallProcess runs as a CNI call.
 const childEnv = "HUGEHEAP_TEST_CHILD"
 
+// parentSlackEnv tells the child the timer slack of the process that
+// started it (TestNarrow).
+const parentSlackEnv = "HUGEHEAP_TEST_PARENT_SLACK"
+
 // vmaOf returns the /proc/self/smaps entry of the mapping holding addr.
 func vmaOf(t *testing.T, addr uintptr) (lo, hi uintptr, fields map[string]string) {
 	t.Helper()
@@ -97,14 +101,14 @@ func TestCallProcess(t *testing.T) {
 	// An ADD, and a DEL whose caller set GOMAXPROCS (TestProcs).
 	for _, env := range [][]string{{"CNI_COMMAND=ADD"}, {"CNI_COMMAND=DEL", "GOMAXPROCS=2"}} {
 		verb := env[0]
-		cmd := exec.Command(os.Args[0], "-test.run=^(TestInCall|TestMoveAgain|TestSlack|TestProcs)$", "-test.v", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^(TestInCall|TestMoveAgain|TestSlack|TestProcs|TestNarrow)$", "-test.v", "-test.count=1")
 		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }),
-			append(env, childEnv+"=1")...)
+			append(env, childEnv+"=1", parentSlackEnv+"="+strconv.Itoa(threadSlack(t, "self")))...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("the %s child: %v\n%s", verb, err, out)
 		}
-		for _, name := range []string{"TestInCall", "TestMoveAgain", "TestSlack", "TestProcs"} {
+		for _, name := range []string{"TestInCall", "TestMoveAgain", "TestSlack", "TestProcs", "TestNarrow"} {
 			if !strings.Contains(string(out), "--- PASS: "+name) && !strings.Contains(string(out), "--- SKIP: "+name) {
 				t.Fatalf("the %s child ran no %s:\n%s", verb, name, out)
 			}
@@ -264,4 +268,51 @@ func TestSlack(t *testing.T) {
 		}
 	}
 	t.Logf("%d threads at init, %d now", slackThreads, len(tids))
+}
+
+// Narrow gives every thread the slack the process started with (its
+// parent's, what init read before widening it) and its restore widens it
+// again, for threads started meanwhile too.
+func TestNarrow(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Skip("runs in TestCallProcess's child")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("setting another thread's timer slack takes CAP_SYS_NICE")
+	}
+	parent, err := strconv.Atoi(os.Getenv(parentSlackEnv))
+	if err != nil {
+		t.Fatalf("%s: %v", parentSlackEnv, err)
+	}
+	if int(defaultSlack) != parent || parent == slackNs {
+		t.Fatalf("init read a default slack of %d ns, want the parent's %d (not a call's %d)", defaultSlack, parent, slackNs)
+	}
+	all := func(want int) {
+		t.Helper()
+		tids, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tid := range tids {
+			if s := threadSlack(t, tid.Name()); s != want {
+				t.Errorf("thread %s: timer slack %d ns, want %d", tid.Name(), s, want)
+			}
+		}
+	}
+	restore := Narrow()
+	all(parent)
+	// A thread started now inherits the narrow slack; one locked to a
+	// goroutine that waits keeps existing until restore.
+	started, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		close(started)
+		<-done
+	}()
+	<-started
+	all(parent)
+	restore()
+	all(slackNs)
+	close(done)
 }

@@ -34,6 +34,12 @@ const (
 // CAP_SYS_NICE, which a runtime's plugins have: without it the threads
 // keep theirs. It returns how many threads it set.
 func widenSlack() int {
+	return setSlackAll(slackText)
+}
+
+// setSlackAll writes text (nanoseconds) as the timer slack of every thread
+// of the process; it returns how many it set.
+func setSlackAll(text string) int {
 	fd, _, e := rawSyscall6(sysOpenat, atFDCWD, uintptr(unsafe.Pointer(unsafe.StringData(taskDir))),
 		oRDONLY|oDIRECTORY|oCLOEXEC, 0, 0, 0)
 	if e != 0 {
@@ -54,7 +60,7 @@ func widenSlack() int {
 			if reclen < 19 || off+reclen > int(got) {
 				return set
 			}
-			if setSlack(buf[off+19 : off+reclen]) {
+			if setSlack(buf[off+19:off+reclen], text) {
 				set++
 			}
 			off += reclen
@@ -65,11 +71,11 @@ func widenSlack() int {
 // taskDir lists the process's threads; NUL-terminated for the system call.
 const taskDir = "/proc/self/task\x00"
 
-// setSlack writes slackText to /proc/<tid>/timerslack_ns (there for every
+// setSlack writes text to /proc/<tid>/timerslack_ns (there for every
 // thread, though /proc lists only processes; the task directory's has
 // none), tid the directory entry name, NUL-terminated: ".", ".." and
 // anything not a thread ID is skipped.
-func setSlack(name []byte) bool {
+func setSlack(name []byte, text string) bool {
 	const prefix, suffix = "/proc/", "/timerslack_ns\x00"
 	var path [64]byte
 	n := copy(path[:], prefix)
@@ -93,7 +99,56 @@ func setSlack(name []byte) bool {
 	if e != 0 {
 		return false
 	}
-	w, _, e := rawSyscall6(sysWrite, fd, uintptr(unsafe.Pointer(unsafe.StringData(slackText))), uintptr(len(slackText)), 0, 0, 0)
+	w, _, e := rawSyscall6(sysWrite, fd, uintptr(unsafe.Pointer(unsafe.StringData(text))), uintptr(len(text)), 0, 0, 0)
 	rawSyscall6(sysClose, fd, 0, 0, 0, 0, 0)
-	return e == 0 && w == uintptr(len(slackText))
+	return e == 0 && w == uintptr(len(text))
+}
+
+// prGetTimerslack is PR_GET_TIMERSLACK: prctl returns the calling thread's
+// timer slack in nanoseconds.
+const prGetTimerslack = 30
+
+// defaultSlack is the timer slack the process's main thread had before
+// init widened it (what its parent gave it: 50 µs unless changed); zero
+// when init did not widen it.
+var defaultSlack uintptr
+
+// ownSlack is the calling thread's timer slack, or zero.
+func ownSlack() uintptr {
+	if sysPrctl == 0 {
+		return 0
+	}
+	v, _, e := rawSyscall6(sysPrctl, prGetTimerslack, 0, 0, 0, 0, 0)
+	if e != 0 {
+		return 0
+	}
+	return v
+}
+
+// Narrow gives every thread of a call the timer slack it started with
+// until restore widens it again. For what stops the world or waits on
+// short timers: the collector (programs.Load turns it on for a load: its
+// stop-the-world phases wait 100 µs at a time for the other Ps, and its
+// workers park and wake on timers) and a change of GOMAXPROCS. Outside a
+// call, or when init could not widen the slack, it does nothing.
+func Narrow() (restore func()) {
+	if slackThreads == 0 || defaultSlack == 0 {
+		return func() {}
+	}
+	setSlackAll(decimal(defaultSlack))
+	return func() { setSlackAll(slackText) }
+}
+
+// decimal is v in decimal digits (strconv would be an import).
+func decimal(v uintptr) string {
+	var buf [20]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(buf[i:])
+		}
+	}
 }

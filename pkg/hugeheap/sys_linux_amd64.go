@@ -9,6 +9,7 @@ const (
 	sysMincore    = 27
 	sysMadvise    = 28
 	sysOpenat     = 257
+	sysPrctl      = 157
 	sysGetdents64 = 217
 	oRDONLY       = 0x0
 	oWRONLY       = 0x1

@@ -9,6 +9,7 @@ const (
 	sysMincore    = 232
 	sysMadvise    = 233
 	sysOpenat     = 56
+	sysPrctl      = 167
 	sysGetdents64 = 61
 	oRDONLY       = 0x0
 	oWRONLY       = 0x1

@@ -6,6 +6,6 @@ package hugeheap
 // threads' timer slack as it is (sysGetdents64 zero), and only turns the
 // collector off.
 const (
-	sysRead, sysWrite, sysClose, sysMincore, sysMadvise, sysOpenat, sysGetdents64 = 0, 0, 0, 0, 0, 0, 0
-	oRDONLY, oWRONLY, oDIRECTORY, oCLOEXEC, madvHugepage                          = 0, 0, 0, 0, 0
+	sysRead, sysWrite, sysClose, sysMincore, sysMadvise, sysOpenat, sysGetdents64, sysPrctl = 0, 0, 0, 0, 0, 0, 0, 0
+	oRDONLY, oWRONLY, oDIRECTORY, oCLOEXEC, madvHugepage                                    = 0, 0, 0, 0, 0
 )

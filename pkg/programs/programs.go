@@ -242,6 +242,12 @@ func Load(bpfRoot, tag string, objs []Object) (*Set, error) {
 	// Reading the kernel's BTF allocates hundreds of MB; the plugin runs
 	// with the collector off otherwise (pkg/hugeheap).
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	// The timer slack a process normally has, while the collector runs:
+	// its stop-the-world phases and its workers sleep on short timers,
+	// which a call's wide slack would stretch to 5 ms. Before the change
+	// of GOMAXPROCS, which stops the world too (both ways: deferred after
+	// it, the slack is widened again last).
+	defer hugeheap.Narrow()()
 	// A call runs on one P (pkg/hugeheap); the collector's workers want
 	// the Ps the runtime had while it runs: 10% of a load's time.
 	if n := hugeheap.Procs(); n > 1 {
