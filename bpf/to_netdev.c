@@ -35,6 +35,42 @@
 #include "lib/uplink.h"
 #include "lib/verdict.h"
 
+/* snat_established translates a packet of a flow translated already whose
+ * last packet was in the same second (2^30 ns): its translation stands, as
+ * netfilter's does for a connection once set up, and what could change it
+ * (the network's masquerade, its nonMasqueradeCIDRs, the node's address)
+ * is looked at again by the first packet of every second, which takes the
+ * whole path below, and so does every SYN. Three lookups (masq_nets,
+ * masq_skip, uplinks) fewer for most of a flow's packets. 1 when it
+ * translated the packet, 0 when the whole path decides, -1 when the
+ * rewrite failed. */
+static __always_inline int snat_established(struct __sk_buff *skb, struct nat_scratch *s, __u32 net_id)
+{
+	struct nat_entry *cur;
+	__u64 now;
+
+	if (s->p.later_frag || (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP) ||
+	    (s->p.proto == IPPROTO_TCP && (s->p.tcp_flags & TCP_FLAG_SYN)))
+		return 0;
+	__builtin_memset(&s->out, 0, sizeof(s->out));
+	s->out.family = s->p.family;
+	s->out.proto = s->p.proto;
+	s->out.dir = NAT_DIR_OUT;
+	s->out.sport = s->p.sport;
+	s->out.dport = s->p.dport;
+	__builtin_memcpy(s->out.saddr, s->p.saddr, 16);
+	__builtin_memcpy(s->out.daddr, s->p.daddr, 16);
+	cur = bpf_map_lookup_elem(&nat, &s->out);
+	if (!cur || cur->net_id != net_id)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if ((now >> 30) != (cur->last_seen >> 30) || nat_expired(cur, s->p.proto, now))
+		return 0;
+	nat_track(cur, &s->p, 0, now);
+	__builtin_memcpy(&s->res, cur, sizeof(s->res));
+	return nat_rewrite(skb, &s->p, 1, s->res.addr, s->res.port, s) ? -1 : 1;
+}
+
 static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 {
 	struct nat_scratch *s = scratch_get();
@@ -77,6 +113,13 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	 * from_container's fast path, most of them) need no lookup. */
 	if (!(s->p.proto == IPPROTO_TCP && !(s->p.tcp_flags & TCP_FLAG_SYN)))
 		flow_left(skb, s);
+	rc = snat_established(skb, s, net_id);
+	if (rc < 0)
+		return DROP(REASON_DROP_MALFORMED);
+	if (rc > 0) {
+		*why = REASON_SNAT;
+		return TC_ACT_OK;
+	}
 	{
 		struct masq_net_key mk = { .net_id = net_id, .family = s->p.family };
 

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "f82dd24d526b"
+const objectsDigest = "3b4dd8cb3ccc"

@@ -108,3 +108,56 @@ func TestNATPrograms(t *testing.T) {
 	require.Equal(t, uint32(tcActPass), ret)
 	require.Equal(t, pkt, out)
 }
+
+// TestNATEstablishedRechecks: a packet of a translated flow in the same
+// second as the flow's last one takes to_netdev's short path (its
+// translation stands); the first packet of a later second takes the whole
+// path again, so a change of the node's address (written by the next ADD)
+// reaches a live flow: it starts over from the new address.
+func TestNATEstablishedRechecks(t *testing.T) {
+	e := newProgramEnv(t)
+	up := e.uplink(t)
+	e.masquerade(t, up, 61000, 65535)
+	toNetdev := mustProg(t, e.progs, uplink.HookToNetdev.Name)
+	m := e.pinned(t, maps.CniMapNat, maps.CniMapUplinks)
+	run := func(pkt []byte) []byte {
+		t.Helper()
+		out := make([]byte, len(pkt)+256)
+		require.NoError(t, e.n.Do(func(ns.NetNS) error {
+			ret, err := toNetdev.Run(&ebpf.RunOptions{Data: pkt, DataOut: out, Context: skbCtx{Ifindex: uint32(up.Attrs().Index)}})
+			if err == nil && ret != tcActPass {
+				t.Fatalf("to_netdev returned %d", ret)
+			}
+			return err
+		}))
+		return out[:len(pkt)]
+	}
+	source := func(out []byte) net.IP {
+		t.Helper()
+		require.Zero(t, csum(out[14:34]), "IPv4 header checksum")
+		require.Zero(t, l4sum(out[14+12:14+16], world4, 6, out[34:]), "TCP checksum")
+		return net.IP(out[14+12 : 14+16])
+	}
+	require.Equal(t, uplink4, source(run(tcp4(macA, ipA4, world4, 40100, 80, 0x02))), "the SYN")
+	before := e.count(t, maps.CniPktReasonREASON_SNAT)
+	require.Equal(t, uplink4, source(run(tcp4(macA, ipA4, world4, 40100, 80, 0x10))), "an ACK")
+	require.Equal(t, before+1, e.count(t, maps.CniPktReasonREASON_SNAT), "counted as translated")
+
+	// The node's address moves; the flow's last packet is two seconds
+	// old (its entry aged by hand: a test cannot wait for a second's
+	// boundary without timing itself).
+	moved := net.ParseIP("192.0.2.3").To4()
+	var ui maps.CniUplinkInfo
+	copy(ui.Ip4[:], moved)
+	ui.Has4 = 1
+	require.NoError(t, m[maps.CniMapUplinks].Put(uint32(up.Attrs().Index), &ui))
+	key := maps.CniNatKey{Family: 4, Proto: 6, Dir: uint8(maps.CniNatDirNAT_DIR_OUT), Sport: maps.Port(40100), Dport: maps.Port(80),
+		Saddr: maps.Addr16(ipA4), Daddr: maps.Addr16(world4)}
+	var v maps.CniNatEntry
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &v))
+	v.LastSeen -= 2 << 30
+	require.NoError(t, m[maps.CniMapNat].Put(&key, &v))
+	require.Equal(t, moved, source(run(tcp4(macA, ipA4, world4, 40100, 80, 0x10))), "the first packet of a later second")
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &v))
+	require.Equal(t, maps.Addr16(moved), v.Addr, "the flow started over from the new address")
+}
