@@ -139,7 +139,7 @@ clean: ## remove build output
 
 BENCH ?= full
 BENCH_FLAGS ?= # e.g. -ebpf-features masq,hostport,bandwidth, or -note "what else ran"
-bench: build ## REF, EBPF and RAW side by side into test/bench/results (full: ~35-37 min on 2 vCPUs; BENCH=quick: ~7 min); as root
+bench: build ## REF, EBPF and RAW side by side into test/bench/results (full: 33-37 min on 2 vCPUs; BENCH=quick: ~7 min); as root
 	$(GO) run ./test/bench -profile $(BENCH) -bin $(BIN) -out test/bench/results $(BENCH_FLAGS)
 	$(GO) run ./test/bench/ipam -n $(if $(filter quick,$(BENCH)),200,1000) -bin $(BIN)
 

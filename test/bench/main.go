@@ -64,10 +64,11 @@ func (c config) crrDone(run int) int {
 	return (run + 1) * c.crrRounds / c.runs
 }
 
-// profile returns the settings of a named profile: full takes about 34
+// profile returns the settings of a named profile: full takes 32-34
 // minutes on 2 vCPUs (33m18s and 34m1s measured with every path,
 // 2026-11-28 and 29, before CRR had rounds of its own: its 20 rounds of
-// 0.75 s take the time 5 of 3 s took), quick about 7 with the same rows,
+// 0.75 s take the time 5 of 3 s took; 32m18s on a quiet machine on
+// 2026-11-29 with them), quick about 7 with the same rows,
 // smoke is quick with tiny counts for make test. CRR gets many short
 // rounds because its ratios should tell 3% apart: 20 of 0.75 s gave 95%
 // intervals of ±1.6-3.2% on a loaded machine (docs/performance.md).

@@ -181,7 +181,7 @@ func (rp report) markdown() string {
 	for _, kv := range rp.Versions {
 		w("| %s | %s |\n", kv[0], strings.ReplaceAll(kv[1], "|", "\\|"))
 	}
-	w("\nReproduce: `sudo make bench` (full, about 35 minutes on 2 vCPUs, ebpf-ipam's own bench included) or `sudo BENCH=quick make bench` (about 7 minutes, same rows, fewer rounds). ")
+	w("\nReproduce: `sudo make bench` (full, 33-37 minutes on 2 vCPUs, ebpf-ipam's own bench included) or `sudo BENCH=quick make bench` (about 7 minutes, same rows, fewer rounds). ")
 	w("EBPF features are switched on in `ebpfFeatures` of test/bench/setups.go or with `-ebpf-features masq,hostport,bandwidth`.\n")
 	return b.String()
 }
