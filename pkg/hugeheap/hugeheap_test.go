@@ -258,16 +258,23 @@ func TestSlack(t *testing.T) {
 	if slackThreads < 2 {
 		t.Fatalf("init set the timer slack of %d threads, want the main thread and sysmon at least", slackThreads)
 	}
+	t.Logf("%d threads at init, %d now", slackThreads, allSlack(t, slackNs))
+}
+
+// allSlack checks that every thread of the process has the timer slack
+// want; it returns how many threads there are.
+func allSlack(t *testing.T, want int) int {
+	t.Helper()
 	tids, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tid := range tids {
-		if s := threadSlack(t, tid.Name()); s != slackNs {
-			t.Errorf("thread %s: timer slack %d ns, want %d", tid.Name(), s, slackNs)
+		if s := threadSlack(t, tid.Name()); s != want {
+			t.Errorf("thread %s: timer slack %d ns, want %d", tid.Name(), s, want)
 		}
 	}
-	t.Logf("%d threads at init, %d now", slackThreads, len(tids))
+	return len(tids)
 }
 
 // Narrow gives every thread the slack the process started with (its
@@ -287,20 +294,8 @@ func TestNarrow(t *testing.T) {
 	if int(defaultSlack) != parent || parent == slackNs {
 		t.Fatalf("init read a default slack of %d ns, want the parent's %d (not a call's %d)", defaultSlack, parent, slackNs)
 	}
-	all := func(want int) {
-		t.Helper()
-		tids, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tid := range tids {
-			if s := threadSlack(t, tid.Name()); s != want {
-				t.Errorf("thread %s: timer slack %d ns, want %d", tid.Name(), s, want)
-			}
-		}
-	}
 	restore := Narrow()
-	all(parent)
+	allSlack(t, parent)
 	// A thread started now inherits the narrow slack; one locked to a
 	// goroutine that waits keeps existing until restore.
 	started, done := make(chan struct{}), make(chan struct{})
@@ -311,8 +306,8 @@ func TestNarrow(t *testing.T) {
 		<-done
 	}()
 	<-started
-	all(parent)
+	allSlack(t, parent)
 	restore()
-	all(slackNs)
+	allSlack(t, slackNs)
 	close(done)
 }
