@@ -35,6 +35,20 @@
 #include "lib/uplink.h"
 #include "lib/verdict.h"
 
+/* snat_out_key sets s->out to the OUT key of the pod's packet s->p (an
+ * echo request's identifier is its source port, its destination none). */
+static __always_inline void snat_out_key(struct nat_scratch *s)
+{
+	__builtin_memset(&s->out, 0, sizeof(s->out));
+	s->out.family = s->p.family;
+	s->out.proto = s->p.proto;
+	s->out.dir = NAT_DIR_OUT;
+	s->out.sport = s->p.sport;
+	s->out.dport = is_icmp(s->p.proto) ? 0 : s->p.dport;
+	__builtin_memcpy(s->out.saddr, s->p.saddr, 16);
+	__builtin_memcpy(s->out.daddr, s->p.daddr, 16);
+}
+
 /* snat_established translates a packet of a flow translated already whose
  * last packet was in the same second (2^30 ns): its translation stands, as
  * netfilter's does for a connection once set up, and what could change it
@@ -52,14 +66,7 @@ static __always_inline int snat_established(struct __sk_buff *skb, struct nat_sc
 	if (s->p.later_frag || (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP) ||
 	    (s->p.proto == IPPROTO_TCP && (s->p.tcp_flags & TCP_FLAG_SYN)))
 		return 0;
-	__builtin_memset(&s->out, 0, sizeof(s->out));
-	s->out.family = s->p.family;
-	s->out.proto = s->p.proto;
-	s->out.dir = NAT_DIR_OUT;
-	s->out.sport = s->p.sport;
-	s->out.dport = s->p.dport;
-	__builtin_memcpy(s->out.saddr, s->p.saddr, 16);
-	__builtin_memcpy(s->out.daddr, s->p.daddr, 16);
+	snat_out_key(s);
 	cur = bpf_map_lookup_elem(&nat, &s->out);
 	if (!cur || cur->net_id != net_id)
 		return 0;
@@ -166,14 +173,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	if (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP && !nat_is_echo_request(&s->p))
 		return DROP(REASON_DROP_NAT_UNSUPPORTED);
 
-	__builtin_memset(&s->out, 0, sizeof(s->out));
-	s->out.family = s->p.family;
-	s->out.proto = s->p.proto;
-	s->out.dir = NAT_DIR_OUT;
-	s->out.sport = s->p.sport;
-	s->out.dport = is_icmp(s->p.proto) ? 0 : s->p.dport;
-	__builtin_memcpy(s->out.saddr, s->p.saddr, 16);
-	__builtin_memcpy(s->out.daddr, s->p.daddr, 16);
+	snat_out_key(s);
 
 	now = bpf_ktime_get_ns();
 	cur = bpf_map_lookup_elem(&nat, &s->out);
