@@ -52,6 +52,7 @@
 #include "lib/skb.h"
 #include "lib/bandwidth.h"
 #include "lib/cluster.h"
+#include "lib/conntrack.h"
 #include "lib/counters.h"
 #include "lib/endpoint.h"
 #include "lib/fib.h"
@@ -221,7 +222,7 @@ static __always_inline int handle_arp(struct __sk_buff *skb, const struct endpoi
  * tot_len, a GSO packet's IP length (up to 64 KB) always looked too big and
  * went to the stack: bulk TCP to the world took the slow path, and with
  * kube-proxy's rules its conntrack saw one direction only (INVALID). */
-static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_lookup *p,
+static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_lookup *p, struct nat_scratch *snat,
 				       enum pkt_reason *why)
 {
 	void *data, *data_end;
@@ -245,6 +246,17 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 		return DROP(REASON_DROP_MALFORMED);
 	if (hop == 0)
 		goto stack; /* the stack sends the ICMP time exceeded */
+	if (snat) {
+		/* Masqueraded here (snat_early): to_netdev lets it pass. */
+		if (nat_rewrite(skb, &snat->p, 1, snat->res.addr, snat->res.port, snat))
+			return DROP(REASON_DROP_MALFORMED);
+		skb->tc_index = TC_INDEX_SNAT;
+		data = skb_data(skb);
+		data_end = skb_data_end(skb);
+		eth = data;
+		if ((void *)(eth + 1) > data_end)
+			return DROP(REASON_DROP_MALFORMED);
+	}
 
 	*why = REASON_FIB_REDIRECT;
 	return fib_redirect(eth, p, rc);
@@ -370,7 +382,8 @@ static __always_inline int pod_path(struct __sk_buff *skb, struct nat_scratch *s
 
 /* route4 forwards an IPv4 packet of a pod: into another pod, or through
  * the FIB. dst is the destination's endpoint when known, else looked up. */
-static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *dst, int lookup, enum pkt_reason *why)
+static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *dst, int lookup,
+					struct nat_scratch *snat, enum pkt_reason *why)
 {
 	void *data = skb_data(skb);
 	void *data_end = skb_data_end(skb);
@@ -391,10 +404,11 @@ static __always_inline int route4(struct __sk_buff *skb, struct endpoint_info *d
 	p.ifindex = skb->ifindex;
 	p.ipv4_src = ip->saddr;
 	p.ipv4_dst = ip->daddr;
-	return fib_forward(skb, &p, why);
+	return fib_forward(skb, &p, snat, why);
 }
 
-static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *dst, int lookup, enum pkt_reason *why)
+static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *dst, int lookup,
+					struct nat_scratch *snat, enum pkt_reason *why)
 {
 	void *data = skb_data(skb);
 	void *data_end = skb_data_end(skb);
@@ -415,7 +429,7 @@ static __always_inline int route6(struct __sk_buff *skb, struct endpoint_info *d
 	p.ifindex = skb->ifindex;
 	__builtin_memcpy(p.ipv6_src, &ip6->saddr, 16);
 	__builtin_memcpy(p.ipv6_dst, &ip6->daddr, 16);
-	return fib_forward(skb, &p, why);
+	return fib_forward(skb, &p, snat, why);
 }
 
 /* policy_from_pod decides the pod's packet under NetworkPolicy when its
@@ -434,6 +448,30 @@ __attribute__((noinline)) int policy_from_pod(struct __sk_buff *skb, __u32 dst_i
 static __always_inline int policy_pod_egress(struct __sk_buff *skb, const struct endpoint_info *dst)
 {
 	return policy_known(policy_from_pod(skb, dst ? dst->ifindex : 0));
+}
+
+/* snat_early: the pod's packet s->p to a destination outside the cluster
+ * belongs to a flow to_netdev masqueraded, and its last packet was in the
+ * same second (lib/conntrack.h: nat_established): fib_forward translates
+ * it before it redirects it out of the uplink, where to_netdev lets it
+ * pass (TC_INDEX_SNAT) instead of parsing it and looking its pod and its
+ * flow up again. 1 with the translation in s->res. Not where NetworkPolicy
+ * is on: to_netdev decides a pod's flows to the world, by the pod's tuple
+ * (lib/policy.h). */
+static __always_inline int snat_early(struct nat_scratch *s)
+{
+	struct nat_entry *cur;
+	__u64 now;
+
+	if (policy_on())
+		return 0;
+	now = bpf_ktime_get_ns();
+	cur = nat_established(s, now);
+	if (!cur)
+		return 0;
+	nat_track(cur, &s->p, 0, now);
+	__builtin_memcpy(&s->res, cur, sizeof(s->res));
+	return 1;
 }
 
 /* translate_and_route: hostPort translation, then the path (the stack when
@@ -455,7 +493,7 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 			*why = REASON_TO_QDISC;
 			return TC_ACT_OK;
 		}
-		return v6 ? route6(skb, dst, 0, why) : route4(skb, dst, 0, why);
+		return v6 ? route6(skb, dst, 0, NULL, why) : route4(skb, dst, 0, NULL, why);
 	}
 	s = scratch_get();
 	if (!s)
@@ -476,7 +514,7 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 	}
 	if (xlat != REASON_PASS) {
 		/* Ours: the stack knows nothing of it, it goes our way. */
-		ret = v6 ? route6(skb, NULL, 1, why) : route4(skb, NULL, 1, why);
+		ret = v6 ? route6(skb, NULL, 1, NULL, why) : route4(skb, NULL, 1, NULL, why);
 		if (ret >= 0)
 			*why = xlat;
 		return ret;
@@ -501,7 +539,9 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 		*why = REASON_TO_QDISC;
 		return TC_ACT_OK;
 	}
-	return v6 ? route6(skb, dst, 0, why) : route4(skb, dst, 0, why);
+	if (!dst && !cr && parsed && snat_early(s))
+		return v6 ? route6(skb, NULL, 0, s, why) : route4(skb, NULL, 0, s, why);
+	return v6 ? route6(skb, dst, 0, NULL, why) : route4(skb, dst, 0, NULL, why);
 }
 
 static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,

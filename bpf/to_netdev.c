@@ -35,43 +35,17 @@
 #include "lib/uplink.h"
 #include "lib/verdict.h"
 
-/* snat_out_key sets s->out to the OUT key of the pod's packet s->p (an
- * echo request's identifier is its source port, its destination none). */
-static __always_inline void snat_out_key(struct nat_scratch *s)
-{
-	__builtin_memset(&s->out, 0, sizeof(s->out));
-	s->out.family = s->p.family;
-	s->out.proto = s->p.proto;
-	s->out.dir = NAT_DIR_OUT;
-	s->out.sport = s->p.sport;
-	s->out.dport = is_icmp(s->p.proto) ? 0 : s->p.dport;
-	__builtin_memcpy(s->out.saddr, s->p.saddr, 16);
-	__builtin_memcpy(s->out.daddr, s->p.daddr, 16);
-}
-
 /* snat_established translates a packet of a flow translated already whose
- * last packet was in the same second (2^30 ns): its translation stands, as
- * netfilter's does for a connection once set up, and what could change it
- * (the network's masquerade, its nonMasqueradeCIDRs, the node's address)
- * is looked at again by the first packet of every second, which takes the
- * whole path below, and so does every SYN. Three lookups (masq_nets,
- * masq_skip, uplinks) fewer for most of a flow's packets. 1 when it
- * translated the packet, 0 when the whole path decides, -1 when the
- * rewrite failed. */
+ * last packet was in the same second (lib/conntrack.h: nat_established):
+ * three lookups (masq_nets, masq_skip, uplinks) fewer for most of a flow's
+ * packets. 1 when it translated the packet, 0 when the whole path
+ * decides, -1 when the rewrite failed. */
 static __always_inline int snat_established(struct __sk_buff *skb, struct nat_scratch *s, __u32 net_id)
 {
-	struct nat_entry *cur;
-	__u64 now;
+	__u64 now = bpf_ktime_get_ns();
+	struct nat_entry *cur = nat_established(s, now);
 
-	if (s->p.later_frag || (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP) ||
-	    (s->p.proto == IPPROTO_TCP && (s->p.tcp_flags & TCP_FLAG_SYN)))
-		return 0;
-	snat_out_key(s);
-	cur = bpf_map_lookup_elem(&nat, &s->out);
 	if (!cur || cur->net_id != net_id)
-		return 0;
-	now = bpf_ktime_get_ns();
-	if ((now >> 30) != (cur->last_seen >> 30) || nat_expired(cur, s->p.proto, now))
 		return 0;
 	nat_track(cur, &s->p, 0, now);
 	__builtin_memcpy(&s->res, cur, sizeof(s->res));
@@ -90,6 +64,13 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	int rc;
 
 	*why = REASON_PASS;
+	if (skb->tc_index == TC_INDEX_SNAT) {
+		/* Translated by from_container already (its flow's packet of
+		 * the same second), which decided it. */
+		skb->tc_index = 0;
+		*why = REASON_SNAT;
+		return TC_ACT_OK;
+	}
 	if (!s)
 		return TC_ACT_OK;
 	__builtin_memset(&s->p, 0, sizeof(s->p));
@@ -173,7 +154,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	if (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP && !nat_is_echo_request(&s->p))
 		return DROP(REASON_DROP_NAT_UNSUPPORTED);
 
-	snat_out_key(s);
+	nat_out_key_of(&s->out, &s->p);
 
 	now = bpf_ktime_get_ns();
 	cur = bpf_map_lookup_elem(&nat, &s->out);
@@ -206,12 +187,13 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	} else {
 		__u8 state;
 
+		__u8 syn = s->p.proto == IPPROTO_TCP ? s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK) : 0;
+
 		/* Replies of a connection opened toward the pod (routed to its
 		 * address) leave with its address: masquerade is for the flows
-		 * pods open. A SYN-ACK always is one. */
-		if ((s->p.proto == IPPROTO_TCP &&
-		     (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == (TCP_FLAG_SYN | TCP_FLAG_ACK)) ||
-		    flow_inbound(s))
+		 * pods open. A SYN-ACK always is one, a SYN never (it opens
+		 * one: no flow to look up). */
+		if (syn == (TCP_FLAG_SYN | TCP_FLAG_ACK) || (syn != TCP_FLAG_SYN && flow_inbound(s)))
 			return TC_ACT_OK;
 		state = s->p.proto != IPPROTO_TCP ? NAT_STATE_OPEN :
 			     (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN ? NAT_STATE_SYN_SENT :

@@ -87,4 +87,44 @@ static __always_inline void nat_track(struct nat_entry *e, const struct nat_pkt 
 	}
 }
 
+/* nat_out_key_of sets out to the OUT key (lib/nat.h) of the pod's packet p
+ * (an echo request's identifier is its source port, its destination none). */
+static __always_inline void nat_out_key_of(struct nat_key *out, const struct nat_pkt *p)
+{
+	__builtin_memset(out, 0, sizeof(*out));
+	out->family = p->family;
+	out->proto = p->proto;
+	out->dir = NAT_DIR_OUT;
+	out->sport = p->sport;
+	out->dport = is_icmp(p->proto) ? 0 : p->dport;
+	__builtin_memcpy(out->saddr, p->saddr, 16);
+	__builtin_memcpy(out->daddr, p->daddr, 16);
+}
+
+/* nat_established finds the OUT entry of the pod's packet s->p (into
+ * s->out's key) when its flow was masqueraded already and its last packet
+ * was in the same second (2^30 ns) as now: its translation stands, as
+ * netfilter's does for a connection once set up. What could change it (the
+ * network's masquerade, its nonMasqueradeCIDRs, the node's address) is
+ * looked at again by the first packet of every second, and by every SYN,
+ * which to_netdev takes through its whole path. TCP and UDP only. */
+static __always_inline struct nat_entry *nat_established(struct nat_scratch *s, __u64 now)
+{
+	struct nat_entry *cur;
+
+	if (s->p.later_frag || (s->p.proto != IPPROTO_TCP && s->p.proto != IPPROTO_UDP) ||
+	    (s->p.proto == IPPROTO_TCP && (s->p.tcp_flags & TCP_FLAG_SYN)))
+		return NULL;
+	nat_out_key_of(&s->out, &s->p);
+	cur = bpf_map_lookup_elem(&nat, &s->out);
+	if (!cur || (now >> 30) != (cur->last_seen >> 30) || nat_expired(cur, s->p.proto, now))
+		return NULL;
+	return cur;
+}
+
+/* tc_index of a pod's packet from_container translated (nat_established)
+ * and redirected out of an uplink: to_netdev, which sees it there, lets it
+ * pass as it is. */
+#define TC_INDEX_SNAT 0xeb0d
+
 #endif

@@ -167,7 +167,12 @@ static __always_inline int nat_create(struct __sk_buff *skb, struct nat_scratch 
 		nat_in_key(&s->in, &s->out, s->addr, port);
 		if (nat_port_taken(skb, s, now))
 			continue;
-		/* A stale IN entry (its flow expired) gives way. */
+		if (!bpf_map_update_elem(&nat, &s->in, &s->iv, BPF_NOEXIST))
+			goto claimed;
+		/* An IN entry is there: a stale one (its flow expired) gives
+		 * way, one another CPU claimed since does not. */
+		if (nat_port_taken(skb, s, now))
+			continue;
 		bpf_map_delete_elem(&nat, &s->in);
 		if (!bpf_map_update_elem(&nat, &s->in, &s->iv, BPF_NOEXIST))
 			goto claimed;

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "0762907f3dc0"
+const objectsDigest = "5f6c30becd0f"

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/uplink"
 )
@@ -160,4 +161,75 @@ func TestNATEstablishedRechecks(t *testing.T) {
 	require.Equal(t, moved, source(run(tcp4(macA, ipA4, world4, 40100, 80, 0x10))), "the first packet of a later second")
 	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &v))
 	require.Equal(t, maps.Addr16(moved), v.Addr, "the flow started over from the new address")
+}
+
+// TestNATFromContainer: a packet of a flow to_netdev masqueraded, in the
+// same second as its last one, leaves from_container translated already
+// (bpf/lib/conntrack.h: nat_established), checksums right, its flow's
+// clock and state kept; its SYN, and every packet where NetworkPolicy is
+// on, leave it as the pod sent them, for to_netdev.
+func TestNATFromContainer(t *testing.T) {
+	e := newFlowEnv(t)
+	e.masquerade(t, e.up, 61000, 65535)
+	a := e.hA.Attrs().Index
+	from := endpoint.HookFromContainer.Name
+	m := e.pinned(t, maps.CniMapNat, maps.CniMapPolicyConfig)
+	source := func(out []byte) (net.IP, uint16) {
+		t.Helper()
+		require.Zero(t, csum(out[14:34]), "IPv4 header checksum")
+		require.Zero(t, l4sum(out[14+12:14+16], world4, 6, out[34:]), "TCP checksum")
+		return net.IP(out[14+12 : 14+16]), binary.BigEndian.Uint16(out[34:])
+	}
+	key := maps.CniNatKey{Family: 4, Proto: 6, Dir: uint8(maps.CniNatDirNAT_DIR_OUT), Sport: maps.Port(40300), Dport: maps.Port(80),
+		Saddr: maps.Addr16(ipA4), Daddr: maps.Addr16(world4)}
+
+	// The pod's SYN goes through the stack (its flow is new) as the pod
+	// sent it; to_netdev translates it, which makes the entry, and
+	// settles its flow on the fast path (conntrack does not track it).
+	ret, out := e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40300, 80, tcpSYN))
+	require.Equal(t, uint32(tcActPass), ret)
+	ip, _ := source(out)
+	require.Equal(t, ipA4.To4(), ip, "the SYN leaves from_container as the pod sent it")
+	ret, out = e.runProg(t, uplink.HookToNetdev.Name, e.up.Attrs().Index, tcp4(macA, ipA4, world4, 40300, 80, tcpSYN))
+	require.Equal(t, uint32(tcActPass), ret)
+	ip, port := source(out)
+	require.Equal(t, uplink4.To4(), ip)
+	var v maps.CniNatEntry
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &v))
+	require.Equal(t, maps.Port(port), v.Port, "the entry holds the translated port")
+
+	// Its next packets: translated where they leave the pod's veth.
+	v.LastSeen = maps.Monotonic()
+	require.NoError(t, m[maps.CniMapNat].Put(&key, &v))
+	ret, out = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40300, 80, tcpACK))
+	require.Equal(t, uint32(tcActRedirect), ret)
+	require.Equal(t, []byte(macWorld), out[0:6], "routed out of the uplink")
+	ip, p := source(out)
+	require.Equal(t, uplink4.To4(), ip, "translated by from_container")
+	require.Equal(t, port, p)
+	require.Equal(t, byte(63), out[14+8], "TTL decremented too")
+	var after maps.CniNatEntry
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &after))
+	require.GreaterOrEqual(t, after.LastSeen, v.LastSeen, "the flow's clock")
+	ret, _ = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40300, 80, 0x11))
+	require.Equal(t, uint32(tcActRedirect), ret)
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &after))
+	require.Equal(t, uint8(maps.CniNatStateNAT_STATE_CLOSING), after.State, "its FIN tracked")
+
+	// The first packet of a later second: to_netdev looks at it whole.
+	after.LastSeen -= 2 << 30
+	require.NoError(t, m[maps.CniMapNat].Put(&key, &after))
+	_, out = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40300, 80, tcpACK))
+	ip, _ = source(out)
+	require.Equal(t, ipA4.To4(), ip, "a packet of a later second is left to to_netdev")
+
+	// NetworkPolicy on: to_netdev decides the flow by the pod's tuple.
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &after))
+	after.LastSeen = maps.Monotonic()
+	require.NoError(t, m[maps.CniMapNat].Put(&key, &after))
+	require.NoError(t, m[maps.CniMapPolicyConfig].Put(uint32(0), &maps.CniPolicySettings{Active: 1}))
+	t.Cleanup(func() { _ = m[maps.CniMapPolicyConfig].Put(uint32(0), &maps.CniPolicySettings{}) })
+	_, out = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40300, 80, tcpACK))
+	ip, _ = source(out)
+	require.Equal(t, ipA4.To4(), ip, "with NetworkPolicy on, to_netdev translates")
 }

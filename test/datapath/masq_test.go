@@ -332,6 +332,24 @@ func testMasquerade(t *testing.T, version, mode string) {
 			require.NoError(t, err, "ping %s: %s", dst, out)
 		}
 	}
+	// A conversation on one connection: every one of the pod's packets
+	// leaves translated and is counted so on the uplink, whichever program
+	// translated it (from_container does, for a flow's packets in the
+	// second of its last one: bpf/lib/conntrack.h, nat_established).
+	for _, dst := range []net.IP{nettest.WorldIP4, nettest.WorldIP6} {
+		c, err := dialFrom(a.NS, 0, dst, srv.port)
+		require.NoError(t, err, "TCP to %s", dst)
+		mid, err := counters.ReadCounters(e.bpfRoot)
+		require.NoError(t, err)
+		for i := 0; i < 20; i++ {
+			require.NoError(t, nettest.Echo(c, "again\n"), "echo %d to %s", i, dst)
+		}
+		end, err := counters.ReadCounters(e.bpfRoot)
+		require.NoError(t, err)
+		c.Close()
+		snat := maps.CniPktReasonREASON_SNAT
+		require.GreaterOrEqual(t, end[snat].Packets-mid[snat].Packets, uint64(20), "the pod's packets to %s counted translated on the uplink", dst)
+	}
 	node := map[netip.Addr]bool{addr(nettest.NodeIP4): true, addr(nettest.NodeIP6): true}
 	for _, proto := range []string{"tcp", "udp", "icmp"} {
 		require.Equal(t, node, srv.sources(proto), "%s sources seen outside the node", proto)
