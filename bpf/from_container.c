@@ -482,7 +482,7 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 {
 	enum pkt_reason xlat = REASON_PASS;
 	struct cluster_route *cr = NULL;
-	struct nat_scratch *s;
+	struct nat_scratch *s, *snat;
 	int parsed = 0, ret, path;
 
 	if (dst && !(dev->flags & (EP_F_HOSTPORT | EP_F_STACK))) {
@@ -539,9 +539,10 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 		*why = REASON_TO_QDISC;
 		return TC_ACT_OK;
 	}
-	if (!dst && !cr && parsed && snat_early(s))
-		return v6 ? route6(skb, NULL, 0, s, why) : route4(skb, NULL, 0, s, why);
-	return v6 ? route6(skb, dst, 0, NULL, why) : route4(skb, dst, 0, NULL, why);
+	/* One call each: every inlined call of route4/route6 has its own
+	 * bpf_fib_lookup on the stack (512 bytes for all on 6.1). */
+	snat = !dst && !cr && parsed && snat_early(s) ? s : NULL;
+	return v6 ? route6(skb, dst, 0, snat, why) : route4(skb, dst, 0, snat, why);
 }
 
 static __always_inline int handle_ipv4(struct __sk_buff *skb, const struct endpoint_dev *dev, __u32 q,
