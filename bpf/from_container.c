@@ -470,6 +470,8 @@ static __always_inline int snat_early(struct nat_scratch *s)
 	if (!cur)
 		return 0;
 	nat_track(cur, &s->p, 0, now);
+	if (s->p.proto == IPPROTO_TCP && !(cur->flags & NAT_F_FAST))
+		cur->flags |= NAT_F_FAST; /* its replies skip the flow lookup (from_netdev) */
 	__builtin_memcpy(&s->res, cur, sizeof(s->res));
 	return 1;
 }

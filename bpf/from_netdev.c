@@ -183,7 +183,7 @@ static __always_inline int routed_in(struct __sk_buff *skb, struct nat_scratch *
 
 	if (!ep)
 		return TC_ACT_OK; /* the node's own traffic */
-	return deliver(skb, s, ep, REASON_ROUTED_IN, why);
+	return deliver(skb, s, ep, REASON_ROUTED_IN, 0, why);
 }
 
 /* A packet from outside to a published port of the node (hostPort): to
@@ -243,6 +243,20 @@ static __always_inline int overlay_in(struct __sk_buff *skb, struct nat_scratch 
 	return to_pod(skb, ep, REASON_TUNNEL_DECAP, why);
 }
 
+/* node_may_own: a connection of the node may hold the tuple of reply p,
+ * whose masqueraded flow kept the pod's port (ov): a socket lookup is
+ * worth it. A UDP flow has no state to tell; a TCP flow's may be the
+ * node's when the pod's connection is not established (still opening, or
+ * closing: TestMasqueradeKeptPortNodeLater) or when a SYN-ACK answers a
+ * connection of the node from the same port to the same peer. Every other
+ * reply of an established connection is the pod's: no second connection
+ * can have its tuple. The socket lookup (a hash and the listeners) is
+ * then saved for most of a TCP flow's replies. */
+static __always_inline int node_may_own(const struct nat_entry *ov, const struct nat_pkt *p)
+{
+	return p->proto != IPPROTO_TCP || ov->state != NAT_STATE_ESTABLISHED || (p->tcp_flags & TCP_FLAG_SYN);
+}
+
 /* Replies to masqueraded flows first: a live flow's tuple is more specific
  * than a published port. */
 static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
@@ -251,7 +265,7 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 	struct nat_entry *iv, *ov;
 	struct endpoint_info *ep;
 	__u64 now;
-	int rc;
+	int rc, fast;
 
 	*why = REASON_PASS;
 	if (!s)
@@ -282,11 +296,21 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 		return hostport_in(skb, s, why); /* else routed in, or the node's own traffic */
 	/* A kept port may since have been taken by a connection of the node:
 	 * the node's socket wins, it is never hijacked. */
-	if ((ov->flags & NAT_F_KEPT) && node_socket(skb, &s->in, 0, &s->tuple))
+	if ((ov->flags & NAT_F_KEPT) && node_may_own(ov, &s->p) && node_socket(skb, &s->in, 0, &s->tuple)) {
+		/* Its later replies are looked at too (the flow no longer
+		 * counts as established), and the pod's entry ends soon. */
+		if (s->p.proto == IPPROTO_TCP && ov->state == NAT_STATE_ESTABLISHED)
+			ov->state = NAT_STATE_CLOSING;
 		return TC_ACT_OK;
+	}
 	ep = pod_of(iv->addr, s->p.family);
 	if (!ep)
 		return TC_ACT_OK;
+	/* A TCP flow from_container translates is on the fast path (it set
+	 * NAT_F_FAST; to_netdev clears it at every packet it sees of the
+	 * flow: one the stack forwarded, a new connection's SYN): its flow
+	 * need not be looked up. */
+	fast = s->p.proto == IPPROTO_TCP && (ov->flags & NAT_F_FAST);
 	nat_track(ov, &s->p, 1, now);
 	__builtin_memcpy(&s->iv, iv, sizeof(s->iv));
 	if (nat_rewrite(skb, &s->p, 0, s->iv.addr, s->iv.port, s))
@@ -295,7 +319,7 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 	 * translated goes on through the stack. */
 	__builtin_memcpy(s->p.daddr, s->iv.addr, 16);
 	s->p.dport = s->iv.port;
-	return deliver(skb, s, ep, REASON_REV_SNAT, why);
+	return deliver(skb, s, ep, REASON_REV_SNAT, fast, why);
 }
 
 SEC("tc")

@@ -47,7 +47,7 @@ static __always_inline int handle(struct __sk_buff *skb, enum pkt_reason *why)
 	ep = pod_of(s->p.daddr, s->p.family);
 	if (!ep)
 		return to_stack(skb);
-	ret = deliver(skb, s, ep, REASON_TUNNEL_DECAP, why);
+	ret = deliver(skb, s, ep, REASON_TUNNEL_DECAP, 0, why);
 	if (ret == TC_ACT_OK)
 		return to_stack(skb);
 	return ret;

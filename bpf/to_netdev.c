@@ -35,6 +35,16 @@
 #include "lib/uplink.h"
 #include "lib/verdict.h"
 
+/* nat_fast_off: a packet of the flow reaches to_netdev untranslated (the
+ * stack forwarded it, or from_container left it: a SYN, the first packet
+ * of a second): its replies look its flow up again (from_netdev) until
+ * from_container translates one again. */
+static __always_inline void nat_fast_off(struct nat_entry *cur)
+{
+	if (cur->flags & NAT_F_FAST)
+		cur->flags &= ~NAT_F_FAST;
+}
+
 /* snat_established translates a packet of a flow translated already whose
  * last packet was in the same second (lib/conntrack.h: nat_established):
  * three lookups (masq_nets, masq_skip, uplinks) fewer for most of a flow's
@@ -47,6 +57,7 @@ static __always_inline int snat_established(struct __sk_buff *skb, struct nat_sc
 
 	if (!cur || cur->net_id != net_id)
 		return 0;
+	nat_fast_off(cur);
 	nat_track(cur, &s->p, 0, now);
 	__builtin_memcpy(&s->res, cur, sizeof(s->res));
 	return nat_rewrite(skb, &s->p, 1, s->res.addr, s->res.port, s) ? -1 : 1;
@@ -168,6 +179,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	if (cur) {
 		__u64 seen = cur->last_seen;
 
+		nat_fast_off(cur);
 		nat_track(cur, &s->p, 0, now);
 		__builtin_memcpy(&s->res, cur, sizeof(s->res));
 		/* The LRU may have evicted the IN entry alone (a flow without

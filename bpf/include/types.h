@@ -346,6 +346,7 @@ enum nat_flags {
 	NAT_F_KEPT = 1,    /* the pod's own port or identifier was kept */
 	NAT_F_REPLIED = 2, /* a reply came back */
 	NAT_F_HAIRPIN = 4, /* DNAT: the client is the pod itself, its source was translated too */
+	NAT_F_FAST = 8,    /* OUT, TCP: from_container translated its last packet: on the fast path (lib/flow.h) */
 };
 
 /* A DEL's flush of its pod's entries from the big LRU tables (nat, flows):

@@ -44,13 +44,14 @@ static __always_inline int to_pod(struct __sk_buff *skb, const struct endpoint_i
 
 /* deliver hands s->p (as it is now, after any translation of ours) to the
  * pod behind ep, or to the stack when netfilter translated its flow (the
- * stack translates it back, and to_container decides its policy). */
+ * stack translates it back, and to_container decides its policy). fast:
+ * the flow is known to be on the fast path, its flow is not looked up. */
 static __always_inline int deliver(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_info *ep,
-				   enum pkt_reason reason, enum pkt_reason *why)
+				   enum pkt_reason reason, int fast, enum pkt_reason *why)
 {
 	int rc;
 
-	if (flow_ingress(skb, s)) {
+	if (!fast && flow_ingress(skb, s)) {
 		*why = REASON_FLOW_STACK;
 		return TC_ACT_OK;
 	}

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "1b25d61cdcf8"
+const objectsDigest = "3bd6671f6232"

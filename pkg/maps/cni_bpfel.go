@@ -417,6 +417,7 @@ const (
 	CniNatFlagsNAT_F_KEPT    CniNatFlags = 1
 	CniNatFlagsNAT_F_REPLIED CniNatFlags = 2
 	CniNatFlagsNAT_F_HAIRPIN CniNatFlags = 4
+	CniNatFlagsNAT_F_FAST    CniNatFlags = 8
 )
 
 type CniNatKey struct {

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/ebpf-cni/ebpf-cni/pkg/endpoint"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
@@ -211,6 +212,27 @@ func TestNATFromContainer(t *testing.T) {
 	var after maps.CniNatEntry
 	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &after))
 	require.GreaterOrEqual(t, after.LastSeen, v.LastSeen, "the flow's clock")
+	fast := uint8(maps.CniNatFlagsNAT_F_FAST)
+	require.Equal(t, fast, after.Flags&fast, "on the fast path: its replies skip the flow lookup")
+
+	// A reply: into the pod, translated back.
+	ret, out = e.runProg(t, uplink.HookFromNetdev.Name, e.up.Attrs().Index, tcp4(macWorld, world4, uplink4, 80, port, tcpACK))
+	require.Equal(t, uint32(tcActRedirect), ret, "the reply goes into the pod")
+	require.Equal(t, ipA4.To4(), net.IP(out[14+16:14+20]))
+
+	// A packet of the flow that reaches to_netdev untranslated (the
+	// stack forwarded it) turns that off: its replies look the flow up
+	// again, which may send them to the stack.
+	_, out = e.runProg(t, uplink.HookToNetdev.Name, e.up.Attrs().Index, tcp4(macA, ipA4, world4, 40300, 80, tcpACK))
+	ip, _ = source(out)
+	require.Equal(t, uplink4.To4(), ip)
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &after))
+	require.Zero(t, after.Flags&fast, "to_netdev saw the flow's packet: its replies look its flow up")
+	e.putFlow(t, ipA4, 40300, world4, 80, maps.CniFlowVerdictFLOW_STACK)
+	ret, _ = e.runProg(t, uplink.HookFromNetdev.Name, e.up.Attrs().Index, tcp4(macWorld, world4, uplink4, 80, port, tcpACK))
+	require.Equal(t, uint32(tcActPass), ret, "a reply of a flow through the stack goes to the stack")
+	e.putFlow(t, ipA4, 40300, world4, 80, maps.CniFlowVerdictFLOW_FAST)
+	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &after))
 	ret, _ = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40300, 80, 0x11))
 	require.Equal(t, uint32(tcActRedirect), ret)
 	require.NoError(t, m[maps.CniMapNat].Lookup(&key, &after))
@@ -232,4 +254,62 @@ func TestNATFromContainer(t *testing.T) {
 	_, out = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 40300, 80, tcpACK))
 	ip, _ = source(out)
 	require.Equal(t, ipA4.To4(), ip, "with NetworkPolicy on, to_netdev translates")
+}
+
+// TestNATNodeSocketWins: a reply of an established masqueraded flow that
+// kept the pod's port is the pod's, without a socket lookup; once a
+// connection of the node from that port to that peer is answered (its
+// SYN-ACK), the node's socket wins, and so it does for the tuple's later
+// replies: the flow is left closing.
+func TestNATNodeSocketWins(t *testing.T) {
+	e := newFlowEnv(t)
+	e.masquerade(t, e.up, 61000, 65535)
+	m := e.pinned(t, maps.CniMapNat)
+	up := e.up.Attrs().Index
+	from := uplink.HookFromNetdev.Name
+	key := maps.CniNatKey{Family: 4, Proto: 6, Dir: uint8(maps.CniNatDirNAT_DIR_OUT), Sport: maps.Port(40400), Dport: maps.Port(80),
+		Saddr: maps.Addr16(ipA4), Daddr: maps.Addr16(world4)}
+	state := func() uint8 {
+		t.Helper()
+		var v maps.CniNatEntry
+		require.NoError(t, m[maps.CniMapNat].Lookup(&key, &v))
+		return v.State
+	}
+
+	// The pod's connection, its port kept, answered and established.
+	ret, out := e.runProg(t, uplink.HookToNetdev.Name, up, tcp4(macA, ipA4, world4, 40400, 80, tcpSYN))
+	require.Equal(t, uint32(tcActPass), ret)
+	require.Equal(t, uint16(40400), binary.BigEndian.Uint16(out[34:]), "the pod's port kept")
+	ret, _ = e.runProg(t, from, up, tcp4(macWorld, world4, uplink4, 80, 40400, tcpSYNACK))
+	require.Equal(t, uint32(tcActRedirect), ret, "the SYN-ACK goes to the pod")
+	require.Equal(t, uint8(maps.CniNatStateNAT_STATE_ESTABLISHED), state())
+	ret, _ = e.runProg(t, from, up, tcp4(macWorld, world4, uplink4, 80, 40400, tcpACK))
+	require.Equal(t, uint32(tcActRedirect), ret)
+
+	// A connection of the node from the same port to the same peer (its
+	// SYN left as the node's own: nothing answers it here, it stays
+	// SYN_SENT).
+	require.NoError(t, e.n.Do(func(ns.NetNS) error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		var local, peer unix.SockaddrInet4
+		local.Port, peer.Port = 40400, 80
+		copy(local.Addr[:], uplink4.To4())
+		copy(peer.Addr[:], world4.To4())
+		if err := unix.Bind(fd, &local); err != nil {
+			return err
+		}
+		if err := unix.Connect(fd, &peer); err != nil && err != unix.EINPROGRESS {
+			return err
+		}
+		return nil
+	}))
+	ret, _ = e.runProg(t, from, up, tcp4(macWorld, world4, uplink4, 80, 40400, tcpSYNACK))
+	require.Equal(t, uint32(tcActPass), ret, "the node's connection gets its SYN-ACK")
+	require.Equal(t, uint8(maps.CniNatStateNAT_STATE_CLOSING), state(), "the pod's flow is left closing")
+	ret, _ = e.runProg(t, from, up, tcp4(macWorld, world4, uplink4, 80, 40400, tcpACK))
+	require.Equal(t, uint32(tcActPass), ret, "and its later packets")
 }
