@@ -9,6 +9,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ebpf-cni/ebpf-cni/pkg/features"
 )
 
 // maxBPFStack is the kernel's MAX_BPF_STACK: what a program's frames may
@@ -89,22 +91,32 @@ func combinedStack(depth map[string]int, calls map[string][]string, fn string, s
 	return d + deepest
 }
 
-// TestProgramsStackFits6_1: every program of every committed object keeps
-// its frames, along its deepest chain of calls, within 512 bytes as
-// kernel 6.1 counts them. CI runs on a newer kernel, which counts less
-// (from_container once took 544 bytes there, with a second inlined
-// bpf_fib_lookup, and loaded everywhere but 6.1).
+// TestProgramsStackFits6_1: every program of every object the plugin
+// loads (features.Objects: the embedded ones, so that it runs in the
+// kernel guests too) keeps its frames, along its deepest chain of calls,
+// within 512 bytes as kernel 6.1 counts them. CI runs on a newer kernel,
+// which counts less (from_container once took 544 bytes there, with a
+// second inlined bpf_fib_lookup, and loaded everywhere but 6.1).
+// EBPF_CNI_STACK_OBJECTS (a list of .o files) checks others instead.
 func TestProgramsStackFits6_1(t *testing.T) {
-	objs, err := filepath.Glob("../*/*_bpfel.o")
-	require.NoError(t, err)
-	if o := os.Getenv("EBPF_CNI_STACK_OBJECTS"); o != "" {
-		objs = filepath.SplitList(o) // a check of an object of one's own
+	type object struct {
+		name string
+		load func() (*ebpf.CollectionSpec, error)
 	}
-	require.NotEmpty(t, objs)
+	var objs []object
+	for _, o := range features.Objects() {
+		objs = append(objs, object{o.Name, o.Load})
+	}
+	if files := os.Getenv("EBPF_CNI_STACK_OBJECTS"); files != "" {
+		objs = nil
+		for _, f := range filepath.SplitList(files) {
+			objs = append(objs, object{f, func() (*ebpf.CollectionSpec, error) { return ebpf.LoadCollectionSpec(f) }})
+		}
+	}
 	checked := 0
 	for _, obj := range objs {
-		spec, err := ebpf.LoadCollectionSpec(obj)
-		require.NoError(t, err, obj)
+		spec, err := obj.load()
+		require.NoError(t, err, obj.name)
 		names := make([]string, 0, len(spec.Programs))
 		for name := range spec.Programs {
 			names = append(names, name)
@@ -113,12 +125,12 @@ func TestProgramsStackFits6_1(t *testing.T) {
 		for _, name := range names {
 			depth, calls, entry := frameDepths(spec.Programs[name].Instructions)
 			total := combinedStack(depth, calls, entry, map[string]bool{})
-			t.Logf("%s %s: %d bytes (frames %v)", filepath.Base(obj), name, total, depth)
-			require.LessOrEqual(t, total, maxBPFStack, "%s: program %s takes %d bytes of stack along its calls on 6.1 (frames %v, calls %v)", obj, name, total, depth, calls)
+			t.Logf("%s %s: %d bytes (frames %v)", obj.name, name, total, depth)
+			require.LessOrEqual(t, total, maxBPFStack, "%s: program %s takes %d bytes of stack along its calls on 6.1 (frames %v, calls %v)", obj.name, name, total, depth, calls)
 			checked++
 		}
 	}
-	require.Positive(t, checked)
+	require.GreaterOrEqual(t, checked, len(objs), "every object has a program")
 }
 
 // TestFrameDepths: the reading of a frame on instructions made up for it.
