@@ -262,6 +262,8 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 	return fib_redirect(eth, p, rc);
 
 stack:
+	if (skb->tc_index == TC_INDEX_BYPASS)
+		skb->tc_index = 0; /* a SYN that meets netfilter after all: conntrack decides its flow */
 	*why = REASON_PASS;
 	return TC_ACT_OK;
 }
@@ -337,6 +339,31 @@ static __always_inline int pod_translate(struct __sk_buff *skb, struct nat_scrat
 	return 0;
 }
 
+/* snat_early: the pod's packet s->p to a destination outside the cluster
+ * belongs to a flow to_netdev masqueraded (cur, its live OUT entry), and
+ * its last packet was in the same second (lib/conntrack.h: nat_current):
+ * fib_forward translates
+ * it before it redirects it out of the uplink, where to_netdev lets it
+ * pass (TC_INDEX_SNAT) instead of parsing it and looking its pod and its
+ * flow up again. 1 with the translation in s->res. Not where NetworkPolicy
+ * is on: to_netdev decides a pod's flows to the world, by the pod's tuple
+ * (lib/policy.h). */
+static __always_inline int snat_early(struct nat_scratch *s, struct nat_entry *cur)
+{
+	__u64 now;
+
+	if (!cur || policy_on())
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (!nat_current(cur, now))
+		return 0;
+	nat_track(cur, &s->p, 0, now);
+	if (s->p.proto == IPPROTO_TCP && !(cur->flags & NAT_F_FAST))
+		cur->flags |= NAT_F_FAST; /* its replies skip the flow lookup (from_netdev) */
+	__builtin_memcpy(&s->res, cur, sizeof(s->res));
+	return 1;
+}
+
 /* Paths a pod's packet that we did not translate can take. */
 enum pod_path {
 	PATH_ROUTE = 0,  /* into the pod, or through the FIB */
@@ -347,10 +374,16 @@ enum pod_path {
 /* pod_path decides, from the flows (lib/flow.h) and the cluster's ranges
  * (lib/cluster.h), whether the stack must see the packet. Pods of this node
  * and of the cluster are never Services: only a pod that the stack
- * delivered flows to (EP_F_STACK) looks its flows up for them. */
+ * delivered flows to (EP_F_STACK) looks its flows up for them. A packet to
+ * the world finds its flow's NAT OUT entry first: a TCP flow set up in BPF
+ * and masqueraded keeps its verdict there (NAT_F_BYPASS), and is not
+ * looked up in flows; s->early says whether the packet is translated here
+ * (snat_early). */
 static __always_inline int pod_path(struct __sk_buff *skb, struct nat_scratch *s, const struct endpoint_dev *dev,
 				    int to_pod, int *parsed, struct cluster_route **cr, enum pkt_reason *why)
 {
+	struct nat_entry *cur;
+
 	if (!to_pod && cluster_route_of(skb, cr) < 0)
 		return DROP(REASON_DROP_MALFORMED);
 	/* Ints, not pointers: clang would OR the pointers, which the
@@ -377,7 +410,20 @@ static __always_inline int pod_path(struct __sk_buff *skb, struct nat_scratch *s
 		}
 		return path;
 	}
-	return flow_egress(skb, s, why) ? PATH_STACK : PATH_ROUTE;
+	cur = nat_out_live(s, bpf_ktime_get_ns());
+	if (cur && (cur->flags & NAT_F_BYPASS) && s->p.proto == IPPROTO_TCP) {
+		s->early = snat_early(s, cur);
+		return PATH_ROUTE;
+	}
+	/* Masqueraded already: its entry is looked up again if its flow
+	 * keeps the fast path (a pointer kept across flow_egress would take
+	 * stack 6.1 does not have). */
+	s->early = cur != NULL;
+	if (flow_egress(skb, s, why))
+		return PATH_STACK;
+	if (s->early)
+		s->early = snat_early(s, nat_out_live(s, bpf_ktime_get_ns()));
+	return PATH_ROUTE;
 }
 
 /* route4 forwards an IPv4 packet of a pod: into another pod, or through
@@ -450,32 +496,6 @@ static __always_inline int policy_pod_egress(struct __sk_buff *skb, const struct
 	return policy_known(policy_from_pod(skb, dst ? dst->ifindex : 0));
 }
 
-/* snat_early: the pod's packet s->p to a destination outside the cluster
- * belongs to a flow to_netdev masqueraded, and its last packet was in the
- * same second (lib/conntrack.h: nat_established): fib_forward translates
- * it before it redirects it out of the uplink, where to_netdev lets it
- * pass (TC_INDEX_SNAT) instead of parsing it and looking its pod and its
- * flow up again. 1 with the translation in s->res. Not where NetworkPolicy
- * is on: to_netdev decides a pod's flows to the world, by the pod's tuple
- * (lib/policy.h). */
-static __always_inline int snat_early(struct nat_scratch *s)
-{
-	struct nat_entry *cur;
-	__u64 now;
-
-	if (policy_on())
-		return 0;
-	now = bpf_ktime_get_ns();
-	cur = nat_established(s, now);
-	if (!cur)
-		return 0;
-	nat_track(cur, &s->p, 0, now);
-	if (s->p.proto == IPPROTO_TCP && !(cur->flags & NAT_F_FAST))
-		cur->flags |= NAT_F_FAST; /* its replies skip the flow lookup (from_netdev) */
-	__builtin_memcpy(&s->res, cur, sizeof(s->res));
-	return 1;
-}
-
 /* translate_and_route: hostPort translation, then the path (the stack when
  * netfilter must see the packet, the overlay, or routing); a translated
  * packet is counted by its translation. */
@@ -521,6 +541,7 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 			*why = xlat;
 		return ret;
 	}
+	s->early = 0;
 	path = pod_path(skb, s, dev, dst != NULL, &parsed, &cr, why);
 	if (path < 0)
 		return path;
@@ -538,12 +559,14 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 		}
 		if (!dst && parsed && flow_tracked(s->p.proto) && !s->p.later_frag)
 			flow_via_stack(s, 1, bpf_ktime_get_ns());
+		if (skb->tc_index == TC_INDEX_BYPASS)
+			skb->tc_index = 0; /* through the stack after all */
 		*why = REASON_TO_QDISC;
 		return TC_ACT_OK;
 	}
 	/* One call each: every inlined call of route4/route6 has its own
 	 * bpf_fib_lookup on the stack (512 bytes for all on 6.1). */
-	snat = !dst && !cr && parsed && snat_early(s) ? s : NULL;
+	snat = s->early ? s : NULL;
 	return v6 ? route6(skb, dst, 0, snat, why) : route4(skb, dst, 0, snat, why);
 }
 

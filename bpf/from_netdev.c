@@ -308,9 +308,10 @@ static __always_inline int rev_snat(struct __sk_buff *skb, enum pkt_reason *why)
 		return TC_ACT_OK;
 	/* A TCP flow from_container translates is on the fast path (it set
 	 * NAT_F_FAST; to_netdev clears it at every packet it sees of the
-	 * flow: one the stack forwarded, a new connection's SYN): its flow
-	 * need not be looked up. */
-	fast = s->p.proto == IPPROTO_TCP && (ov->flags & NAT_F_FAST);
+	 * flow: one the stack forwarded, a new connection's SYN), and so is
+	 * one set up in BPF (NAT_F_BYPASS, lib/flow.h): its flow need not be
+	 * looked up. */
+	fast = s->p.proto == IPPROTO_TCP && (ov->flags & (NAT_F_FAST | NAT_F_BYPASS));
 	nat_track(ov, &s->p, 1, now);
 	__builtin_memcpy(&s->iv, iv, sizeof(s->iv));
 	if (nat_rewrite(skb, &s->p, 0, s->iv.addr, s->iv.port, s))

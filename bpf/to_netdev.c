@@ -72,7 +72,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	struct nat_entry *cur;
 	__u32 ifindex = skb->ifindex, net_id;
 	__u64 now;
-	int rc;
+	int rc, bypass = 0;
 
 	*why = REASON_PASS;
 	if (skb->tc_index == TC_INDEX_SNAT) {
@@ -82,12 +82,18 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 		*why = REASON_SNAT;
 		return TC_ACT_OK;
 	}
+	if (skb->tc_index == TC_INDEX_BYPASS) {
+		/* A pod's SYN from_container set up in BPF (lib/flow.h). */
+		skb->tc_index = 0;
+		bypass = 1;
+	}
 	if (!s)
 		return TC_ACT_OK;
 	__builtin_memset(&s->p, 0, sizeof(s->p));
 	rc = nat_parse(skb, &s->p);
 	if (rc != 0)
 		return TC_ACT_OK; /* not IP; or broken, which the stack judges */
+	bypass = bypass && flow_syn(&s->p);
 
 	{
 		struct endpoint_key ek = { .family = s->p.family };
@@ -110,7 +116,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 	 * flow is settled (lib/flow.h). A TCP flow is pending until its SYN
 	 * passed netfilter or a reply came: its other packets (from
 	 * from_container's fast path, most of them) need no lookup. */
-	if (!(s->p.proto == IPPROTO_TCP && !(s->p.tcp_flags & TCP_FLAG_SYN)))
+	if (!bypass && !(s->p.proto == IPPROTO_TCP && !(s->p.tcp_flags & TCP_FLAG_SYN)))
 		flow_left(skb, s);
 	rc = snat_established(skb, s, net_id);
 	if (rc < 0)
@@ -124,7 +130,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 
 		mn = bpf_map_lookup_elem(&masq_nets, &mk);
 		if (!mn)
-			return TC_ACT_OK; /* no ipMasq for this network and family */
+			goto unmasqueraded; /* no ipMasq for this network and family */
 	}
 	{
 		struct masq_skip_key sk = { .net_id = net_id, .family = s->p.family };
@@ -132,7 +138,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 		sk.prefixlen = 40 + (s->p.family == ADDR_FAMILY_V4 ? 32 : 128);
 		__builtin_memcpy(sk.addr, s->p.daddr, 16);
 		if (bpf_map_lookup_elem(&masq_skip, &sk))
-			return TC_ACT_OK; /* nonMasqueradeCIDRs */
+			goto unmasqueraded; /* nonMasqueradeCIDRs */
 	}
 
 	__builtin_memset(s->addr, 0, 16);
@@ -180,6 +186,13 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 		__u64 seen = cur->last_seen;
 
 		nat_fast_off(cur);
+		if (flow_syn(&s->p)) {
+			/* A new connection on the tuple: set up in BPF or not. */
+			if (bypass)
+				cur->flags |= NAT_F_BYPASS;
+			else if (cur->flags & NAT_F_BYPASS)
+				cur->flags &= ~NAT_F_BYPASS;
+		}
 		nat_track(cur, &s->p, 0, now);
 		__builtin_memcpy(&s->res, cur, sizeof(s->res));
 		/* The LRU may have evicted the IN entry alone (a flow without
@@ -211,13 +224,19 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 			     (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN ? NAT_STATE_SYN_SENT :
 											       NAT_STATE_ESTABLISHED;
 
-		if (nat_create(skb, s, mn, net_id, state, now))
+		if (nat_create(skb, s, mn, net_id, state, bypass ? NAT_F_BYPASS : 0, now))
 			return DROP(REASON_DROP_NAT_NO_PORT);
 	}
 
 	if (nat_rewrite(skb, &s->p, 1, s->res.addr, s->res.port, s))
 		return DROP(REASON_DROP_MALFORMED);
 	*why = REASON_SNAT;
+	return TC_ACT_OK;
+
+unmasqueraded:
+	/* Its verdict has no NAT entry to live in. */
+	if (bypass)
+		flow_bypass_put(s, bpf_ktime_get_ns());
 	return TC_ACT_OK;
 }
 

@@ -347,6 +347,8 @@ enum nat_flags {
 	NAT_F_REPLIED = 2, /* a reply came back */
 	NAT_F_HAIRPIN = 4, /* DNAT: the client is the pod itself, its source was translated too */
 	NAT_F_FAST = 8,    /* OUT, TCP: from_container translated its last packet: on the fast path (lib/flow.h) */
+	NAT_F_BYPASS = 16, /* OUT, TCP: set up in BPF at its SYN (lib/xlat.h): fast for its life, its verdict
+			    * kept here instead of in flows (lib/flow.h) */
 };
 
 /* A DEL's flush of its pod's entries from the big LRU tables (nat, flows):

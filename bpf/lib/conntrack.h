@@ -101,14 +101,10 @@ static __always_inline void nat_out_key_of(struct nat_key *out, const struct nat
 	__builtin_memcpy(out->daddr, p->daddr, 16);
 }
 
-/* nat_established finds the OUT entry of the pod's packet s->p (into
- * s->out's key) when its flow was masqueraded already and its last packet
- * was in the same second (2^30 ns) as now: its translation stands, as
- * netfilter's does for a connection once set up. What could change it (the
- * network's masquerade, its nonMasqueradeCIDRs, the node's address) is
- * looked at again by the first packet of every second, and by every SYN,
- * which to_netdev takes through its whole path. TCP and UDP only. */
-static __always_inline struct nat_entry *nat_established(struct nat_scratch *s, __u64 now)
+/* nat_out_live finds the live OUT entry of the pod's packet s->p (into
+ * s->out's key): a TCP packet other than a SYN, or a UDP one, of a flow
+ * masqueraded already. */
+static __always_inline struct nat_entry *nat_out_live(struct nat_scratch *s, __u64 now)
 {
 	struct nat_entry *cur;
 
@@ -117,14 +113,41 @@ static __always_inline struct nat_entry *nat_established(struct nat_scratch *s, 
 		return NULL;
 	nat_out_key_of(&s->out, &s->p);
 	cur = bpf_map_lookup_elem(&nat, &s->out);
-	if (!cur || (now >> 30) != (cur->last_seen >> 30) || nat_expired(cur, s->p.proto, now))
+	if (!cur || nat_expired(cur, s->p.proto, now))
 		return NULL;
 	return cur;
+}
+
+/* nat_current: the live OUT entry cur's last packet was in the same second
+ * (2^30 ns) as now: its translation stands, as netfilter's does for a
+ * connection once set up. What could change it (the network's masquerade,
+ * its nonMasqueradeCIDRs, the node's address) is looked at again by the
+ * first packet of every second, and by every SYN, which to_netdev takes
+ * through its whole path. */
+static __always_inline int nat_current(const struct nat_entry *cur, __u64 now)
+{
+	return (now >> 30) == (cur->last_seen >> 30);
+}
+
+/* nat_established finds the OUT entry of the pod's packet s->p (into
+ * s->out's key) when its flow was masqueraded already and its last packet
+ * was in the same second as now (nat_current). TCP and UDP only. */
+static __always_inline struct nat_entry *nat_established(struct nat_scratch *s, __u64 now)
+{
+	struct nat_entry *cur = nat_out_live(s, now);
+
+	return cur && nat_current(cur, now) ? cur : NULL;
 }
 
 /* tc_index of a pod's packet from_container translated (nat_established)
  * and redirected out of an uplink: to_netdev, which sees it there, lets it
  * pass as it is. */
 #define TC_INDEX_SNAT 0xeb0d
+
+/* tc_index of a pod's TCP SYN from_container set up in BPF (lib/xlat.h:
+ * FLOW_F_BYPASS) and redirected: to_netdev keeps that in the flow's OUT
+ * entry (NAT_F_BYPASS) instead of an entry of flows (lib/flow.h), or, when
+ * it does not masquerade the flow, writes that entry of flows itself. */
+#define TC_INDEX_BYPASS 0xeb0e
 
 #endif

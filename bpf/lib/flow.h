@@ -94,19 +94,23 @@ static __always_inline int flow_untracked_stack(const struct nat_pkt *p)
 
 /* flow_get finds p's flow unless it is stale: idle beyond the masquerade's
  * lifetime of its protocol (UDP, established TCP), or a TCP connection that
- * starts anew on the tuple of a settled one. It refreshes the clock at most
+ * starts anew on the tuple of a settled one (*stale). It refreshes the clock at most
  * once a second (the LRU needs no more, and a write a packet would bounce
  * the entry between CPUs), and then forgets that conntrack did not track
  * the flow. */
-static __always_inline struct flow_entry *flow_get(const struct flow_key *k, const struct nat_pkt *p, __u64 now)
+static __always_inline struct flow_entry *flow_get(const struct flow_key *k, const struct nat_pkt *p, __u64 now,
+					      __u8 *stale)
 {
 	struct flow_entry *e = bpf_map_lookup_elem(&flows, k);
 	struct nat_entry life = { .state = NAT_STATE_ESTABLISHED };
 
+	*stale = 0;
 	if (!e)
 		return NULL;
-	if (flow_syn(p) && e->verdict != FLOW_PENDING)
+	if (flow_syn(p) && e->verdict != FLOW_PENDING) {
+		*stale = 1;
 		return NULL;
+	}
 	if (now > e->last_seen && now - e->last_seen > NSEC_PER_SEC) {
 		if (now - e->last_seen > nat_lifetime(&life, p->proto))
 			return NULL;
@@ -151,7 +155,7 @@ static __always_inline int flow_find(struct nat_scratch *s, int from_pod, struct
 		return FLOW_FIND_FAST;
 	*now = bpf_ktime_get_ns();
 	flow_key_of(&s->fk, &s->p, from_pod);
-	*e = flow_get(&s->fk, &s->p, *now);
+	*e = flow_get(&s->fk, &s->p, *now, &s->stale);
 	return FLOW_FIND_DONE;
 }
 
@@ -183,7 +187,17 @@ static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch
 		if (xlat_bypass(p->family, p->daddr, now)) {
 			/* Nothing netfilter may translate (the agent's lease
 			 * runs, lib/xlat.h): settled at once, its first packet
-			 * on the fast path too. */
+			 * on the fast path too. A TCP flow stays fast for its
+			 * life: where to_netdev masquerades it, its NAT OUT
+			 * entry says so (TC_INDEX_BYPASS: NAT_F_BYPASS) and
+			 * it gets no entry here; where it does not, to_netdev
+			 * writes this one (flow_bypass_put). */
+			if (flow_syn(p)) {
+				if (s->stale)
+					bpf_map_delete_elem(&flows, &s->fk); /* an earlier connection's */
+				skb->tc_index = TC_INDEX_BYPASS;
+				return 0;
+			}
 			flow_put(&s->fk, &s->fe, FLOW_FAST, FLOW_F_BYPASS, now);
 			return 0;
 		}
@@ -288,6 +302,35 @@ static __always_inline int flow_ingress(struct __sk_buff *skb, struct nat_scratc
 	return e->verdict == FLOW_STACK;
 }
 
+/* flow_bypass_put: to_netdev does not masquerade the pod's SYN s->p,
+ * which from_container set up in BPF (TC_INDEX_BYPASS): its verdict goes
+ * here after all. */
+static __always_inline void flow_bypass_put(struct nat_scratch *s, __u64 now)
+{
+	flow_key_of(&s->fk, &s->p, 1);
+	flow_put(&s->fk, &s->fe, FLOW_FAST, FLOW_F_BYPASS, now);
+}
+
+/* flow_nat_slow: the flow of s->fk goes through the stack from now on;
+ * its NAT OUT entry no longer says that it is fast (NAT_F_BYPASS,
+ * NAT_F_FAST), so that its packets and replies look it up here. */
+static __always_inline void flow_nat_slow(struct nat_scratch *s)
+{
+	struct nat_entry *o;
+
+	__builtin_memset(&s->out, 0, sizeof(s->out));
+	s->out.family = s->fk.family;
+	s->out.proto = s->fk.proto;
+	s->out.dir = NAT_DIR_OUT;
+	s->out.sport = s->fk.sport;
+	s->out.dport = s->fk.dport;
+	__builtin_memcpy(s->out.saddr, s->fk.saddr, 16);
+	__builtin_memcpy(s->out.daddr, s->fk.daddr, 16);
+	o = bpf_map_lookup_elem(&nat, &s->out);
+	if (o && (o->flags & (NAT_F_BYPASS | NAT_F_FAST)))
+		o->flags &= ~(NAT_F_BYPASS | NAT_F_FAST);
+}
+
 /* flow_via_stack notes that s->p's flow goes through the stack in both
  * directions: the stack delivered it to the pod (from_pod 0: its next
  * packets will come that way too, so its replies must go there), or the
@@ -301,13 +344,15 @@ static __always_inline void flow_via_stack(struct nat_scratch *s, int from_pod, 
 	flow_key_of(&s->fk, &s->p, from_pod);
 	e = bpf_map_lookup_elem(&flows, &s->fk);
 	if (e) {
-		if (e->verdict != FLOW_STACK)
-			e->verdict = FLOW_STACK;
 		if (now - e->last_seen > NSEC_PER_SEC)
 			e->last_seen = now;
-		return;
+		if (e->verdict == FLOW_STACK)
+			return;
+		e->verdict = FLOW_STACK;
+	} else {
+		flow_put(&s->fk, &s->fe, FLOW_STACK, from_pod ? 0 : FLOW_F_INBOUND, now);
 	}
-	flow_put(&s->fk, &s->fe, FLOW_STACK, from_pod ? 0 : FLOW_F_INBOUND, now);
+	flow_nat_slow(s);
 }
 
 /* flow_is_stack: a flow the pod's packet s->p belongs to goes through the

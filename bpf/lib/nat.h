@@ -135,10 +135,11 @@ static __always_inline int nat_port_taken(struct __sk_buff *skb, struct nat_scra
 }
 
 /* nat_create translates the new flow s->out: the pod's port when it is
- * free, else a random free one of the network's range, into s->res. The IN
- * entry is claimed first (BPF_NOEXIST), so two CPUs never hand out one port. */
+ * free, else a random free one of the network's range, into s->res, with
+ * flags (enum nat_flags) besides NAT_F_KEPT. The IN entry is claimed first
+ * (BPF_NOEXIST), so two CPUs never hand out one port. */
 static __always_inline int nat_create(struct __sk_buff *skb, struct nat_scratch *s, const struct masq_net *mn,
-				      __u32 net_id, __u8 state, __u64 now)
+				      __u32 net_id, __u8 state, __u8 flags_new, __u64 now)
 {
 	struct nat_entry *cur;
 	__u32 span, start, i;
@@ -184,7 +185,7 @@ claimed:
 	__builtin_memcpy(s->res.addr, s->addr, 16);
 	s->res.port = port;
 	s->res.state = state;
-	s->res.flags = flags;
+	s->res.flags = flags | flags_new;
 	s->res.net_id = net_id;
 	s->res.created = now;
 	s->res.last_seen = now;

@@ -37,6 +37,7 @@ const (
 
 	flagKept    = uint8(maps.CniNatFlagsNAT_F_KEPT)
 	flagReplied = uint8(maps.CniNatFlagsNAT_F_REPLIED)
+	flagBypass  = uint8(maps.CniNatFlagsNAT_F_BYPASS)
 )
 
 // StateNames names the states for people.
@@ -55,6 +56,7 @@ type Flow struct {
 	State      uint8
 	Kept       bool // the pod's own port
 	Replied    bool
+	Bypass     bool // TCP, set up in BPF at its SYN: fast for its life, its verdict here instead of in flows
 	Age, Idle  time.Duration
 	Expired    bool // still in the table, but the programs ignore it
 }
@@ -188,6 +190,7 @@ func (t *Table) Flows() ([]Flow, error) {
 			Remote: maps.IP(e.Key.Family, e.Key.Daddr), RemotePort: maps.Port(e.Key.Dport),
 			NAT: maps.IP(e.Key.Family, e.Value.Addr), NATPort: maps.Port(e.Value.Port),
 			State: e.Value.State, Kept: e.Value.Flags&flagKept != 0, Replied: e.Value.Flags&flagReplied != 0,
+			Bypass: e.Value.Flags&flagBypass != 0,
 		}
 		if now > e.Value.Created {
 			f.Age = time.Duration(now - e.Value.Created)

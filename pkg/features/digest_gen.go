@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "3bd6671f6232"
+const objectsDigest = "7b2a5720d96c"

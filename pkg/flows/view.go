@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
 )
@@ -29,11 +30,13 @@ without a conntrack entry (conntrack is not active in the node's network
 namespace), conntrack is not asked again for a second. bypass: set up in
 BPF without meeting netfilter (the node agent's set of destinations
 netfilter may translate was current and did not hold the remote); the
-table's last line says whether that set's lease runs.
+table's last line says whether that set's lease runs. A TCP flow set up in
+BPF and masqueraded keeps its verdict in its conntrack/NAT entry instead
+(ebpf-cni nat): it is listed here too, from there (table "nat").
 
 JSON: a list of {"proto", "pod", "podPort", "remote", "remotePort",
-"verdict", "inbound", "untracked", "bypass", "idleSeconds"}, ordered by pod, protocol
-and remote.`,
+"verdict", "inbound", "untracked", "bypass", "idleSeconds", "table"},
+ordered by pod, protocol and remote.`,
 	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
 		pod := fs.String("pod", "", "show only the flows of the pod address `IP`")
 		return func(ctx *view.Context) error { return runFlows(ctx, *pod) }
@@ -52,6 +55,7 @@ type FlowEntry struct {
 	Untracked   bool    `json:"untracked"`
 	Bypass      bool    `json:"bypass"`
 	IdleSeconds float64 `json:"idleSeconds"`
+	Table       string  `json:"table"` // where the verdict is kept: flows, or nat (a masqueraded TCP flow set up in BPF)
 
 	f Flow
 }
@@ -66,7 +70,7 @@ func runFlows(ctx *view.Context, pod string) error {
 			return view.Usage("--pod %q is not an IP address", pod)
 		}
 	}
-	ms, closeMaps, err := ctx.OpenMaps(maps.CniMapFlows, maps.CniMapXlatLease)
+	ms, closeMaps, err := ctx.OpenMaps(maps.CniMapFlows, maps.CniMapXlatLease, maps.CniMapNat, maps.CniMapNatTimeouts)
 	if err != nil {
 		return err
 	}
@@ -83,7 +87,22 @@ func runFlows(ctx *view.Context, pod string) error {
 			}
 			proto := view.ProtoName(f.Proto)
 			out = append(out, &FlowEntry{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
-				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, Bypass: f.Bypass, IdleSeconds: f.Idle.Seconds(), f: f})
+				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, Bypass: f.Bypass, IdleSeconds: f.Idle.Seconds(), Table: maps.CniMapFlows, f: f})
+		}
+	}
+	if m := ms[maps.CniMapNat]; m != nil {
+		nat, err := conntrack.NewTable(m, ms[maps.CniMapNatTimeouts]).Flows()
+		if err != nil {
+			return err
+		}
+		for _, n := range nat {
+			if !n.Bypass || n.Expired || (only != nil && !n.Pod.Equal(only)) {
+				continue
+			}
+			f := Flow{Proto: n.Proto, Pod: n.Pod, PodPort: n.PodPort, Remote: n.Remote, RemotePort: n.RemotePort,
+				Verdict: maps.CniFlowVerdictFLOW_FAST, Bypass: true, Idle: n.Idle}
+			out = append(out, &FlowEntry{Proto: view.ProtoName(f.Proto), Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
+				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Bypass: true, IdleSeconds: f.Idle.Seconds(), Table: maps.CniMapNat, f: f})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -122,6 +141,9 @@ func runFlows(ctx *view.Context, pod string) error {
 		}
 		if f.Bypass {
 			v += ",bypass"
+		}
+		if f.Table == maps.CniMapNat {
+			v += " (nat)"
 		}
 		t.Row(f.Proto, net.JoinHostPort(f.Pod, strconv.Itoa(int(f.PodPort))), net.JoinHostPort(f.Remote, strconv.Itoa(int(f.RemotePort))),
 			v, view.HumanAge(f.f.Idle))

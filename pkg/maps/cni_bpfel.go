@@ -418,6 +418,7 @@ const (
 	CniNatFlagsNAT_F_REPLIED CniNatFlags = 2
 	CniNatFlagsNAT_F_HAIRPIN CniNatFlags = 4
 	CniNatFlagsNAT_F_FAST    CniNatFlags = 8
+	CniNatFlagsNAT_F_BYPASS  CniNatFlags = 16
 )
 
 type CniNatKey struct {

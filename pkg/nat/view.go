@@ -20,12 +20,15 @@ var command = &view.Command{
 address and port (ICMP echo: identifier), the remote, the address and port
 the remote sees, the state (syn-sent, established, closing; open for UDP
 and ICMP), whether the pod's own port was kept, whether a reply came, how
-long ago it started and was last used. Expired flows are still listed until
-GC deletes them; the programs already ignore them.
+long ago it started and was last used. bypass: a TCP flow set up in BPF
+(the node agent's set of destinations netfilter may translate did not hold
+the remote): fast both ways for its life, its verdict kept here instead of
+in the flow table (ebpf-cni flows lists it too). Expired flows are still
+listed until GC deletes them; the programs already ignore them.
 
 JSON: a list of {"proto", "pod", "podPort", "remote", "remotePort", "nat",
-"natPort", "state", "kept", "replied", "ageSeconds", "idleSeconds",
-"expired"}, ordered by pod, protocol and remote.`,
+"natPort", "state", "kept", "replied", "bypass", "ageSeconds",
+"idleSeconds", "expired"}, ordered by pod, protocol and remote.`,
 	Flags: func(fs *flag.FlagSet) func(*view.Context) error {
 		pod := fs.String("pod", "", "show only the flows of the pod address `IP`")
 		return func(ctx *view.Context) error { return runNAT(ctx, *pod) }
@@ -44,6 +47,7 @@ type NATFlow struct {
 	State       string  `json:"state"`
 	Kept        bool    `json:"kept"`
 	Replied     bool    `json:"replied"`
+	Bypass      bool    `json:"bypass"`
 	AgeSeconds  float64 `json:"ageSeconds"`
 	IdleSeconds float64 `json:"idleSeconds"`
 	Expired     bool    `json:"expired"`
@@ -82,7 +86,7 @@ func readNAT(ctx *view.Context, pod string) ([]*NATFlow, error) {
 		proto := view.ProtoName(f.Proto)
 		out = append(out, &NATFlow{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(), RemotePort: f.RemotePort,
 			NAT: f.NAT.String(), NATPort: f.NATPort, State: conntrack.StateNames[f.State], Kept: f.Kept, Replied: f.Replied,
-			AgeSeconds: f.Age.Seconds(), IdleSeconds: f.Idle.Seconds(), Expired: f.Expired, f: f})
+			Bypass: f.Bypass, AgeSeconds: f.Age.Seconds(), IdleSeconds: f.Idle.Seconds(), Expired: f.Expired, f: f})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -108,6 +112,9 @@ func runNAT(ctx *view.Context, pod string) error {
 		state := f.State
 		if f.Kept {
 			state += ",kept"
+		}
+		if f.Bypass {
+			state += ",bypass"
 		}
 		if f.Expired {
 			state += ",expired"

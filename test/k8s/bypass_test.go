@@ -64,9 +64,10 @@ func probed(t *testing.T, n *node, fam int) int {
 	return 0
 }
 
-// worldFlows are the flows of pod a to the world's port: how many, and how
-// many of them were set up in BPF.
-func worldFlows(n *node, a *nettest.Pod, port int) (all, bypass int) {
+// worldFlows are the flows of pod a to the world's port: how many, how
+// many of them were set up in BPF, and how many of those keep their
+// verdict in their NAT entry (masqueraded TCP: table "nat").
+func worldFlows(n *node, a *nettest.Pod, port int) (all, bypass, inNAT int) {
 	for _, f := range n.flows() {
 		if f.RemotePort == uint16(port) && (f.Pod == a.IP(4).String() || f.Pod == a.IP(6).String()) {
 			all++
@@ -76,9 +77,15 @@ func worldFlows(n *node, a *nettest.Pod, port int) (all, bypass int) {
 					panic(fmt.Sprintf("a bypass flow is %s", f.Verdict))
 				}
 			}
+			if f.Table == "nat" {
+				inNAT++
+				if f.Proto != "tcp" || !f.Bypass {
+					panic(fmt.Sprintf("a %s flow in the NAT table, bypass %v", f.Proto, f.Bypass))
+				}
+			}
 		}
 	}
-	return all, bypass
+	return all, bypass, inNAT
 }
 
 // TestBypass is the must-hold case of the translated destinations
@@ -94,7 +101,9 @@ func worldFlows(n *node, a *nettest.Pod, port int) (all, bypass int) {
 //     kube-proxy's rules to its backend and its flow goes through the
 //     stack; nothing meets kube-proxy's INVALID drop;
 //   - the lease over: the world's flows meet netfilter again, the
-//     ClusterIP still works.
+//     ClusterIP still works;
+//   - leased again, the world not masqueraded: still set up in BPF, the
+//     world sees the pod's own address.
 func TestBypass(t *testing.T) {
 	c := newCluster(t, 1, false)
 	n1 := c.nodes[0]
@@ -129,12 +138,14 @@ func TestBypass(t *testing.T) {
 			met[fam] = probed(t, n1, fam) - before
 			mustSee(t, a.NS, pick(fam, webIP4, webIP6), servicePort, "b1", a.IP(fam), fmt.Sprintf("%s: the pod to the ClusterIP, IPv%d (kube-proxy's DNAT)", name, fam))
 		}
-		all, bypass := worldFlows(n1, a, srv.Port)
+		all, bypass, inNAT := worldFlows(n1, a, srv.Port)
 		require.Equal(t, 4, all, "%s: the flows to the world (TCP and UDP, IPv4 and IPv6)", name)
 		if name == "leased" {
 			require.Equal(t, 4, bypass, "%s: set up in BPF", name)
+			require.Equal(t, 2, inNAT, "%s: the TCP flows' verdicts are in their NAT entries (to_netdev saw their SYNs marked)", name)
 		} else {
 			require.Zero(t, bypass, "%s: none set up in BPF", name)
+			require.Zero(t, inNAT, name)
 		}
 		for _, f := range n1.flows() {
 			if f.Remote == webIP4.String() || f.Remote == webIP6.String() {
@@ -161,6 +172,23 @@ func TestBypass(t *testing.T) {
 	met = phase("expired")
 	require.Positive(t, met[4], "the lease over: the first packets meet netfilter again (IPv4)")
 	require.Positive(t, met[6], "the lease over: the first packets meet netfilter again (IPv6)")
+
+	// Not masqueraded (the world in the network's nonMasqueradeCIDRs, the
+	// router routing the node's pod ranges back): a TCP flow set up in BPF
+	// has no NAT entry to keep its verdict, to_netdev writes it in flows.
+	require.NoError(t, c.c.RouteFromRouter(n1.ClusterNode))
+	n1.addPod(n1.list("1.1.0", map[string]any{"nonMasqueradeCIDRs": []string{world(4).String() + "/32", world(6).String() + "/128"}}), "c")
+	require.NoError(t, xc.Sync(set))
+	direct := serve(t, c.c.World, "world-direct", 0)
+	for _, fam := range []int{4, 6} {
+		before := probed(t, n1, fam)
+		mustSee(t, a.NS, world(fam), direct.Port, "world-direct", a.IP(fam), fmt.Sprintf("unmasqueraded: the pod to the world, IPv%d", fam))
+		require.Zero(t, probed(t, n1, fam)-before, "unmasqueraded, leased: no packet meets netfilter (IPv%d)", fam)
+	}
+	all, bypass, inNAT := worldFlows(n1, a, direct.Port)
+	require.Equal(t, 4, all, "unmasqueraded: the flows to the world")
+	require.Equal(t, 4, bypass, "unmasqueraded: set up in BPF")
+	require.Zero(t, inNAT, "unmasqueraded: every verdict in flows (to_netdev wrote the TCP ones)")
 
 	for _, tool := range []string{"iptables", "ip6tables"} {
 		out, err := nettest.Run(n1.NS, tool, "-t", "filter", "-L", "KUBE-FORWARD", "-v", "-x", "-n")
