@@ -175,14 +175,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 
 	now = bpf_ktime_get_ns();
 	cur = bpf_map_lookup_elem(&nat, &s->out);
-	if (cur && (nat_expired(cur, s->p.proto, now) || !addr_equal(cur->addr, s->addr))) {
-		/* Expired, or the node's address changed: start over. */
-		nat_in_key(&s->in, &s->out, cur->addr, cur->port);
-		bpf_map_delete_elem(&nat, &s->in);
-		bpf_map_delete_elem(&nat, &s->out);
-		cur = NULL;
-	}
-	if (cur) {
+	if (cur && !nat_expired(cur, s->p.proto, now) && addr_equal(cur->addr, s->addr)) {
 		__u64 seen = cur->last_seen;
 
 		nat_fast_off(cur);
@@ -210,7 +203,7 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 			bpf_map_update_elem(&nat, &s->in, &s->iv, BPF_NOEXIST);
 		}
 	} else {
-		__u8 state;
+		__u8 state, flags_new = bypass ? NAT_F_BYPASS : 0;
 
 		__u8 syn = s->p.proto == IPPROTO_TCP ? s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK) : 0;
 
@@ -224,9 +217,20 @@ static __always_inline int snat(struct __sk_buff *skb, enum pkt_reason *why)
 			     (s->p.tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN ? NAT_STATE_SYN_SENT :
 											       NAT_STATE_ESTABLISHED;
 
-		if (nat_create(skb, s, mn, net_id, state, bypass ? NAT_F_BYPASS : 0, now))
+		if (cur) {
+			/* Expired, or the node's address changed: start over,
+			 * in the same entries where the translation stays. */
+			if (nat_renew(skb, s, cur, net_id, state, flags_new, now))
+				goto translate;
+			if (nat_own_in(s, cur))
+				bpf_map_delete_elem(&nat, &s->in);
+			bpf_map_delete_elem(&nat, &s->out);
+		}
+		if (nat_create(skb, s, mn, net_id, state, flags_new, now))
 			return DROP(REASON_DROP_NAT_NO_PORT);
 	}
+
+translate:
 
 	if (nat_rewrite(skb, &s->p, 1, s->res.addr, s->res.port, s))
 		return DROP(REASON_DROP_MALFORMED);

@@ -134,6 +134,52 @@ static __always_inline int nat_port_taken(struct __sk_buff *skb, struct nat_scra
 	return node_socket(skb, &s->in, 1, &s->tuple);
 }
 
+/* nat_own_in: the IN entry of s->in (an OUT entry cur's) points back at
+ * the pod's tuple of s->out: a port a flow of another pod claimed after
+ * cur expired is not the flow's to keep or to delete. */
+static __always_inline struct nat_entry *nat_own_in(struct nat_scratch *s, const struct nat_entry *cur)
+{
+	struct nat_entry *iv;
+
+	nat_in_key(&s->in, &s->out, cur->addr, cur->port);
+	iv = bpf_map_lookup_elem(&nat, &s->in);
+	if (!iv || iv->port != s->out.sport || !addr_equal(iv->addr, s->out.saddr))
+		return NULL;
+	return iv;
+}
+
+/* nat_renew starts the new flow s->out over in the entries of its
+ * tuple's expired flow cur, which kept the pod's own port (NAT_F_KEPT) on
+ * the address the flow leaves with now (s->addr) in the same network, when
+ * that port is still free (as nat_create's first try asks: not published,
+ * no socket of the node on it; its IN entry is still the flow's own): the
+ * same translation nat_create would choose, without deleting two entries
+ * and inserting two (a client reusing its ports on one destination, every
+ * 10 seconds or more). 1 when renewed, into s->res. */
+static __always_inline int nat_renew(struct __sk_buff *skb, struct nat_scratch *s, struct nat_entry *cur, __u32 net_id,
+				     __u8 state, __u8 flags_new, __u64 now)
+{
+	struct nat_entry *iv;
+
+	if (!(cur->flags & NAT_F_KEPT) || cur->port != s->out.sport || cur->net_id != net_id ||
+	    !addr_equal(cur->addr, s->addr))
+		return 0;
+	iv = nat_own_in(s, cur);
+	if (!iv || iv->net_id != net_id)
+		return 0;
+	if (hostport_published(s->in.family, s->in.proto, s->in.dport, s->in.daddr) ||
+	    node_socket(skb, &s->in, 1, &s->tuple))
+		return 0;
+	iv->created = now;
+	iv->last_seen = now;
+	cur->state = state;
+	cur->flags = NAT_F_KEPT | flags_new;
+	cur->created = now;
+	cur->last_seen = now;
+	__builtin_memcpy(&s->res, cur, sizeof(s->res));
+	return 1;
+}
+
 /* nat_create translates the new flow s->out: the pod's port when it is
  * free, else a random free one of the network's range, into s->res, with
  * flags (enum nat_flags) besides NAT_F_KEPT. The IN entry is claimed first

@@ -313,3 +313,84 @@ func TestNATNodeSocketWins(t *testing.T) {
 	ret, _ = e.runProg(t, from, up, tcp4(macWorld, world4, uplink4, 80, 40400, tcpACK))
 	require.Equal(t, uint32(tcActPass), ret, "and its later packets")
 }
+
+// TestNATRenew: a new connection on the tuple of an expired masqueraded
+// flow that kept the pod's port starts over in the same entries (the
+// translation nat_create would choose: the pod's own port, free), its
+// state and flags fresh, its replies translated back; where another pod's
+// live flow has claimed that port on the remote since, the pod's flow
+// moves to another port and the other flow's IN entry stays.
+func TestNATRenew(t *testing.T) {
+	e := newFlowEnv(t)
+	e.masquerade(t, e.up, 61000, 65535)
+	m := e.pinned(t, maps.CniMapNat)
+	up := e.up.Attrs().Index
+	to := uplink.HookToNetdev.Name
+	out := func(pod net.IP, port uint16) maps.CniNatKey {
+		return maps.CniNatKey{Family: 4, Proto: 6, Dir: uint8(maps.CniNatDirNAT_DIR_OUT), Sport: maps.Port(port), Dport: maps.Port(80),
+			Saddr: maps.Addr16(pod), Daddr: maps.Addr16(world4)}
+	}
+	in := func(port uint16) maps.CniNatKey {
+		return maps.CniNatKey{Family: 4, Proto: 6, Dir: uint8(maps.CniNatDirNAT_DIR_IN), Sport: maps.Port(80), Dport: maps.Port(port),
+			Saddr: maps.Addr16(world4), Daddr: maps.Addr16(uplink4)}
+	}
+	get := func(k maps.CniNatKey) maps.CniNatEntry {
+		t.Helper()
+		var v maps.CniNatEntry
+		require.NoError(t, m[maps.CniMapNat].Lookup(&k, &v))
+		return v
+	}
+	expire := func(k maps.CniNatKey) maps.CniNatEntry {
+		t.Helper()
+		v := get(k)
+		v.State = uint8(maps.CniNatStateNAT_STATE_CLOSING) // a closed connection's lifetime: 10 s
+		v.LastSeen -= 3 * uint64(maps.CniNatDefaultLifetimeNAT_DEFAULT_TCP_CLOSING) * 1e9
+		v.Created = v.LastSeen
+		require.NoError(t, m[maps.CniMapNat].Put(&k, &v))
+		return v
+	}
+	syn := func(port uint16) uint16 {
+		t.Helper()
+		ret, pkt := e.runProg(t, to, up, tcp4(macA, ipA4, world4, port, 80, tcpSYN))
+		require.Equal(t, uint32(tcActPass), ret)
+		require.Equal(t, uplink4.To4(), net.IP(pkt[14+12:14+16]))
+		return binary.BigEndian.Uint16(pkt[34:])
+	}
+
+	// A connection that kept its port, answered, then idle past its
+	// lifetime.
+	require.Equal(t, uint16(40500), syn(40500), "the pod's port kept")
+	ret, _ := e.runProg(t, uplink.HookFromNetdev.Name, up, tcp4(macWorld, world4, uplink4, 80, 40500, tcpSYNACK))
+	require.Equal(t, uint32(tcActRedirect), ret)
+	old := expire(out(ipA4, 40500))
+	require.NotZero(t, old.Flags&uint8(maps.CniNatFlagsNAT_F_REPLIED))
+
+	// A new connection from the same port: the same translation, fresh.
+	require.Equal(t, uint16(40500), syn(40500), "renewed on the pod's own port")
+	v := get(out(ipA4, 40500))
+	require.Greater(t, v.Created, old.Created, "started over")
+	require.Equal(t, uint8(maps.CniNatStateNAT_STATE_SYN_SENT), v.State)
+	require.Equal(t, uint8(maps.CniNatFlagsNAT_F_KEPT), v.Flags, "no reply yet")
+	iv := get(in(40500))
+	require.Equal(t, maps.Addr16(ipA4), iv.Addr)
+	require.Equal(t, v.Created, iv.Created, "its IN entry renewed too")
+	ret, pkt := e.runProg(t, uplink.HookFromNetdev.Name, up, tcp4(macWorld, world4, uplink4, 80, 40500, tcpSYNACK))
+	require.Equal(t, uint32(tcActRedirect), ret, "its replies reach the pod")
+	require.Equal(t, ipA4.To4(), net.IP(pkt[14+16:14+20]))
+
+	// Expired again, and meanwhile pod B's flow to the same remote took
+	// the port (its IN entry and its live OUT entry): A moves, B keeps
+	// its entries.
+	expire(out(ipA4, 40500))
+	now := maps.Monotonic()
+	require.NoError(t, m[maps.CniMapNat].Put(in(40500), &maps.CniNatEntry{Addr: maps.Addr16(ipB4), Port: maps.Port(40500), Created: now, LastSeen: now}))
+	require.NoError(t, m[maps.CniMapNat].Put(out(ipB4, 40500), &maps.CniNatEntry{Addr: maps.Addr16(uplink4), Port: maps.Port(40500),
+		State: uint8(maps.CniNatStateNAT_STATE_ESTABLISHED), Flags: uint8(maps.CniNatFlagsNAT_F_KEPT), Created: now, LastSeen: now}))
+	moved := syn(40500)
+	require.NotEqual(t, uint16(40500), moved, "the port is B's now")
+	require.GreaterOrEqual(t, moved, uint16(61000))
+	require.Equal(t, maps.Addr16(ipB4), get(in(40500)).Addr, "B's IN entry stays")
+	ret, pkt = e.runProg(t, uplink.HookFromNetdev.Name, up, tcp4(macWorld, world4, uplink4, 80, 40500, tcpACK))
+	require.Equal(t, uint32(tcActRedirect), ret, "B's replies still reach B")
+	require.Equal(t, ipB4.To4(), net.IP(pkt[14+16:14+20]))
+}
