@@ -410,15 +410,22 @@ static __always_inline int pod_path(struct __sk_buff *skb, struct nat_scratch *s
 		}
 		return path;
 	}
-	cur = nat_out_live(s, bpf_ktime_get_ns());
-	if (cur && (cur->flags & NAT_F_BYPASS) && s->p.proto == IPPROTO_TCP) {
-		s->early = snat_early(s, cur);
-		return PATH_ROUTE;
+	/* A pod the stack delivered flows to (EP_F_STACK: it talks to
+	 * Services) looks its flows up first, so that a flow through the
+	 * stack does not look up a NAT entry it cannot have; flow_egress
+	 * finds a TCP flow set up in BPF by its NAT entry then. */
+	s->early = 1;
+	if (!s->stack_pod) {
+		cur = nat_out_live(s, bpf_ktime_get_ns());
+		if (cur && (cur->flags & NAT_F_BYPASS) && s->p.proto == IPPROTO_TCP) {
+			s->early = snat_early(s, cur);
+			return PATH_ROUTE;
+		}
+		/* Masqueraded already: its entry is looked up again if its
+		 * flow keeps the fast path (a pointer kept across flow_egress
+		 * would take stack 6.1 does not have). */
+		s->early = cur != NULL;
 	}
-	/* Masqueraded already: its entry is looked up again if its flow
-	 * keeps the fast path (a pointer kept across flow_egress would take
-	 * stack 6.1 does not have). */
-	s->early = cur != NULL;
 	if (flow_egress(skb, s, why))
 		return PATH_STACK;
 	if (s->early)
@@ -542,6 +549,7 @@ static __always_inline int translate_and_route(struct __sk_buff *skb, const stru
 		return ret;
 	}
 	s->early = 0;
+	s->stack_pod = (dev->flags & EP_F_STACK) != 0;
 	path = pod_path(skb, s, dev, dst != NULL, &parsed, &cr, why);
 	if (path < 0)
 		return path;

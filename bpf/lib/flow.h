@@ -175,6 +175,12 @@ static __always_inline int flow_egress(struct __sk_buff *skb, struct nat_scratch
 		return found == FLOW_FIND_STACK;
 	if (!e) {
 		if (p->proto == IPPROTO_TCP && !(p->tcp_flags & TCP_FLAG_SYN)) {
+			struct nat_entry *o = nat_out_live(s, now);
+
+			/* Set up in BPF and masqueraded: its NAT entry holds
+			 * its verdict (NAT_F_BYPASS), fast. */
+			if (o && (o->flags & NAT_F_BYPASS))
+				return 0;
 			/* Mid-stream (its entry was evicted, or it predates us):
 			 * there is no first packet to wait for. A packet in the
 			 * entry's reply direction answers a flow opened toward

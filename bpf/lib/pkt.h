@@ -73,7 +73,8 @@ struct nat_scratch {
 	__u8 to[16];
 	__u8 stale; /* flow_get: a SYN found its tuple's entry of an earlier connection */
 	__u8 early; /* from_container: it translates the packet itself (s->res) */
-	__u8 pad[6];
+	__u8 stack_pod; /* from_container: the pod's endpoint has EP_F_STACK */
+	__u8 pad[5];
 };
 
 static __always_inline int is_icmp(__u8 proto)

@@ -164,6 +164,25 @@ func TestBypassNATPrograms(t *testing.T) {
 		ret, _ = e.runProg(t, uplink.HookFromNetdev.Name, up, tcp4(macWorld, world4, uplink4, 80, port, tcpACK))
 		require.Equal(t, uint32(tcActRedirect), ret, "reply %d: into the pod", i)
 	}
+	// A pod the stack delivered flows to (EP_F_STACK: it talks to
+	// Services) looks its flows up first: the flow is missing there, its
+	// NAT entry says fast.
+	devs := e.pinned(t, maps.CniMapEndpointDevs)[maps.CniMapEndpointDevs]
+	setStack := func(on bool) {
+		t.Helper()
+		var d maps.CniEndpointDev
+		require.NoError(t, devs.Lookup(uint32(a), &d))
+		d.Flags &^= uint16(maps.CniEndpointFlagsEP_F_STACK)
+		if on {
+			d.Flags |= uint16(maps.CniEndpointFlagsEP_F_STACK)
+		}
+		require.NoError(t, devs.Put(uint32(a), &d))
+	}
+	setStack(true)
+	ret, out = e.runProg(t, from, a, tcp4(macA, ipA4, world4, 42100, 80, tcpACK))
+	require.Equal(t, uint32(tcActRedirect), ret, "a pod with flows through the stack: the fast path")
+	require.Equal(t, uplink4.To4(), net.IP(out[14+12:14+16]), "translated by from_container")
+	setStack(false)
 	_, ok := e.flow(t, ipA4, 42100, world4, 80, 6)
 	require.False(t, ok, "neither the pod's packets nor the replies wrote its flow")
 	require.Equal(t, flowNew, e.count(t, maps.CniPktReasonREASON_FLOW_NEW), "nothing handed to netfilter")
