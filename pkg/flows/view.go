@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/ebpf-cni/ebpf-cni/pkg/conntrack"
 	"github.com/ebpf-cni/ebpf-cni/pkg/maps"
 	"github.com/ebpf-cni/ebpf-cni/pkg/view"
@@ -75,56 +77,83 @@ func runFlows(ctx *view.Context, pod string) error {
 		return err
 	}
 	defer closeMaps()
+	out, err := readFlows(ms, only)
+	if err != nil {
+		return err
+	}
+	if ctx.JSON {
+		return view.WriteJSON(ctx.Stdout, out)
+	}
+	lease, err := leaseLine(ms[maps.CniMapXlatLease])
+	if err != nil {
+		return err
+	}
+	return writeFlows(ctx, out, lease)
+}
+
+// entryOf is f as the CLI shows it; table is the map its verdict is in.
+func entryOf(f Flow, table string) *FlowEntry {
+	return &FlowEntry{Proto: view.ProtoName(f.Proto), Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
+		RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, Bypass: f.Bypass,
+		IdleSeconds: f.Idle.Seconds(), Table: table, f: f}
+}
+
+// readFlows lists the flows of the flow table and the masqueraded TCP
+// flows set up in BPF, whose verdicts are in the NAT table (of the pod
+// only, unless nil), ordered by pod, protocol and remote.
+func readFlows(ms map[string]*ebpf.Map, only net.IP) ([]*FlowEntry, error) {
 	out := []*FlowEntry{}
 	if m := ms[maps.CniMapFlows]; m != nil {
 		list, err := List(m)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, f := range list {
-			if only != nil && !f.Pod.Equal(only) {
-				continue
+			if only == nil || f.Pod.Equal(only) {
+				out = append(out, entryOf(f, maps.CniMapFlows))
 			}
-			proto := view.ProtoName(f.Proto)
-			out = append(out, &FlowEntry{Proto: proto, Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
-				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Inbound: f.Inbound, Untracked: f.Untracked, Bypass: f.Bypass, IdleSeconds: f.Idle.Seconds(), Table: maps.CniMapFlows, f: f})
 		}
 	}
 	if m := ms[maps.CniMapNat]; m != nil {
 		nat, err := conntrack.NewTable(m, ms[maps.CniMapNatTimeouts]).Flows()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, n := range nat {
 			if !n.Bypass || n.Expired || (only != nil && !n.Pod.Equal(only)) {
 				continue
 			}
-			f := Flow{Proto: n.Proto, Pod: n.Pod, PodPort: n.PodPort, Remote: n.Remote, RemotePort: n.RemotePort,
-				Verdict: maps.CniFlowVerdictFLOW_FAST, Bypass: true, Idle: n.Idle}
-			out = append(out, &FlowEntry{Proto: view.ProtoName(f.Proto), Pod: f.Pod.String(), PodPort: f.PodPort, Remote: f.Remote.String(),
-				RemotePort: f.RemotePort, Verdict: VerdictNames[f.Verdict], Bypass: true, IdleSeconds: f.Idle.Seconds(), Table: maps.CniMapNat, f: f})
+			out = append(out, entryOf(Flow{Proto: n.Proto, Pod: n.Pod, PodPort: n.PodPort, Remote: n.Remote, RemotePort: n.RemotePort,
+				Verdict: maps.CniFlowVerdictFLOW_FAST, Bypass: true, Idle: n.Idle}, maps.CniMapNat))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		return view.FlowLess(a.f.Pod, b.f.Pod, a.Proto, b.Proto, a.f.Remote, b.f.Remote, a.PodPort, b.PodPort)
 	})
-	if ctx.JSON {
-		return view.WriteJSON(ctx.Stdout, out)
+	return out, nil
+}
+
+// leaseLine says whether the translated destinations' lease in m (nil: not
+// pinned) runs.
+func leaseLine(m *ebpf.Map) (string, error) {
+	if m == nil {
+		return "never written: every new flow meets netfilter", nil
 	}
-	lease := "never written: every new flow meets netfilter"
-	if m := ms[maps.CniMapXlatLease]; m != nil {
-		l, err := ReadLease(m)
-		if err != nil {
-			return err
-		}
-		switch {
-		case l.Valid():
-			lease = fmt.Sprintf("runs for %s more (%d destinations, write %d): new flows to others skip netfilter", l.Left.Round(time.Second), l.Entries, l.Generation)
-		case l.Generation > 0:
-			lease = fmt.Sprintf("expired (renewed %s ago): every new flow meets netfilter", l.Renewed.Round(time.Second))
-		}
+	l, err := ReadLease(m)
+	if err != nil {
+		return "", err
 	}
+	switch {
+	case l.Valid():
+		return fmt.Sprintf("runs for %s more (%d destinations, write %d): new flows to others skip netfilter", l.Left.Round(time.Second), l.Entries, l.Generation), nil
+	case l.Generation > 0:
+		return fmt.Sprintf("expired (renewed %s ago): every new flow meets netfilter", l.Renewed.Round(time.Second)), nil
+	}
+	return "never written: every new flow meets netfilter", nil
+}
+
+func writeFlows(ctx *view.Context, out []*FlowEntry, lease string) error {
 	if len(out) == 0 {
 		fmt.Fprintln(ctx.Stdout, "no tracked flows")
 		fmt.Fprintf(ctx.Stdout, "translated destinations' lease (%s): %s\n", maps.CniMapXlatLease, lease)
