@@ -109,7 +109,16 @@ func main() {
 	hold := flag.Bool("hold", false, "profiling: set the first traffic path of -paths up, print the commands that drive its load, and wait for ^C instead of measuring")
 	xlat := flag.Bool("translated-destinations", true, "EBPF as the DaemonSet runs it: the destinations kube-proxy translates written and leased as the node agent does, so that new flows to the world skip netfilter; false: every new flow's first packet meets netfilter")
 	render := flag.String("render", "", "measure nothing: re-render REPORT.md and the plots of this results directory from its latest.json and machine.json")
+	sites := flag.String("bpf-sites", "", "measure nothing: attribute the samples of `perf script -F ip,sym,symoff` output (this file, - for stdin) to the source lines and maps of the BPF programs loaded now (profile a -hold path, then run this before ^C)")
+	leaf := flag.String("leaf", "", "with -bpf-sites: only the samples whose innermost frame is this kernel symbol (lookup_nulls_elem_raw: hash lookups)")
+	top := flag.Int("top", 30, "with -bpf-sites: the lines with the most samples to print")
 	flag.Parse()
+	if *sites != "" {
+		if err := runBPFSites(*sites, *leaf, *top); err != nil {
+			fail(err)
+		}
+		return
+	}
 	if *render != "" {
 		if err := renderResults(*render); err != nil {
 			fail(err)
