@@ -229,7 +229,7 @@ static __always_inline int fib_forward(struct __sk_buff *skb, struct bpf_fib_loo
 	struct ethhdr *eth;
 	int rc, hop;
 
-	rc = bpf_fib_lookup(skb, p, sizeof(*p), 0);
+	rc = fib_lookup_cached(skb, p);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		goto stack; /* local, unreachable, needs fragmenting, forwarding off... */
 	if (p->ifindex == skb->ifindex)

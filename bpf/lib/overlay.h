@@ -124,7 +124,7 @@ static __always_inline int encap_to_uplink(struct __sk_buff *skb, const struct c
 	p.family = AF_INET;
 	p.ifindex = skb->ifindex;
 	__builtin_memcpy(&p.ipv4_dst, cr->node, 4);
-	rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
+	rc = fib_lookup_cached(skb, &p);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return VIA_DEVICE;
 	if (p.ifindex == skb->ifindex)

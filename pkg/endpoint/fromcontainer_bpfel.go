@@ -26,6 +26,7 @@ const (
 	FromContainerMapEvents           = "events"
 	FromContainerMapEventsConfig     = "events_config"
 	FromContainerMapEventsStats      = "events_stats"
+	FromContainerMapFibCache         = "fib_cache"
 	FromContainerMapFlows            = "flows"
 	FromContainerMapHostportConfig   = "hostport_config"
 	FromContainerMapHostports        = "hostports"
@@ -111,6 +112,7 @@ type FromContainerMapSpecs struct {
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
 	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	FibCache         *ebpf.MapSpec `ebpf:"fib_cache"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
@@ -172,6 +174,7 @@ type FromContainerMaps struct {
 	Events           *ebpf.Map `ebpf:"events"`
 	EventsConfig     *ebpf.Map `ebpf:"events_config"`
 	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	FibCache         *ebpf.Map `ebpf:"fib_cache"`
 	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
@@ -207,6 +210,7 @@ func (m *FromContainerMaps) Close() error {
 		m.Events,
 		m.EventsConfig,
 		m.EventsStats,
+		m.FibCache,
 		m.Flows,
 		m.HostportConfig,
 		m.Hostports,

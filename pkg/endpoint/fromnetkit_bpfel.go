@@ -26,6 +26,7 @@ const (
 	FromNetkitMapEvents           = "events"
 	FromNetkitMapEventsConfig     = "events_config"
 	FromNetkitMapEventsStats      = "events_stats"
+	FromNetkitMapFibCache         = "fib_cache"
 	FromNetkitMapFlows            = "flows"
 	FromNetkitMapHostportConfig   = "hostport_config"
 	FromNetkitMapHostports        = "hostports"
@@ -111,6 +112,7 @@ type FromNetkitMapSpecs struct {
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
 	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	FibCache         *ebpf.MapSpec `ebpf:"fib_cache"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
@@ -172,6 +174,7 @@ type FromNetkitMaps struct {
 	Events           *ebpf.Map `ebpf:"events"`
 	EventsConfig     *ebpf.Map `ebpf:"events_config"`
 	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	FibCache         *ebpf.Map `ebpf:"fib_cache"`
 	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
@@ -207,6 +210,7 @@ func (m *FromNetkitMaps) Close() error {
 		m.Events,
 		m.EventsConfig,
 		m.EventsStats,
+		m.FibCache,
 		m.Flows,
 		m.HostportConfig,
 		m.Hostports,

@@ -3,4 +3,4 @@
 package features
 
 // objectsDigest is programs.Digest(Objects()).
-const objectsDigest = "ddee20b25a9a"
+const objectsDigest = "f2967c3849a0"

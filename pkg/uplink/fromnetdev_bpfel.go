@@ -26,6 +26,7 @@ const (
 	FromNetdevMapEvents           = "events"
 	FromNetdevMapEventsConfig     = "events_config"
 	FromNetdevMapEventsStats      = "events_stats"
+	FromNetdevMapFibCache         = "fib_cache"
 	FromNetdevMapFlows            = "flows"
 	FromNetdevMapHostportConfig   = "hostport_config"
 	FromNetdevMapHostports        = "hostports"
@@ -113,6 +114,7 @@ type FromNetdevMapSpecs struct {
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	EventsConfig     *ebpf.MapSpec `ebpf:"events_config"`
 	EventsStats      *ebpf.MapSpec `ebpf:"events_stats"`
+	FibCache         *ebpf.MapSpec `ebpf:"fib_cache"`
 	Flows            *ebpf.MapSpec `ebpf:"flows"`
 	HostportConfig   *ebpf.MapSpec `ebpf:"hostport_config"`
 	Hostports        *ebpf.MapSpec `ebpf:"hostports"`
@@ -176,6 +178,7 @@ type FromNetdevMaps struct {
 	Events           *ebpf.Map `ebpf:"events"`
 	EventsConfig     *ebpf.Map `ebpf:"events_config"`
 	EventsStats      *ebpf.Map `ebpf:"events_stats"`
+	FibCache         *ebpf.Map `ebpf:"fib_cache"`
 	Flows            *ebpf.Map `ebpf:"flows"`
 	HostportConfig   *ebpf.Map `ebpf:"hostport_config"`
 	Hostports        *ebpf.Map `ebpf:"hostports"`
@@ -213,6 +216,7 @@ func (m *FromNetdevMaps) Close() error {
 		m.Events,
 		m.EventsConfig,
 		m.EventsStats,
+		m.FibCache,
 		m.Flows,
 		m.HostportConfig,
 		m.Hostports,
