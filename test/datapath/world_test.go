@@ -1,7 +1,11 @@
 package datapath_test
 
 import (
+	"net"
+	"path/filepath"
 	"testing"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/stretchr/testify/require"
@@ -75,6 +79,7 @@ func TestToWorldRouteChange(t *testing.T) {
 		require.NoError(t, err)
 		fib := maps.CniPktReasonREASON_FIB_REDIRECT
 		require.GreaterOrEqual(t, after[fib].Packets-before[fib].Packets, uint64(3), "%s: not through the FIB's answer", c.ip)
+		requireFIBCached(t, e.bpfRoot, net.ParseIP(c.ip))
 
 		run(e.node.NS, "ip", c.v, "route", "replace", "unreachable", c.prefix)
 		o, err = ping()
@@ -93,4 +98,64 @@ func TestToWorldRouteChange(t *testing.T) {
 		require.Regexp(t, `(?i)frag needed|too big|mtu`, o)
 		run(e.node.NS, "ip", "link", "set", "uplink", "mtu", "1500")
 	}
+}
+
+// fibSlot and fibCache are struct fib_cache_slot and struct fib_cache of
+// bpf/lib/fib.h (a map of each program object, not pinned, not in
+// types.h).
+type fibSlot struct {
+	Tick           uint64
+	Iif, Oif, Flow uint32
+	MTU            uint16
+	Family, Proto  uint8
+	Src, Dst       [16]byte
+	SrcMAC, DstMAC [6]byte
+	Pad            uint32
+}
+
+type fibCache struct{ Slot [4]fibSlot }
+
+// requireFIBCached: some CPU's from_container keeps the FIB's answer for
+// dst, with the uplink's MTU (a kernel that does not give the MTU back
+// would leave the cache unused).
+func requireFIBCached(t *testing.T, bpfRoot string, dst net.IP) {
+	t.Helper()
+	want := [16]byte{}
+	if v4 := dst.To4(); v4 != nil {
+		copy(want[:], v4)
+	} else {
+		copy(want[:], dst)
+	}
+	pins, err := filepath.Glob(filepath.Join(bpfRoot, "programs", "*", "from_container"))
+	require.NoError(t, err)
+	require.NotEmpty(t, pins)
+	for _, pin := range pins {
+		prog, err := ebpf.LoadPinnedProgram(pin, nil)
+		require.NoError(t, err)
+		info, err := prog.Info()
+		prog.Close()
+		require.NoError(t, err)
+		ids, _ := info.MapIDs()
+		for _, id := range ids {
+			m, err := ebpf.NewMapFromID(id)
+			require.NoError(t, err)
+			mi, err := m.Info()
+			if err != nil || mi.Name != "fib_cache" {
+				m.Close()
+				continue
+			}
+			var cpus []fibCache
+			err = m.Lookup(uint32(0), &cpus)
+			m.Close()
+			require.NoError(t, err)
+			for _, c := range cpus {
+				for _, s := range c.Slot {
+					if s.Tick != 0 && s.Dst == want && s.MTU == 1500 {
+						return
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no from_container keeps the FIB's answer for %s with the uplink's MTU", dst)
 }
