@@ -9,8 +9,8 @@ import (
 )
 
 // TestEachLocksOnlyWhatDiffers: a node in order (every host veth recorded,
-// every record's veth present) takes no attachment lock; STATUS runs every
-// 5 s, and 200 lock files for 100 pods took a 100-pod STATUS from 2 to 7 ms.
+// every record's veth present) takes no attachment lock. STATUS runs every
+// 5 s; 200 lock files for 100 pods took its repair from 1.7 to 5.2 ms.
 func TestEachLocksOnlyWhatDiffers(t *testing.T) {
 	var locked []string
 	saved := lockAttachment
